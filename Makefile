@@ -1,0 +1,37 @@
+# The two commands the README gives: `make demo` and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export PYTHONPATH := $(CURDIR)/src
+
+.PHONY: test demo lint typecheck imports unit venv sysdeps proto fuzz bench clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+sysdeps:
+	bash scripts/system-deps.sh
+
+lint: venv
+	$(VENV)/bin/ruff check src tests bench
+
+typecheck: venv
+	$(VENV)/bin/mypy
+
+imports: venv
+	$(VENV)/bin/lint-imports
+
+unit: venv sysdeps
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test: lint typecheck imports unit
+
+demo: venv
+	$(PY) -m hami.testing.demo
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .demo

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs the Debian tools the tests drive for real (Prometheus, promtool, Alertmanager, Go's pprof).
+# Idempotent: does nothing when they are already present.
+set -euo pipefail
+need=()
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+command -v prometheus-alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
+command -v go >/dev/null 2>&1 || need+=(golang-go)
+[ ${#need[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -ne 0 ]; then
+  echo "missing Debian packages: ${need[*]} (run as root, or: sudo apt-get install ${need[*]})" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# The Debian packages start their services; the tests run their own instances on free ports.
+apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+for svc in prometheus prometheus-alertmanager prometheus-node-exporter; do
+  (systemctl stop "$svc" || service "$svc" stop) >/dev/null 2>&1 || true
+done

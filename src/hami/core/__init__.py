@@ -1,0 +1,1 @@
+"""Shared core: device model, wire codecs, Kubernetes access, NVML, logging, serving, profiling."""

@@ -1,0 +1,60 @@
+"""The device model shared by the scheduler, device plugin, monitor and doctor.
+
+Field names follow HAMi's Go structs; wire encodings live in ``hami.core.codec``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MODE_HAMI_CORE = "hami-core"
+MODE_MIG = "mig"
+MODE_MPS = "mps"
+
+
+@dataclass(frozen=True)
+class MigPlacement:
+    start: int
+    size: int
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    name: str
+    memory_mb: int
+    core: int
+    slice_count: int
+    placements: tuple[MigPlacement, ...] = ()
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """One physical GPU as registered in ``hami.io/node-nvidia-register``."""
+
+    id: str
+    index: int = 0
+    count: int = 0
+    devmem: int = 0  # MiB, after deviceMemoryScaling
+    devcore: int = 0  # 100 = whole card, after deviceCoreScaling
+    type: str = ""
+    numa: int = 0
+    mode: str = ""
+    health: bool = False
+    mig_profiles: tuple[MigProfile, ...] = ()
+    device_vendor: str = ""
+    pair_score: dict[str, int] = field(default_factory=dict, compare=False, hash=False)
+
+
+@dataclass(frozen=True)
+class ContainerDevice:
+    """One device assigned to one container: ``<UUID>,<Type>,<Usedmem>,<Usedcores>:``."""
+
+    uuid: str
+    type: str
+    usedmem: int  # MiB
+    usedcores: int  # 0-100
+
+
+# Per container (init containers first, then regular), the devices it holds.
+ContainerDevices = tuple[ContainerDevice, ...]
+PodDevices = tuple[ContainerDevices, ...]

@@ -1,0 +1,1 @@
+"""hami-doctor: the debugging decision trees as one command."""

@@ -1,0 +1,1 @@
+"""vGPU monitor: HAMi-core shared regions and NVML into Prometheus."""

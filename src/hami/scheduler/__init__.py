@@ -1,0 +1,1 @@
+"""Scheduler extender: filter, bind, webhook."""

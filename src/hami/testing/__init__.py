@@ -1,0 +1,1 @@
+"""Test and demo support: Kubernetes API emulator, region writer, simulated node."""

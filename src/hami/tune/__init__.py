@@ -1,0 +1,1 @@
+"""hami-tune: tuning recommendations from Prometheus."""
