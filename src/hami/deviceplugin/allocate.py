@@ -20,8 +20,10 @@ UNKNOWN_DEVICE = "unknown_device"
 REQUEST_TOO_LARGE = "request_too_large"
 PENDING_POD_NOT_FOUND = "pending_pod_not_found"
 DECODE_FAILED = "decode_failed"
-# Not in the seed table: the API server refused the pod patch that records the allocation.
+# Not in the seed table: the API server refused the pod patch that records the allocation, or the
+# per-container cache directory could not be prepared on the host.
 POD_UPDATE_FAILED = "pod_update_failed"
+HOST_PREPARE_FAILED = "host_prepare_failed"
 REASONS = (
     DEVICE_NUMBER_MISMATCH,
     UNKNOWN_DEVICE,
@@ -29,6 +31,7 @@ REASONS = (
     PENDING_POD_NOT_FOUND,
     DECODE_FAILED,
     POD_UPDATE_FAILED,
+    HOST_PREPARE_FAILED,
 )
 
 VENDOR_KEYWORD = "NVIDIA"
