@@ -49,3 +49,27 @@ def usage(*entries: tuple[str, str, int, int, int], namespace: str = "other") ->
         index.add(PodAllocation(f"holder-{i}", namespace, f"holder-{i}", node_name,
                                 (DeviceShare(uuid, mem, cores, slots),)))
     return index
+
+
+def fit_one(devices: tuple[DeviceInfo, ...], container: dict[str, Any], *,
+            used: tuple[tuple[str, int, int, int], ...] = (), annotations: dict[str, str] | None = None,
+            gpu_policy: str = "spread", cordoned: tuple[str, ...] = ()) -> list[str] | str:
+    """NVIDIA ``Fit`` alone (no node-level count check): chosen UUIDs in order, or the reason."""
+    from hami.scheduler.device_config import NvidiaConfig
+    from hami.scheduler.fit import PodContext, fit_devices
+    from hami.scheduler.policy import parse_gpu_policy, parse_scoring_weights
+    from hami.scheduler.requests import container_request, pod_options
+
+    the_pod = pod(container, annotations=annotations)
+    req = container_request(container, NvidiaConfig())
+    assert req is not None
+    options = pod_options(the_pod)
+    ctx = PodContext(reqs=(req,), n_init=0, options=options,
+                     policy=parse_gpu_policy(options.gpu_policy or gpu_policy),
+                     weights=parse_scoring_weights(options.scoring_weights), namespace="default", quota=None)
+    state = node("n", *devices, cordoned=cordoned)
+    view = usage(*(("n", *u) for u in used)).view(state)
+    picks = fit_devices(view, (view.used, view.umem, view.ucores), req, ctx, ())
+    if isinstance(picks, str):
+        return picks
+    return [view.devs[p].id for p, _, _ in picks]

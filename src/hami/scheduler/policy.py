@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -29,13 +30,18 @@ class Weights:
     memory: int = 1
 
 
+def _q(text: str) -> str:
+    """Go's ``%q`` for the printable text annotations carry."""
+    return json.dumps(text, ensure_ascii=False)
+
+
 def parse_scoring_weights(value: str | None) -> Weights:
     """``slot=<int>,core=<int>,memory=<int>``: all three, non-negative, at least one positive."""
     if value is None:
         return Weights()
 
     def bad(why: str) -> ScoringWeightsError:
-        return ScoringWeightsError(f"invalid {ann.POD_DEVICE_SCORING_WEIGHTS} annotation {value!r}: {why}")
+        return ScoringWeightsError(f"invalid {ann.POD_DEVICE_SCORING_WEIGHTS} annotation {_q(value)}: {why}")
 
     parts = value.split(",")
     if len(parts) != 3:
@@ -45,17 +51,17 @@ def parse_scoring_weights(value: str | None) -> Weights:
         key, sep, number = part.partition("=")
         key, number = key.strip(), number.strip()
         if not sep:
-            raise bad(f"{part.strip()!r} is not key=value")
+            raise bad(f"{_q(part.strip())} is not key=value")
         if key not in ("slot", "core", "memory"):
-            raise bad(f"unknown weight {key!r}")
+            raise bad(f"unknown weight {_q(key)}")
         if key in seen:
-            raise bad(f"duplicate weight {key!r}")
+            raise bad(f"duplicate weight {_q(key)}")
         try:
             weight = int(number)
         except ValueError:
-            raise bad(f"{key!r} weight {number!r} is not an integer") from None
+            raise bad(f"{_q(key)} weight {_q(number)} is not an integer") from None
         if weight < 0:
-            raise bad(f"{key!r} weight must not be negative")
+            raise bad(f"{_q(key)} weight must not be negative")
         seen[key] = weight
     if not any(seen.values()):
         raise bad("at least one weight must be positive")
