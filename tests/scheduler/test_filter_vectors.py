@@ -156,7 +156,7 @@ def test_filter_vector(case: Case) -> None:
         assert len(got.devices) == 1 and len(got.devices[0]) == 1
         assert got.devices[0][0].uuid in case.any_of
     if case.score is not None:
-        assert got.fits[-1].score == pytest.approx(case.score)
+        assert got.fits[-1][1] == pytest.approx(case.score)
 
 
 def test_pod_without_gpu_passes_through() -> None:

@@ -14,8 +14,8 @@ from typing import Any
 from hami.core.devices import PodDevices
 from hami.scheduler import reasons as r
 from hami.scheduler.device_config import NvidiaConfig
-from hami.scheduler.fit import PodContext, fit_node
-from hami.scheduler.nodes import NodeState
+from hami.scheduler.fit import PodContext, fit_node, fits_quickly
+from hami.scheduler.nodes import NodeState, NodeView
 from hami.scheduler.policy import (
     DEFAULT_GPU_POLICY,
     DEFAULT_NODE_POLICY,
@@ -37,26 +37,21 @@ class FilterConfig:
 
 
 @dataclass(frozen=True)
-class NodeFit:
-    name: str
-    score: float
-    devices: PodDevices
-
-
-@dataclass(frozen=True)
 class FilterResult:
     """The verdict for one pod.
 
     ``requested`` False means the pod asks for no HAMi device: the extender passes the node
-    names through untouched. Otherwise ``node`` is the chosen node (None when nothing fits),
-    ``fits`` lists every fitting node in HAMi's sorted order (chosen last), ``failed`` maps each
-    other node to its reason string, and ``error`` is set when the pod itself is invalid.
+    names through untouched. Otherwise ``node`` is the chosen node (None when nothing fits) and
+    ``devices`` the pod's devices there (one entry per container, init first); ``fits`` lists
+    every fitting node with its score in HAMi's sorted order (chosen last); ``failed`` maps each
+    other node to its reason string; ``error`` is set when the pod itself is invalid. Devices are
+    placed only on the chosen node: HAMi computes and then discards them for the others.
     """
 
     requested: bool
     node: str | None = None
     devices: PodDevices = ()
-    fits: tuple[NodeFit, ...] = ()
+    fits: tuple[tuple[str, float], ...] = ()
     failed: Mapping[str, str] = field(default_factory=dict)
     error: str | None = None
     reservation: PodAllocation | None = None
@@ -67,8 +62,7 @@ class FilterResult:
         if self.error is not None:
             return [("Warning", self.error)]
         if self.node is not None:
-            scores = [(f.name, f.score) for f in self.fits]
-            return [("Normal", r.fit_message(self.node, requested_nodes, scores))]
+            return [("Normal", r.fit_message(self.node, requested_nodes, self.fits))]
         found = [("Warning", m) for m in r.failure_events(self.failed)]
         return [*found, ("Warning", r.no_fit_message(requested_nodes))]
 
@@ -112,25 +106,37 @@ def filter_pod(
     )
     failed: dict[str, str] = dict.fromkeys(unregistered, r.NODE_UNREGISTERED)
     fits: list[tuple[str, float]] = []
+    fitting: dict[str, NodeView] = {}
     allocations: dict[str, PodDevices] = {}
     view = usage.view
+    quick = ctx.order_free
     for node in nodes:
         nv = view(node, previous)
-        result = fit_node(nv, ctx)
-        if isinstance(result, str):
-            failed[node.name] = result
+        if quick:
+            verdict = fits_quickly(nv, ctx)
+            if verdict is not True:
+                failed[node.name] = str(verdict)
+                continue
         else:
-            fits.append((node.name, nv.score))
-            allocations[node.name] = result
+            placed = fit_node(nv, ctx)
+            if isinstance(placed, str):
+                failed[node.name] = placed
+                continue
+            allocations[node.name] = placed
+        fits.append((node.name, nv.score))
+        fitting[node.name] = nv
     if not fits:
         return FilterResult(requested=True, failed=failed, replaced=previous)
     ranked = pick_node(options.node_policy or config.node_policy, fits)
     chosen = ranked[-1][0]
-    devices = allocations[chosen]
+    devices = allocations.get(chosen)
+    if devices is None:
+        placed = fit_node(fitting[chosen], ctx)
+        assert not isinstance(placed, str), "a node that passed the quick check must place the pod"
+        devices = placed
     reservation = PodAllocation(uid, namespace, name, chosen, collapse_init_containers(devices, n_init))
     return FilterResult(
-        requested=True, node=chosen, devices=devices,
-        fits=tuple(NodeFit(n, s, allocations[n]) for n, s in ranked),
+        requested=True, node=chosen, devices=devices, fits=tuple(ranked),
         failed=failed, reservation=reservation, replaced=previous,
     )
 

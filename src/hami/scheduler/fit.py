@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import combinations
 
 from hami.core.devices import ContainerDevice, ContainerDevices, PodDevices
@@ -36,6 +37,23 @@ class PodContext:
     namespace: str
     quota: QuotaManager | None  # None when the namespace has no HAMi limit
     quota_credit: tuple[int, int] = (0, 0)
+
+    @cached_property
+    def shape(self) -> str:
+        """The request shape as one string: memo key whose hash Python computes only once."""
+        return repr((self.reqs, self.n_init, self.options, self.policy.mutex))
+
+    @cached_property
+    def order_free(self) -> bool:
+        """True when whether a node fits does not depend on which cards are tried first.
+
+        Then ``fits_quickly`` may decide fit/no-fit without sorting: no numa-bind or topology
+        (they group or collect cards), no quota (it depends on the cards already picked), and at
+        most one app container with a request (init containers each fit on the node as it is).
+        """
+        if self.options.numa_bind or self.policy.topology or self.quota is not None:
+            return False
+        return sum(1 for req in self.reqs[self.n_init:] if req is not None) <= 1
 
     @property
     def mig_request(self) -> bool:
@@ -168,6 +186,65 @@ def fit_devices(view: NodeView, load: Load, req: ContainerRequest, ctx: PodConte
 def _devices(view: NodeView, picks: Sequence[Pick]) -> ContainerDevices:
     devs = view.devs
     return tuple(ContainerDevice(devs[p].id, VENDOR, m, c) for p, m, c in picks)
+
+
+def _enough_cards(view: NodeView, req: ContainerRequest, ctx: PodContext) -> bool:
+    """Do at least ``req.nums`` cards pass every check of Fit? (for ``order_free`` contexts)."""
+    nums = req.nums
+    if nums > len(view.avail):
+        return False
+    opts = ctx.options
+    filters_type, filters_uuid, mutex = opts.filters_type, opts.filters_uuid, ctx.policy.mutex
+    cores = min(req.coresreq, 100)
+    memreq = req.memreq
+    pct = req.mem_percentage if req.mem_percentage != PERCENT_UNSET and memreq == 0 else 0
+    devs, used, umem, ucores = view.devs, view.used, view.umem, view.ucores
+    found = 0
+    for i in view.avail:
+        d = devs[i]
+        if filters_type and not opts.type_ok(d.type, d.mode):
+            continue
+        if filters_uuid and not opts.uuid_ok(d.id):
+            continue
+        u = used[i]
+        if mutex and u:
+            continue
+        totalmem, totalcore, uc = d.totalmem, d.totalcore, ucores[i]
+        mem = totalmem * pct // 100 if pct else memreq
+        if totalmem - umem[i] < mem or totalcore - uc < cores:
+            continue
+        if u and cores == 100 and totalcore == 100:
+            continue
+        if cores == 0 and totalcore and uc == totalcore:
+            continue
+        found += 1
+        if found == nums:
+            return True
+    return False
+
+
+def fits_quickly(view: NodeView, ctx: PodContext) -> bool | str:
+    """Fit verdict without placing the pod: True, or the reason string ``fit_node`` gives.
+
+    Only for ``ctx.order_free``; the verdict is memoised on the view per request shape.
+    """
+    key = ctx.shape
+    verdict = view.memo.get(key)
+    if verdict is None:
+        ok = True
+        for req in ctx.reqs:
+            if req is not None and not _enough_cards(view, req, ctx):
+                ok = False
+                break
+        if ok:
+            verdict = True
+        else:
+            placed = fit_node(view, ctx)
+            verdict = placed if isinstance(placed, str) else True
+        if len(view.memo) >= 16:
+            view.memo.clear()
+        view.memo[key] = verdict
+    return verdict
 
 
 def fit_node(view: NodeView, ctx: PodContext) -> PodDevices | str:

@@ -50,7 +50,8 @@ class NodeView:
     """Devices and usage of one node; the usage tuples are never mutated (Fit copies them)."""
 
     __slots__ = (
-        "any_mig", "devs", "indexes", "name", "node", "numas", "nvidia", "score", "ucores", "umem", "used",
+        "any_mig", "avail", "devs", "indexes", "memo", "name", "node", "numas", "nvidia", "score", "ucores",
+        "umem", "used",
     )
 
     def __init__(self, node: NodeState, usage: Mapping[str, Sequence[int]] | None) -> None:
@@ -67,6 +68,14 @@ class NodeView:
         self.used = tuple(u[0] for u in per_dev)
         self.umem = tuple(u[1] for u in per_dev)
         self.ucores = tuple(u[2] for u in per_dev)
+        # Cards that pass Fit's request-independent checks (health, cordon, MIG, split count).
+        self.avail = tuple(
+            i for i in self.nvidia
+            if self.devs[i].health and not self.devs[i].cordoned and not self.devs[i].mig
+            and self.used[i] < self.devs[i].count
+        )
+        # Verdicts per request shape; lives exactly as long as this view (i.e. until usage changes).
+        self.memo: dict[str, bool | str] = {}
         self.score = node_score(
             used=sum(self.used), count=sum(d.count for d in self.devs),
             usedcores=sum(self.ucores), totalcore=sum(d.totalcore for d in self.devs),
