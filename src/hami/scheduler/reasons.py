@@ -58,6 +58,7 @@ MEANINGS: Final[Mapping[str, str]] = {
     CARD_MIG_TOPOLOGY_INFEASIBLE: "no allowed MIG profile with a free placement fits the request",
     ALLOCATED_CARDS_INSUFFICIENT_REQUEST: "some cards fit, but fewer than the container requests",
     MODE_NOT_FIT: "the card's operating mode does not fit the request",
+    NODE_FIT_POD: "the node can host the pod (log lines only)",
 }
 
 _ITEM = re.compile(r"^(\d+)/(\d+) (\S+)")
