@@ -128,7 +128,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        self.close_connection = True  # a watch connection is not reused
         drop_after = fault.after_events if fault is not None and fault.drop_watch else None
         sent = 0
         with self.server.watches_done:
