@@ -254,3 +254,30 @@ def test_direct_store_access(kube_client: client.ApiClient, kube_api: KubeAPISer
     assert [n["metadata"]["name"] for n in kube_api.store.list("nodes", label_selector="a=b")] == ["n"]
     assert kube_api.store.remove("nodes", "n") is not None
     assert kube_api.store.get("nodes", "n") is None
+
+
+def test_list_pages_with_limit_and_continue(kube_client: client.ApiClient, kube_api: KubeAPIServer) -> None:
+    for i in range(5):
+        kube_api.store.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"n{i}"}})
+    v1 = client.CoreV1Api(kube_client)
+    first = v1.list_node(limit=2)
+    assert [n.metadata.name for n in first.items] == ["n0", "n1"]
+    assert first.metadata.remaining_item_count == 3
+    second = v1.list_node(limit=2, _continue=first.metadata._continue)
+    assert [n.metadata.name for n in second.items] == ["n2", "n3"]
+    assert second.metadata.resource_version == first.metadata.resource_version
+    last = v1.list_node(limit=2, _continue=second.metadata._continue)
+    assert [n.metadata.name for n in last.items] == ["n4"]
+    assert last.metadata._continue is None
+    with pytest.raises(ApiException) as err:
+        v1.list_node(_continue="not-a-token")
+    assert err.value.status == 400
+
+
+def test_delete_collection_with_selector(kube_client: client.ApiClient, kube_api: KubeAPIServer) -> None:
+    for name, team in (("a", "x"), ("b", "y"), ("c", "x")):
+        kube_api.store.put({"apiVersion": "v1", "kind": "ConfigMap",
+                            "metadata": {"name": name, "namespace": "t", "labels": {"team": team}}})
+    v1 = client.CoreV1Api(kube_client)
+    v1.delete_collection_namespaced_config_map("t", label_selector="team=x")
+    assert [c.metadata.name for c in v1.list_namespaced_config_map("t").items] == ["b"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -94,15 +95,40 @@ def _json(body: bytes) -> Any:
         raise errors.bad_request(f"the body of the request was in an unknown format: {exc}") from exc
 
 
+def _item_key(item: Obj) -> list[str]:
+    return [item["metadata"].get("namespace", ""), item["metadata"]["name"]]
+
+
+def _decode_continue(token: str) -> tuple[int, list[str]]:
+    try:
+        state = json.loads(base64.urlsafe_b64decode(token.encode()))
+        return int(state["rv"]), [str(part) for part in state["start"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise errors.bad_request(f"continue key is not valid: {exc}") from exc
+
+
 def list_reply(store: Store, route: Route, query: dict[str, str]) -> Obj:
+    """A list; `limit` pages it with a `continue` token (pages show the live state, ordered by key)."""
     rtype = route.rtype
     match = combined(rtype, query.get("labelSelector", ""), query.get("fieldSelector", ""))
     items, rv = store.snapshot(rtype, route.namespace, match)
+    if query.get("continue"):
+        rv, start = _decode_continue(query["continue"])
+        items = [item for item in items if _item_key(item) > start]
+    meta: dict[str, Any] = {"resourceVersion": str(rv)}
+    raw_limit = query.get("limit", "")
+    if raw_limit and not raw_limit.isdigit():
+        raise errors.bad_request(f"invalid limit: {raw_limit!r}")
+    limit = int(raw_limit or 0)
+    if 0 < limit < len(items):
+        meta["remainingItemCount"] = len(items) - limit
+        items = items[:limit]
+        state = {"rv": rv, "start": _item_key(items[-1])}
+        meta["continue"] = base64.urlsafe_b64encode(json.dumps(state).encode()).decode()
     for item in items:  # the real API leaves these off list items
         item.pop("apiVersion", None)
         item.pop("kind", None)
-    return {"apiVersion": rtype.api_version, "kind": rtype.list_kind,
-            "metadata": {"resourceVersion": str(rv)}, "items": items}
+    return {"apiVersion": rtype.api_version, "kind": rtype.list_kind, "metadata": meta, "items": items}
 
 
 def patch(store: Store, route: Route, content_type: str, body: bytes) -> Obj:
