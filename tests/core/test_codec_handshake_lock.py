@@ -178,3 +178,11 @@ def test_lock_round_trip(naive: datetime, tz: timezone, owner: tuple[str, str] |
     ns, name = owner or ("", "")
     lock = NodeLock(naive.replace(tzinfo=tz), ns, name)
     assert parse_node_lock(format_node_lock(lock)) == lock
+
+
+def test_offsets_with_seconds_truncate_like_go() -> None:
+    lmt = timezone(-timedelta(minutes=53, seconds=28))
+    assert (
+        format_node_lock(NodeLock(datetime(1900, 1, 1, tzinfo=lmt), "a", "b"))
+        == "1900-01-01T00:00:00-00:53,a,b"
+    )

@@ -287,3 +287,12 @@ def test_legacy_round_trip(devs: list[DeviceInfo]) -> None:
 def test_legacy_encoder_refuses_separators() -> None:
     with pytest.raises(CodecError, match=r"device\[0\]\.id"):
         encode_legacy_node_devices([DeviceInfo(id="a:b")])
+
+
+def test_encoder_refuses_values_go_cannot_hold() -> None:
+    with pytest.raises(CodecError, match=r"device\[0\]\.count"):
+        encode_node_devices([DeviceInfo(id="a", count=2**31)])
+    with pytest.raises(CodecError, match=r"device\[0\]\.index"):
+        encode_node_devices([DeviceInfo(id="a", index=-1)])
+    with pytest.raises(CodecError, match=r"migProfiles\[0\]"):
+        encode_node_devices([DeviceInfo(id="a", mig_profiles=(MigProfile("p", 2**31, 0, 0),))])

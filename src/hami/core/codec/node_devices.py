@@ -77,6 +77,12 @@ def _check_ranges(d: DeviceInfo, where: str) -> None:
     ):
         if not bounds[0] <= value <= bounds[1]:
             raise CodecError(f"{name} out of range for the Go field", f"{where}.{name}", value)
+    for j, p in enumerate(d.mig_profiles):
+        values = [p.memory_mb, p.core, p.slice_count] + [
+            v for pl in p.placements for v in (pl.start, pl.size)
+        ]
+        if any(not gojson.INT32[0] <= v <= gojson.INT32[1] for v in values):
+            raise CodecError("MIG profile value out of int32 range", f"{where}.migProfiles[{j}]", p.name)
 
 
 def encode_node_devices(devs: Iterable[DeviceInfo]) -> str:

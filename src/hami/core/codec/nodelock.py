@@ -56,9 +56,10 @@ def format_rfc3339(when: datetime) -> str:
     base = when.strftime("%Y-%m-%dT%H:%M:%S")
     if offset == timedelta(0):
         return base + "Z"
-    total = int(offset.total_seconds()) // 60
-    sign = "+" if total >= 0 else "-"
-    return f"{base}{sign}{abs(total) // 60:02d}:{abs(total) % 60:02d}"
+    seconds = int(offset.total_seconds())
+    sign = "+" if seconds >= 0 else "-"
+    minutes = abs(seconds) // 60  # Go truncates a seconds part of the offset toward zero
+    return f"{base}{sign}{minutes // 60:02d}:{minutes % 60:02d}"
 
 
 def parse_node_lock(value: str) -> NodeLock:
