@@ -68,4 +68,6 @@ def is_timeout(exc: BaseException) -> bool:
     """True for a request that ran out of time (urllib3 wraps it in ``MaxRetryError``)."""
     if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
         return is_timeout(exc.reason)
+    if isinstance(exc, urllib3.exceptions.NewConnectionError):
+        return False  # urllib3 derives "connection refused" from ConnectTimeoutError; it is not one
     return isinstance(exc, urllib3.exceptions.TimeoutError | TimeoutError)
