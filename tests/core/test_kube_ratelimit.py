@@ -5,27 +5,9 @@ from __future__ import annotations
 import threading
 
 import pytest
+from tests.core.kube_fakes import FakeClock
 
 from hami.core.kube.ratelimit import RateLimitTimeout, TokenBucket, effective_limits
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self.slept: list[float] = []
-        self._lock = threading.Lock()
-
-    def monotonic(self) -> float:
-        with self._lock:
-            return self.now
-
-    def sleep(self, seconds: float) -> None:
-        with self._lock:
-            self.slept.append(seconds)
-
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self.now += seconds
 
 
 def test_bucket_starts_full_and_burst_goes_out_at_once() -> None:

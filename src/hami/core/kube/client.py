@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry
 
 from hami.core.kube.metrics import ERROR_CODE, KubeMetrics, kube_metrics
 from hami.core.kube.options import KubeOptions
-from hami.core.kube.ratelimit import TokenBucket, effective_limits
+from hami.core.kube.ratelimit import Clock, SystemClock, TokenBucket, effective_limits
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +50,10 @@ class LimitedRESTClient(rest.RESTClientObject):  # type: ignore[misc]
         limiter: TokenBucket | None,
         metrics: KubeMetrics,
         timeout: float | None,
+        clock: Clock | None = None,
     ) -> None:
         super().__init__(configuration)
+        self.clock: Clock = clock or SystemClock()
         self.limiter = limiter
         self.metrics = metrics
         self.timeout = timeout
@@ -88,9 +90,9 @@ class LimitedRESTClient(rest.RESTClientObject):  # type: ignore[misc]
         if self.limiter is None:
             self.metrics.rate_limiter_duration.labels(verb, host).observe(0.0)
             return
-        start = time.monotonic()
+        start = self.clock.monotonic()
         self.limiter.wait()
-        waited = time.monotonic() - start
+        waited = self.clock.monotonic() - start
         self.metrics.rate_limiter_duration.labels(verb, host).observe(waited)
         if waited <= LONG_THROTTLE:
             return
@@ -147,21 +149,22 @@ def new_api_client(
     opts: KubeOptions,
     registry: CollectorRegistry | None = None,
     configuration: Any = None,
+    clock: Clock | None = None,
 ) -> Any:
     """An ``ApiClient`` limited to ``opts.qps``/``opts.burst`` with ``opts.timeout`` on every request.
 
     Metrics go to ``registry`` (default: the global REGISTRY). ``configuration`` overrides the
-    cluster lookup (it is copied, never modified).
+    cluster lookup (it is copied, never modified). ``clock`` drives the limiter (tests).
     """
     cfg = load_configuration(opts) if configuration is None else copy.deepcopy(configuration)
     cfg.retries = urllib3.util.Retry(total=0, redirect=False)
     metrics = kube_metrics(registry)
     limits = effective_limits(opts.qps, opts.burst)
-    limiter = None if limits is None else TokenBucket(*limits)
+    limiter = None if limits is None else TokenBucket(*limits, clock=clock)
     metrics.qps.set(opts.qps if limits is None else limits[0])
     metrics.burst.set(opts.burst if limits is None else limits[1])
     api = k8s.ApiClient(cfg)
     api.rest_client.close()
-    api.rest_client = LimitedRESTClient(cfg, limiter, metrics, opts.timeout or None)
+    api.rest_client = LimitedRESTClient(cfg, limiter, metrics, opts.timeout or None, clock)
     api.user_agent = opts.user_agent
     return api
