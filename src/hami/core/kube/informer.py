@@ -217,7 +217,10 @@ class Informer:
             if not isinstance(page, dict):
                 raise ValueError(f"list of {self.resource_label} is not an object")
             for obj in page.get("items") or []:
-                items[object_key(obj)] = obj
+                if isinstance(obj, dict) and object_key(obj):
+                    items[object_key(obj)] = obj
+                else:
+                    self._count("decode", f"list item without metadata.name skipped: {str(obj)[:200]}")
             meta = page.get("metadata") or {}
             token = str(meta.get("continue") or "")
             if not token:
@@ -266,8 +269,8 @@ class Informer:
         if kind == "BOOKMARK":
             self._rv = rv or self._rv
             return True
-        if kind not in ("ADDED", "MODIFIED", "DELETED"):
-            self._count("decode", f"unknown watch event type {kind!r} skipped")
+        if kind not in ("ADDED", "MODIFIED", "DELETED") or not object_key(obj):
+            self._count("decode", f"watch event {kind!r} without a usable object skipped")
             return False
         self._apply(kind, obj)
         self._rv = rv or self._rv
