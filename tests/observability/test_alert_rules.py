@@ -36,7 +36,7 @@ def _records() -> list[dict[str, Any]]:
 
 def test_checked_in_rules_match_the_generator() -> None:
     assert RULES.read_text(encoding="utf-8") == generate.render(generate.load_config()), (
-        "alerts/hami-rules.yaml is stale: run python alerts/generate.py"
+        "alerts/hami-rules.yaml is stale: run python -m alerts.generate"
     )
 
 
