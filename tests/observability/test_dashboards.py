@@ -157,3 +157,19 @@ def test_every_query_parses_as_promql(tmp_path: Path) -> None:
     out = subprocess.run([PROMTOOL, "check", "rules", str(path)], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"SUCCESS: {len(queries)} rules found" in out.stdout
+
+
+def test_tuning_dashboard_draws_the_guides_thresholds() -> None:
+    board = _load(DASHBOARDS / "hami-tuning.json")
+    drawn: dict[str, set[float]] = {}
+    for panel in _panels(board):
+        steps = panel["fieldConfig"]["defaults"].get("thresholds", {}).get("steps", [])
+        drawn[panel["title"]] = {s["value"] for s in steps if s["value"] is not None}
+        if drawn[panel["title"]]:
+            assert panel["fieldConfig"]["defaults"]["custom"]["thresholdsStyle"]["mode"] == "dashed"
+    assert {1.0, 1.5, 2.0} <= drawn["Safe over-commit ratio vs current scaling"]  # §3.1 table
+    assert {5, 10, 20, 30, 50} <= drawn["Configured split count"]  # §4.2/§4.3
+    assert {2 * 1024**3, 8 * 1024**3, 16 * 1024**3} <= drawn["Smallest vGPU memory request"]  # §4.3
+    assert {5, 20, 50, 100} <= drawn["Configured QPS and burst"]  # §2.1
+    assert {50, 200} <= drawn["Nodes (tier boundaries at 50 and 200)"]
+    assert {120, 180, 300, 480, 600} <= drawn["3 x p99 bind latency vs expiry choices"]  # §2.2, §6.1
