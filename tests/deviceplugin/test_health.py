@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from hami.deviceplugin.health import HealthState, mig_event_matches, parse_xid_policy
+from hami.deviceplugin.health import HealthState, parse_xid_policy
 
 
 def test_default_policy_ignores_application_xids() -> None:
@@ -24,12 +24,6 @@ def test_disable_and_enable_lists() -> None:
 def test_bad_xid_list_names_the_variable() -> None:
     with pytest.raises(ValueError, match="DP_DISABLE_HEALTHCHECKS"):
         parse_xid_policy("48,abc", "")
-
-
-def test_mig_matching() -> None:
-    assert mig_event_matches(1, 0, 1, 0)
-    assert not mig_event_matches(2, 0, 1, 0)
-    assert mig_event_matches(0xFFFFFFFF, 0xFFFFFFFF, 1, 0)
 
 
 def test_unhealthy_is_sticky_and_wakes_waiters() -> None:

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-from tests.deviceplugin.kubelet import FakeKubelet
 
 from hami.deviceplugin.allocate import DEVICE_NUMBER_MISMATCH, AllocateError, PreferredRequest
 from hami.deviceplugin.api import deviceplugin_pb2 as pb
@@ -16,6 +15,7 @@ from hami.deviceplugin.config import PluginConfig
 from hami.deviceplugin.health import HealthState
 from hami.deviceplugin.inventory import GpuFacts, KubeletDevice, build_register_devices, kubelet_devices
 from hami.deviceplugin.server import PluginServer, SocketWatcher, register_with_kubelet
+from tests.deviceplugin.kubelet import FakeKubelet
 
 U0 = "GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec"
 U1 = "GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448"

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 # Application errors, never a sign of a broken GPU.
 IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
-ALL_EVENTS_UNKNOWN = 0xFFFFFFFF
 
 
 @dataclass(frozen=True)
@@ -50,13 +49,6 @@ def parse_xid_policy(disable_env: str, enable_env: str) -> XidPolicy:
         disabled=_xids(disable, "DP_DISABLE_HEALTHCHECKS"),
         enabled=_xids(enable_env, "DP_ENABLE_HEALTHCHECKS"),
     )
-
-
-def mig_event_matches(event_gi: int, event_ci: int, gi: int, ci: int) -> bool:
-    """An event reaches a MIG device when its GI/CI match, or when it names no instance."""
-    if ALL_EVENTS_UNKNOWN in (event_gi, event_ci):
-        return True
-    return (event_gi, event_ci) == (gi, ci)
 
 
 class HealthState:

@@ -1,61 +1,54 @@
-"""The few API-server calls the plugin makes, as plain JSON dicts over the official client.
+"""The few API-server calls the plugin makes, through the core Kubernetes access (plain JSON dicts).
 
 Every write is a JSON merge patch of ``metadata.annotations`` (spec §C.4, §C.7), optionally guarded by
-``metadata.resourceVersion`` so the API server refuses it (409) when the object changed underneath.
+``metadata.resourceVersion`` so that the API server refuses it (409) when the object changed.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from kubernetes import client
-
 from hami.core import annotations as ann
+from hami.core.kube import errors, patches, raw
 
-MERGE_PATCH = "application/merge-patch+json"
+Obj = dict[str, Any]
 
 
 class NodeOps:
     def __init__(self, api_client: Any) -> None:
-        self._core = client.CoreV1Api(api_client)
+        self.api_client = api_client
 
-    def get_node(self, name: str) -> dict[str, Any]:
-        resp = self._core.read_node(name, _preload_content=False)
-        return dict(json.loads(resp.data))
+    def get_node(self, name: str) -> Obj:
+        obj: Obj = raw.request_json(self.api_client, "GET", raw.resource_path("", "v1", "nodes", name=name))
+        return obj
 
-    def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
-        resp = self._core.read_namespaced_pod(name, namespace, _preload_content=False)
-        return dict(json.loads(resp.data))
+    def get_pod(self, namespace: str, name: str) -> Obj:
+        path = raw.resource_path("", "v1", "pods", namespace=namespace, name=name)
+        obj: Obj = raw.request_json(self.api_client, "GET", path)
+        return obj
 
     def patch_node_annotations(
         self, name: str, values: dict[str, str | None], resource_version: str | None = None
-    ) -> None:
-        meta: dict[str, Any] = {"annotations": values}
-        if resource_version is not None:
-            meta["resourceVersion"] = resource_version
-        self._core.patch_node(name, {"metadata": meta}, _content_type=MERGE_PATCH, _preload_content=False)
+    ) -> Obj:
+        return patches.patch_node_annotations(self.api_client, name, values, resource_version)
 
-    def patch_pod_annotations(self, namespace: str, name: str, values: dict[str, str | None]) -> None:
-        self._core.patch_namespaced_pod(
-            name,
-            namespace,
-            {"metadata": {"annotations": values}},
-            _content_type=MERGE_PATCH,
-            _preload_content=False,
-        )
+    def patch_pod_annotations(self, namespace: str, name: str, values: dict[str, str | None]) -> Obj:
+        return patches.patch_pod_metadata(self.api_client, namespace, name, annotations=values)
 
-    def release_node_lock(self, node: str, namespace: str, pod: str, attempts: int = 5) -> bool:
+    def release_node_lock(
+        self, node: str, namespace: str, pod: str, known: Obj | None = None, attempts: int = 5
+    ) -> bool:
         """scheduler.md §1.5 ReleaseNodeLock without skipping the owner check; True if it was removed.
 
         A lock owned by another pod is left alone. The delete carries the resourceVersion it read, so a
-        concurrent change makes it fail with 409 and the check is repeated.
+        concurrent change makes it fail with 409 and the check is repeated on a fresh read. ``known``
+        is a node object read moments ago, tried first to save a GET.
         """
         suffix = f",{namespace},{pod}"
         last: Exception | None = None
-        for _ in range(attempts):
-            obj = self.get_node(node)
-            value = (obj.get("metadata", {}).get("annotations") or {}).get(ann.NODE_LOCK)
+        for attempt in range(attempts):
+            obj = known if attempt == 0 and known is not None else self.get_node(node)
+            value = annotations_of(obj).get(ann.NODE_LOCK)
             if value is None:
                 return False
             if "," in value and not value.endswith(suffix):
@@ -65,12 +58,14 @@ class NodeOps:
                     node, {ann.NODE_LOCK: None}, obj["metadata"].get("resourceVersion")
                 )
                 return True
-            except client.ApiException as exc:
-                if exc.status != 409:
-                    raise
+            except errors.Conflict as exc:
                 last = exc
         raise RuntimeError(f"failed to release node lock on {node}: {last}")
 
 
-def annotations_of(obj: dict[str, Any]) -> dict[str, str]:
+def annotations_of(obj: Obj) -> dict[str, str]:
     return dict(obj.get("metadata", {}).get("annotations") or {})
+
+
+def resource_version(obj: Obj) -> str:
+    return str(obj.get("metadata", {}).get("resourceVersion", ""))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -13,11 +12,12 @@ from typing import Any, Protocol
 
 import grpc
 
+from hami.core import klog
 from hami.deviceplugin.allocate import AllocateError, PreferredRequest
 from hami.deviceplugin.api import deviceplugin_pb2 as pb
 from hami.deviceplugin.inventory import KubeletDevice
 
-log = logging.getLogger(__name__)
+log = klog.get_logger(__name__)
 
 # How often an idle ListAndWatch stream checks that the kubelet is still there.
 STREAM_POLL_S = 1.0
@@ -236,7 +236,7 @@ class SocketWatcher:
                 try:
                     self._on_created()
                 except Exception:
-                    log.exception("restart after kubelet socket creation failed")
+                    log.error("restart after kubelet socket creation failed", exc_info=True)
             elif now is None:
                 self._last = None
 
