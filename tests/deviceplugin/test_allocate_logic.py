@@ -11,6 +11,7 @@ from hami.deviceplugin.allocate import (
     AllocateError,
     HostLayout,
     PreferredRequest,
+    align_to_kubelet,
     build_container_allocation,
     check_count,
     check_kubelet_ids,
@@ -152,3 +153,24 @@ def test_preferred_allocation_picks_replicas_of_the_scheduled_gpus() -> None:
     got = preferred_allocation(pd, [PreferredRequest(avail, (f"{A}-1",), 2), PreferredRequest(avail, (), 1)])
     assert got == [[f"{A}-1", f"{B}-0"], None]
     assert preferred_allocation(pd, [PreferredRequest((f"{B}-0",), (), 2)]) == [None]
+
+
+def test_mps_mode_keeps_the_hami_core_env() -> None:
+    got = build_container_allocation(
+        (ContainerDevice(A, "NVIDIA", 2048, 25),),
+        PluginConfig(operating_mode="mps"),
+        HostLayout(),
+        pod_uid="u",
+        container={"name": "c"},
+        cache_id="x",
+        lib_host_path="l",
+        license_present=False,
+    )
+    assert got.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "2048m" and got.envs["CUDA_DEVICE_SM_LIMIT"] == "25"
+    assert got.cache_dir == "/usr/local/vgpu/containers/u_c"
+
+
+def test_preferred_alignment_takes_the_kubelet_gpu() -> None:
+    devreq = (ContainerDevice(A, "NVIDIA", 100, 10), ContainerDevice(A, "NVIDIA", 200, 20))
+    got = align_to_kubelet(devreq, [f"{B}-3", f"{A}-1"])
+    assert [(d.uuid, d.usedmem) for d in got] == [(B, 100), (A, 200)]

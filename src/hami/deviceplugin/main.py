@@ -182,6 +182,7 @@ def run(args: argparse.Namespace, stop: threading.Event, running: dict[str, Mana
         profiling=args.profiling,
         name="hami-device-plugin",
     )
+    log.info("Serving metrics on %s/metrics", server.url)
     manager = Manager(
         settings,
         cfg,

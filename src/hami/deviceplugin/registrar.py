@@ -97,10 +97,17 @@ class Registrar:
 
     def _run(self) -> None:
         log.info("Starting WatchAndRegister")
+        paused = False
         while not self._stop.is_set():
             if self._paused():
+                if not paused:
+                    log.info("MIG apply lock file detected, pausing WatchAndRegister")
+                    paused = True
                 self._sleep(self.interval)
                 continue
+            if paused:
+                log.info("MIG apply lock file removed, resuming WatchAndRegister")
+                paused = False
             try:
                 ok = self.register_once()
             except Exception:
