@@ -62,6 +62,7 @@ class DevicePluginServicer:
 
     def ListAndWatch(self, request: pb.Empty, context: Any) -> Iterator[pb.ListAndWatchResponse]:
         seen, devices = self._backend.kubelet_devices()
+        unhealthy = {d.id for d in devices if d.health != "Healthy"}
         yield pb.ListAndWatchResponse(devices=to_pb_devices(devices))
         while context.is_active():
             gen = self._backend.wait_health_change(seen, STREAM_POLL_S)
@@ -69,9 +70,10 @@ class DevicePluginServicer:
                 return
             if gen != seen:
                 seen, devices = self._backend.kubelet_devices()
-                for dev in devices:
-                    if dev.health != "Healthy":
-                        log.info("'%s' device marked unhealthy: %s", self._resource, dev.id)
+                now = {d.id for d in devices if d.health != "Healthy"}
+                for device_id in sorted(now - unhealthy):
+                    log.info("'%s' device marked unhealthy: %s", self._resource, device_id)
+                unhealthy = now
                 yield pb.ListAndWatchResponse(devices=to_pb_devices(devices))
 
     def GetPreferredAllocation(
