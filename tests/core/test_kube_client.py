@@ -86,6 +86,9 @@ def test_limiter_throttles_every_request_and_is_measured(
         pytest.approx(1.0)
     assert registry.get_sample_value(
         "rest_client_rate_limiter_duration_seconds_bucket", {**labels, "le": "0.005"}) == 1
+    # The request latency includes the wait (measured on the same clock, which HTTP does not move).
+    assert registry.get_sample_value("rest_client_request_duration_seconds_sum", labels) == \
+        pytest.approx(1.0)
     throttled = [r.getMessage() for r in caplog.records if "client-side throttling" in r.getMessage()]
     assert throttled == [
         f"Waited for 500ms due to client-side throttling, not priority and fairness, "

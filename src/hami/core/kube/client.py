@@ -15,7 +15,6 @@ import copy
 import logging
 import os
 import threading
-import time
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -71,9 +70,11 @@ class LimitedRESTClient(rest.RESTClientObject):  # type: ignore[misc]
     ) -> Any:
         verb = method.upper()
         host = urlsplit(url).netloc
+        # As in client-go, the request latency includes the limiter wait; it ends at the
+        # response headers (the body is read later, by the caller; a watch is a long body).
+        start = self.clock.monotonic()
         self._throttle(verb, host, url)
         timeout = self.timeout if _request_timeout is None else _request_timeout
-        start = time.monotonic()
         code = ERROR_CODE
         try:
             response = super().request(
@@ -83,7 +84,7 @@ class LimitedRESTClient(rest.RESTClientObject):  # type: ignore[misc]
             code = str(response.status)
             return response
         finally:
-            self.metrics.request_duration.labels(verb, host).observe(time.monotonic() - start)
+            self.metrics.request_duration.labels(verb, host).observe(self.clock.monotonic() - start)
             self.metrics.requests.labels(code, verb, host).inc()
 
     def _throttle(self, verb: str, host: str, url: str) -> None:
@@ -103,7 +104,7 @@ class LimitedRESTClient(rest.RESTClientObject):  # type: ignore[misc]
         log.debug(message)
         if waited > EXTRA_LONG_THROTTLE:
             with self._log_lock:
-                now = time.monotonic()
+                now = self.clock.monotonic()
                 if now - self._last_extra_long_log < _EXTRA_LONG_LOG_INTERVAL:
                     return
                 self._last_extra_long_log = now
