@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 
 import pytest
-from tests.core.kube_fakes import FakeClock
 
 from hami.core.kube.ratelimit import RateLimitTimeout, TokenBucket, effective_limits
+from tests.core.kube_fakes import FakeClock
 
 
 def test_bucket_starts_full_and_burst_goes_out_at_once() -> None:

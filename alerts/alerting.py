@@ -1,0 +1,244 @@
+"""Alerting rules, each with severity, static summary, templated description and runbook URL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from alerts.rulebase import CONTAINER_KEYS, RuleBase
+
+
+class AlertingRules(RuleBase):
+    def workload_alerts(self) -> list[dict[str, Any]]:
+        t, mon, ksm = self.t, self.mon, self.ksm
+        gpu = self.cfg["gpu_resource_regex"]
+        who = "{{ $labels.namespace }}/{{ $labels.pod }} container {{ $labels.container }}"
+        return [
+            self.alert(
+                "HAMiGPUMemoryHigh",
+                f"hami_vgpu_memory_used_bytes{{{mon}}} / (hami_vgpu_memory_limit_bytes{{{mon}}} > 0)"
+                f" > {t['vgpu_memory_used_ratio']}",
+                "vgpu_memory_high",
+                "warning",
+                summary="A container is close to its vGPU memory limit.",
+                description=f"{who} uses {{{{ $value | humanizePercentage }}}} of its vGPU memory limit "
+                f"on device "
+                "{{ $labels.device_uuid }} (node {{ $labels.node }}).",
+            ),
+            # The seed joined on `pod` alone; pod names repeat across namespaces.
+            self.alert(
+                "HAMiGPUPodPending",
+                f'max by (namespace, pod) (kube_pod_status_phase{{{ksm}, phase="Pending"}}) == 1\n'
+                f"and on (namespace, pod)\nmax by (namespace, pod) "
+                f'(kube_pod_container_resource_requests{{{ksm}, resource=~"{gpu}"}}) > 0',
+                "gpu_pod_pending",
+                "warning",
+                summary="A pod requesting GPUs has been Pending for a long time.",
+                description="Pod {{ $labels.namespace }}/{{ $labels.pod }} requests HAMi GPU resources "
+                "and has been "
+                f"Pending for more than {self.f['gpu_pod_pending']}.",
+            ),
+            self.alert(
+                "HAMiSchedulerPendingPods",
+                f"max(hami_scheduler_pending_pods{{{self.sch}}}) > {t['scheduler_pending_pods']}",
+                "scheduler_pending_pods",
+                "warning",
+                summary="The HAMi scheduler extender sees GPU pods stuck in Pending.",
+                description="{{ $value }} pods requesting HAMi resources have been Pending for more than "
+                f"{self.f['scheduler_pending_pods']} (hami_scheduler_pending_pods).",
+            ),
+            self.alert(
+                "HAMiVGPUMemoryOverLimit",
+                f"hami_vgpu_memory_used_bytes{{{mon}}} > (hami_vgpu_memory_limit_bytes{{{mon}}} > 0)",
+                "vgpu_memory_over_limit",
+                "warning",
+                summary="A container uses more GPU memory than its vGPU limit.",
+                description=f"{who} uses {{{{ $value | humanize1024 }}}}B on device {{{{ "
+                f"$labels.device_uuid }}}}, more "
+                "than its vGPU memory limit: HAMi-core is not enforcing the limit.",
+            ),
+            self.alert(
+                "HAMiVGPUCoreOverLimit",
+                f"hami_vgpu_core_used_percent{{{mon}}}\n  > on ({CONTAINER_KEYS}, device_uuid) "
+                f"group_left ()\n  (hami_vgpu_core_limit_percent{{{mon}}} < 100) + "
+                f"{t['vgpu_core_over_limit_points']}",
+                "vgpu_core_over_limit",
+                "info",
+                summary="A container keeps using more SM than its core limit.",
+                description=f"{who} uses {{{{ $value }}}}% SM on device {{{{ $labels.device_uuid }}}}, "
+                f"more than "
+                f"{t['vgpu_core_over_limit_points']} points above its gpucores limit.",
+            ),
+        ]
+
+    def device_alerts(self) -> list[dict[str, Any]]:
+        t, sch, mon, dp = self.t, self.sch, self.mon, self.dp
+        return [
+            self.alert(
+                "HAMiGPUMemoryAllocationHigh",
+                f"sum by (node) (max by (node, device_uuid) (hami_gpu_memory_allocated_bytes{{{sch}}}))\n"
+                f"  / (sum by (node) (max by (node, device_uuid) (hami_gpu_memory_limit_bytes{{{sch}}}))"
+                f" > 0)\n"
+                f"  > {t['allocation_ratio']}",
+                "allocation_high",
+                "warning",
+                summary="GPU memory on a node is nearly all allocated.",
+                description="Node {{ $labels.node }} has {{ $value | humanizePercentage }} of its "
+                "schedulable GPU memory "
+                "allocated; new GPU pods will fail with CardInsufficientMemory.",
+            ),
+            self.alert(
+                "HAMiGPUCoreAllocationHigh",
+                f"sum by (node) (max by (node, device_uuid) (hami_gpu_core_allocated_ratio{{{sch}}}))\n"
+                f"  / (sum by (node) (max by (node, device_uuid) (hami_gpu_core_limit_ratio{{{sch}}})) > 0)\n"
+                f"  > {t['allocation_ratio']}",
+                "allocation_high",
+                "warning",
+                summary="GPU cores on a node are nearly all allocated.",
+                description="Node {{ $labels.node }} has {{ $value | humanizePercentage }} of its GPU "
+                "cores allocated; "
+                "new GPU pods will fail with CardInsufficientCore.",
+            ),
+            self.alert(
+                "HAMiGPUPhysicalMemoryNearFull",
+                f"hami_host_gpu_memory_used_bytes{{{mon}}}\n  / on (node, device_uuid) group_left ()\n"
+                f"  (hami_host_gpu_memory_total_bytes{{{mon}}} > 0) > {t['physical_memory_used_ratio']}\n"
+                f"and on (node, device_uuid)\n(\n"
+                f"  max by (node, device_uuid) (hami_gpu_memory_allocated_bytes{{{sch}}})\n"
+                f"  > on (node, device_uuid)\n"
+                f"  max by (node, device_uuid) (hami_host_gpu_memory_total_bytes{{{mon}}})\n)",
+                "physical_memory_near_full",
+                "critical",
+                summary="Physical memory is nearly full on an over-committed GPU.",
+                description="Device {{ $labels.device_uuid }} on node {{ $labels.node }} has "
+                "{{ $value | humanizePercentage }} of its physical memory in use while more memory is "
+                "allocated on it than it has: containers on it will hit out-of-memory errors.",
+            ),
+            self.alert(
+                "HAMiGPUDeviceUnhealthy",
+                f"min by (node, device_uuid) (hami_device_health{{{dp}}} or hami_host_gpu_health{{{mon}}})"
+                f" == 0",
+                "device_unhealthy",
+                "critical",
+                summary="A GPU is unhealthy.",
+                description="Device {{ $labels.device_uuid }} on node {{ $labels.node }} is reported "
+                "unhealthy; kubelet "
+                "no longer allocates it and its workloads may be failing.",
+            ),
+            self.alert(
+                "HAMiGPUXidErrors",
+                f"sum by (node, device_uuid) (increase(hami_host_gpu_xid_errors_total{{{mon}}}"
+                f"[{self.w['errors']}])) > 0",
+                "xid",
+                "warning",
+                summary="A GPU reported XID errors.",
+                description="Device {{ $labels.device_uuid }} on node {{ $labels.node }} reported "
+                f"{{{{ $value | humanize }}}} XID errors in the last {self.w['errors']}.",
+            ),
+            self.alert(
+                "HAMiDevicePluginAllocateErrors",
+                f"sum by (instance, reason) (increase(hami_deviceplugin_allocate_errors_total{{{dp}}}"
+                f"[{self.w['errors']}])) > 0",
+                "allocate_errors",
+                "warning",
+                summary="The device plugin is failing Allocate calls.",
+                description=f"The device plugin on {{{{ $labels.instance }}}} failed "
+                f"{{{{ $value | humanize }}}} Allocate calls with reason {{{{ $labels.reason }}}} in "
+                f"the last {self.w['errors']}; "
+                "the affected containers cannot start.",
+            ),
+            self.alert(
+                "HAMiMonitorRegionSkips",
+                f"sum by (instance, reason) (rate(hami_monitor_region_skips_total{{{mon}}}"
+                f"[{self.w['rate']}])) > 0",
+                "region_skips",
+                "warning",
+                summary="The vGPU monitor keeps skipping shared regions.",
+                description="The monitor on {{ $labels.instance }} skips shared regions with reason "
+                '{{ $labels.reason }} ({{ printf "%.2f" $value }}/s); the containers behind them are '
+                "invisible to metrics and to the feedback loop.",
+            ),
+        ]
+
+    def scheduler_alerts(self) -> list[dict[str, Any]]:
+        t, sch, rate = self.t, self.sch, self.w["rate"]
+        return [
+            self.alert(
+                "HAMiNodeHandshakeExpired",
+                f"max by (node) (hami_node_handshake_age_seconds{{{sch}}}) > {t['handshake_age_seconds']}",
+                "handshake_expired",
+                "warning",
+                summary="A GPU node's handshake has expired.",
+                description="The handshake of node {{ $labels.node }} is {{ $value | humanizeDuration "
+                "}} old; the "
+                "scheduler no longer trusts its device inventory and will not place GPU pods there.",
+            ),
+            self.alert(
+                "HAMiNodeLockHeldTooLong",
+                f"max by (node) (hami_scheduler_node_lock_held{{{sch}}}) > 0",
+                "node_lock_held",
+                "warning",
+                summary="A node lock has been held longer than a bind takes.",
+                description="The hami.io/mutex.lock annotation on node {{ $labels.node }} has been held "
+                "for more than "
+                f"{self.f['node_lock_held']}; GPU pods cannot bind to this node until it is released "
+                "or expires.",
+            ),
+            self.alert(
+                "HAMiNodeLockExpired",
+                f"increase(hami_scheduler_node_lock_expired_total{{{sch}}}[{self.w['errors']}]) > 0",
+                "node_lock_expired",
+                "info",
+                summary="The scheduler broke an expired node lock.",
+                description=f"{{{{ $value | humanize }}}} node locks expired in the last {self.w['errors']} "
+                "({{ $labels.instance }}): a bind crashed or outlived nodeLockExpire.",
+            ),
+            self.alert(
+                "HAMiSchedulerFilterFailuresHigh",
+                f"sum by (reason) (rate(hami_scheduler_filter_failures_total{{{sch}}}[{rate}]))"
+                f" > {t['filter_failures_per_second']}",
+                "filter_failures",
+                "warning",
+                summary="Many nodes are rejected by the scheduler's filter for one reason.",
+                description="The filter rejects {{ $value | humanize }} nodes/s with reason {{ "
+                "$labels.reason }}.",
+            ),
+            self.alert(
+                "HAMiKubeClientThrottled",
+                f"sum by (job) (rate(rest_client_rate_limiter_duration_seconds_sum{{{sch}}}[{rate}]))\n"
+                f"  / (sum by (job) (rate(rest_client_rate_limiter_duration_seconds_count{{{sch}}}[{rate}]))"
+                f" > 0)\n  > {t['kube_client_rate_limiter_wait_seconds']}",
+                "kube_client_throttled",
+                "warning",
+                summary="The scheduler's Kubernetes API client is throttled by its own rate limiter.",
+                description="Requests of {{ $labels.job }} wait {{ $value | humanizeDuration }} on "
+                "average in the "
+                "client-side rate limiter: --kube-qps/--kube-burst are too low for the load.",
+            ),
+        ]
+
+    def absent_alerts(self) -> list[dict[str, Any]]:
+        jobs: dict[str, str] = self.cfg["jobs"]
+        spec = [
+            ("HAMiMonitorDown", "monitor", "warning", "the vGPU monitor", "container GPU metrics are gone"),
+            ("HAMiSchedulerDown", "scheduler", "critical", "the scheduler extender", "GPU pods cannot bind"),
+            (
+                "HAMiDevicePluginDown",
+                "deviceplugin",
+                "critical",
+                "the device plugin",
+                "GPU pods cannot start",
+            ),
+        ]
+        return [
+            self.alert(
+                name,
+                # No target at all, or every target down; both branches carry the job label.
+                f'absent(up{{job="{jobs[key]}"}}) or max by (job) (up{{job="{jobs[key]}"}}) == 0',
+                "absent",
+                severity,
+                summary=f"Prometheus has no healthy target of {what}.",
+                description='No target of job "{{ $labels.job }}" has been up for '
+                f"{self.f['absent']}: {impact}.",
+            )
+            for name, key, severity, what, impact in spec
+        ]

@@ -1,0 +1,176 @@
+"""Component dashboards: scheduler internals; device plugin and vGPU monitor internals."""
+
+from __future__ import annotations
+
+from dashboards.panels import JOB, NODE, RI, Board, Line, Q, alert_thresholds
+
+
+def _quantiles(metric: str, by: str, sel: str = "") -> list[Q]:
+    legend = " ".join(f"{{{{{label.strip()}}}}}" for label in by.split(",") if label.strip())
+    return [
+        Q(
+            f"histogram_quantile({q}, sum by (le, {by}) (rate({metric}_bucket{{{sel}}}[{RI}])))",
+            f"p{int(q * 100)} {legend}".strip(),
+        )
+        for q in (0.5, 0.99)
+    ]
+
+
+def scheduler() -> Board:
+    b = Board(
+        "hami-scheduler",
+        "HAMi / Scheduler internals",
+        "The scheduler extender: filter and bind latency, failures, node locks, handshakes, API client.",
+        ["job", "node"],
+    )
+    t = alert_thresholds()
+    b.row("State")
+    b.stat("Leader", "none", Q(f"max(hami_scheduler_is_leader{{{JOB}}})", instant=True), width=6)
+    b.stat(
+        "Cache synced",
+        "none",
+        Q(f"min(hami_scheduler_cache_synced{{{JOB}}})", instant=True),
+        lines=[Line(1, "green")],
+        width=6,
+    )
+    b.stat("Pending GPU pods", "none", Q(f"max(hami_scheduler_pending_pods{{{JOB}}})", instant=True), width=6)
+    b.stat(
+        "Nodes with expired handshake",
+        "none",
+        Q(f'max(hami_scheduler_nodes{{{JOB}, state="handshake_expired"}})', instant=True),
+        lines=[Line(1, "red")],
+        width=6,
+    )
+    b.timeseries(
+        "Nodes by state", "none", [Q(f"max by (state) (hami_scheduler_nodes{{{JOB}}})", "{{state}}")]
+    )
+    b.timeseries(
+        "Handshake age",
+        "s",
+        [Q(f"max by (node) (hami_node_handshake_age_seconds{{{JOB}, {NODE}}})", "{{node}}")],
+        lines=[Line(t["handshake_age_seconds"], "red")],
+    )
+    b.row("Filter and bind")
+    b.timeseries("Filter latency", "s", _quantiles("hami_scheduler_filter_duration_seconds", "result", JOB))
+    b.timeseries("Bind latency", "s", _quantiles("hami_scheduler_bind_duration_seconds", "result", JOB))
+    b.timeseries(
+        "Bind phases (p99)", "s", _quantiles("hami_scheduler_bind_phase_duration_seconds", "phase", JOB)[1:]
+    )
+    b.timeseries(
+        "Filter failures by reason",
+        "ops",
+        [Q(f"sum by (reason) (rate(hami_scheduler_filter_failures_total{{{JOB}}}[{RI}]))", "{{reason}}")],
+        "Counted per rejected node.",
+        lines=[Line(t["filter_failures_per_second"], "red")],
+    )
+    b.timeseries(
+        "Events by reason",
+        "ops",
+        [Q(f"sum by (reason) (rate(hami_scheduler_events_total{{{JOB}}}[{RI}]))", "{{reason}}")],
+    )
+    b.timeseries(
+        "Unschedulable pods",
+        "ops",
+        [Q(f"sum(rate(hami_scheduler_pods_unschedulable_total{{{JOB}}}[{RI}]))", "pods/s")],
+    )
+    b.row("Node locks")
+    b.timeseries(
+        "Locks held",
+        "none",
+        [Q(f"max by (node) (hami_scheduler_node_lock_held{{{JOB}, {NODE}}})", "{{node}}")],
+    )
+    b.timeseries("Lock wait", "s", _quantiles("hami_scheduler_node_lock_wait_seconds", "job", JOB))
+    b.timeseries(
+        "Expired locks",
+        "short",
+        [Q(f"sum(increase(hami_scheduler_node_lock_expired_total{{{JOB}}}[{RI}]))", "expired")],
+    )
+    b.row("Kubernetes API client")
+    b.timeseries(
+        "Requests by code",
+        "reqps",
+        [Q(f"sum by (code) (rate(rest_client_requests_total{{{JOB}}}[{RI}]))", "{{code}}")],
+    )
+    b.timeseries("Request latency", "s", _quantiles("rest_client_request_duration_seconds", "verb", JOB))
+    b.timeseries(
+        "Rate-limiter wait (mean)",
+        "s",
+        [
+            Q(
+                f"sum(rate(rest_client_rate_limiter_duration_seconds_sum{{{JOB}}}[{RI}]))"
+                f" / sum(rate(rest_client_rate_limiter_duration_seconds_count{{{JOB}}}[{RI}]))",
+                "mean wait",
+            )
+        ],
+        lines=[Line(t["kube_client_rate_limiter_wait_seconds"], "red")],
+    )
+    b.row("Process")
+    b.timeseries(
+        "CPU", "percentunit", [Q(f"rate(process_cpu_seconds_total{{{JOB}}}[{RI}])", "{{instance}}")], width=12
+    )
+    b.timeseries("Resident memory", "bytes", [Q(f"process_resident_memory_bytes{{{JOB}}}", "{{instance}}")])
+    return b
+
+
+def device_plugin() -> Board:
+    b = Board(
+        "hami-device-plugin",
+        "HAMi / Device plugin and monitor internals",
+        "Allocate, registration and health of the device plugin; collection of the vGPU monitor.",
+        ["node"],
+    )
+    b.row("Device plugin")
+    b.timeseries(
+        "Allocate latency", "s", _quantiles("hami_deviceplugin_allocate_duration_seconds", "result", NODE)
+    )
+    b.timeseries(
+        "Allocate errors by reason",
+        "short",
+        [
+            Q(
+                f"sum by (reason) (increase(hami_deviceplugin_allocate_errors_total{{{NODE}}}[{RI}]))",
+                "{{reason}}",
+            )
+        ],
+    )
+    b.timeseries(
+        "Registrations by result",
+        "ops",
+        [Q(f"sum by (result) (rate(hami_deviceplugin_register_total{{{NODE}}}[{RI}]))", "{{result}}")],
+    )
+    b.timeseries(
+        "Time since last successful registration",
+        "s",
+        [Q(f"time() - hami_deviceplugin_register_last_success_timestamp_seconds{{{NODE}}}", "{{node}}")],
+    )
+    b.timeseries(
+        "Registered with kubelet", "none", [Q(f"hami_deviceplugin_kubelet_registered{{{NODE}}}", "{{node}}")]
+    )
+    b.timeseries(
+        "Configured split, memory and core scaling",
+        "none",
+        [
+            Q(f"max by (node) (hami_device_split_count{{{NODE}}})", "split {{node}}"),
+            Q(f"max by (node) (hami_device_memory_scaling{{{NODE}}})", "memory scaling {{node}}"),
+            Q(f"max by (node) (hami_device_core_scaling{{{NODE}}})", "core scaling {{node}}"),
+        ],
+    )
+    b.row("vGPU monitor")
+    b.timeseries("Collection latency", "s", _quantiles("hami_monitor_collect_duration_seconds", "node", NODE))
+    b.timeseries(
+        "Shared regions by state",
+        "none",
+        [Q(f"sum by (node, state) (hami_monitor_regions{{{NODE}}})", "{{node}} {{state}}")],
+        stack=True,
+    )
+    b.timeseries(
+        "Region skips by reason",
+        "ops",
+        [Q(f"sum by (reason) (rate(hami_monitor_region_skips_total{{{NODE}}}[{RI}]))", "{{reason}}")],
+    )
+    b.timeseries(
+        "NVML errors by call",
+        "ops",
+        [Q(f"sum by (call) (rate(hami_monitor_nvml_errors_total{{{NODE}}}[{RI}]))", "{{call}}")],
+    )
+    return b

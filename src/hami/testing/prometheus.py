@@ -1,0 +1,128 @@
+"""Debian's real Prometheus for tests and the demo: backfill a TSDB, run a server, stop it.
+
+`backfill_openmetrics` writes blocks with `promtool tsdb create-blocks-from openmetrics`;
+`PrometheusServer` starts /usr/bin/prometheus on a free port with a bounded wait for /-/ready.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from types import TracebackType
+
+import requests
+
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
+
+
+def available() -> bool:
+    return Path(PROMETHEUS).exists() and Path(PROMTOOL).exists()
+
+
+def openmetrics(samples: Iterable[tuple[str, float, float]]) -> str:
+    """OpenMetrics text of (series, value, unix seconds) triples; series are `name{labels}` strings."""
+    lines = [f"{series} {value!r} {ts:.3f}" for series, value, ts in samples]
+    return "\n".join([*lines, "# EOF", ""])
+
+
+def backfill_openmetrics(text: str, data_dir: Path, work_dir: Path) -> None:
+    source = work_dir / "backfill.om"
+    source.write_text(text, encoding="utf-8")
+    out = subprocess.run(
+        [PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", str(source), str(data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"promtool backfill failed: {out.stdout}{out.stderr}")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class PrometheusServer:
+    """A Prometheus process on 127.0.0.1; use as a context manager."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        config_text: str = "global:\n  scrape_interval: 15s\n",
+        ready_timeout: float = 120.0,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
+        self.data_dir = data_dir
+        self.config_path = data_dir.parent / f"{data_dir.name}-prometheus.yml"
+        self.config_text = config_text
+        self.ready_timeout = ready_timeout
+        self.extra_args = extra_args
+        self.port = 0
+        self.log_path = data_dir.parent / f"{data_dir.name}-prometheus.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.config_path.write_text(self.config_text, encoding="utf-8")
+        self.port = free_port()
+        with self.log_path.open("wb") as log:
+            self._proc = subprocess.Popen(
+                [
+                    PROMETHEUS,
+                    f"--config.file={self.config_path}",
+                    f"--storage.tsdb.path={self.data_dir}",
+                    "--storage.tsdb.retention.time=3650d",
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                    *self.extra_args,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.ready_timeout
+        while time.monotonic() < deadline:
+            assert self._proc is not None
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"prometheus exited: {self.log_path.read_text(errors='replace')[-2000:]}")
+            try:
+                if requests.get(f"{self.url}/-/ready", timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise TimeoutError(f"prometheus not ready after {self.ready_timeout}s")
+
+    def stop(self) -> None:
+        if self._proc is None:
+            return
+        self._proc.terminate()
+        try:
+            self._proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait(timeout=30)
+        self._proc = None
+
+    def __enter__(self) -> PrometheusServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

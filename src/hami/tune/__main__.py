@@ -1,0 +1,5 @@
+import sys
+
+from hami.tune.main import main
+
+sys.exit(main())

@@ -1,0 +1,287 @@
+"""Pure recommendation functions: measured inputs in, a recommendation with its reasons out.
+
+Nothing here talks to Prometheus; `hami.tune.collect` turns query results into these inputs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from hami.tune import tables
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One PromQL query and the value it returned (None: no sample)."""
+
+    query: str
+    value: float | None
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    parameter: str
+    value: str | None  # None: refused
+    current: str | None = None
+    reasons: tuple[str, ...] = ()
+    evidence: tuple[Evidence, ...] = ()
+    missing: tuple[str, ...] = ()  # series whose absence made us refuse
+    details: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def refused(self) -> bool:
+        return self.value is None
+
+
+def refuse(parameter: str, missing: tuple[str, ...], evidence: tuple[Evidence, ...] = ()) -> Recommendation:
+    return Recommendation(
+        parameter,
+        None,
+        reasons=(f"refusing to guess: no data for {', '.join(missing)}",),
+        evidence=evidence,
+        missing=missing,
+    )
+
+
+def fmt_duration(seconds: float) -> str:
+    """Go-style short duration for whole minutes (300 -> '5m'), else seconds."""
+    if seconds % 60 == 0:
+        return f"{int(seconds // 60)}m"
+    return f"{seconds:g}s"
+
+
+# --- --kube-qps / --kube-burst (§2.1) ---------------------------------------------------------------
+
+
+def client_tier(nodes: int) -> int:
+    """Index into CLIENT_TIERS of the cluster-size row for `nodes` (the lower end of a range)."""
+    index = 0
+    for i, tier in enumerate(tables.CLIENT_TIERS):
+        if nodes >= tier.min_nodes and tier.min_nodes > tables.CLIENT_TIERS[index].min_nodes:
+            index = i
+    return index
+
+
+@dataclass(frozen=True)
+class ClientInputs:
+    nodes: int
+    current_qps: float | None
+    current_burst: float | None
+    mean_wait_seconds: float | None  # mean client-side rate-limiter wait over the window
+    peak_request_rate: float | None  # highest 5m request rate over the window
+
+
+def recommend_kube_client(inp: ClientInputs, evidence: tuple[Evidence, ...] = ()) -> Recommendation:
+    index = client_tier(inp.nodes)
+    reasons = [f"{inp.nodes} nodes: tier {tables.CLIENT_TIERS[index].name} (tuning guide §2.1)"]
+    throttled = (
+        inp.mean_wait_seconds is not None and inp.mean_wait_seconds > tables.CLIENT_THROTTLED_WAIT_SECONDS
+    )
+    if throttled:
+        reasons.append(
+            f"requests wait {inp.mean_wait_seconds:.3f}s on average in the client rate limiter "
+            f"(> {tables.CLIENT_THROTTLED_WAIT_SECONDS}s): one step up"
+        )
+        index = min(index + 1, len(tables.CLIENT_TIERS) - 1)
+    tier = tables.CLIENT_TIERS[index]
+    if inp.peak_request_rate is not None and inp.peak_request_rate > tables.CLIENT_HEADROOM * tier.qps:
+        reasons.append(
+            f"peak request rate {inp.peak_request_rate:.2f}/s exceeds {tables.CLIENT_HEADROOM:.0%} of "
+            f"QPS {tier.qps:g}: one step up"
+        )
+        index = min(index + 1, len(tables.CLIENT_TIERS) - 1)
+        tier = tables.CLIENT_TIERS[index]
+    current = None
+    if inp.current_qps is not None and inp.current_burst is not None:
+        current = f"--kube-qps={inp.current_qps:g} --kube-burst={inp.current_burst:g}"
+    return Recommendation(
+        "--kube-qps/--kube-burst",
+        f"--kube-qps={tier.qps:g} --kube-burst={tier.burst}",
+        current=current,
+        reasons=tuple(reasons),
+        evidence=evidence,
+        details={
+            "kube_qps": f"{tier.qps:g}",
+            "kube_burst": str(tier.burst),
+            "kube_timeout": str(tier.timeout_seconds),
+        },
+    )
+
+
+# --- deviceMemoryScaling (§3) -----------------------------------------------------------------------
+
+
+def safe_overcommit_ratio(requested_bytes: float, peak_used_bytes: float) -> float:
+    """(Σ requested / Σ peak used) × 0.9; peak must be positive."""
+    if peak_used_bytes <= 0:
+        raise ValueError("peak used memory must be positive")
+    return requested_bytes / peak_used_bytes * tables.OVERCOMMIT_SAFETY_FACTOR
+
+
+def scaling_for_ratio(ratio: float) -> tuple[float, str]:
+    """Clamp a safe ratio to the guide's range, rounded down to 0.1, with the reason."""
+    if ratio < tables.SCALING_DEFAULT:
+        return tables.SCALING_DEFAULT, "usage is not far below requests: do not over-commit, keep 1.0 (§3.3)"
+    if ratio > tables.SCALING_MAX:
+        return tables.SCALING_MAX, f"capped at {tables.SCALING_MAX} (aggressive over-commit, §3.1 table)"
+    return math.floor(ratio * 10 + 1e-9) / 10, "rounded down to 0.1"
+
+
+@dataclass(frozen=True)
+class NodeMemory:
+    node: str
+    requested_bytes: float
+    peak_used_bytes: float
+    current_scaling: float | None = None
+    peak_physical_ratio: float | None = None  # max over the window of host used/total, any card
+
+
+def _node_scaling(n: NodeMemory) -> tuple[float | None, str]:
+    if n.peak_used_bytes <= 0:
+        return None, "no memory used in the window"
+    ratio = safe_overcommit_ratio(n.requested_bytes, n.peak_used_bytes)
+    value, why = scaling_for_ratio(ratio)
+    if (
+        n.current_scaling is not None
+        and n.current_scaling > tables.SCALING_DEFAULT
+        and n.peak_physical_ratio is not None
+        and n.peak_physical_ratio >= tables.PHYSICAL_MEMORY_RISK_RATIO
+    ):
+        return tables.SCALING_DEFAULT, (
+            f"physical memory reached {n.peak_physical_ratio:.0%} on an over-committed card: "
+            "reduce to 1.0 (§6.1)"
+        )
+    return value, f"safe ratio {ratio:.2f}, {why}"
+
+
+def recommend_memory_scaling(
+    nodes: list[NodeMemory], evidence: tuple[Evidence, ...] = (), history_seconds: float | None = None
+) -> Recommendation:
+    name = "deviceMemoryScaling"
+    requested = sum(n.requested_bytes for n in nodes)
+    peak = sum(n.peak_used_bytes for n in nodes)
+    if not nodes or peak <= 0:
+        return refuse(name, ("hami_vgpu_memory_used_bytes (no non-zero usage)",), evidence)
+    ratio = safe_overcommit_ratio(requested, peak)
+    value, why = scaling_for_ratio(ratio)
+    reasons = [
+        f"safe ratio = (Σ requested / Σ peak used) × {tables.OVERCOMMIT_SAFETY_FACTOR} = "
+        f"({requested / tables.GIB:.1f} GiB / {peak / tables.GIB:.1f} GiB) × "
+        f"{tables.OVERCOMMIT_SAFETY_FACTOR} = {ratio:.2f} (§3.3); {why}",
+    ]
+    details: dict[str, str] = {"safe_ratio": f"{ratio:.4f}"}
+    per_node = {n.node: _node_scaling(n) for n in nodes}
+    risky = [node for node, (v, r) in per_node.items() if v is not None and "§6.1" in r]
+    if risky:
+        value = tables.SCALING_DEFAULT
+        reasons.append(f"nodes {', '.join(sorted(risky))} ran out of physical memory: 1.0 globally (§6.1)")
+    for node, (v, r) in sorted(per_node.items()):
+        if v is not None and v != value:
+            details[f"node/{node}"] = f"{v:g}"
+            reasons.append(f"node {node}: devicememoryscaling {v:g} in nodeconfig ({r})")
+    if history_seconds is not None and history_seconds < 7 * 86400:
+        reasons.append(
+            f"peaks cover only {history_seconds / 3600:.1f}h of data; the guide observes a week before "
+            "settling the ratio (§3.3)"
+        )
+    currents = {n.current_scaling for n in nodes if n.current_scaling is not None}
+    current = ", ".join(f"{c:g}" for c in sorted(currents)) if currents else None
+    return Recommendation(name, f"{value:g}", current, tuple(reasons), evidence, details=details)
+
+
+# --- deviceSplitCount (§4) --------------------------------------------------------------------------
+
+
+def split_for_min_request(min_request_bytes: float, nodes: int | None) -> tuple[int, str]:
+    gib = min_request_bytes / tables.GIB
+    for row in tables.SPLIT_ROWS:
+        if gib >= row.min_request_gib:
+            count, label = row.split_count, row.label
+            break
+    if count > tables.SPLIT_LARGE_CLUSTER_MAX and (
+        nodes is None or nodes >= tables.SPLIT_LARGE_CLUSTER_NODES
+    ):
+        where = "node count unknown" if nodes is None else f"{nodes} nodes"
+        return tables.SPLIT_LARGE_CLUSTER_MAX, (
+            f"smallest request {gib:.2f} GiB ({label}): 30-50, kept at {tables.SPLIT_LARGE_CLUSTER_MAX} "
+            f"({where}; §4.5 keeps large clusters within 30)"
+        )
+    return count, f"smallest request {gib:.2f} GiB ({label}) -> {count} (§4.3)"
+
+
+def next_split_step(count: int) -> int:
+    for step in tables.SPLIT_STEPS:
+        if step > count:
+            return step
+    return count
+
+
+@dataclass(frozen=True)
+class SplitInputs:
+    min_request_bytes: float
+    nodes: int | None
+    current_split: int | None
+    pending_pods: float | None  # most GPU pods pending at once in the last hour
+    saturated_devices: float | None  # devices whose shared count reached their split count
+
+
+def recommend_split_count(inp: SplitInputs, evidence: tuple[Evidence, ...] = ()) -> Recommendation:
+    value, why = split_for_min_request(inp.min_request_bytes, inp.nodes)
+    reasons = [why]
+    if inp.pending_pods and inp.pending_pods > 0:
+        if inp.saturated_devices and inp.saturated_devices > 0:
+            base = max(value, inp.current_split or 0)
+            bigger = next_split_step(base)
+            reasons.append(
+                f"{inp.pending_pods:g} GPU pods pending while {inp.saturated_devices:g} devices are at their "
+                f"split count: increase to {bigger} (§4.3 verification)"
+            )
+            value = bigger
+        else:
+            reasons.append(
+                f"{inp.pending_pods:g} GPU pods pending, but no device is at its split count: the split is "
+                "not the limit (check memory/cores)"
+            )
+    current = str(inp.current_split) if inp.current_split is not None else None
+    return Recommendation("deviceSplitCount", str(value), current, tuple(reasons), evidence)
+
+
+# --- nodeLockExpire (§2.2, §6.1) --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LockInputs:
+    current_seconds: float
+    expired_locks: float  # locks broken because they expired, over the window
+    bind_p99_seconds: float
+    lock_wait_p99_seconds: float
+
+
+def recommend_node_lock_expire(inp: LockInputs, evidence: tuple[Evidence, ...] = ()) -> Recommendation:
+    floor = max(tables.LOCK_MIN_SECONDS, math.ceil(inp.bind_p99_seconds * tables.LOCK_BIND_MARGIN / 60) * 60)
+    reasons = [
+        f"p99 bind {inp.bind_p99_seconds:.2f}s: the expiry must stay above "
+        f"{tables.LOCK_BIND_MARGIN} x p99 and the 2m floor, so >= {fmt_duration(floor)} (§2.2)"
+    ]
+    slow_binds = inp.bind_p99_seconds * tables.LOCK_BIND_MARGIN >= inp.current_seconds
+    if inp.expired_locks > 0 and slow_binds:
+        value = float(max(tables.LOCK_SLOW_API_SECONDS, floor))
+        reasons.append(
+            f"{inp.expired_locks:g} locks expired and binds are slow: raise to 8m-10m (§2.2, "
+            "'node lock expired, releasing')"
+        )
+    elif inp.expired_locks > 0 or inp.lock_wait_p99_seconds > tables.LOCK_LONG_WAIT_SECONDS:
+        value = float(max(tables.LOCK_SHORT_SECONDS, floor))
+        reasons.append(
+            f"{inp.expired_locks:g} expired locks, p99 lock wait {inp.lock_wait_p99_seconds:.1f}s "
+            "while binds are fast: stale locks block nodes, shorten to 3m (§6.1)"
+        )
+    else:
+        value = float(max(tables.LOCK_DEFAULT_SECONDS, floor))
+        reasons.append("no expired locks and short lock waits: keep the 5m default (§2.2)")
+    value = min(value, float(tables.LOCK_MAX_SECONDS))
+    return Recommendation(
+        "nodeLockExpire", fmt_duration(value), fmt_duration(inp.current_seconds), tuple(reasons), evidence
+    )
