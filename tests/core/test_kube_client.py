@@ -10,12 +10,12 @@ import urllib3
 import yaml
 from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry
-from tests.core.kube_fakes import FakeClock
 
 from hami.core.kube import errors, raw
 from hami.core.kube.client import new_api_client
 from hami.core.kube.options import KubeOptions
 from hami.testing.kubeapi import KubeAPIServer
+from tests.core.kube_fakes import FakeClock
 
 
 def _pod(name: str) -> dict[str, object]:
