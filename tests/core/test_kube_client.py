@@ -11,6 +11,7 @@ import yaml
 from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry
 
+from hami.core import klog
 from hami.core.kube import errors, raw
 from hami.core.kube.client import new_api_client
 from hami.core.kube.options import KubeOptions
@@ -71,12 +72,15 @@ def test_limiter_throttles_every_request_and_is_measured(
     api = new_api_client(KubeOptions(host=kube_api.url, qps=2, burst=1), registry=registry, clock=clock)
     host = kube_api.url.removeprefix("http://")
     v1 = k8s.CoreV1Api(api)
+    previous = klog.verbosity()
+    klog.set_verbosity(3)  # client-go logs waits over 50 ms at -v=3
     try:
-        with caplog.at_level(logging.DEBUG, logger="hami.core.kube.client"):
+        with caplog.at_level(logging.INFO, logger="hami.core.kube.client"):
             v1.list_node()
             v1.list_namespaced_pod("default")
             raw.request_json(api, "GET", "/api/v1/nodes")
     finally:
+        klog.set_verbosity(previous)
         api.close()
     # Burst 1 at 2 QPS: the first request is free, each later one waits half a second.
     assert clock.slept == pytest.approx([0.5, 0.5])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -211,16 +212,23 @@ def test_http_410_on_a_watch_request_relists(
 
 
 def test_list_errors_back_off_and_are_counted(
-    kube_api: KubeAPIServer, make_informer: Callable[..., Informer], registry: CollectorRegistry
+    kube_api: KubeAPIServer, make_informer: Callable[..., Informer], registry: CollectorRegistry,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     kube_api.store.put(_pod("a"))
     kube_api.faults.add(method="GET", path="/api/v1/pods$", status=500, times=3)
     informer = make_informer(kube_api)
-    informer.start()
-    assert informer.wait_for_sync(WAIT)
+    with caplog.at_level(logging.INFO, logger="hami.core.kube.informer"):
+        informer.start()
+        assert informer.wait_for_sync(WAIT)
     assert _errors(registry, "status_500") == 3
     assert kube_api.requests.count("GET", "/api/v1/pods$", limit="500") == 4
     assert informer.get("default/a") is not None
+    # Three failures of one kind: one warning, then one line when it works again.
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert warnings[0].startswith("informer pods: list failed: 500 ")
+    assert "informer pods: list/watch working again" in [r.getMessage() for r in caplog.records]
 
 
 def test_a_failing_handler_is_counted_and_the_informer_goes_on(

@@ -12,7 +12,6 @@ is one HTTP attempt, and a timeout is not silently multiplied (client-go does no
 from __future__ import annotations
 
 import copy
-import logging
 import os
 import threading
 from typing import Any
@@ -24,16 +23,17 @@ from kubernetes import config as k8s_config
 from kubernetes.client import rest
 from prometheus_client import CollectorRegistry
 
+from hami.core import klog
 from hami.core.kube.metrics import ERROR_CODE, KubeMetrics, kube_metrics
 from hami.core.kube.options import KubeOptions
 from hami.core.kube.ratelimit import Clock, SystemClock, TokenBucket, effective_limits
 
-log = logging.getLogger(__name__)
+log = klog.get_logger(__name__)
 
-# client-go logs throttling over 50 ms at -v=3, and over 1 s at the default level (rate limited).
+# client-go logs throttling over 50 ms at -v=3, and over 1 s through a throttled logger: at most
+# once a second at -v=2, else once every 10 s.
 LONG_THROTTLE = 0.05
 EXTRA_LONG_THROTTLE = 1.0
-_EXTRA_LONG_LOG_INTERVAL = 10.0
 
 
 class KubeConfigError(Exception):
@@ -101,14 +101,15 @@ class LimitedRESTClient(rest.RESTClientObject):  # type: ignore[misc]
             f"Waited for {_go_duration(waited)} due to client-side throttling, "
             f"not priority and fairness, request: {verb}:{url}"
         )
-        log.debug(message)
+        log.v(3).info("%s", message)
         if waited > EXTRA_LONG_THROTTLE:
+            interval = 1.0 if klog.v(2) else 10.0
             with self._log_lock:
                 now = self.clock.monotonic()
-                if now - self._last_extra_long_log < _EXTRA_LONG_LOG_INTERVAL:
+                if now - self._last_extra_long_log < interval:
                     return
                 self._last_extra_long_log = now
-            log.info(message)
+            log.info("%s", message)
 
 
 def _go_duration(seconds: float) -> str:
