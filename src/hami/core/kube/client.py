@@ -2,7 +2,9 @@
 
 ``new_api_client`` returns a ``kubernetes.client.ApiClient`` (so ``CoreV1Api(client)`` and friends
 work as usual) whose REST layer is ``LimitedRESTClient``. Every request, typed or raw, goes through
-it, and so through the token bucket, the client-go metrics and the default timeout.
+it, and so through the token bucket, the client-go metrics and the default timeout
+(``--kube-timeout``; a call that passes its own ``_request_timeout`` keeps it: long watches must,
+since the timeout bounds every socket read, and the ``Informer`` does).
 
 As in client-go, the limiter wait comes before the request's timeout starts, so a throttled client
 does not time out requests it has not sent yet. urllib3 retries are turned off: one counted request
