@@ -17,10 +17,11 @@ sysdeps:
 	bash scripts/system-deps.sh
 
 lint: venv
-	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff check src tests bench alerts dashboards
 
 typecheck: venv
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy --strict --explicit-package-bases alerts dashboards
 
 imports: venv
 	$(VENV)/bin/lint-imports

@@ -2,7 +2,9 @@
 
 ``new_api_client`` returns a ``kubernetes.client.ApiClient`` (so ``CoreV1Api(client)`` and friends
 work as usual) whose REST layer is ``LimitedRESTClient``. Every request, typed or raw, goes through
-it, and so through the token bucket, the client-go metrics and the default timeout.
+it, and so through the token bucket, the client-go metrics and the default timeout
+(``--kube-timeout``; a call that passes its own ``_request_timeout`` keeps it: long watches must,
+since the timeout bounds every socket read, and the ``Informer`` does).
 
 As in client-go, the limiter wait comes before the request's timeout starts, so a throttled client
 does not time out requests it has not sent yet. urllib3 retries are turned off: one counted request
@@ -12,10 +14,8 @@ is one HTTP attempt, and a timeout is not silently multiplied (client-go does no
 from __future__ import annotations
 
 import copy
-import logging
 import os
 import threading
-import time
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -25,16 +25,17 @@ from kubernetes import config as k8s_config
 from kubernetes.client import rest
 from prometheus_client import CollectorRegistry
 
+from hami.core import klog
 from hami.core.kube.metrics import ERROR_CODE, KubeMetrics, kube_metrics
 from hami.core.kube.options import KubeOptions
 from hami.core.kube.ratelimit import Clock, SystemClock, TokenBucket, effective_limits
 
-log = logging.getLogger(__name__)
+log = klog.get_logger(__name__)
 
-# client-go logs throttling over 50 ms at -v=3, and over 1 s at the default level (rate limited).
+# client-go logs throttling over 50 ms at -v=3, and over 1 s through a throttled logger: at most
+# once a second at -v=2, else once every 10 s.
 LONG_THROTTLE = 0.05
 EXTRA_LONG_THROTTLE = 1.0
-_EXTRA_LONG_LOG_INTERVAL = 10.0
 
 
 class KubeConfigError(Exception):
@@ -71,9 +72,11 @@ class LimitedRESTClient(rest.RESTClientObject):  # type: ignore[misc]
     ) -> Any:
         verb = method.upper()
         host = urlsplit(url).netloc
+        # As in client-go, the request latency includes the limiter wait; it ends at the
+        # response headers (the body is read later, by the caller; a watch is a long body).
+        start = self.clock.monotonic()
         self._throttle(verb, host, url)
         timeout = self.timeout if _request_timeout is None else _request_timeout
-        start = time.monotonic()
         code = ERROR_CODE
         try:
             response = super().request(
@@ -83,7 +86,7 @@ class LimitedRESTClient(rest.RESTClientObject):  # type: ignore[misc]
             code = str(response.status)
             return response
         finally:
-            self.metrics.request_duration.labels(verb, host).observe(time.monotonic() - start)
+            self.metrics.request_duration.labels(verb, host).observe(self.clock.monotonic() - start)
             self.metrics.requests.labels(code, verb, host).inc()
 
     def _throttle(self, verb: str, host: str, url: str) -> None:
@@ -100,14 +103,15 @@ class LimitedRESTClient(rest.RESTClientObject):  # type: ignore[misc]
             f"Waited for {_go_duration(waited)} due to client-side throttling, "
             f"not priority and fairness, request: {verb}:{url}"
         )
-        log.debug(message)
+        log.v(3).info("%s", message)
         if waited > EXTRA_LONG_THROTTLE:
+            interval = 1.0 if klog.v(2) else 10.0
             with self._log_lock:
-                now = time.monotonic()
-                if now - self._last_extra_long_log < _EXTRA_LONG_LOG_INTERVAL:
+                now = self.clock.monotonic()
+                if now - self._last_extra_long_log < interval:
                     return
                 self._last_extra_long_log = now
-            log.info(message)
+            log.info("%s", message)
 
 
 def _go_duration(seconds: float) -> str:

@@ -15,7 +15,6 @@ reason until a write succeeds again.
 from __future__ import annotations
 
 import contextlib
-import logging
 import queue
 import threading
 import time
@@ -27,10 +26,11 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from hami.core import klog
 from hami.core.kube import errors, raw
 from hami.core.kube.metrics import kube_metrics
 
-log = logging.getLogger(__name__)
+log = klog.get_logger(__name__)
 
 NORMAL = "Normal"
 WARNING = "Warning"
@@ -156,7 +156,7 @@ class EventRecorder:
                 self._log_once(f"status_{exc.status}", f"unable to write event {item.reason}: {exc}")
             except Exception:
                 self._metrics.events.labels("error").inc()
-                log.exception("unable to write event %s", item.reason)
+                log.error("unable to write event %s", item.reason, exc_info=True)
 
     def _write(self, ev: _Pending) -> None:
         ref = ev.ref
@@ -218,10 +218,10 @@ class EventRecorder:
 
     def _log_once(self, reason: str, message: str) -> None:
         if reason in self._logged:
-            log.debug(message)
+            log.v(4).info("%s", message)
         else:
             self._logged.add(reason)
-            log.warning(message)
+            log.warning("%s", message)
 
     def _ok(self) -> None:
         if self._logged:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import random
 import threading
 import time
@@ -30,10 +29,11 @@ from typing import Any
 import urllib3
 from prometheus_client import CollectorRegistry
 
+from hami.core import klog
 from hami.core.kube import errors, raw
 from hami.core.kube.metrics import KubeMetrics, kube_metrics
 
-log = logging.getLogger(__name__)
+log = klog.get_logger(__name__)
 
 Obj = dict[str, Any]
 Resource = tuple[str, str, str]
@@ -226,8 +226,8 @@ class Informer:
             if not token:
                 rv = str(meta.get("resourceVersion", ""))
                 break
-        self._replace(items, rv)
         self._recovered()
+        self._replace(items, rv)
 
     def _watch_once(self) -> int:
         query = [*self._selectors, ("watch", "true"), ("resourceVersion", self._rv),
@@ -338,14 +338,14 @@ class Informer:
             fn(*args)
         except Exception:
             self._metrics.informer_handler_errors.labels(self.resource_label).inc()
-            log.exception("informer %s: event handler failed", self.resource_label)
+            log.error("informer %s: event handler failed", self.resource_label, exc_info=True)
 
     # --- errors -----------------------------------------------------------------------------
 
     def _count(self, reason: str, message: str) -> None:
         self._metrics.watch_errors.labels(self.resource_label, reason).inc()
         if reason in self._logged:
-            log.debug("informer %s: %s", self.resource_label, message)
+            log.v(4).info("informer %s: %s", self.resource_label, message)
         else:
             self._logged.add(reason)
             log.warning("informer %s: %s", self.resource_label, message)

@@ -5,7 +5,8 @@ the tuning guide's queries (seed 003 §2.1) work unchanged:
 
 - ``rest_client_requests_total{code,method,host}``: one per HTTP attempt; ``code`` is the status, or
   ``<error>`` when no response came back (timeout, connection refused, TLS failure);
-- ``rest_client_request_duration_seconds{verb,host}``: from sending to the response headers;
+- ``rest_client_request_duration_seconds{verb,host}``: from the start of the call (limiter wait
+  included, as in client-go) to the response headers; body transfer is not included;
 - ``rest_client_rate_limiter_duration_seconds{verb,host}``: time spent waiting for a token,
   observed for every request (0 when a token was there).
 
