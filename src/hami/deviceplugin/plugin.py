@@ -136,8 +136,9 @@ class DevicePlugin:
     def start(self) -> None:
         """Serve, register with the kubelet, write the annotation once, then loop (seed 001 §1.2 order)."""
         self._metrics.set_config(self.cfg)
-        self.server.start()
         resource = self.cfg.resource_name
+        self._metrics.set_kubelet_registered(resource, False)
+        self.server.start()
         if self.settings.kubelet_socket is not None:
             try:
                 register_with_kubelet(

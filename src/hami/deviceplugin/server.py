@@ -145,6 +145,7 @@ class PluginServer:
 
     def start(self, dial_timeout: float = 5.0) -> None:
         log.info("Starting GRPC server for '%s'", self.resource)
+        self.socket_path.parent.mkdir(parents=True, exist_ok=True)  # the kubelet makes it; a demo may not
         if self.socket_path.exists() or self.socket_path.is_symlink():
             os.unlink(self.socket_path)
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=self._workers))
