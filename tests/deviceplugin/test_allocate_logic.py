@@ -9,8 +9,11 @@ from hami.deviceplugin.allocate import (
     REQUEST_TOO_LARGE,
     UNKNOWN_DEVICE,
     AllocateError,
+    DeviceNode,
+    GpuRef,
     HostLayout,
     PreferredRequest,
+    RuntimeOptions,
     align_to_kubelet,
     build_container_allocation,
     check_count,
@@ -117,10 +120,19 @@ def test_disable_control_license_index_strategy_and_defaults() -> None:
         cache_id="x",
         lib_host_path="/h/vgpu/libvgpu.so.0.1.0",
         license_present=True,
-        id_strategy="index",
-        index_of={A: 3},
+        opts=RuntimeOptions(
+            id_strategy="index",
+            pass_device_specs=True,
+            dev_root="/host",
+            gdrcopy=True,
+            imex_channel_ids=(0, 1),
+        ),
+        gpus={A: GpuRef(3, 5)},
     )
     assert got.envs["NVIDIA_VISIBLE_DEVICES"] == "3"
+    assert got.envs["NVIDIA_GDRCOPY"] == "enabled" and got.envs["NVIDIA_IMEX_CHANNELS"] == "0,1"
+    assert "NVIDIA_GDS" not in got.envs and "NVIDIA_MOFED" not in got.envs
+    assert got.devices == (DeviceNode("/dev/nvidia5", "/host/dev/nvidia5", "rw"),)
     assert "CUDA_OVERSUBSCRIBE" not in got.envs and "LIBCUDA_LOG_LEVEL" not in got.envs
     assert "GPU_CORE_UTILIZATION_POLICY" not in got.envs
     paths = [m.container_path for m in got.mounts]

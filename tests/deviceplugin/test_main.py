@@ -86,6 +86,7 @@ def test_daemon_end_to_end(
         f"--hook-path={short_dir / 'hook'}", f"--vgpu-lock-dir={short_dir / 'lock'}",
         f"--mig-apply-lock={short_dir / 'mig.lock'}",
         "--metrics-bind-address=127.0.0.1:0",
+        "--pass-device-specs=true", "--gdrcopy-enabled", "--imex-channel-ids=0,1", "--device-id-strategy=index",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "NODE_NAME": NODE}
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)

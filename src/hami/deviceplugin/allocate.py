@@ -6,7 +6,7 @@ annotation and the facts about the host it needs (whether a versioned libvgpu or
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -158,17 +158,67 @@ class HostLayout:
 
 
 @dataclass(frozen=True)
+class DeviceNode:
+    container_path: str
+    host_path: str
+    permissions: str
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """NVIDIA plugin flags that shape every response (spec §C.1; §C.7 step 5)."""
+
+    id_strategy: str = "uuid"  # or "index"
+    pass_device_specs: bool = False
+    dev_root: str = "/"
+    gdrcopy: bool = False
+    gds: bool = False
+    mofed: bool = False
+    imex_channel_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class GpuRef:
+    index: int
+    minor: int
+
+
+@dataclass(frozen=True)
 class ContainerAllocation:
     envs: dict[str, str]
     mounts: tuple[MountSpec, ...]
     cache_dir: str | None  # to prepare on the host; None in MIG mode
+    devices: tuple[DeviceNode, ...] = ()
 
 
-def visible_devices(devreq: Iterable[ContainerDevice], id_strategy: str, index_of: Mapping[str, int]) -> str:
-    uuids = list(dict.fromkeys(d.uuid for d in devreq))
-    if id_strategy == "index":
-        return ",".join(str(index_of[u]) for u in uuids if u in index_of)
-    return ",".join(uuids)
+def base_response(
+    uuids: Sequence[str], opts: RuntimeOptions, gpus: Mapping[str, GpuRef]
+) -> tuple[dict[str, str], tuple[DeviceNode, ...]]:
+    """NVIDIA's part of the response: visible devices, feature envs, optional device nodes."""
+    unique = list(dict.fromkeys(uuids))
+    if opts.id_strategy == "index":
+        visible = ",".join(str(gpus[u].index) for u in unique if u in gpus)
+    else:
+        visible = ",".join(unique)
+    envs = {"NVIDIA_VISIBLE_DEVICES": visible}
+    if opts.imex_channel_ids:
+        envs["NVIDIA_IMEX_CHANNELS"] = ",".join(str(c) for c in opts.imex_channel_ids)
+    for flag, name in (
+        (opts.gdrcopy, "NVIDIA_GDRCOPY"),
+        (opts.gds, "NVIDIA_GDS"),
+        (opts.mofed, "NVIDIA_MOFED"),
+    ):
+        if flag:
+            envs[name] = "enabled"
+    nodes: tuple[DeviceNode, ...] = ()
+    if opts.pass_device_specs:
+        root = opts.dev_root.rstrip("/")
+        nodes = tuple(
+            DeviceNode(f"/dev/nvidia{gpus[u].minor}", f"{root}/dev/nvidia{gpus[u].minor}", "rw")
+            for u in unique
+            if u in gpus
+        )
+    return envs, nodes
 
 
 def build_container_allocation(
@@ -181,13 +231,13 @@ def build_container_allocation(
     cache_id: str,
     lib_host_path: str,
     license_present: bool,
-    id_strategy: str = "uuid",
-    index_of: Mapping[str, int] | None = None,
+    opts: RuntimeOptions | None = None,
+    gpus: Mapping[str, GpuRef] | None = None,
 ) -> ContainerAllocation:
-    """The env vars and mounts of spec §C.7 for one container, in HAMi's order."""
-    envs = {"NVIDIA_VISIBLE_DEVICES": visible_devices(devreq, id_strategy, index_of or {})}
+    """The env vars, mounts and device nodes of spec §C.7 for one container, in HAMi's order."""
+    envs, nodes = base_response([d.uuid for d in devreq], opts or RuntimeOptions(), gpus or {})
     if cfg.operating_mode == MODE_MIG:
-        return ContainerAllocation(envs, (), None)
+        return ContainerAllocation(envs, (), None, nodes)
     for i, dev in enumerate(devreq):
         envs[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{dev.usedmem}m"
     envs["CUDA_DEVICE_SM_LIMIT"] = str(devreq[0].usedcores)  # the first device only, as HAMi
@@ -209,7 +259,7 @@ def build_container_allocation(
     if license_present:
         mounts.append(MountSpec("/tmp/license", layout.license_path, True))
         mounts.append(MountSpec("/usr/bin/vgpuvalidator", f"{layout.vgpu_dir}/vgpuvalidator", True))
-    return ContainerAllocation(envs, tuple(mounts), cache_dir)
+    return ContainerAllocation(envs, tuple(mounts), cache_dir, nodes)
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,12 @@ from hami.deviceplugin.allocate import (
     POD_UPDATE_FAILED,
     AllocateError,
     ContainerAllocation,
+    GpuRef,
     HostLayout,
     PreferredRequest,
+    RuntimeOptions,
     align_to_kubelet,
+    base_response,
     build_container_allocation,
     check_count,
     check_kubelet_ids,
@@ -126,6 +129,10 @@ def to_pb(alloc: ContainerAllocation) -> pb.ContainerAllocateResponse:
         resp.mounts.append(
             pb.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
         )
+    for d in alloc.devices:
+        resp.devices.append(
+            pb.DeviceSpec(container_path=d.container_path, host_path=d.host_path, permissions=d.permissions)
+        )
     return resp
 
 
@@ -139,10 +146,10 @@ class Allocator:
         pods: PodCache,
         metrics: PluginMetrics,
         known_ids: Callable[[], frozenset[str]],
-        index_of: Callable[[], dict[str, int]],
+        gpus: Callable[[], dict[str, GpuRef]],
         layout: HostLayout,
         plugin_version: str,
-        id_strategy: str = "uuid",
+        opts: RuntimeOptions,
     ) -> None:
         self.node = node
         self.cfg = cfg
@@ -150,10 +157,10 @@ class Allocator:
         self._pods = pods
         self._metrics = metrics
         self._known_ids = known_ids
-        self._index_of = index_of
+        self._gpus = gpus
         self._layout = layout
         self._plugin_version = plugin_version
-        self._id_strategy = id_strategy
+        self._opts = opts
         self._written = WrittenPods()
 
     def find_pending_pod(self) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -215,7 +222,8 @@ class Allocator:
         for ids in requests:
             check_kubelet_ids(ids, known, self.cfg)
             if is_mig_request(ids):
-                responses.append(pb.ContainerAllocateResponse(envs={"NVIDIA_VISIBLE_DEVICES": ",".join(ids)}))
+                envs, _ = base_response(ids, self._opts, {})
+                responses.append(pb.ContainerAllocateResponse(envs=envs))
                 continue
             idx, devreq, pending = pop_next_container(pending)
             check_count(devreq, ids)
@@ -230,8 +238,8 @@ class Allocator:
                 cache_id=str(uuid.uuid4()),
                 lib_host_path=self._lib_path(),
                 license_present=os.path.exists(self._layout.license_path),
-                id_strategy=self._id_strategy,
-                index_of=self._index_of(),
+                opts=self._opts,
+                gpus=self._gpus(),
             )
             if alloc.cache_dir is not None:
                 self._prepare_host(alloc.cache_dir)

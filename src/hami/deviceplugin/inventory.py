@@ -24,6 +24,7 @@ class GpuFacts:
     memory_total: int | None  # bytes
     numa: int = 0
     mig_profiles: tuple[MigProfile, ...] = ()
+    minor: int = 0  # /dev/nvidia<minor>
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from hami.core.kube.informer import Informer
 from hami.core.kube.options import add_kube_flags, from_args
 from hami.core.nvml import NvmlError, open_nvml
 from hami.core.serve import add_web_config_flag, build_info, serve_metrics
-from hami.deviceplugin.allocate import HostLayout
+from hami.deviceplugin.allocate import HostLayout, RuntimeOptions
 from hami.deviceplugin.config import ConfigError, PluginConfig, load_config
 from hami.deviceplugin.health import parse_xid_policy
 from hami.deviceplugin.kubeops import NodeOps
@@ -48,6 +48,13 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"not a boolean: {text!r}")
 
 
+def _ids(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text!r}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hami-device-plugin", description=__doc__)
     a = p.add_argument
@@ -67,6 +74,29 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["envvar"],
         help="only envvar is supported",
     )
+    a(
+        "--pass-device-specs",
+        type=_bool,
+        default=_bool(_env("PASS_DEVICE_SPECS", "false")),
+        help="also return /dev/nvidia<minor> device specs",
+    )
+    a("--nvidia-driver-root", default=_env("NVIDIA_DRIVER_ROOT", "/"))
+    a(
+        "--dev-root",
+        default=os.environ.get("NVIDIA_DEV_ROOT"),
+        help="host root of /dev (default: driver root)",
+    )
+    a("--gdrcopy-enabled", action="store_true", help="NVIDIA_GDRCOPY=enabled in every response")
+    a("--gds-enabled", action="store_true", help="NVIDIA_GDS=enabled in every response")
+    a("--mofed-enabled", action="store_true", help="NVIDIA_MOFED=enabled in every response")
+    a(
+        "--imex-channel-ids",
+        type=_ids,
+        default=(),
+        help="comma-separated IMEX channels (NVIDIA_IMEX_CHANNELS)",
+    )
+    a("--imex-required", action="store_true", help="fail at start when no IMEX channel is configured")
+    a("--device-discovery-strategy", default="auto", choices=["auto", "nvml"], help="tegra is not supported")
     a(
         "--device-plugin-path",
         default=_env("DEVICE_PLUGIN_PATH", DEFAULT_PLUGIN_DIR),
@@ -118,7 +148,15 @@ def settings_from(args: argparse.Namespace) -> Settings:
         kubelet_socket=kubelet_socket,
         layout=HostLayout(args.hook_path.rstrip("/") or "/", args.vgpu_lock_dir),
         plugin_version=hami.__version__,
-        id_strategy=args.device_id_strategy,
+        runtime=RuntimeOptions(
+            id_strategy=args.device_id_strategy,
+            pass_device_specs=args.pass_device_specs,
+            dev_root=args.dev_root or args.nvidia_driver_root,
+            gdrcopy=args.gdrcopy_enabled,
+            gds=args.gds_enabled,
+            mofed=args.mofed_enabled,
+            imex_channel_ids=args.imex_channel_ids,
+        ),
         register_interval=args.register_interval,
         register_retry=args.register_retry,
         mig_apply_lock=Path(args.mig_apply_lock),
@@ -147,6 +185,9 @@ def run(args: argparse.Namespace, stop: threading.Event, running: dict[str, Mana
     """Runs until ``stop`` is set; returns the exit code. ``running`` receives the manager (SIGHUP)."""
     if not args.node_name:
         log.error("NODE_NAME is not set: use --node-name or the NODE_NAME env")
+        return 1
+    if args.imex_required and not args.imex_channel_ids:
+        log.error("--imex-required is set but no --imex-channel-ids are configured")
         return 1
     log.info("Initializing metrics for scheduler")
     try:

@@ -28,6 +28,14 @@ def _numa(dev_numa: Callable[[], int], bus_id: Callable[[], str], sysfs: Path) -
         return 0
 
 
+def _minor(dev_minor: Callable[[], int], index: int) -> int:
+    """The device node number; the index when NVML cannot say (only used for --pass-device-specs)."""
+    try:
+        return dev_minor()
+    except NvmlError:
+        return index
+
+
 def read_gpu_facts(nvml: Nvml, sysfs: Path = Path("/sys")) -> list[GpuFacts]:
     """Every GPU NVML sees. A device whose memory info is NOT_SUPPORTED gets ``memory_total=None``."""
     try:
@@ -55,6 +63,7 @@ def read_gpu_facts(nvml: Nvml, sysfs: Path = Path("/sys")) -> list[GpuFacts]:
                 name=dev.name(),
                 memory_total=total,
                 numa=_numa(dev.numa_node_id, dev.pci_bus_id, sysfs),
+                minor=_minor(dev.minor_number, dev.index),
             )
         )
     return facts

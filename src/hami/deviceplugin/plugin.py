@@ -12,7 +12,7 @@ from pathlib import Path
 
 from hami.core import klog
 from hami.core.devices import DeviceInfo
-from hami.deviceplugin.allocate import HostLayout, PreferredRequest
+from hami.deviceplugin.allocate import GpuRef, HostLayout, PreferredRequest, RuntimeOptions
 from hami.deviceplugin.allocator import Allocator, PodCache
 from hami.deviceplugin.api import deviceplugin_pb2 as pb
 from hami.deviceplugin.config import PluginConfig
@@ -43,7 +43,7 @@ class Settings:
     kubelet_socket: Path | None = Path("/var/lib/kubelet/device-plugins/kubelet.sock")
     layout: HostLayout = field(default_factory=HostLayout)
     plugin_version: str = "0.1.0"
-    id_strategy: str = "uuid"
+    runtime: RuntimeOptions = field(default_factory=RuntimeOptions)
     register_interval: float = 30.0
     register_retry: float = 5.0
     mig_apply_lock: Path = DEFAULT_MIG_APPLY_LOCK
@@ -68,7 +68,8 @@ class DevicePlugin:
         devices, skipped = self._build()
         for s in skipped:
             log.error("skipping device %s: %s", s.uuid, s.reason)
-        self._index_of = {d.id: d.index for d in devices}
+        minors = {f.uuid: f.minor for f in self._facts}
+        self._gpus = {d.id: GpuRef(d.index, minors[d.id]) for d in devices}
         self.allocator = Allocator(
             settings.node,
             cfg,
@@ -76,10 +77,10 @@ class DevicePlugin:
             pods=pods,
             metrics=metrics,
             known_ids=self.known_ids,
-            index_of=lambda: self._index_of,
+            gpus=lambda: self._gpus,
             layout=settings.layout,
             plugin_version=settings.plugin_version,
-            id_strategy=settings.id_strategy,
+            opts=settings.runtime,
         )
         self.server = PluginServer(self, cfg.resource_name, settings.socket_dir / cfg.socket_name)
         self.registrar = Registrar(
