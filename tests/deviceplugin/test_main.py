@@ -86,9 +86,10 @@ def test_daemon_end_to_end(
         f"--hook-path={short_dir / 'hook'}", f"--vgpu-lock-dir={short_dir / 'lock'}",
         f"--mig-apply-lock={short_dir / 'mig.lock'}",
         "--metrics-bind-address=127.0.0.1:0",
-        "--pass-device-specs=true", "--gdrcopy-enabled", "--imex-channel-ids=0,1", "--device-id-strategy=index",
+        "--pass-device-specs=true", "--gdrcopy-enabled", "--imex-channel-ids=0,1",
+        "--device-id-strategy=index",
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "NODE_NAME": NODE}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "NODE_NAME": NODE, "PYTHONFAULTHANDLER": "1"}
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     try:
         logs = Lines(proc.stderr)
@@ -113,7 +114,12 @@ def test_daemon_end_to_end(
         proc.send_signal(signal.SIGHUP)
         assert kubelet.next_registration().endpoint == "nvidia-gpu.sock"
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0
+        try:
+            assert proc.wait(timeout=60) == 0
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)  # PYTHONFAULTHANDLER: every thread's stack to stderr
+            proc.wait(timeout=30)
+            raise AssertionError("no exit after SIGTERM:\n" + "\n".join(logs.lines)) from None
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -30,7 +30,7 @@ class Manager:
         metrics: PluginMetrics,
         policy: XidPolicy,
         retry_s: float = 30.0,
-        health_wait_ms: int = 5000,
+        health_wait_ms: int = 500,
         watch_interval: float = 0.5,
     ) -> None:
         self.settings = settings
