@@ -127,7 +127,8 @@ def test_a_stale_socket_is_replaced(tmp_path: Path) -> None:
     server = PluginServer(backend, "nvidia.com/gpu", stale, workers=2)
     server.start()
     try:
-        assert server.socket_alive()
+        with grpc.insecure_channel(f"unix://{stale}") as channel:
+            grpc.channel_ready_future(channel).result(timeout=30)
     finally:
         backend.health.close()
         server.stop()

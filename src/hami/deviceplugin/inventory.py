@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from hami.core.devices import MODE_MIG, DeviceInfo, MigProfile
 from hami.deviceplugin.config import PluginConfig
@@ -128,7 +128,3 @@ def physical_device_id(device_id: str) -> str:
     if device_id.count("-") == 6:
         return _REPLICA.sub("", device_id)
     return device_id
-
-
-def with_health(devices: Sequence[DeviceInfo], health: dict[str, bool]) -> list[DeviceInfo]:
-    return [replace(d, health=health.get(d.id, d.health)) for d in devices]

@@ -108,6 +108,8 @@ class PluginMetrics:
             self.device_health.labels(self.node, dev.id, str(dev.index), dev.type).set(1 if dev.health else 0)
 
     def health_event(self, uuid: str, event: str) -> None:
+        if event not in HEALTH_EVENTS:  # label values stay a bounded set
+            raise ValueError(f"unknown health event {event!r}")
         self.health_events.labels(self.node, uuid, event).inc()
 
     def set_kubelet_registered(self, resource: str, registered: bool) -> None:

@@ -110,9 +110,6 @@ class DevicePlugin:
     def mig_apply_in_progress(self) -> bool:
         return self.settings.mig_apply_lock.exists()
 
-    def uuids(self) -> list[str]:
-        return [f.uuid for f in self._facts]
-
     def mark_unhealthy(self, uuid: str) -> None:
         if self.health.mark_unhealthy(uuid):
             self._metrics.set_devices(self._build()[0])

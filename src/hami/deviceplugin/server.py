@@ -168,9 +168,6 @@ class PluginServer:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket_path)
 
-    def socket_alive(self) -> bool:
-        return self._server is not None and self.socket_path.exists()
-
 
 def register_with_kubelet(
     kubelet_socket: Path,
