@@ -21,6 +21,7 @@ HAMI_RESOURCES = (
     ann.RESOURCE_GPUMEM_PERCENTAGE,
     ann.RESOURCE_GPUCORES,
 )
+MAX_INT32 = 2**31 - 1  # HAMi rejects gpumem above MaxInt32 (spec §3.2; memoryFactor 1)
 FIX_ADD_RESOURCES = (
     "add nvidia.com/gpu (and nvidia.com/gpumem / gpucores) to the container resources (seed 000)"
 )
@@ -74,9 +75,11 @@ def check_requests(pod: Obj) -> list[Finding]:
             partial = True
             continue
         mem = found.get(ann.RESOURCE_GPUMEM)
-        if mem is not None and _as_int(mem) is None:
+        mem_value = _as_int(mem) if mem is not None else 0
+        if mem_value is None or not 0 <= mem_value <= MAX_INT32:
             problems.append(
-                f"container {c.get('name', '?')}: {ann.RESOURCE_GPUMEM}={mem} is not a whole number of MiB"
+                f"container {c.get('name', '?')}: {ann.RESOURCE_GPUMEM}={mem} is not a whole number of MiB "
+                "(0 to 2147483647)"
             )
             continue
         consumers += 1
@@ -85,7 +88,7 @@ def check_requests(pod: Obj) -> list[Finding]:
             Finding(
                 BROKEN,
                 "pod.resources.invalid",
-                "HAMi treats a container whose nvidia.com/gpumem is not an integer as requesting nothing",
+                "HAMi treats a container whose nvidia.com/gpumem is not an int32 of MiB as requesting nothing",
                 tuple(lines + problems),
                 "write nvidia.com/gpumem in MiB as an integer, e.g. 8192 (not 8Gi) (spec/scheduler.md §3.2)",
             )
