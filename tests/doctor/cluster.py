@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -23,52 +24,118 @@ OLD_HANDSHAKE = "Requesting_2025-06-13 09:05:00"  # 5 min before NOW
 Obj = dict[str, Any]
 
 
-def node(name: str, *, register: str | None = REGISTER, handshake: str | None = FRESH_HANDSHAKE,
-         lock: str | None = None, gpus: int = 20, extra: dict[str, str] | None = None) -> Obj:
-    annos = {k: v for k, v in (("hami.io/node-nvidia-register", register), ("hami.io/node-handshake", handshake),
-                               ("hami.io/mutex.lock", lock)) if v is not None}
+def node(
+    name: str,
+    *,
+    register: str | None = REGISTER,
+    handshake: str | None = FRESH_HANDSHAKE,
+    lock: str | None = None,
+    gpus: int = 20,
+    extra: dict[str, str] | None = None,
+) -> Obj:
+    annos = {
+        k: v
+        for k, v in (
+            ("hami.io/node-nvidia-register", register),
+            ("hami.io/node-handshake", handshake),
+            ("hami.io/mutex.lock", lock),
+        )
+        if v is not None
+    }
     annos.update(extra or {})
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "annotations": annos},
-            "status": {"allocatable": {"nvidia.com/gpu": str(gpus)} if gpus else {}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "annotations": annos},
+        "status": {"allocatable": {"nvidia.com/gpu": str(gpus)} if gpus else {}},
+    }
 
 
-def pod(name: str, namespace: str = "default", *, resources: dict[str, str] | None = None,
-        scheduler: str = "hami-scheduler", annotations: dict[str, str] | None = None,
-        node_name: str = "", phase: str = "Pending") -> Obj:
+def pod(
+    name: str,
+    namespace: str = "default",
+    *,
+    resources: dict[str, str] | None = None,
+    scheduler: str = "hami-scheduler",
+    annotations: dict[str, str] | None = None,
+    node_name: str = "",
+    phase: str = "Pending",
+) -> Obj:
     limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8192"} if resources is None else resources
-    spec: Obj = {"schedulerName": scheduler,
-                 "containers": [{"name": "main", "image": "cuda", "resources": {"limits": limits}}]}
+    spec: Obj = {
+        "schedulerName": scheduler,
+        "containers": [{"name": "main", "image": "cuda", "resources": {"limits": limits}}],
+    }
     if node_name:
         spec["nodeName"] = node_name
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "annotations": annotations or {}},
-            "spec": spec, "status": {"phase": phase}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "annotations": annotations or {}},
+        "spec": spec,
+        "status": {"phase": phase},
+    }
 
 
-def scheduler_pod(name: str = "hami-scheduler-7d9f", *, running: bool = True, waiting: str = "",
-                  role: str = "leader", label: str = "app.kubernetes.io/component") -> Obj:
+def scheduler_pod(
+    name: str = "hami-scheduler-7d9f",
+    *,
+    running: bool = True,
+    waiting: str = "",
+    role: str = "leader",
+    label: str = "app.kubernetes.io/component",
+) -> Obj:
     labels = {label: "hami-scheduler"}
     if role:
         labels["hami.io/scheduler-role"] = role
-    status: Obj = {"phase": "Running" if running else "Pending",
-                   "conditions": [{"type": "Ready", "status": "True" if running and not waiting else "False"}],
-                   "containerStatuses": [{"name": "vgpu-scheduler-extender", "restartCount": 7 if waiting else 0,
-                                          "state": {"waiting": {"reason": waiting}} if waiting else
-                                          {"running": {}}}]}
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "kube-system", "labels": labels},
-            "spec": {"containers": [{"name": "vgpu-scheduler-extender", "image": "hami"}]}, "status": status}
+    status: Obj = {
+        "phase": "Running" if running else "Pending",
+        "conditions": [{"type": "Ready", "status": "True" if running and not waiting else "False"}],
+        "containerStatuses": [
+            {
+                "name": "vgpu-scheduler-extender",
+                "restartCount": 7 if waiting else 0,
+                "state": {"waiting": {"reason": waiting}} if waiting else {"running": {}},
+            }
+        ],
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "kube-system", "labels": labels},
+        "spec": {"containers": [{"name": "vgpu-scheduler-extender", "image": "hami"}]},
+        "status": status,
+    }
 
 
-def event(pod_name: str, reason: str, message: str, *, namespace: str = "default", type_: str = "Warning",
-          at: str = "2025-06-13T09:09:30Z", count: int = 1, source: str = "hami-scheduler",
-          name: str = "") -> Obj:
-    return {"apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": name or f"{pod_name}.{reason.lower()}.{abs(hash(message)) % 10**8}",
-                         "namespace": namespace},
-            "involvedObject": {"kind": "Pod", "name": pod_name, "namespace": namespace, "apiVersion": "v1"},
-            "reason": reason, "message": message, "type": type_, "count": count,
-            "firstTimestamp": at, "lastTimestamp": at, "source": {"component": source}}
+def event(
+    pod_name: str,
+    reason: str,
+    message: str,
+    *,
+    namespace: str = "default",
+    type_: str = "Warning",
+    at: str = "2025-06-13T09:09:30Z",
+    count: int = 1,
+    source: str = "hami-scheduler",
+    name: str = "",
+) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {
+            "name": name or f"{pod_name}.{reason.lower()}.{zlib.crc32(message.encode()):08x}",
+            "namespace": namespace,
+        },
+        "involvedObject": {"kind": "Pod", "name": pod_name, "namespace": namespace, "apiVersion": "v1"},
+        "reason": reason,
+        "message": message,
+        "type": type_,
+        "count": count,
+        "firstTimestamp": at,
+        "lastTimestamp": at,
+        "source": {"component": source},
+    }
 
 
 def run_doctor(kubeconfig: Path | None, *args: str, stdin: str = "") -> tuple[int, str]:

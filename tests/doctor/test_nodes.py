@@ -13,17 +13,31 @@ from tests.doctor.cluster import OLD_HANDSHAKE, UUID0, codes, node, pod, run_doc
 
 
 def _dev(**fields: object) -> str:
-    base: dict[str, object] = {"id": UUID0, "count": 10, "devmem": 32768, "devcore": 100,
-                               "type": "NVIDIA-A100-SXM4-80GB", "mode": "hami-core", "health": True}
+    base: dict[str, object] = {
+        "id": UUID0,
+        "count": 10,
+        "devmem": 32768,
+        "devcore": 100,
+        "type": "NVIDIA-A100-SXM4-80GB",
+        "mode": "hami-core",
+        "health": True,
+    }
     base.update(fields)
     return json.dumps([base], separators=(",", ":"))
 
 
 NODE_CASES = {
-    "register-missing-cpu-node": (node("n", register=None, handshake=None, gpus=0), 1, "node.register.missing"),
+    "register-missing-cpu-node": (
+        node("n", register=None, handshake=None, gpus=0),
+        1,
+        "node.register.missing",
+    ),
     "register-missing-with-gpus": (node("n", register=None), 2, "node.register.missing"),
-    "register-legacy-format": (node("n", register=f"{UUID0},10,32768,100,NVIDIA-A100,0,true:"), 2,
-                               "node.register.undecodable"),
+    "register-legacy-format": (
+        node("n", register=f"{UUID0},10,32768,100,NVIDIA-A100,0,true:"),
+        2,
+        "node.register.undecodable",
+    ),
     "register-empty-list": (node("n", register="[]"), 2, "node.register.undecodable"),
     "uuid-form": (node("n", register=_dev(id="GPU-0")), 1, "node.device.uuid"),
     "count-zero": (node("n", register=_dev(count=0)), 2, "node.device.count"),
@@ -60,8 +74,17 @@ def test_device_table_has_the_seed_columns(api: KubeAPIServer, kube_config_file:
     _, doc = run_json(kube_config_file, "node", "n")
     table = doc["sections"][0]["tables"][0]
     assert table["headers"] == ["ID", "Index", "Count", "Devmem", "Devcore", "Type", "Numa", "Mode", "Health"]
-    assert table["rows"][1] == ["GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448", "1", "10", "32768", "100",
-                                "NVIDIA-Tesla V100-PCIE-32GB", "1", "hami-core", "true"]
+    assert table["rows"][1] == [
+        "GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448",
+        "1",
+        "10",
+        "32768",
+        "100",
+        "NVIDIA-Tesla V100-PCIE-32GB",
+        "1",
+        "hami-core",
+        "true",
+    ]
 
 
 def test_nodes_selector_and_worst_status(api: KubeAPIServer, kube_config_file: Path) -> None:
@@ -82,7 +105,9 @@ def test_handshake_threshold_flag(api: KubeAPIServer, kube_config_file: Path) ->
     assert code == 0
 
 
-def test_fix_clears_an_expired_lock_after_confirmation(kube_api: KubeAPIServer, kube_config_file: Path) -> None:
+def test_fix_clears_an_expired_lock_after_confirmation(
+    kube_api: KubeAPIServer, kube_config_file: Path
+) -> None:
     kube_api.store.put(node("n", lock="2025-06-13T09:00:00Z,default,gone"))
     code, out = run_doctor(kube_config_file, "node", "n", "--fix", stdin="n\n")
     assert "nothing changed (not confirmed)" in out and code == 1
@@ -109,7 +134,9 @@ def test_fix_skips_a_lock_that_changed(kube_api: KubeAPIServer, kube_client: obj
     from hami.doctor.findings import Remedy
 
     kube_api.store.put(node("n", lock="2025-06-13T09:09:59Z,default,new-owner"))
-    result = fix.apply(kube_client, [Remedy("n", "hami.io/mutex.lock", "2025-06-13T09:00:00Z,default,old", "x")])
+    result = fix.apply(
+        kube_client, [Remedy("n", "hami.io/mutex.lock", "2025-06-13T09:00:00Z,default,old", "x")]
+    )
     assert result[0].startswith("skipped n hami.io/mutex.lock: changed since the diagnosis")
     assert kube_api.requests.count(method="PATCH") == 0
 

@@ -88,7 +88,8 @@ def check_requests(pod: Obj) -> list[Finding]:
             Finding(
                 BROKEN,
                 "pod.resources.invalid",
-                "HAMi treats a container whose nvidia.com/gpumem is not an int32 of MiB as requesting nothing",
+                "HAMi treats a container whose nvidia.com/gpumem is not an int32 of MiB "
+                "as asking for nothing",
                 tuple(lines + problems),
                 "write nvidia.com/gpumem in MiB as an integer, e.g. 8192 (not 8Gi) (spec/scheduler.md §3.2)",
             )
