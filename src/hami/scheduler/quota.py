@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hami.scheduler.device_config import NvidiaConfig
-from hami.scheduler.quantity import int_quantity
+from hami.scheduler.requests import int_quantity
 from hami.scheduler.usage import DeviceShare, quota_usage
 
 
