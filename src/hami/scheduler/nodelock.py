@@ -116,11 +116,12 @@ class NodeLocker:
     def lock_node(self, node: str, namespace: str, name: str) -> None:
         """HAMi ``LockNode``; raises ``NodeLockError`` (``contention`` set when someone else holds it)."""
         try:
-            value, _ = self._value(self._get_node(node))
+            fetched = self._get_node(node)
         except errors.ApiError as err:
             raise NodeLockError(str(err)) from err
+        value, _ = self._value(fetched)
         if value is None:
-            self.set_node_lock(node, namespace, name)
+            self.set_node_lock(node, namespace, name, fetched=fetched)
             return
         try:
             lock = parse_node_lock(value)
@@ -171,18 +172,22 @@ class NodeLocker:
                 delay *= FACTOR
         raise NodeLockError(f"failed to set node lock (node={node}, retry strategy={STRATEGY}): {last}")
 
-    def set_node_lock(self, node: str, namespace: str, name: str) -> None:
+    def set_node_lock(
+        self, node: str, namespace: str, name: str, fetched: dict[str, Any] | None = None
+    ) -> None:
+        """HAMi ``SetNodeLock``; ``fetched`` is a node just read by the caller (saves two GETs)."""
         with self._mutex(node):
             try:
-                value, _ = self._value(self._get_node(node))
+                latest = fetched if fetched is not None else self._get_node(node)
             except errors.ApiError as err:
                 raise NodeLockError(str(err)) from err
-            if value is not None:
+            if self._value(latest)[0] is not None:
                 raise NodeLockError(is_locked_message(node), contention=True)
             new = format_node_lock(NodeLock(self.now().replace(microsecond=0), namespace, name))
+            first = [latest]
 
             def step() -> bool:
-                current, rv = self._value(self._get_node(node))
+                current, rv = self._value(first.pop() if first else self._get_node(node))
                 if current is not None:
                     if is_owned_by(current, namespace, name):
                         return True  # our earlier patch landed although its answer was lost
