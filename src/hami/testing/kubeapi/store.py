@@ -1,0 +1,315 @@
+"""The emulator's state: objects by resource, one global resourceVersion, a bounded watch history.
+
+All methods are thread-safe. Objects are plain JSON dicts; callers always get deep copies, so a
+test holding an object cannot change the store behind the server's back.
+"""
+
+from __future__ import annotations
+
+import builtins
+import copy
+import random
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from hami.testing.kubeapi import errors
+from hami.testing.kubeapi.resources import RESOURCES, ResourceType, resolve
+from hami.testing.kubeapi.selectors import Matcher, combined
+
+Obj = dict[str, Any]
+_NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # the apiserver's generateName alphabet
+
+
+@dataclass(frozen=True)
+class Change:
+    """One entry of the watch history: what happened to which object at which resourceVersion."""
+
+    rv: int
+    type: str  # ADDED, MODIFIED or DELETED
+    resource: str  # ResourceType.key
+    obj: Obj
+    old: Obj | None  # the previous state, so selector watches can see objects leave their view
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _rtype(resource: str | ResourceType) -> ResourceType:
+    return resource if isinstance(resource, ResourceType) else resolve(resource)
+
+
+class Store:
+    def __init__(self, history: int = 1000) -> None:
+        self._cond = threading.Condition()
+        self._rv = 0
+        self._objects: dict[str, dict[tuple[str, str], Obj]] = {r.key: {} for r in RESOURCES}
+        self._history: deque[Change] = deque(maxlen=history)
+        self._compacted = 0  # every change with rv <= this has left the history
+        self.closed = False
+        for ns in ("default", "kube-system"):
+            self.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+
+    # -- direct access for fixtures (no HTTP, no preconditions) ----------------------------------
+
+    @property
+    def resource_version(self) -> int:
+        with self._cond:
+            return self._rv
+
+    def put(self, obj: Obj, resource: str | None = None) -> Obj:
+        """Create or replace `obj` as given (status included); fills uid/timestamp/rv; emits a change."""
+        rtype = _rtype(resource) if resource else self._type_of(obj)
+        new = copy.deepcopy(obj)
+        meta = new.setdefault("metadata", {})
+        if not meta.get("name"):
+            raise ValueError("put() needs metadata.name")
+        if rtype.namespaced:
+            meta.setdefault("namespace", "default")
+        key = (meta.get("namespace", ""), meta["name"])
+        with self._cond:
+            old = self._objects[rtype.key].get(key)
+            if old is not None:
+                meta.setdefault("uid", old["metadata"]["uid"])
+                meta.setdefault("creationTimestamp", old["metadata"]["creationTimestamp"])
+            return copy.deepcopy(self._commit(rtype, key, new, old))
+
+    def get(self, resource: str, name: str, namespace: str = "") -> Obj | None:
+        rtype = _rtype(resource)
+        with self._cond:
+            found = self._objects[rtype.key].get((namespace if rtype.namespaced else "", name))
+            return copy.deepcopy(found)
+
+    def list(
+        self, resource: str, namespace: str | None = None, label_selector: str = "", field_selector: str = ""
+    ) -> builtins.list[Obj]:
+        rtype = _rtype(resource)
+        return self.snapshot(rtype, namespace, combined(rtype, label_selector, field_selector))[0]
+
+    def remove(self, resource: str, name: str, namespace: str = "") -> Obj | None:
+        """Delete without preconditions; None when it was not there."""
+        rtype = _rtype(resource)
+        try:
+            return self.delete(rtype, namespace, name)
+        except errors.ApiError:
+            return None
+
+    def compact(self) -> None:
+        """Forget the whole watch history: every watch from an older resourceVersion gets 410."""
+        with self._cond:
+            self._history.clear()
+            self._compacted = self._rv
+
+    # -- API semantics (raise errors.ApiError like the real server) ------------------------------
+
+    def snapshot(
+        self, rtype: ResourceType, namespace: str | None, match: Matcher
+    ) -> tuple[builtins.list[Obj], int]:
+        with self._cond:
+            items = [
+                copy.deepcopy(obj) for (ns, _), obj in sorted(self._objects[rtype.key].items())
+                if (namespace is None or ns == namespace) and match(obj)
+            ]
+            return items, self._rv
+
+    def read(self, rtype: ResourceType, namespace: str, name: str) -> Obj:
+        with self._cond:
+            found = self._objects[rtype.key].get((namespace, name))
+            if found is None:
+                raise errors.not_found(rtype.plural, rtype.group, name)
+            return copy.deepcopy(found)
+
+    def create(self, rtype: ResourceType, namespace: str, obj: Obj) -> Obj:
+        new = self._checked_body(rtype, namespace, obj, None)
+        meta = new["metadata"]
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = meta["generateName"] + "".join(random.choices(_NAME_CHARS, k=5))
+        if not meta.get("name"):
+            raise errors.invalid(rtype.kind, "", "metadata.name",
+                                 "Required value: name or generateName is required")
+        meta.pop("resourceVersion", None)
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = _now()
+        for transient in ("deletionTimestamp", "deletionGracePeriodSeconds"):
+            meta.pop(transient, None)
+        if rtype.key == "pods":
+            new.setdefault("spec", {}).setdefault("schedulerName", "default-scheduler")
+            new["status"] = {"phase": "Pending"}
+        elif rtype.key == "namespaces":
+            new["status"] = {"phase": "Active"}
+        key = (namespace, meta["name"])
+        with self._cond:
+            if key in self._objects[rtype.key]:
+                raise errors.already_exists(rtype.plural, rtype.group, meta["name"])
+            return copy.deepcopy(self._commit(rtype, key, new, None))
+
+    def update(
+        self, rtype: ResourceType, namespace: str, name: str, obj: Obj, subresource: str = ""
+    ) -> Obj:
+        """PUT: replaces the object; a non-empty metadata.resourceVersion must be the current one."""
+        body = self._checked_body(rtype, namespace, obj, name)
+        return self.modify(rtype, namespace, name, lambda _current: body, subresource)
+
+    def modify(
+        self,
+        rtype: ResourceType,
+        namespace: str,
+        name: str,
+        change: Callable[[Obj], Obj],
+        subresource: str = "",
+    ) -> Obj:
+        """Read-modify-write under the lock; `change` gets a copy of the current object.
+
+        The resourceVersion the changed object carries is a precondition, as in the real API: a PUT
+        body or a merge patch that sets metadata.resourceVersion fails with 409 when it is stale.
+        """
+        key = (namespace, name)
+        with self._cond:
+            current = self._objects[rtype.key].get(key)
+            if current is None:
+                raise errors.not_found(rtype.plural, rtype.group, name)
+            new = change(copy.deepcopy(current))
+            meta = new.get("metadata")
+            if not isinstance(meta, dict):
+                raise errors.invalid(rtype.kind, name, "metadata", "Required value")
+            wanted = meta.get("resourceVersion")
+            if wanted not in (None, "") and str(wanted) != current["metadata"]["resourceVersion"]:
+                raise errors.conflict(rtype.plural, rtype.group, name, errors.STALE)
+            moved = rtype.namespaced and meta.get("namespace", namespace) != namespace
+            if meta.get("name") != name or moved:
+                raise errors.invalid(rtype.kind, name, "metadata.name", "field is immutable")
+            if meta.get("uid", current["metadata"]["uid"]) != current["metadata"]["uid"]:
+                raise errors.invalid(rtype.kind, name, "metadata.uid", "field is immutable")
+            new = self._keep_server_fields(rtype, current, new, subresource)
+            if new == current:
+                return copy.deepcopy(current)  # a no-op write does not bump resourceVersion
+            return copy.deepcopy(self._commit(rtype, key, new, current))
+
+    def delete(self, rtype: ResourceType, namespace: str, name: str, precondition_rv: str = "") -> Obj:
+        key = (namespace, name)
+        with self._cond:
+            current = self._objects[rtype.key].get(key)
+            if current is None:
+                raise errors.not_found(rtype.plural, rtype.group, name)
+            if precondition_rv and precondition_rv != current["metadata"]["resourceVersion"]:
+                raise errors.conflict(
+                    rtype.plural, rtype.group, name,
+                    f"Precondition failed: ResourceVersion in precondition: {precondition_rv}, "
+                    f"ResourceVersion in object meta: {current['metadata']['resourceVersion']}",
+                )
+            del self._objects[rtype.key][key]
+            self._rv += 1
+            gone = copy.deepcopy(current)
+            gone["metadata"]["resourceVersion"] = str(self._rv)
+            self._record(Change(self._rv, "DELETED", rtype.key, gone, current))
+            return copy.deepcopy(gone)
+
+    # -- watch support ---------------------------------------------------------------------------
+
+    def changes_since(self, rv: int, resource: str) -> tuple[builtins.list[Change], int]:
+        """Changes of `resource` after `rv`, and the rv they bring the watcher to; 410 when too old."""
+        with self._cond:
+            if rv < self._compacted:
+                raise errors.expired(rv, self._compacted + 1)
+            found = [c for c in self._history if c.rv > rv and c.resource == resource]
+            return found, max(rv, self._rv)
+
+    def wait_for_change(self, rv: int, timeout: float) -> None:
+        """Block until the global resourceVersion passes `rv`, the store closes, or `timeout`."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._rv > rv or self.closed, timeout)
+
+    def close(self) -> None:
+        with self._cond:
+            self.closed = True
+            self._cond.notify_all()
+
+    # -- internals -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _type_of(obj: Obj) -> ResourceType:
+        for r in RESOURCES:
+            if r.kind == obj.get("kind") and r.api_version == obj.get("apiVersion"):
+                return r
+        raise ValueError(f"no resource for apiVersion={obj.get('apiVersion')!r} kind={obj.get('kind')!r}")
+
+    @staticmethod
+    def _checked_body(rtype: ResourceType, namespace: str, obj: Any, url_name: str | None) -> Obj:
+        if not isinstance(obj, dict):
+            raise errors.bad_request(f"the body of the request is not a {rtype.kind} object")
+        new = copy.deepcopy(obj)
+        meta = new.get("metadata")
+        if meta is None:
+            meta = new["metadata"] = {}
+        if not isinstance(meta, dict):
+            raise errors.bad_request("metadata must be an object")
+        if url_name is not None and meta.get("name") != url_name:
+            raise errors.bad_request(
+                f"the name of the object ({meta.get('name')}) does not match the name on the URL ({url_name})"
+            )
+        if rtype.namespaced:
+            if meta.get("namespace", namespace) != namespace:
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
+            meta["namespace"] = namespace
+        else:
+            meta.pop("namespace", None)
+        new["apiVersion"], new["kind"] = rtype.api_version, rtype.kind
+        return new
+
+    @staticmethod
+    def _keep_server_fields(rtype: ResourceType, current: Obj, new: Obj, subresource: str) -> Obj:
+        """Fields a write cannot change: server-set metadata, and status/spec split by subresource.
+
+        A write to the main resource keeps the stored status and a write to `status` changes only
+        status, as the real API does for types with a status subresource; `binding` changes both.
+        """
+        meta = new["metadata"]
+        for field in ("uid", "creationTimestamp", "deletionTimestamp", "generation"):
+            if field in current["metadata"]:
+                meta[field] = current["metadata"][field]
+            else:
+                meta.pop(field, None)
+        meta["namespace"] = current["metadata"].get("namespace")
+        if not rtype.namespaced:
+            meta.pop("namespace")
+        new["apiVersion"], new["kind"] = rtype.api_version, rtype.kind
+        meta["resourceVersion"] = current["metadata"]["resourceVersion"]
+        if subresource == "status":
+            merged = copy.deepcopy(current)
+            if "status" in new:
+                merged["status"] = new["status"]
+            else:
+                merged.pop("status", None)
+            return merged
+        if not subresource and "status" in rtype.subresources:
+            if "status" in current:
+                new["status"] = current["status"]
+            else:
+                new.pop("status", None)
+        return new
+
+    def _commit(self, rtype: ResourceType, key: tuple[str, str], new: Obj, old: Obj | None) -> Obj:
+        self._rv += 1
+        new["metadata"]["resourceVersion"] = str(self._rv)
+        new["metadata"].setdefault("uid", str(uuid.uuid4()))
+        new["metadata"].setdefault("creationTimestamp", _now())
+        new["apiVersion"], new["kind"] = rtype.api_version, rtype.kind
+        self._objects[rtype.key][key] = new
+        self._record(Change(self._rv, "MODIFIED" if old else "ADDED", rtype.key, new, old))
+        return new
+
+    def _record(self, change: Change) -> None:
+        if self._history.maxlen is not None and len(self._history) == self._history.maxlen:
+            self._compacted = self._history[0].rv
+        self._history.append(change)
+        self._cond.notify_all()
+
+
+__all__ = ["Change", "Obj", "Store"]

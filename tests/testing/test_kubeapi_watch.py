@@ -1,0 +1,207 @@
+"""List + watch through `kubernetes.watch.Watch`: initial state, resume, 410, bookmarks, selectors."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+
+from hami.testing.kubeapi import KubeAPIServer
+
+
+def _collect(stream: Any, until: Callable[[list[dict[str, Any]]], bool]) -> list[dict[str, Any]]:
+    """Read events until `until(events)` holds or the stream ends (always bounded by timeoutSeconds)."""
+    events: list[dict[str, Any]] = []
+    for event in stream:
+        events.append(event)
+        if until(events):
+            break
+    return events
+
+
+def _summary(events: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(e["type"], e["raw_object"]["metadata"].get("name", "")) for e in events]
+
+
+def _wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.01)
+
+
+def test_watch_without_rv_starts_with_current_state_then_changes(
+    kube_client: client.ApiClient, kube_api: KubeAPIServer
+) -> None:
+    v1 = client.CoreV1Api(kube_client)
+    v1.create_node({"metadata": {"name": "a"}})
+    w = watch.Watch()
+    stream = w.stream(v1.list_node, timeout_seconds=10)
+    first = next(stream)
+    assert (first["type"], first["object"].metadata.name) == ("ADDED", "a")
+
+    def writer() -> None:
+        _wait_for(lambda: kube_api.requests.count(method="GET", path="/api/v1/nodes", watch="true") == 1)
+        v1.create_node({"metadata": {"name": "b"}})
+        v1.patch_node("a", {"metadata": {"labels": {"x": "1"}}})
+        v1.delete_node("b")
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    events = _collect(stream, lambda ev: len(ev) == 3)
+    w.stop()
+    thread.join(timeout=10)
+    assert _summary(events) == [("ADDED", "b"), ("MODIFIED", "a"), ("DELETED", "b")]
+    assert events[1]["object"].metadata.labels == {"x": "1"}
+
+
+def test_list_then_watch_resumes_from_list_resource_version(kube_client: client.ApiClient) -> None:
+    v1 = client.CoreV1Api(kube_client)
+    v1.create_namespaced_pod("default", {"metadata": {"name": "old"}, "spec": {"containers": []}})
+    listed = v1.list_namespaced_pod("default")
+    v1.create_namespaced_pod("default", {"metadata": {"name": "new"}, "spec": {"containers": []}})
+    v1.patch_namespaced_pod("old", "default", {"metadata": {"labels": {"a": "b"}}})
+    events = _collect(
+        watch.Watch().stream(v1.list_namespaced_pod, "default",
+                             resource_version=listed.metadata.resource_version, timeout_seconds=1),
+        lambda ev: len(ev) == 2)
+    assert _summary(events) == [("ADDED", "new"), ("MODIFIED", "old")]
+    # Resuming from the rv of the last event replays nothing more.
+    last_rv = events[-1]["object"].metadata.resource_version
+    more = list(watch.Watch().stream(v1.list_namespaced_pod, "default", resource_version=last_rv,
+                                     timeout_seconds=1))
+    assert more == []
+
+
+def test_too_old_resource_version_gets_410_expired(kube_client: client.ApiClient) -> None:
+    with KubeAPIServer(history=3) as small:
+        config = client.Configuration()
+        config.host = small.url
+        with client.ApiClient(config) as api:
+            v1 = client.CoreV1Api(api)
+            rv = v1.create_node({"metadata": {"name": "n"}}).metadata.resource_version
+            for i in range(5):
+                v1.patch_node("n", {"metadata": {"labels": {"i": str(i)}}})
+            with pytest.raises(ApiException) as err:
+                # timeout_seconds disables the client's single retry, so the 410 surfaces as is.
+                list(watch.Watch().stream(v1.list_node, resource_version=rv, timeout_seconds=5))
+            assert err.value.status == 410
+            assert "Expired: too old resource version" in str(err.value.reason)
+            raw = v1.list_node(watch=True, resource_version=rv, timeout_seconds=5, _preload_content=False)
+            assert raw.status == 200  # the real API reports expiry inside the stream
+            error = json.loads(raw.data.splitlines()[0])
+            assert error["type"] == "ERROR"
+            assert error["object"] == {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                                       "status": "Failure", "reason": "Expired", "code": 410,
+                                       "message": error["object"]["message"]}
+
+
+def test_compact_expires_every_older_resource_version(kube_client: client.ApiClient,
+                                                      kube_api: KubeAPIServer) -> None:
+    v1 = client.CoreV1Api(kube_client)
+    rv = v1.create_node({"metadata": {"name": "n"}}).metadata.resource_version
+    v1.patch_node("n", {"metadata": {"labels": {"a": "1"}}})
+    kube_api.store.compact()
+    with pytest.raises(ApiException) as err:
+        list(watch.Watch().stream(v1.list_node, resource_version=rv, timeout_seconds=5))
+    assert err.value.status == 410
+    current = v1.list_node().metadata.resource_version
+    assert list(watch.Watch().stream(v1.list_node, resource_version=current, timeout_seconds=1)) == []
+
+
+def test_timeout_seconds_ends_the_stream(kube_client: client.ApiClient, kube_api: KubeAPIServer) -> None:
+    v1 = client.CoreV1Api(kube_client)
+    rv = v1.list_node().metadata.resource_version
+    assert list(watch.Watch().stream(v1.list_node, resource_version=rv, timeout_seconds=1)) == []
+    assert kube_api.requests.count(path="/api/v1/nodes", watch="true", timeoutSeconds="1") == 1
+
+
+def test_bookmarks_carry_the_current_resource_version(kube_client: client.ApiClient) -> None:
+    with KubeAPIServer(bookmark_interval=0.05) as server:
+        config = client.Configuration()
+        config.host = server.url
+        with client.ApiClient(config) as api:
+            v1 = client.CoreV1Api(api)
+            v1.create_node({"metadata": {"name": "n"}})
+            rv = v1.list_node().metadata.resource_version
+            server.store.put({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}})
+            w = watch.Watch()
+            events = _collect(w.stream(v1.list_node, resource_version=rv, allow_watch_bookmarks=True,
+                                       timeout_seconds=10), lambda ev: ev[-1]["type"] == "BOOKMARK")
+            w.stop()
+            assert [e["type"] for e in events] == ["BOOKMARK"]
+            assert int(events[0]["raw_object"]["metadata"]["resourceVersion"]) == int(rv) + 1
+            assert w.resource_version == str(int(rv) + 1)
+
+
+def test_send_initial_events_ends_with_marked_bookmark(kube_client: client.ApiClient) -> None:
+    v1 = client.CoreV1Api(kube_client)
+    v1.create_node({"metadata": {"name": "n"}})
+    events = _collect(watch.Watch().stream(v1.list_node, send_initial_events=True,
+                                           resource_version_match="NotOlderThan", resource_version="",
+                                           allow_watch_bookmarks=True, timeout_seconds=5),
+                      lambda ev: ev[-1]["type"] == "BOOKMARK")
+    assert [e["type"] for e in events] == ["ADDED", "BOOKMARK"]
+    assert events[1]["raw_object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
+
+
+def test_selector_watch_sees_objects_enter_and_leave(kube_client: client.ApiClient) -> None:
+    v1 = client.CoreV1Api(kube_client)
+    v1.create_namespaced_pod("default", {"metadata": {"name": "p", "labels": {"gpu": "no"}},
+                                         "spec": {"containers": []}})
+    v1.create_namespaced_pod("default", {"metadata": {"name": "q", "labels": {"gpu": "yes"}},
+                                         "spec": {"containers": []}})
+    rv = v1.list_namespaced_pod("default").metadata.resource_version
+    v1.patch_namespaced_pod("p", "default", {"metadata": {"labels": {"gpu": "yes"}}})   # enters
+    v1.patch_namespaced_pod("q", "default", {"metadata": {"labels": {"gpu": "gone"}}})  # leaves
+    v1.patch_namespaced_pod("q", "default", {"metadata": {"labels": {"other": "1"}}})   # unseen
+    v1.create_namespaced_pod("kube-system", {"metadata": {"name": "r", "labels": {"gpu": "yes"}},
+                                             "spec": {"containers": []}})  # other namespace
+    events = list(watch.Watch().stream(v1.list_namespaced_pod, "default", label_selector="gpu=yes",
+                                       resource_version=rv, timeout_seconds=1))
+    assert _summary(events) == [("ADDED", "p"), ("DELETED", "q")]
+
+
+def test_field_selector_watch_on_node_name(kube_client: client.ApiClient) -> None:
+    v1 = client.CoreV1Api(kube_client)
+    rv = v1.list_pod_for_all_namespaces().metadata.resource_version
+    for name in ("a", "b"):
+        v1.create_namespaced_pod("default", {"metadata": {"name": name}, "spec": {"containers": []}})
+    v1.create_namespaced_pod_binding("a", "default", {"metadata": {"name": "a"}, "target": {"name": "gpu-1"}},
+                                     _preload_content=False)
+    events = list(watch.Watch().stream(v1.list_pod_for_all_namespaces, field_selector="spec.nodeName=gpu-1",
+                                       resource_version=rv, timeout_seconds=1))
+    assert _summary(events) == [("ADDED", "a")]
+    unscheduled = v1.list_pod_for_all_namespaces(field_selector="spec.nodeName=")
+    assert [p.metadata.name for p in unscheduled.items] == ["b"]
+
+
+def test_server_stop_ends_watches_cleanly() -> None:
+    server = KubeAPIServer().start()
+    config = client.Configuration()
+    config.host = server.url
+    with client.ApiClient(config) as api:
+        v1 = client.CoreV1Api(api)
+        rv = v1.list_node().metadata.resource_version
+        outcome: list[Any] = []
+
+        def run() -> None:
+            try:
+                outcome.append(list(watch.Watch().stream(v1.list_node, resource_version=rv,
+                                                         timeout_seconds=60)))
+            except Exception as exc:  # recorded so the assertion below names it
+                outcome.append(exc)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        _wait_for(lambda: server.requests.count(watch="true") == 1)
+        server.stop()
+        thread.join(timeout=10)
+        assert not thread.is_alive()
+        assert outcome == [[]]  # a clean end of stream: no events, no protocol error
