@@ -1,0 +1,170 @@
+"""The API client every daemon uses: the official ``ApiClient``, rate limited and instrumented.
+
+``new_api_client`` returns a ``kubernetes.client.ApiClient`` (so ``CoreV1Api(client)`` and friends
+work as usual) whose REST layer is ``LimitedRESTClient``. Every request, typed or raw, goes through
+it, and so through the token bucket, the client-go metrics and the default timeout.
+
+As in client-go, the limiter wait comes before the request's timeout starts, so a throttled client
+does not time out requests it has not sent yet. urllib3 retries are turned off: one counted request
+is one HTTP attempt, and a timeout is not silently multiplied (client-go does not retry them either).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import threading
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+import urllib3
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client import rest
+from prometheus_client import CollectorRegistry
+
+from hami.core.kube.metrics import ERROR_CODE, KubeMetrics, kube_metrics
+from hami.core.kube.options import KubeOptions
+from hami.core.kube.ratelimit import Clock, SystemClock, TokenBucket, effective_limits
+
+log = logging.getLogger(__name__)
+
+# client-go logs throttling over 50 ms at -v=3, and over 1 s at the default level (rate limited).
+LONG_THROTTLE = 0.05
+EXTRA_LONG_THROTTLE = 1.0
+_EXTRA_LONG_LOG_INTERVAL = 10.0
+
+
+class KubeConfigError(Exception):
+    """No usable cluster configuration was found."""
+
+
+class LimitedRESTClient(rest.RESTClientObject):  # type: ignore[misc]
+    """REST layer that waits for a token, applies the default timeout and records metrics."""
+
+    def __init__(
+        self,
+        configuration: Any,
+        limiter: TokenBucket | None,
+        metrics: KubeMetrics,
+        timeout: float | None,
+        clock: Clock | None = None,
+    ) -> None:
+        super().__init__(configuration)
+        self.clock: Clock = clock or SystemClock()
+        self.limiter = limiter
+        self.metrics = metrics
+        self.timeout = timeout
+        self._log_lock = threading.Lock()
+        self._last_extra_long_log = float("-inf")
+
+    def request(
+        self,
+        method: str,
+        url: str,
+        headers: Any = None,
+        body: Any = None,
+        post_params: Any = None,
+        _request_timeout: Any = None,
+    ) -> Any:
+        verb = method.upper()
+        host = urlsplit(url).netloc
+        self._throttle(verb, host, url)
+        timeout = self.timeout if _request_timeout is None else _request_timeout
+        start = time.monotonic()
+        code = ERROR_CODE
+        try:
+            response = super().request(
+                method, url, headers=headers, body=body, post_params=post_params,
+                _request_timeout=timeout,
+            )
+            code = str(response.status)
+            return response
+        finally:
+            self.metrics.request_duration.labels(verb, host).observe(time.monotonic() - start)
+            self.metrics.requests.labels(code, verb, host).inc()
+
+    def _throttle(self, verb: str, host: str, url: str) -> None:
+        if self.limiter is None:
+            self.metrics.rate_limiter_duration.labels(verb, host).observe(0.0)
+            return
+        start = self.clock.monotonic()
+        self.limiter.wait()
+        waited = self.clock.monotonic() - start
+        self.metrics.rate_limiter_duration.labels(verb, host).observe(waited)
+        if waited <= LONG_THROTTLE:
+            return
+        message = (
+            f"Waited for {_go_duration(waited)} due to client-side throttling, "
+            f"not priority and fairness, request: {verb}:{url}"
+        )
+        log.debug(message)
+        if waited > EXTRA_LONG_THROTTLE:
+            with self._log_lock:
+                now = time.monotonic()
+                if now - self._last_extra_long_log < _EXTRA_LONG_LOG_INTERVAL:
+                    return
+                self._last_extra_long_log = now
+            log.info(message)
+
+
+def _go_duration(seconds: float) -> str:
+    """A duration as Go prints one, to the millisecond ("1.234s", "150ms")."""
+    if seconds >= 1:
+        return f"{seconds:.3f}".rstrip("0").rstrip(".") + "s"
+    return f"{seconds * 1000:.0f}ms"
+
+
+def load_configuration(opts: KubeOptions) -> Any:
+    """A ``kubernetes.client.Configuration`` from the host, a kubeconfig file, or the pod's account."""
+    cfg = k8s.Configuration()
+    if opts.host:
+        cfg.host = opts.host.rstrip("/")
+        return cfg
+    path = opts.resolved_kubeconfig()
+    if path:
+        k8s_config.load_kube_config(
+            config_file=path, context=opts.context, client_configuration=cfg, persist_config=False
+        )
+        return cfg
+    try:
+        k8s_config.load_incluster_config(client_configuration=cfg)
+        return cfg
+    except k8s_config.ConfigException as in_cluster_error:
+        home = os.path.expanduser("~/.kube/config")
+        if not os.path.exists(home):
+            raise KubeConfigError(
+                "no Kubernetes configuration: set --kubeconfig or $KUBECONFIG, or run in a pod "
+                f"with a service account ({in_cluster_error})"
+            ) from in_cluster_error
+        k8s_config.load_kube_config(
+            config_file=home, context=opts.context, client_configuration=cfg, persist_config=False
+        )
+        return cfg
+
+
+def new_api_client(
+    opts: KubeOptions,
+    registry: CollectorRegistry | None = None,
+    configuration: Any = None,
+    clock: Clock | None = None,
+) -> Any:
+    """An ``ApiClient`` limited to ``opts.qps``/``opts.burst`` with ``opts.timeout`` on every request.
+
+    Metrics go to ``registry`` (default: the global REGISTRY). ``configuration`` overrides the
+    cluster lookup (it is copied, never modified). ``clock`` drives the limiter (tests).
+    """
+    cfg = load_configuration(opts) if configuration is None else copy.deepcopy(configuration)
+    cfg.retries = urllib3.util.Retry(total=0, redirect=False)
+    metrics = kube_metrics(registry)
+    limits = effective_limits(opts.qps, opts.burst)
+    limiter = None if limits is None else TokenBucket(*limits, clock=clock)
+    metrics.qps.set(opts.qps if limits is None else limits[0])
+    metrics.burst.set(opts.burst if limits is None else limits[1])
+    api = k8s.ApiClient(cfg)
+    api.rest_client.close()
+    api.rest_client = LimitedRESTClient(cfg, limiter, metrics, opts.timeout or None, clock)
+    api.user_agent = opts.user_agent
+    return api
