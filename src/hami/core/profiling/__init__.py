@@ -1,0 +1,42 @@
+"""Go-compatible `/debug/pprof/` for our daemons, behind `--profiling`.
+
+The seed's commands work unchanged (seed 002)::
+
+    go tool pprof http://HOST:PORT/debug/pprof/profile?seconds=30   # then: top, list FUNC
+    go tool pprof https+insecure://HOST/debug/pprof/heap            # or allocs
+    curl 'http://HOST:PORT/debug/pprof/goroutine?debug=2'
+
+`profile` (cpu.py), `heap`/`allocs` (heap.py) and `goroutine` (threads.py) answer gzipped
+profile.proto; function names are `module.qualname` and files are absolute paths, so pprof's
+`list` shows the Python source where it is installed.
+
+Component-facing API::
+
+    from hami.core.profiling import add_profiling_flag
+    add_profiling_flag(parser)                       # --profiling (default off)
+    serve_metrics(..., profiling=args.profiling)     # mounts /debug/pprof/, starts tracemalloc
+
+`start_profiling()` and `make_pprof_app()` are what `hami.core.serve` uses; call them directly
+only to mount pprof on another WSGI server.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from hami.core.profiling.app import PPROF_PREFIX, make_pprof_app
+from hami.core.profiling.heap import start_tracing
+
+__all__ = ["PPROF_PREFIX", "add_profiling_flag", "make_pprof_app", "start_profiling"]
+
+
+def add_profiling_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--profiling", action="store_true", default=False,
+        help="serve /debug/pprof/ (CPU, heap, allocs, goroutine) and trace allocations with tracemalloc",
+    )
+
+
+def start_profiling() -> None:
+    """Start allocation tracing (idempotent); CPU and thread profiles need no set-up."""
+    start_tracing()
