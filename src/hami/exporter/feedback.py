@@ -149,7 +149,9 @@ class FeedbackLoop:
         lister: ContainerLister,
         pod_uids: Callable[[], set[str] | None],
         interval_s: float = TICK_S,
+        on_update: Callable[[list[str]], None] = lambda errors: None,
     ) -> None:
+        self._on_update = on_update
         self._lister = lister
         self._pod_uids = pod_uids
         self._interval = interval_s
@@ -158,10 +160,11 @@ class FeedbackLoop:
 
     def tick(self) -> None:
         try:
-            self._lister.update(self._pod_uids())
+            result = self._lister.update(self._pod_uids())
         except OSError as err:
             log.error("Failed to update container list: %s", err)
             return
+        self._on_update(result.errors)
         feedback_tick(self._lister)
 
     def _run(self) -> None:

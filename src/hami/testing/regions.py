@@ -213,6 +213,10 @@ class RegionWriter:
             else:
                 i += 1
 
+    def pids(self) -> list[int]:
+        """The pid of each slot in ``[0, proc_num)``, in slot order."""
+        return [int(self._r.procs[i].pid) for i in range(int(self._r.proc_num))]
+
     def change_memory(self, slot: int, dev: int, kind: int, delta: int) -> None:
         """add_/rm_gpu_device_memory_usage: ``total`` and one bucket move by ``delta`` (mod 2^64)."""
         s = self._r.procs[slot]
