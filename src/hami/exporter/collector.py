@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections import Counter
@@ -13,6 +12,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from hami.core import klog
 from hami.core.devices import PodDevices
 from hami.exporter import families
 from hami.exporter.attribution import attribute, pod_labels
@@ -21,7 +21,7 @@ from hami.exporter.families import Counters, HostDevice, NodeView
 from hami.exporter.region import reasons
 from hami.exporter.region.parse import RegionRejected, RegionSnapshot
 
-log = logging.getLogger(__name__)
+log = klog.get_logger(__name__)
 # kube-scheduler style exponential buckets: the collection of 1,000 containers stays under 50 ms.
 COLLECT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 

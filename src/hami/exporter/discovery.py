@@ -6,7 +6,6 @@ One directory per container, named ``<podUID>_<containerName>``, holding the reg
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import threading
@@ -14,10 +13,11 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from hami.core import klog
 from hami.exporter.region.mapped import MappedRegion
 from hami.exporter.region.parse import RegionRejected
 
-log = logging.getLogger(__name__)
+log = klog.get_logger(__name__)
 
 
 def parse_dir_name(name: str) -> tuple[str, str] | None:
@@ -179,4 +179,3 @@ class ContainerLister:
         with self.lock:
             for name in list(self._containers):
                 self._drop(name)
-

@@ -6,18 +6,18 @@ applies its writes to the mapped files on a 5 s ticker, after rescanning the con
 
 from __future__ import annotations
 
-import logging
 import struct
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from hami.core import klog
 from hami.exporter.discovery import ContainerLister
 from hami.exporter.region.layout import MAX_DEVICES, UUID_LEN, Layout
 from hami.exporter.region.mapped import MappedRegion
 
-log = logging.getLogger(__name__)
+log = klog.get_logger(__name__)
 TICK_S = 5.0
 _I32 = struct.Struct("<i")
 
@@ -82,17 +82,17 @@ def observe(states: Sequence[FeedbackState]) -> list[FeedbackWrite]:
         rk = kernel[c.key]
         blocking = _blocking(uts, c.priority, c.uuids)
         if blocking and rk >= 0:
-            log.debug("Setting Blocking to on %s", c.key)
+            log.v(5).info("Setting Blocking to on %s", c.key)
             writes.append(FeedbackWrite(c.key, "recent_kernel", -1))
         elif not blocking and rk < 0:
-            log.debug("Setting Blocking to off %s", c.key)
+            log.v(5).info("Setting Blocking to off %s", c.key)
             writes.append(FeedbackWrite(c.key, "recent_kernel", 0))
         if _contended(uts, c.priority, c.uuids):
             if c.utilization_switch != 1:
-                log.debug("Setting UtilizationSwitch to on %s", c.key)
+                log.v(5).info("Setting UtilizationSwitch to on %s", c.key)
                 writes.append(FeedbackWrite(c.key, "utilization_switch", 1))
         elif c.utilization_switch != 0:
-            log.debug("Setting UtilizationSwitch to off %s", c.key)
+            log.v(5).info("Setting UtilizationSwitch to off %s", c.key)
             writes.append(FeedbackWrite(c.key, "utilization_switch", 0))
     return writes
 
@@ -173,7 +173,7 @@ class FeedbackLoop:
             try:
                 self.tick()
             except Exception:  # the loop must outlive any one bad tick
-                log.exception("feedback tick failed")
+                log.error("feedback tick failed", exc_info=True)
             self._stop.wait(self._interval)
 
     def start(self) -> None:

@@ -8,16 +8,16 @@ does, spec §C.9).
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections import Counter
 from collections.abc import Callable
 from typing import TypeVar
 
+from hami.core import klog
 from hami.core.nvml import EVENT_XID_CRITICAL, Nvml, NvmlDevice, NvmlError
 from hami.exporter.families import HostDevice, MigIdentity, registered_type
 
-log = logging.getLogger(__name__)
+log = klog.get_logger(__name__)
 IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})  # application errors, never a GPU fault
 T = TypeVar("T")
 
