@@ -64,9 +64,9 @@ def percentile(samples: list[float], q: float) -> float:
 
 
 def run(calls: int, pending: int, nagle: bool) -> None:
-    # The emulator's handler leaves Nagle on: on a kept-alive connection every response then stalls
-    # ~40 ms on the client's delayed ACK, which a real API server does not do. socketserver's own
-    # switch turns it off unless --emulator-nagle asks to measure the stall too.
+    # With Nagle on, every response on a kept-alive connection stalls ~40 ms on the client's delayed
+    # ACK, which a real API server does not do; the emulator turns it off, --emulator-nagle shows
+    # what the stall costs (three API round trips per Allocate).
     _Handler.disable_nagle_algorithm = not nagle
     work = Path(tempfile.mkdtemp(prefix="dpb", dir="/tmp"))
     api = KubeAPIServer().start()
