@@ -21,7 +21,7 @@ lint: venv
 
 typecheck: venv
 	$(VENV)/bin/mypy
-	$(VENV)/bin/mypy --strict --explicit-package-bases alerts dashboards
+	$(VENV)/bin/mypy --strict --explicit-package-bases alerts dashboards scripts
 
 imports: venv
 	$(VENV)/bin/lint-imports
@@ -37,6 +37,7 @@ proto: venv
 generate: venv
 	$(PY) -m alerts.generate
 	$(PY) -m dashboards.generate
+	$(PY) scripts/gen_metrics_doc.py
 
 demo: venv
 	$(PY) -m hami.testing.demo
