@@ -72,4 +72,4 @@ def fit_one(devices: tuple[DeviceInfo, ...], container: dict[str, Any], *,
     picks = fit_devices(view, (view.used, view.umem, view.ucores), req, ctx, ())
     if isinstance(picks, str):
         return picks
-    return [view.devs[p].id for p, _, _ in picks]
+    return [view.devs[p].id for p, _, _, _ in picks]
