@@ -5,12 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tests.scheduler.builders import A100_40GB_PROFILES, dev, mig_dev, node, pod, res
 
 from hami.core.devices import ContainerDevice, DeviceInfo, MigAllocation, MigPlacement
 from hami.scheduler import mig
+from hami.scheduler.device_config import NvidiaConfig
 from hami.scheduler.filter import FilterConfig, commit, filter_pod
 from hami.scheduler.mig import unreserved
+from hami.scheduler.requests import pod_requests
 from hami.scheduler.usage import DeviceShare, PodAllocation, UsageIndex
 
 # A reservation held by another pod: (uuid, profile, placement start, placement size, MiB).
@@ -156,3 +160,63 @@ def test_select_and_overlap() -> None:
     assert mig.select(profiles, [MigPlacement(0, 8)], 1) is None
     assert mig.select(profiles, [], 50000) is None
     assert mig.select(profiles, [MigPlacement(0, 4)], 19968) == ("3g.20gb", 19968, MigPlacement(4, 4))
+
+
+@st.composite
+def mig_pods(draw: st.DrawFn, uid: str) -> dict[str, Any]:
+    def container() -> dict[str, Any]:
+        if draw(st.booleans()):
+            return res(draw(st.integers(1, 3)), pct=draw(st.integers(1, 100)))
+        return res(draw(st.integers(1, 3)), draw(st.integers(1, 41000)))
+    apps = [container() for _ in range(draw(st.integers(1, 2)))]
+    inits = tuple(container() for _ in range(draw(st.integers(0, 1))))
+    return pod(*apps, init=inits, uid=uid,
+               annotations={"hami.io/gpu-scheduler-policy": draw(st.sampled_from(["spread", "binpack"]))})
+
+
+@st.composite
+def mig_cards(draw: st.DrawFn) -> tuple[list[DeviceInfo], UsageIndex]:
+    """Up to three A100s in MIG mode, each with a random set of valid existing reservations."""
+    cards = [mig_dev(f"m{i}", index=i) for i in range(draw(st.integers(1, 3)))]
+    index = UsageIndex()
+    for card in cards:
+        held: list[MigPlacement] = []
+        for _ in range(draw(st.integers(0, 4))):
+            profile = draw(st.sampled_from(A100_40GB_PROFILES))
+            choice = mig.select((profile,), held, 0)
+            if choice is not None:
+                held.append(choice[2])
+                alloc = MigAllocation(0, 0, card.id, profile.name, choice[2])
+                index.add(PodAllocation(f"h-{card.id}-{len(held)}", "other", "h", "n",
+                                        (DeviceShare(card.id, 0, 0),), (alloc,), frozenset()))
+    return cards, index
+
+
+@settings(max_examples=200, deadline=None)
+@given(mig_cards(), st.lists(mig_pods(uid="x"), min_size=1, max_size=4))
+def test_mig_placements_never_overlap_and_profiles_fit(
+    cluster: tuple[list[DeviceInfo], UsageIndex], sequence: list[dict[str, Any]],
+) -> None:
+    cards, index = cluster
+    nodes = [node("n", *cards)]
+    profiles = {p.name: p for p in A100_40GB_PROFILES}
+    for i, the_pod in enumerate(sequence):
+        the_pod["metadata"]["uid"] = f"pod-{i}"
+        result = filter_pod(the_pod, nodes, index, None, FilterConfig())
+        if result.node is None:
+            continue
+        reqs, _ = pod_requests(the_pod, NvidiaConfig())
+        for a in result.mig:
+            req = reqs[a.container_index]
+            assert req is not None
+            wanted = req.memreq or 40960 * req.mem_percentage // 100
+            profile = profiles[a.profile]
+            assert profile.memory_mb >= wanted, "a profile was chosen that the memory does not fit"
+            assert a.placement in profile.placements
+            assert result.devices[a.container_index][a.device_index].usedmem == profile.memory_mb
+        assert len(result.mig) == sum(len(c) for c in result.devices), "every MIG device has a placement"
+        commit(result, index, None)
+    for card in cards:
+        held = [a.placement for alloc in index.pods() for a in alloc.mig if a.gpu_uuid == card.id]
+        for j, a in enumerate(held):
+            assert not any(mig.overlaps(a, b) for b in held[j + 1:]), f"overlapping placements on {card.id}"
