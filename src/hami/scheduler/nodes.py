@@ -83,7 +83,8 @@ class NodeView:
         self.used = tuple(u[0] for u in per_dev)
         self.umem = tuple(u[1] for u in per_dev)
         self.ucores = tuple(u[2] for u in per_dev)
-        # Cards that pass Fit's request-independent checks (health, cordon, MIG, split count).
+        # Cards that pass Fit's request-independent checks (health, cordon, split count); MIG cards
+        # need a placement, so the quick scan leaves them to the full Fit.
         self.avail = tuple(
             i for i in self.nvidia
             if self.devs[i].health and not self.devs[i].cordoned and not self.devs[i].mig
