@@ -4,16 +4,39 @@ from __future__ import annotations
 
 from typing import Any
 
-from hami.core.devices import DeviceInfo
+from hami.core.devices import DeviceInfo, MigPlacement, MigProfile
 from hami.scheduler.nodes import NodeState
 from hami.scheduler.usage import DeviceShare, PodAllocation, UsageIndex
 
 
 def dev(uuid: str, mem: int = 8000, *, count: int = 10, cores: int = 100, type: str = "NVIDIA",
         numa: int = 0, health: bool = True, index: int = 0, mode: str = "hami-core",
-        pair: dict[str, int] | None = None) -> DeviceInfo:
+        pair: dict[str, int] | None = None, profiles: tuple[MigProfile, ...] = ()) -> DeviceInfo:
     return DeviceInfo(id=uuid, index=index, count=count, devmem=mem, devcore=cores, type=type, numa=numa,
-                      mode=mode, health=health, device_vendor="NVIDIA", pair_score=pair or {})
+                      mode=mode, health=health, mig_profiles=profiles, device_vendor="NVIDIA",
+                      pair_score=pair or {})
+
+
+def _profile(name: str, shape: tuple[int, int, int], starts: tuple[int, ...], size: int) -> MigProfile:
+    mem, core, slices = shape
+    return MigProfile(name, mem, core, slices, tuple(MigPlacement(s, size) for s in starts))
+
+
+# An A100-SXM4-40GB's GPU-instance profiles as NVML reports them (placements in 1/8 memory slices).
+A100_40GB_PROFILES = (
+    _profile("1g.5gb", (4864, 14, 1), (0, 1, 2, 3, 4, 5, 6), 1),
+    _profile("2g.10gb", (9984, 28, 2), (0, 2, 4), 2),
+    _profile("3g.20gb", (19968, 42, 3), (0, 4), 4),
+    _profile("4g.20gb", (19968, 57, 4), (0,), 4),
+    _profile("7g.40gb", (40192, 100, 7), (0,), 8),
+)
+
+
+def mig_dev(uuid: str, *, index: int = 0, profiles: tuple[MigProfile, ...] = A100_40GB_PROFILES,
+            health: bool = True) -> DeviceInfo:
+    """An A100-40GB in ``mig`` mode as the device plugin registers it (count = most instances)."""
+    return dev(uuid, 40960, count=7, index=index, mode="mig", type="NVIDIA A100-SXM4-40GB",
+               health=health, profiles=profiles)
 
 
 def node(name: str, *devices: DeviceInfo, cordoned: tuple[str, ...] = ()) -> NodeState:
@@ -72,4 +95,4 @@ def fit_one(devices: tuple[DeviceInfo, ...], container: dict[str, Any], *,
     picks = fit_devices(view, (view.used, view.umem, view.ucores), req, ctx, ())
     if isinstance(picks, str):
         return picks
-    return [view.devs[p].id for p, _, _ in picks]
+    return [view.devs[p].id for p, _, _, _ in picks]

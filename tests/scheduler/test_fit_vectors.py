@@ -78,7 +78,7 @@ FIT_VECTORS: list[Row] = [
     ("TestFit_TopologyTooFew", (dev("a"), dev("b", index=1, health=False)), res(2, 1000), (), {},
      "topology-aware", (), "1/2 AllocatedCardsInsufficientRequest, 1/2 CardNotHealth"),
     ("TestCustomFilterRule_NonMig", (dev("g0"),), res(1, 1000), (), {}, "spread", (), ["g0"]),
-    ("TestFit_MigCardNeverHandedOutBlindly", (dev("g0", mode="mig"),), res(1, 1000), (), {}, "spread", (),
+    ("TestFit_MigCardWithoutProfiles", (dev("g0", mode="mig"),), res(1, 1000), (), {}, "spread", (),
      "1/1 CardMigTopologyInfeasible"),
 ]
 

@@ -18,8 +18,12 @@ Decisions on the quirks of spec §4.9 and other divergences from HAMi v2.10:
   typed ``NVIDIA``) exercise; production HAMi never matches ``NVIDIA`` with a model name and so
   scores usage only. This changes which card is tried first only between cards of different
   sizes; it never changes whether a node fits.
-- Per-visit reason counts on revisited MIG cards — NOT REACHABLE: MIG cards are never handed out
-  (below), so each card is counted once.
+- Per-visit reason counts on revisited MIG cards — FIXED: a ``mig`` card that gave a container an
+  instance is examined again for the next one (HAMi's ``i++``), but when that re-examination fails
+  it is not counted as a rejection, and ``AllocatedCardsInsufficientRequest``/``NumaNotFit`` count
+  distinct cards, not instances. So every card is counted exactly once and ``n/total`` never
+  exceeds the card count (HAMi can print ``3/1 AllocatedCardsInsufficientRequest``). Unchanged
+  for ``hami-core`` cards, which are never revisited.
 - ``Coresreq > 100`` clamp persisting for later cards — REPRODUCED (it is harmless: every card
   would clamp the same way). Topology requests never decrement Nums — REPRODUCED (it is how
   topology-aware collects every candidate).
@@ -28,9 +32,17 @@ Decisions on the quirks of spec §4.9 and other divergences from HAMi v2.10:
   elements is an insertion sort, i.e. stable, like Python's).
 - Empty entries in use-/nouse-gputype lists (``"A100,"``) are ignored; in HAMi an empty entry is
   a substring of every model and would silently allow everything.
-- MIG — NOT MODELLED: placement of MIG profiles (``CardMigTopologyInfeasible`` rule) needs the
-  mig-allocations reservations; until then a card in ``mig`` mode is always rejected with
-  ``CardMigTopologyInfeasible`` rather than handed out without a placement.
+- MIG profile choice (``mig``): the smallest profile (memory, then slice count) whose memory
+  covers the resolved request and that has a registered placement overlapping nothing in use;
+  the device entry's ``Usedmem`` is the profile's memory (the instance holds all of it). Cores
+  are accounted as requested, so HAMi's exclusivity rules (gpucores=100) apply to MIG cards too.
+- MIG placements across init and app containers — CHANGED: HAMi fits each init container on a
+  fresh copy of the node, so an init and an app container could be given overlapping
+  placements that the device plugin cannot both create. Here every placement chosen for the
+  pod (init containers included) is in use for its later containers; slot, memory and core
+  accounting keep HAMi's init/app peak rule.
+- MIG reservations (§6.2): an undecodable ``hami.io/vgpu-mig-allocations`` counts as no
+  reservation, so the card is taken out of service (unknown placement) rather than overbooked.
 - Devices are placed only on the chosen node (``FilterResult.devices``); HAMi computes them for
   every fitting node and discards all but one. Whether a node fits is decided by an order-free
   scan when order cannot matter (no numa-bind, topology or quota, at most one requesting app

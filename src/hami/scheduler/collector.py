@@ -19,6 +19,7 @@ from hami.core.serve import build_info
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor, describe_families
 from hami.scheduler.metrics import SchedulerMetrics
 from hami.scheduler.state import NODE_STATES, ClusterState, annotations_of, meta_field
+from hami.scheduler.usage import PodAllocation
 
 MIB = 1048576
 ZONE = "vGPU"
@@ -86,6 +87,12 @@ def _allocation_families() -> tuple[tuple[GaugeMetricFamily, ...], list[GaugeMet
     mem_ratio = _g(
         "hami_node_gpu_memory_allocated_ratio", "GPU Memory Allocated Percentage on a certain GPU", _DEV
     )
+    mig_info = _g(
+        "hami_node_gpu_mig_instance_info",
+        "Realized MIG instance identity and scheduler placement",
+        ["node", "device_uuid", "device_index", "mig_uuid", "profile", "gpu_instance_id",
+         "compute_instance_id", "placement_start", "placement_size", "zone"],
+    )
     q_used = _g(
         "hami_resource_quota_used",
         "resourcequota usage for a certain device",
@@ -141,6 +148,11 @@ def _allocation_families() -> tuple[tuple[GaugeMetricFamily, ...], list[GaugeMet
             "vGPU core allocated from a container",
             ["podnamespace", "nodename", "podname", "containeridx", "deviceuuid"],
         ),
+        _g(
+            "nodeGPUMigInstance",
+            "GPU Sharing mode. 0 for hami-core, 1 for mig, 2 for mps",
+            ["nodeid", "deviceuuid", "deviceidx", "migname"],
+        ),
     ]
     current = (
         split,
@@ -151,6 +163,7 @@ def _allocation_families() -> tuple[tuple[GaugeMetricFamily, ...], list[GaugeMet
         core_alloc,
         overview,
         mem_ratio,
+        mig_info,
         q_used,
         q_limit,
         v_mem,
@@ -215,6 +228,7 @@ class StateCollector(Collector):
             core_alloc,
             overview,
             mem_ratio,
+            mig_info,
             q_used,
             q_limit,
             v_mem,
@@ -258,6 +272,7 @@ class StateCollector(Collector):
                 if self.legacy:
                     legacy[7].add_metric([ns, rname, limit], float(entry.used))
             for alloc in self.state.usage.pods():
+                self._mig_instances(alloc, mig_info, legacy[10])
                 for share in alloc.shares:
                     if not share.uuid:
                         continue
@@ -270,6 +285,26 @@ class StateCollector(Collector):
         yield from current
         if self.legacy:
             yield from legacy
+
+    def _mig_instances(
+        self, alloc: PodAllocation, info: GaugeMetricFamily, legacy: GaugeMetricFamily,
+    ) -> None:
+        """One series per MIG reservation the device plugin realised (runtime identity set)."""
+        node = self.state.nodes.get(alloc.node)
+        if node is None or not alloc.mig:
+            return
+        indexes = {d.id: str(d.index) for d in node.devices}
+        for a in alloc.mig:
+            idx = indexes.get(a.gpu_uuid)
+            if not a.mig_uuid or idx is None:
+                continue
+            info.add_metric(
+                [alloc.node, a.gpu_uuid, idx, a.mig_uuid, a.profile, str(a.gpu_instance_id),
+                 str(a.compute_instance_id), str(a.placement.start), str(a.placement.size), ZONE],
+                1.0,
+            )
+            if self.legacy:
+                legacy.add_metric([alloc.node, a.gpu_uuid, idx, f"{a.profile}-{a.gpu_instance_id}"], 1.0)
 
 
 def describe(legacy: bool = False) -> list[MetricDescriptor]:

@@ -11,10 +11,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hami.core.devices import PodDevices
+from hami.core.devices import MigAllocation, PodDevices
 from hami.scheduler import reasons as r
 from hami.scheduler.device_config import NvidiaConfig
-from hami.scheduler.fit import PodContext, fit_node, fits_quickly
+from hami.scheduler.fit import Placed, PodContext, fit_node, fits_quickly
+from hami.scheduler.mig import unreserved
 from hami.scheduler.nodes import NodeState, NodeView
 from hami.scheduler.policy import (
     DEFAULT_GPU_POLICY,
@@ -45,12 +46,14 @@ class FilterResult:
     ``devices`` the pod's devices there (one entry per container, init first); ``fits`` lists
     every fitting node with its score in HAMi's sorted order (chosen last); ``failed`` maps each
     other node to its reason string; ``error`` is set when the pod itself is invalid. Devices are
-    placed only on the chosen node: HAMi computes and then discards them for the others.
+    placed only on the chosen node: HAMi computes and then discards them for the others. ``mig``
+    holds the MIG placements chosen there (``hami.io/vgpu-mig-allocations``), empty when none.
     """
 
     requested: bool
     node: str | None = None
     devices: PodDevices = ()
+    mig: tuple[MigAllocation, ...] = ()
     fits: tuple[tuple[str, float], ...] = ()
     failed: Mapping[str, str] = field(default_factory=dict)
     error: str | None = None
@@ -107,7 +110,7 @@ def filter_pod(
     failed: dict[str, str] = dict.fromkeys(unregistered, r.NODE_UNREGISTERED)
     fits: list[tuple[str, float]] = []
     fitting: dict[str, NodeView] = {}
-    allocations: dict[str, PodDevices] = {}
+    allocations: dict[str, Placed] = {}
     view = usage.view
     quick = ctx.order_free
     for node in nodes:
@@ -129,14 +132,18 @@ def filter_pod(
         return FilterResult(requested=True, failed=failed, replaced=previous)
     ranked = pick_node(options.node_policy or config.node_policy, fits)
     chosen = ranked[-1][0]
-    devices = allocations.get(chosen)
-    if devices is None:
+    placement = allocations.get(chosen)
+    if placement is None:
         placed = fit_node(fitting[chosen], ctx)
         assert not isinstance(placed, str), "a node that passed the quick check must place the pod"
-        devices = placed
-    reservation = PodAllocation(uid, namespace, name, chosen, collapse_init_containers(devices, n_init))
+        placement = placed
+    devices, mig = placement
+    reservation = PodAllocation(
+        uid, namespace, name, chosen, collapse_init_containers(devices, n_init),
+        mig, unreserved(devices, mig),
+    )
     return FilterResult(
-        requested=True, node=chosen, devices=devices, fits=tuple(ranked),
+        requested=True, node=chosen, devices=devices, mig=mig, fits=tuple(ranked),
         failed=failed, reservation=reservation, replaced=previous,
     )
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from hami.core import annotations as ann
 from hami.core import klog
+from hami.core.codec.mig import encode_mig_allocations
 from hami.core.codec.pod_devices import encode_pod_devices
 from hami.core.kube import errors
 from hami.core.kube.patches import patch_pod_metadata
@@ -106,6 +107,8 @@ class FilterService:
             ann.POD_DEVICES_TO_ALLOCATE: devices,
             ann.POD_DEVICES_ALLOCATED: devices,
         }
+        if result.mig:  # §2.1: only when MIG placements were chosen
+            annotations[ann.POD_MIG_ALLOCATIONS] = encode_mig_allocations(result.mig)
         namespace, name = meta_field(pod, "namespace"), meta_field(pod, "name")
         try:
             patch_pod_metadata(

@@ -3,17 +3,21 @@
 Per container, the node's NVIDIA devices are sorted by the GPU policy and walked from the end;
 each card is accepted or rejected with a reason code, in HAMi's check order. The result per node
 is either the pod's devices (one entry per container, init containers first) or a reason string.
+A card in ``mig`` mode also needs a MIG profile with a free placement (``hami.scheduler.mig``); it
+may serve several devices of one container, one instance each (HAMi's ``i++`` revisit).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import combinations
+from typing import NamedTuple
 
-from hami.core.devices import ContainerDevice, ContainerDevices, PodDevices
+from hami.core.devices import ContainerDevice, ContainerDevices, MigAllocation, MigPlacement, PodDevices
 from hami.scheduler import reasons as r
+from hami.scheduler.mig import MigChoice, allocations, select
 from hami.scheduler.nodes import NodeView
 from hami.scheduler.policy import GpuPolicy, Weights, device_sort_key
 from hami.scheduler.quota import QuotaManager
@@ -21,8 +25,18 @@ from hami.scheduler.requests import PERCENT_UNSET, VENDOR, ContainerRequest, Pod
 from hami.scheduler.score import Load, device_scores
 from hami.scheduler.usage import collapse_init_containers, quota_usage
 
-# One accepted card: (position in the view, MiB, cores).
-Pick = tuple[int, int, int]
+# One accepted card: (position in the view, MiB, cores, MIG choice on a ``mig`` card).
+Pick = tuple[int, int, int, MigChoice | None]
+# MIG placements this pod took on each card (by position) in containers fitted before.
+Taken = Mapping[int, Sequence[MigPlacement]]
+_NOTHING_TAKEN: Taken = {}
+
+
+class Placed(NamedTuple):
+    """A pod placed on a node: its devices and the MIG reservations among them."""
+
+    devices: PodDevices
+    mig: tuple[MigAllocation, ...]
 
 
 @dataclass(frozen=True)
@@ -74,7 +88,7 @@ def _quota_ok(ctx: PodContext, view: NodeView, done: Sequence[ContainerDevices],
               tmp: Sequence[Pick], candidate: Pick) -> bool:
     assert ctx.quota is not None
     devs = view.devs
-    current = tuple(ContainerDevice(devs[p].id, VENDOR, m, c) for p, m, c in (*tmp, candidate))
+    current = tuple(ContainerDevice(devs[p].id, VENDOR, m, c) for p, m, c, _ in (*tmp, candidate))
     pod_mem, pod_cores = quota_usage(collapse_init_containers((*done, current), ctx.n_init))
     return ctx.quota.fits(ctx.namespace, pod_mem, pod_cores, ctx.quota_credit)
 
@@ -102,18 +116,33 @@ def _topology_pick(view: NodeView, tmp: list[Pick], want: int) -> list[Pick]:
 
 
 def fit_container(view: NodeView, load: Load, req: ContainerRequest, ctx: PodContext,
-                  done: Sequence[ContainerDevices]) -> list[Pick] | str:
+                  done: Sequence[ContainerDevices], *, taken: Taken = _NOTHING_TAKEN) -> list[Pick] | str:
     """``fitInDevices``: the node-level count check, then NVIDIA ``Fit``."""
     if req.nums > len(view.nvidia) and not (view.any_mig and ctx.mig_request):
         return r.NODE_INSUFFICIENT_DEVICE
-    return fit_devices(view, load, req, ctx, done)
+    return fit_devices(view, load, req, ctx, done, taken=taken)
+
+
+def _mig_choice(view: NodeView, pos: int, mem: int, taken: Taken, tmp: Sequence[Pick]) -> MigChoice | None:
+    """CustomFilterRule (§4.5 step 15): a profile for ``mem`` MiB with a placement still free.
+
+    In use are the card's reservations, this pod's earlier containers' instances and the ones
+    chosen earlier in this container.
+    """
+    d = view.devs[pos]
+    occupied = [*d.occupied, *taken.get(pos, ())]
+    occupied.extend(c[2] for p, _, _, c in tmp if p == pos and c is not None)
+    return select(d.profiles, occupied, mem)
 
 
 def fit_devices(view: NodeView, load: Load, req: ContainerRequest, ctx: PodContext,
-                done: Sequence[ContainerDevices]) -> list[Pick] | str:
+                done: Sequence[ContainerDevices], *, taken: Taken = _NOTHING_TAKEN) -> list[Pick] | str:
     """NVIDIA ``Fit`` for one container: its picks, or the reason string (``GenReason``).
 
-    ``done`` holds the pod's containers fitted so far on this node (for the in-Fit quota check).
+    ``done`` holds the pod's containers fitted so far on this node (for the in-Fit quota check),
+    ``taken`` the MIG placements they were given. After an accepted ``mig`` card the same card is
+    examined again (HAMi's ``i++``) for another instance; a failed re-examination is not counted
+    as a rejection (each card counts once in the reason, quirk decision in the package doc).
     """
     orig = nums = req.nums
     opts = ctx.options
@@ -130,7 +159,11 @@ def fit_devices(view: NodeView, load: Load, req: ContainerRequest, ctx: PodConte
     prevnuma = -1
     used, umem, ucores = load
     order = _order(view, load, req, ctx)
-    for pos in reversed(order):
+    k = len(order) - 1
+    revisit = False
+    choice: MigChoice | None = None
+    while k >= 0:
+        pos = order[k]
         d = devs[pos]
         if not d.health:
             reason = r.CARD_NOT_HEALTH
@@ -141,7 +174,7 @@ def fit_devices(view: NodeView, load: Load, req: ContainerRequest, ctx: PodConte
         else:
             if numa_bind and d.numa != prevnuma:
                 if nums != orig:
-                    counts[r.NUMA_NOT_FIT] = counts.get(r.NUMA_NOT_FIT, 0) + len(tmp)
+                    counts[r.NUMA_NOT_FIT] = counts.get(r.NUMA_NOT_FIT, 0) + len({p[0] for p in tmp})
                 nums, tmp, prevnuma = orig, [], d.numa
             u = used[pos]
             if filters_uuid and not opts.uuid_ok(d.id):
@@ -154,7 +187,7 @@ def fit_devices(view: NodeView, load: Load, req: ContainerRequest, ctx: PodConte
                 cores = min(cores, 100)
                 mem = d.totalmem * pct // 100 if use_pct else memreq
                 uc = ucores[pos]
-                if check_quota and not _quota_ok(ctx, view, done, tmp, (pos, mem, cores)):
+                if check_quota and not _quota_ok(ctx, view, done, tmp, (pos, mem, cores, None)):
                     reason = r.RESOURCE_QUOTA_NOT_FIT
                 elif d.totalmem - umem[pos] < mem:
                     reason = r.CARD_INSUFFICIENT_MEMORY
@@ -164,28 +197,37 @@ def fit_devices(view: NodeView, load: Load, req: ContainerRequest, ctx: PodConte
                     reason = r.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
                 elif d.totalcore != 0 and uc == d.totalcore and cores == 0:
                     reason = r.CARD_COMPUTE_UNITS_EXHAUSTED
-                elif d.mig:
-                    # MIG placement is not modelled here; never hand out a MIG card blindly.
+                elif d.mig and (choice := _mig_choice(view, pos, mem, taken, tmp)) is None:
                     reason = r.CARD_MIG_TOPOLOGY_INFEASIBLE
                 else:
                     if nums > 0:
                         if not topology:
                             nums -= 1
-                        tmp.append((pos, mem, cores))
+                        if choice is not None:
+                            # The instance holds the whole profile: account its memory.
+                            tmp.append((pos, choice[1], cores, choice))
+                        else:
+                            tmp.append((pos, mem, cores, None))
                     if nums == 0 and not topology:
                         return tmp
+                    revisit = d.mig
+                    if not revisit:
+                        k -= 1
                     continue
-        counts[reason] = counts.get(reason, 0) + 1
+        if not revisit:
+            counts[reason] = counts.get(reason, 0) + 1
+        revisit = False
+        k -= 1
     if topology and len(tmp) >= orig:
         return tmp if len(tmp) == orig else _topology_pick(view, tmp, orig)
     if tmp:
-        counts[r.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(tmp)
+        counts[r.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len({p[0] for p in tmp})
     return r.gen_reason(counts, len(view.nvidia))
 
 
 def _devices(view: NodeView, picks: Sequence[Pick]) -> ContainerDevices:
     devs = view.devs
-    return tuple(ContainerDevice(devs[p].id, VENDOR, m, c) for p, m, c in picks)
+    return tuple(ContainerDevice(devs[p].id, VENDOR, m, c) for p, m, c, _ in picks)
 
 
 def _enough_cards(view: NodeView, req: ContainerRequest, ctx: PodContext) -> bool:
@@ -247,43 +289,48 @@ def fits_quickly(view: NodeView, ctx: PodContext) -> bool | str:
     return verdict
 
 
-def fit_node(view: NodeView, ctx: PodContext) -> PodDevices | str:
+def fit_node(view: NodeView, ctx: PodContext) -> Placed | str:
     """HAMi ``scoreNode`` minus the score: the pod's devices on this node, or why it does not fit.
 
     Init containers each fit against the node's current usage (they run one at a time); app
     containers fit cumulatively. Containers without a request get an empty entry, so the result
-    has one entry per container (quirk Q1 fixed).
+    has one entry per container (quirk Q1 fixed). MIG placements are cumulative over all
+    containers, init included: the device plugin realises every instance of the pod at once.
     """
     reqs, n_init = ctx.reqs, ctx.n_init
     out: list[ContainerDevices] = []
-    for req in reqs[:n_init]:
-        if req is None:
-            out.append(())
-            continue
-        picks = fit_container(view, (view.used, view.umem, view.ucores), req, ctx, out)
-        if isinstance(picks, str):
-            return picks
-        out.append(_devices(view, picks))
+    choices: list[tuple[MigChoice | None, ...]] = []
+    taken: dict[int, list[MigPlacement]] = {}
     app = reqs[n_init:]
     remaining = sum(1 for req in app if req is not None)
     used: Sequence[int] = view.used
     umem: Sequence[int] = view.umem
     ucores: Sequence[int] = view.ucores
-    if remaining > 1:
-        used, umem, ucores = list(used), list(umem), list(ucores)
-    for req in app:
+    for i, req in enumerate(reqs):
         if req is None:
             out.append(())
+            choices.append(())
             continue
-        picks = fit_container(view, (used, umem, ucores), req, ctx, out)
+        is_init = i < n_init
+        if not is_init and remaining > 1 and not isinstance(used, list):
+            used, umem, ucores = list(used), list(umem), list(ucores)
+        load = (view.used, view.umem, view.ucores) if is_init else (used, umem, ucores)
+        picks = fit_container(view, load, req, ctx, out, taken=taken)
         if isinstance(picks, str):
             return picks
         out.append(_devices(view, picks))
+        choices.append(tuple(p[3] for p in picks))
+        for p, _, _, choice in picks:
+            if choice is not None:
+                taken.setdefault(p, []).append(choice[2])
+        if is_init:
+            continue
         remaining -= 1
         if remaining:
             assert isinstance(used, list) and isinstance(umem, list) and isinstance(ucores, list)
-            for p, m, c in picks:
+            for p, m, c, _ in picks:
                 used[p] += 1
                 umem[p] += m
                 ucores[p] += c
-    return tuple(out)
+    devices = tuple(out)
+    return Placed(devices, allocations(devices, choices) if taken else ())

@@ -117,7 +117,7 @@ class SchedulerMetrics:
         self.decode_errors = Counter(
             "hami_scheduler_decode_errors_total",
             "Annotations that failed to decode and were skipped, by source "
-            "(node_register, node_pair_score, node_cordon, pod_devices).",
+            "(node_register, node_pair_score, node_cordon, pod_devices, pod_mig_allocations).",
             ["source"],
             registry=registry,
         )

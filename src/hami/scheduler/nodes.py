@@ -3,6 +3,10 @@
 A ``NodeView`` is built from a ``NodeState`` and the node's usage and then reused by every filter
 call until either changes (``UsageIndex.view`` caches it), so the per-call hot path only reads
 flat per-device fields and the precomputed node score.
+
+§6.2 for MIG: a ``mig`` card carries the placements reserved on it and is out of service
+(unhealthy) while a pod holds it without a reservation (its placement is unknown); a
+``hami-core`` card that has a MIG reservation is out of service too (the two disagree).
 """
 
 from __future__ import annotations
@@ -10,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from hami.core.devices import MODE_MIG, DeviceInfo
+from hami.core.devices import MODE_MIG, DeviceInfo, MigPlacement, MigProfile
+from hami.scheduler.mig import candidates
 from hami.scheduler.score import node_score
 
 
@@ -27,8 +32,8 @@ class Dev:
     """One device of a view; the fields Fit reads, without attribute indirection."""
 
     __slots__ = (
-        "cordoned", "count", "health", "id", "index", "mig", "mode", "numa", "pair_score", "totalcore",
-        "totalmem", "type",
+        "cordoned", "count", "health", "id", "index", "mig", "mode", "numa", "occupied", "pair_score",
+        "profiles", "totalcore", "totalmem", "type",
     )
 
     def __init__(self, info: DeviceInfo, cordoned: bool) -> None:
@@ -44,6 +49,9 @@ class Dev:
         self.cordoned = cordoned
         self.mig = info.mode == MODE_MIG
         self.pair_score = info.pair_score
+        # MIG only: profiles in the order they are tried, and the placements already reserved.
+        self.profiles: tuple[MigProfile, ...] = candidates(info.mig_profiles) if self.mig else ()
+        self.occupied: tuple[MigPlacement, ...] = ()
 
 
 class NodeView:
@@ -54,7 +62,12 @@ class NodeView:
         "umem", "used",
     )
 
-    def __init__(self, node: NodeState, usage: Mapping[str, Sequence[int]] | None) -> None:
+    def __init__(
+        self,
+        node: NodeState,
+        usage: Mapping[str, Sequence[int]] | None,
+        placements: Mapping[str, Sequence[MigPlacement]] | None = None,
+    ) -> None:
         self.node = node
         self.name = node.name
         self.devs = tuple(Dev(d, d.id in node.cordoned) for d in node.devices)
@@ -63,12 +76,15 @@ class NodeView:
         self.numas = tuple(d.numa for d in self.devs)
         self.indexes = tuple(d.index for d in self.devs)
         self.any_mig = any(self.devs[i].mig for i in self.nvidia)
-        zero = (0, 0, 0)
+        zero = (0, 0, 0, 0)
         per_dev = [(usage.get(d.id, zero) if usage else zero) for d in self.devs]
+        if self.any_mig or placements:
+            _mig_health(self.devs, per_dev, placements or {})
         self.used = tuple(u[0] for u in per_dev)
         self.umem = tuple(u[1] for u in per_dev)
         self.ucores = tuple(u[2] for u in per_dev)
-        # Cards that pass Fit's request-independent checks (health, cordon, MIG, split count).
+        # Cards that pass Fit's request-independent checks (health, cordon, split count); MIG cards
+        # need a placement, so the quick scan leaves them to the full Fit.
         self.avail = tuple(
             i for i in self.nvidia
             if self.devs[i].health and not self.devs[i].cordoned and not self.devs[i].mig
@@ -81,3 +97,17 @@ class NodeView:
             usedcores=sum(self.ucores), totalcore=sum(d.totalcore for d in self.devs),
             usedmem=sum(self.umem), totalmem=sum(d.totalmem for d in self.devs),
         )
+
+
+def _mig_health(
+    devs: Sequence[Dev], per_dev: Sequence[Sequence[int]], placements: Mapping[str, Sequence[MigPlacement]],
+) -> None:
+    """Attach reserved placements to ``mig`` cards and take inconsistent cards out of service."""
+    for d, u in zip(devs, per_dev, strict=True):
+        held = placements.get(d.id, ())
+        if d.mig:
+            d.occupied = tuple(held)
+            if u[3]:
+                d.health = False
+        elif held:
+            d.health = False

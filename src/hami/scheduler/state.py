@@ -17,10 +17,13 @@ from typing import Any
 from hami.core import annotations as ann
 from hami.core import klog
 from hami.core.codec.errors import CodecError
+from hami.core.codec.mig import decode_mig_allocations
 from hami.core.codec.pod_devices import decode_pod_devices
+from hami.core.devices import MigAllocation
 from hami.core.kube.informer import Informer
 from hami.scheduler.device_config import NvidiaConfig
 from hami.scheduler.metrics import SchedulerMetrics
+from hami.scheduler.mig import unreserved
 from hami.scheduler.nodes import NodeState
 from hami.scheduler.quota import QuotaManager
 from hami.scheduler.requests import pod_requests
@@ -172,7 +175,29 @@ class ClusterState:
         n_init = len(init) if isinstance(init, list) else 0
         app_only = uid in self._released or _init_done(pod)
         shares = collapse_init_containers(devices, n_init, app_only=app_only)
-        return PodAllocation(uid, meta_field(pod, "namespace"), meta_field(pod, "name"), node, shares)
+        mig = self._mig_allocations(pod, uid)
+        return PodAllocation(
+            uid, meta_field(pod, "namespace"), meta_field(pod, "name"), node, shares, mig,
+            unreserved(devices, mig),
+        )
+
+    def _mig_allocations(self, pod: Obj, uid: str) -> tuple[MigAllocation, ...]:
+        """The pod's MIG reservations; an undecodable annotation counts as none (its cards go
+        out of service, §6.2) rather than guessing placements."""
+        text = annotations_of(pod).get(ann.POD_MIG_ALLOCATIONS)
+        if not text:
+            return ()
+        try:
+            return tuple(decode_mig_allocations(text))
+        except CodecError as err:
+            self.metrics.decode_errors.labels("pod_mig_allocations").inc()
+            if uid not in self._logged:
+                self._logged.add(uid)
+                log.warning(
+                    "pod %s/%s: ignoring undecodable %s: %s",
+                    meta_field(pod, "namespace"), meta_field(pod, "name"), ann.POD_MIG_ALLOCATIONS, err,
+                )
+            return ()
 
     def _pod_add(self, pod: Obj) -> None:
         self._pod_update(pod, pod)
@@ -190,7 +215,7 @@ class ClusterState:
             return
         with self.lock:
             previous = self.usage.get(uid)
-            if previous is not None and previous.shares == alloc.shares and previous.node == alloc.node:
+            if previous == alloc:
                 return
             if _init_done(pod):
                 self._released.add(uid)

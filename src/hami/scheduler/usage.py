@@ -1,8 +1,9 @@
 """Node usage from the pods' allocation annotations (§6.2) and the init-container collapse (§6.3).
 
 Input is already decoded: each pod's ``PodDevices`` (``hami.io/vgpu-devices-allocated``, one entry
-per container, init containers first) plus its identity. ``UsageIndex`` keeps per-node, per-UUID
-totals incrementally and caches one ``NodeView`` per node until that node's usage changes.
+per container, init containers first) plus its identity and MIG reservations
+(``hami.io/vgpu-mig-allocations``). ``UsageIndex`` keeps per-node, per-UUID totals and MIG
+placements incrementally and caches one ``NodeView`` per node until that node's usage changes.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from hami.core.devices import PodDevices
+from hami.core.devices import MigAllocation, MigPlacement, PodDevices
 from hami.scheduler.nodes import NodeState, NodeView
 
 
@@ -26,13 +27,19 @@ class DeviceShare:
 
 @dataclass(frozen=True)
 class PodAllocation:
-    """A pod's reservation on a node (HAMi ``PodInfo``), shares sorted by UUID."""
+    """A pod's reservation on a node (HAMi ``PodInfo``), shares sorted by UUID.
+
+    ``mig`` are its MIG reservations; ``unreserved`` the UUIDs of its container devices that have
+    none (``mig.unreserved``): on a ``mig`` card such an entry makes the card unusable (§6.2).
+    """
 
     uid: str
     namespace: str
     name: str
     node: str
     shares: tuple[DeviceShare, ...]
+    mig: tuple[MigAllocation, ...] = ()
+    unreserved: frozenset[str] = frozenset()
 
 
 def collapse_init_containers(
@@ -78,7 +85,10 @@ class UsageIndex:
 
     def __init__(self) -> None:
         self._pods: dict[str, PodAllocation] = {}
+        # node -> UUID -> [slots, MiB, cores, pods with an unreserved entry on it]
         self._nodes: dict[str, dict[str, list[int]]] = {}
+        # node -> UUID -> MIG placements reserved on it (only nodes with MIG reservations)
+        self._placements: dict[str, dict[str, list[MigPlacement]]] = {}
         self._views: dict[str, NodeView] = {}
 
     def add(self, alloc: PodAllocation) -> bool:
@@ -121,26 +131,50 @@ class UsageIndex:
                     u[0] -= max(s.slots, 1)
                     u[1] -= s.usedmem
                     u[2] -= s.usedcores
-            return NodeView(node, adjusted)
+                    u[3] -= s.uuid in without.unreserved
+            placements = self._placements.get(node.name)
+            if placements is not None and without.mig:
+                placements = {uuid: list(p) for uuid, p in placements.items()}
+                for a in without.mig:
+                    placements[a.gpu_uuid].remove(a.placement)
+            return NodeView(node, adjusted, placements)
         cached = self._views.get(node.name)
         if cached is not None and cached.node is node:
             return cached
-        fresh = NodeView(node, self._nodes.get(node.name))
+        fresh = NodeView(node, self._nodes.get(node.name), self._placements.get(node.name))
         self._views[node.name] = fresh
         return fresh
 
     def _apply(self, alloc: PodAllocation, sign: int) -> None:
         usage = self._nodes.setdefault(alloc.node, {})
+        unreserved = alloc.unreserved
         for s in alloc.shares:
-            u = usage.setdefault(s.uuid, [0, 0, 0])
+            u = usage.setdefault(s.uuid, [0, 0, 0, 0])
             u[0] += sign * max(s.slots, 1)
             u[1] += sign * s.usedmem
             u[2] += sign * s.usedcores
-            if u == [0, 0, 0]:
+            if s.uuid in unreserved:
+                u[3] += sign
+            if u == [0, 0, 0, 0]:
                 del usage[s.uuid]
         if not usage:
             del self._nodes[alloc.node]
+        if alloc.mig:
+            self._apply_mig(alloc, sign)
         self._views.pop(alloc.node, None)
+
+    def _apply_mig(self, alloc: PodAllocation, sign: int) -> None:
+        placements = self._placements.setdefault(alloc.node, {})
+        for a in alloc.mig:
+            held = placements.setdefault(a.gpu_uuid, [])
+            if sign > 0:
+                held.append(a.placement)
+            else:
+                held.remove(a.placement)
+                if not held:
+                    del placements[a.gpu_uuid]
+        if not placements:
+            del self._placements[alloc.node]
 
 
 def compute_usage(allocations: Iterable[PodAllocation]) -> UsageIndex:
