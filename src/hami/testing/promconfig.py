@@ -29,7 +29,7 @@ def prometheus_config(
     cfg: dict[str, Any] = {
         "global": {
             "scrape_interval": scrape_interval,
-            "scrape_timeout": scrape_interval if _seconds(scrape_interval) < 10 else "10s",
+            "scrape_timeout": scrape_interval if seconds(scrape_interval) < 10 else "10s",
             "evaluation_interval": evaluation_interval,
             "external_labels": {"cluster": "hami-demo"},
         },
@@ -69,7 +69,7 @@ def fast_rules(rules_text: str, for_duration: str = "0s") -> str:
     return yaml.safe_dump(data, sort_keys=False, width=1000)
 
 
-def _seconds(duration: str) -> float:
+def seconds(duration: str) -> float:
     units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
     for suffix in ("ms", "s", "m", "h"):
         if duration.endswith(suffix):
