@@ -46,6 +46,7 @@ class Ports:
 
     kubeapi: int = 0
     ksm: int = 0
+    extender: int = 0  # the extender's /filter and /bind
     monitor: int = 9394
     scheduler: int = 9395
     deviceplugin: int = 9396
@@ -64,7 +65,8 @@ class StackOptions:
     gpus: int = 4
     scenarios: bool = True  # stale node, pending pod, over-limit container, XIDs
     xid_every: float = 60.0
-    churn_every: float = 30.0
+    churn_every: float = 30.0  # a batch pod created (and scheduled through the extender) this often
+    schedule_every: float = 2.0
     sim_interval: float = 1.0
     components: tuple[str, ...] = (MONITOR, SCHEDULER, DEVICE_PLUGIN)
     ready_timeout: float = 120.0
@@ -135,7 +137,12 @@ class Stack:
             self._start_kubeapi()
             self._start_ksm()
             for component in self.opts.components:
-                {MONITOR: self._start_monitor, DEVICE_PLUGIN: self._start_deviceplugin}[component]()
+                starts = {
+                    MONITOR: self._start_monitor,
+                    SCHEDULER: self._start_scheduler,
+                    DEVICE_PLUGIN: self._start_deviceplugin,
+                }
+                starts[component]()
                 self.running.append(component)
             self._start_alertmanager()
             self._start_prometheus()
@@ -191,10 +198,26 @@ class Stack:
         ]  # fmt: skip
         if self.opts.scenarios:
             args += ["--xid-every", str(self.opts.xid_every)]
-        if self.opts.churn_every > 0:
-            args += ["--churn-every", str(self.opts.churn_every)]
         self.procs.python("simnode-monitor", "hami.testing.simhost", args)
         self._wait(self.url(MONITOR) + "/metrics", "the simulated node's monitor")
+
+    def _start_scheduler(self) -> None:
+        args = [
+            "--http_bind", self.addr("extender"),
+            "--metrics-bind-address", self.addr(SCHEDULER),
+            "--scheduler-name", cluster.SCHEDULER_NAME,
+            "--kubeconfig", str(self.kubeconfig),
+        ]  # fmt: skip
+        self.procs.python("scheduler", "hami.scheduler", args)
+        self._wait(self.url(SCHEDULER) + "/metrics", "the scheduler extender's metrics")
+        self._wait(self.url("extender") + "/healthz", "the scheduler extender")
+        args = [
+            "--api", self.kube_url,
+            "--extender", self.url("extender"),
+            "--interval", str(self.opts.schedule_every),
+            "--churn-every", str(self.opts.churn_every),
+        ]  # fmt: skip
+        self.procs.python("kube-scheduler", "hami.testing.kubesched", args)
 
     def fake_nvml_spec_path(self) -> Path:
         path = self.work / "fake-nvml.yaml"
