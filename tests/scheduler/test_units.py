@@ -20,11 +20,11 @@ from hami.scheduler.policy import (
     parse_scoring_weights,
     pick_node,
 )
-from hami.scheduler.quantity import int_quantity
 from hami.scheduler.quota import QuotaManager
 from hami.scheduler.requests import (
     ContainerRequest,
     container_request,
+    int_quantity,
     pod_options,
     pod_quota_demand,
     pod_requests,

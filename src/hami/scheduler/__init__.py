@@ -36,6 +36,7 @@ Decisions on the quirks of spec §4.9 and other divergences from HAMi v2.10:
   scan when order cannot matter (no numa-bind, topology or quota, at most one requesting app
   container), memoised per node view and request shape; a property test checks it against the
   faithful Fit.
-- Quantities: HAMi's ``Quantity.AsInt64`` is reproduced by ``quantity.int_quantity`` (exact
-  integers only), so ``gpumem: 16Gi`` still drops the whole request, as in HAMi.
+- Quantities: HAMi's ``Quantity.AsInt64`` is reproduced by ``requests.int_quantity`` on
+  ``hami.core.codec.quantity`` (exact integers only), so ``gpumem: 16Gi`` still drops the whole
+  request, as in HAMi.
 """

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hami.scheduler.device_config import NvidiaConfig
-from hami.scheduler.quantity import int_quantity
+from hami.scheduler.requests import int_quantity
 from hami.scheduler.usage import DeviceShare, quota_usage
 
 
@@ -83,6 +83,10 @@ class QuotaManager:
 
     def entry(self, namespace: str, name: str) -> QuotaEntry | None:
         return self._ns.get(namespace, {}).get(name)
+
+    def items(self) -> list[tuple[str, str, QuotaEntry]]:
+        """(namespace, resource name, entry) for every tracked resource (for metrics)."""
+        return [(ns, name, e) for ns, entries in self._ns.items() for name, e in entries.items()]
 
     def limited(self, namespace: str) -> bool:
         """Whether any HAMi limit applies in the namespace (lets Fit skip quota work otherwise)."""

@@ -11,13 +11,34 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from hami.core import annotations as ann
+from hami.core.codec.errors import CodecError
+from hami.core.codec.quantity import parse_quantity
 from hami.scheduler.device_config import NvidiaConfig
-from hami.scheduler.quantity import int_quantity
 
 VENDOR: Final = ann.VENDOR_NVIDIA
 PERCENT_UNSET: Final = 101  # HAMi's sentinel for "no gpumem-percentage"
 _MAX_INT32: Final = 2**31 - 1
 _TRUE: Final = frozenset({"1", "t", "T", "TRUE", "true", "True"})  # Go strconv.ParseBool
+_INT64_MIN: Final = -(2**63)
+_INT64_MAX: Final = 2**63 - 1
+
+
+def int_quantity(value: object) -> int | None:
+    """HAMi's ``Quantity.AsInt64``: the quantity as an exact int64, else None (``500m``, ``1.5``, junk)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if _INT64_MIN <= value <= _INT64_MAX else None
+    if not isinstance(value, str):
+        return None
+    try:
+        amount = parse_quantity(value)
+    except CodecError:
+        return None
+    if amount != amount.to_integral_value():
+        return None
+    result = int(amount)
+    return result if _INT64_MIN <= result <= _INT64_MAX else None
 
 
 @dataclass(frozen=True)

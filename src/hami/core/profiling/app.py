@@ -93,7 +93,7 @@ def make_pprof_app() -> WSGIApp:
             if name in ("heap", "allocs"):
                 seconds = _int_param(query, "seconds", 0, MAX_SECONDS)
                 default = "inuse_space" if name == "heap" else "alloc_space"
-                return _proto(start_response, name, heap_profile(default, seconds).encode_gzip())
+                return _proto(start_response, name, heap_profile(default, seconds))
             if name == "goroutine":
                 debug = _int_param(query, "debug", 0, 2)
                 if debug:

@@ -1,18 +1,15 @@
 """Function names for profiles: `module.qualname`, e.g. `hami.core.serve.app.make_app.<locals>.app`.
 
 Live frames (CPU samples, thread stacks) carry their code object. tracemalloc frames carry only
-file and line, so the enclosing function is found by parsing the file once (cached).
+file and line, so the enclosing function is found by compiling the file once (cached).
 """
 
 from __future__ import annotations
 
-import ast
-import bisect
 import linecache
 import sys
 import threading
-from dataclasses import dataclass
-from types import FrameType
+from types import CodeType, FrameType
 
 from hami.core.profiling.pprof_proto import Frame
 
@@ -43,64 +40,53 @@ def stack_of(frame: FrameType | None) -> list[Frame]:
     return stack
 
 
-@dataclass(frozen=True)
-class _Scope:
-    start: int
-    end: int
-    qualname: str
+def _line_table(filename: str) -> dict[int, tuple[str, int]]:
+    """line -> (qualname, first line) of the innermost code object owning that line.
 
-
-class _FileScopes:
-    """Function/class scopes of one source file, innermost found by line."""
-
-    def __init__(self, filename: str) -> None:
-        self.scopes: list[_Scope] = []
-        source = "".join(linecache.getlines(filename))
-        try:
-            tree = ast.parse(source)
-        except (SyntaxError, ValueError):
-            return
-        self._walk(tree, "")
-        self.scopes.sort(key=lambda s: (s.start, -s.end))
-        self._starts = [s.start for s in self.scopes]
-
-    def _walk(self, node: ast.AST, prefix: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-                qualname = prefix + child.name
-                start = min([child.lineno, *(d.lineno for d in child.decorator_list)])
-                self.scopes.append(_Scope(start, child.end_lineno or child.lineno, qualname))
-                inner = qualname + (".<locals>." if not isinstance(child, ast.ClassDef) else ".")
-                self._walk(child, inner)
-            else:
-                self._walk(child, prefix)
-
-    def find(self, line: int) -> _Scope | None:
-        best = None
-        # Scopes starting at or before `line`; the last one containing it is the innermost.
-        for scope in self.scopes[: bisect.bisect_right(self._starts, line)] if self.scopes else []:
-            if scope.start <= line <= scope.end:
-                best = scope
-        return best
+    Compiles the source (C speed) and walks nested code objects: their `co_qualname` is exactly
+    what live frames report, so heap and CPU profiles name functions identically.
+    """
+    source = "".join(linecache.getlines(filename))
+    table: dict[int, tuple[str, int]] = {}
+    if not source:
+        return table
+    try:
+        code = compile(source, filename, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return table
+    pending = [code]
+    while pending:  # outer code first, so inner code objects overwrite the lines they own
+        current = pending.pop(0)
+        name = "<module>" if current is code else current.co_qualname
+        for _, _, line in current.co_lines():
+            if line is not None:
+                table[line] = (name, current.co_firstlineno)
+        pending.extend(c for c in current.co_consts if isinstance(c, CodeType))
+    return table
 
 
 class LineResolver:
-    """Maps (filename, line) to a Frame with the enclosing function's qualified name."""
+    """Maps (filename, line) to a Frame with the enclosing function's qualified name (cached)."""
 
-    def __init__(self) -> None:
-        self._files: dict[str, _FileScopes] = {}
-        self._modules: dict[str, str] = {}
+    def __init__(self, modules: dict[str, str] | None = None) -> None:
+        """`modules`: file -> module name when resolving for another process."""
+        self._files: dict[str, dict[int, tuple[str, int]]] = {}
+        self._modules: dict[str, str] = dict(modules or {})
+        self._frames: dict[tuple[str, int], Frame] = {}
         self._lock = threading.Lock()
 
     def frame(self, filename: str, line: int) -> Frame:
+        key = (filename, line)
+        found = self._frames.get(key)
+        if found is not None:
+            return found
         with self._lock:
-            scopes = self._files.get(filename)
-            if scopes is None:
-                scopes = self._files[filename] = _FileScopes(filename)
+            table = self._files.get(filename)
+            if table is None:
+                table = self._files[filename] = _line_table(filename)
             module = self._modules.get(filename)
             if module is None:
                 module = self._modules[filename] = module_of(filename)
-        scope = scopes.find(line)
-        if scope is None:
-            return Frame(f"{module}.<module>", filename, 1, line)
-        return Frame(f"{module}.{scope.qualname}", filename, scope.start, line)
+            qualname, start = table.get(line, ("<module>", 1))
+            found = self._frames[key] = Frame(f"{module}.{qualname}", filename, start, line)
+        return found

@@ -1,0 +1,5 @@
+import sys
+
+from hami.doctor.main import main
+
+sys.exit(main())

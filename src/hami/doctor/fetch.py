@@ -1,0 +1,104 @@
+"""One-shot reads from the API server for the checks (GET and LIST only; writes live in fix.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hami.core import annotations as ann
+from hami.core.kube import errors, raw
+from hami.doctor.podinputs import PodCluster
+from hami.doctor.settings import SCHEDULER_SELECTORS
+
+Obj = dict[str, Any]
+
+
+def get_pod(api: Any, namespace: str, name: str) -> Obj:
+    pod: Obj = raw.request_json(api, "GET", raw.resource_path("", "v1", "pods", namespace, name))
+    return pod
+
+
+def pod_exists(api: Any, namespace: str, name: str) -> bool:
+    try:
+        get_pod(api, namespace, name)
+    except errors.NotFound:
+        return False
+    return True
+
+
+def get_node(api: Any, name: str) -> Obj:
+    node: Obj = raw.request_json(api, "GET", raw.resource_path("", "v1", "nodes", name=name))
+    return node
+
+
+def list_nodes(api: Any, selector: str = "") -> list[Obj]:
+    query = [("labelSelector", selector)] if selector else []
+    return _items(raw.request_json(api, "GET", raw.resource_path("", "v1", "nodes"), query=query))
+
+
+def pod_events(api: Any, namespace: str, name: str) -> list[Obj]:
+    query = [("fieldSelector", f"involvedObject.kind=Pod,involvedObject.name={name}")]
+    return _items(raw.request_json(api, "GET", raw.resource_path("", "v1", "events", namespace), query=query))
+
+
+def scheduler_pods(api: Any, namespace: str = "") -> list[Obj] | None:
+    """Pods of the HAMi scheduler by either known label; None when listing is forbidden."""
+    found: dict[str, Obj] = {}
+    path = raw.resource_path("", "v1", "pods", namespace or None)
+    for selector in SCHEDULER_SELECTORS:
+        try:
+            items = _items(raw.request_json(api, "GET", path, query=[("labelSelector", selector)]))
+        except errors.ApiError as exc:
+            if exc.status in (401, 403):
+                return None
+            raise
+        for p in items:
+            meta = p.get("metadata") or {}
+            found[f"{meta.get('namespace')}/{meta.get('name')}"] = p
+    return [found[k] for k in sorted(found)]
+
+
+def get_lease(api: Any, namespace: str, name: str) -> Obj | None:
+    try:
+        lease: Obj = raw.request_json(
+            api, "GET", raw.resource_path("coordination.k8s.io", "v1", "leases", namespace, name)
+        )
+    except errors.NotFound:
+        return None
+    return lease
+
+
+def lock_owners(api: Any, nodes: list[Obj]) -> dict[str, bool]:
+    """For every node lock with an owner, whether that pod still exists ("ns/name" → bool)."""
+    out: dict[str, bool] = {}
+    for node in nodes:
+        value = ((node.get("metadata") or {}).get("annotations") or {}).get(ann.NODE_LOCK, "")
+        parts = str(value).split(",")
+        if len(parts) == 3 and parts[1] and parts[2]:
+            key = f"{parts[1]}/{parts[2]}"
+            if key not in out:
+                out[key] = pod_exists(api, parts[1], parts[2])
+    return out
+
+
+def pod_cluster(
+    api: Any, namespace: str, name: str, scheduler_namespace: str = "", lease_ref: str = ""
+) -> PodCluster:
+    pod = get_pod(api, namespace, name)
+    nodes = list_nodes(api)
+    lease = None
+    if lease_ref:
+        lease_ns, _, lease_name = lease_ref.partition("/")
+        lease = get_lease(api, lease_ns, lease_name)
+    return PodCluster(
+        pod=pod,
+        events=pod_events(api, namespace, name),
+        scheduler_pods=scheduler_pods(api, scheduler_namespace),
+        lease=lease,
+        lease_ref=lease_ref,
+        nodes={str((n.get("metadata") or {}).get("name")): n for n in nodes},
+        owner_exists=lock_owners(api, nodes),
+    )
+
+
+def _items(doc: Any) -> list[Obj]:
+    return list((doc or {}).get("items") or [])

@@ -1,0 +1,293 @@
+"""Known scheduler and device-plugin log lines → meaning and action (seed 001 §1.3, §4.3, §4.4, §7;
+seed 000's Filter lines). ``scan`` counts each pattern and keeps its first occurrence."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from hami.doctor import reasons
+from hami.doctor.findings import BROKEN, OK, WARNING, Finding, Section, Severity, Table
+
+# The seed's severity column (严重程度) and what it means for the exit status.
+LEVELS: dict[str, Severity] = {"Fatal": BROKEN, "Error": BROKEN, "Warning": WARNING, "Info": OK}
+
+
+@dataclass(frozen=True)
+class LogPattern:
+    key: str
+    pattern: str  # a regular expression, searched in each line
+    component: str  # "device-plugin" or "scheduler"
+    level: str  # a key of LEVELS
+    meaning: str
+    action: str
+    regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "regex", re.compile(self.pattern))
+
+
+_p = LogPattern
+
+
+DP, SCHED = "device-plugin", "scheduler"
+# First match wins, so the specific patterns come before the general ones.
+PATTERNS: tuple[LogPattern, ...] = (
+    _p(
+        "nvml-init-err",
+        r"nvml Init err",
+        DP,
+        "Fatal",
+        "NVIDIA driver not available",
+        "check the driver install and that /dev/nvidia* is mounted in the device plugin (nvidia-smi)",
+    ),
+    _p(
+        "nvml-device-count-err",
+        r"nvml GetDeviceCount err",
+        DP,
+        "Fatal",
+        "cannot enumerate GPUs",
+        "check NVIDIA_VISIBLE_DEVICES and the nvidia-container-runtime configuration",
+    ),
+    _p(
+        "nvml-memory-err",
+        r"nvml get memory error",
+        DP,
+        "Fatal",
+        "cannot read device memory",
+        "check the GPU hardware state (nvidia-smi -q)",
+    ),
+    _p(
+        "memory-info-unsupported",
+        r"GetMemoryInfo not supported",
+        DP,
+        "Warning",
+        "unified-memory GPU",
+        "configure preConfiguredDeviceMemory",
+    ),
+    _p(
+        "get-node-error",
+        r"get node error",
+        DP,
+        "Error",
+        "the device plugin cannot read its node",
+        "check the ServiceAccount's RBAC and the NODE_NAME environment variable",
+    ),
+    _p(
+        "patch-node-error",
+        r"patch node error",
+        DP,
+        "Error",
+        "node annotation write failed",
+        "check RBAC (patch nodes) and the network to the API server",
+    ),
+    _p(
+        "device-number-not-matched",
+        r"device number not matched",
+        DP,
+        "Error",
+        "the scheduler's device count differs from kubelet's request",
+        "check the pod's hami.io/vgpu-devices-* annotations and the scheduler log",
+    ),
+    _p(
+        "unknown-device",
+        r"invalid allocation request for .*unknown device",
+        DP,
+        "Error",
+        "kubelet asked for a device ID that does not exist",
+        "check the health of the node's GPUs",
+    ),
+    _p(
+        "request-too-large",
+        r"request .*too large",
+        DP,
+        "Error",
+        "MIG mode: more than one shared device requested",
+        "adjust the pod's resource request",
+    ),
+    _p(
+        "failed-to-get-pending-pod",
+        r"failed to get pending pod",
+        DP,
+        "Error",
+        "the device plugin cannot find the pod being allocated",
+        "check API server connectivity and RBAC",
+    ),
+    _p(
+        "failed-to-decode-pod-devices",
+        r"failed to decode pod devices",
+        DP,
+        "Error",
+        "the pod's device annotation is malformed",
+        "check that scheduler and device plugin versions match",
+    ),
+    _p(
+        "retrying",
+        r"Retrying in \d+s seconds",
+        DP,
+        "Warning",
+        "registration failed and is retried",
+        "watch whether it recovers (a later 'Successfully registered annotation')",
+    ),
+    _p(
+        "grpc-crashed",
+        r"GRPC server has repeatedly crashed",
+        DP,
+        "Fatal",
+        "the device plugin gRPC server keeps crashing",
+        "check the socket's permissions and system resources",
+    ),
+    _p(
+        "mig-apply-lock",
+        r"MIG apply lock file detected",
+        DP,
+        "Info",
+        "a MIG reconfiguration is in progress",
+        "wait for it to finish",
+    ),
+    _p(
+        "registered-annotation",
+        r"Successfully registered annotation",
+        DP,
+        "Info",
+        "devices registered on the node",
+        "none",
+    ),
+    _p(
+        "registered-kubelet",
+        r"Registered device plugin for .* with Kubelet",
+        DP,
+        "Info",
+        "the device plugin registered with kubelet",
+        "none",
+    ),
+    _p(
+        "handshake-time-expired",
+        r"handshake time expired",
+        SCHED,
+        "Error",
+        "device plugin and scheduler clocks disagree",
+        "check NTP on node and control plane; keep skew under 30 s",
+    ),
+    _p(
+        "handshake-timeout",
+        r"handshake timeout",
+        SCHED,
+        "Error",
+        "the node's handshake expired",
+        "follow seed 001 §4.3: device plugin pod state, then its WatchAndRegister log "
+        "(hami-doctor node NAME)",
+    ),
+    _p(
+        "annos-not-found",
+        r"annos not found hami\.io/node-nvidia-register",
+        SCHED,
+        "Error",
+        "the node has no device registration",
+        "check the device plugin on that node",
+    ),
+    _p(
+        "node-not-found",
+        r"node not found",
+        SCHED,
+        "Error",
+        "the scheduler does not see the node's devices",
+        "make scheduler and device plugin versions match; the key must be hami.io/node-nvidia-register",
+    ),
+    _p(
+        "device-decode-error",
+        r"device decode error|no gpu found on node",
+        SCHED,
+        "Error",
+        "the node's device registration cannot be decoded",
+        "upgrade the HAMi components together",
+    ),
+    _p(
+        "node-lock-contention",
+        r"node lock contention",
+        SCHED,
+        "Warning",
+        "another pod holds the node lock",
+        "hami-doctor node NAME shows the holder and its age; an expired lock is taken over",
+    ),
+    _p("filtered-out", r"Node (?P<node>\S+) filtered out: (?P<reason>[A-Za-z]+)", SCHED, "Warning", "", ""),
+    _p(
+        "filtering-failed",
+        r"FilteringFailed",
+        SCHED,
+        "Warning",
+        "no node fits the pod",
+        "read the reason codes (hami-doctor pod NS/NAME)",
+    ),
+    _p("filtering-node", r"Filtering node \S+ for pod \S+", SCHED, "Info", "V(4) Filter trace", "none"),
+)
+
+
+@dataclass
+class Hit:
+    pattern: LogPattern
+    key: str
+    meaning: str
+    action: str
+    count: int = 0
+    first_line: int = 0
+    first_text: str = ""
+
+
+@dataclass
+class ScanResult:
+    lines: int = 0
+    hits: dict[str, Hit] = field(default_factory=dict)  # in order of first occurrence
+
+
+def classify(line: str) -> tuple[LogPattern, str, str, str] | None:
+    """(pattern, key, meaning, action) of the first pattern that matches, else None."""
+    for p in PATTERNS:
+        m = p.regex.search(line)
+        if m is None:
+            continue
+        if "reason" in p.regex.groupindex:
+            meaning, action = reasons.explain(m.group("reason"))
+            return p, f"{p.key}:{m.group('reason')}", f"Filter: {meaning}", action
+        return p, p.key, p.meaning, p.action
+    return None
+
+
+def scan(lines: Iterable[str]) -> ScanResult:
+    result = ScanResult()
+    for number, line in enumerate(lines, 1):
+        result.lines = number
+        found = classify(line)
+        if found is None:
+            continue
+        pattern, key, meaning, action = found
+        hit = result.hits.get(key)
+        if hit is None:
+            hit = result.hits[key] = Hit(
+                pattern, key, meaning, action, first_line=number, first_text=line.rstrip("\n")
+            )
+        hit.count += 1
+    return result
+
+
+def report(result: ScanResult, title: str) -> Section:
+    section = Section(title)
+    matched = sum(h.count for h in result.hits.values())
+    section.findings.append(
+        Finding(OK, "log.read", f"{result.lines} lines read, {matched} matched known patterns")
+    )
+    for hit in result.hits.values():
+        section.findings.append(
+            Finding(
+                LEVELS[hit.pattern.level],
+                f"log.{hit.key}",
+                f"{hit.pattern.level} {hit.key} x{hit.count} ({hit.pattern.component}): {hit.meaning}",
+                (f"first at line {hit.first_line}: {hit.first_text}",),
+                hit.action,
+            )
+        )
+    rows = tuple((h.key, h.pattern.level, str(h.count), str(h.first_line)) for h in result.hits.values())
+    if rows:
+        section.tables.append(Table("log lines", ("Pattern", "Level", "Count", "First line"), rows))
+    return section

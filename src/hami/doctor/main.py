@@ -1,0 +1,248 @@
+"""hami-doctor: diagnose HAMi from the API server (pods, nodes) or from logs.
+
+  hami-doctor pod NAMESPACE/NAME    walk the pod-pending tree to the diagnosis
+  hami-doctor nodes [--selector S]  registration, devices, handshake and lock of every node
+  hami-doctor node NAME             the same for one node
+  hami-doctor logs [FILE|-]         known scheduler/device-plugin log lines, counted
+
+Reads only (GET/LIST). --fix applies the guides' remedies the report offers (clear a stale,
+dangling or malformed node lock; drop a handshake the scheduler will not refresh) after asking;
+--yes skips the question.
+
+Exit status: 0 healthy, 1 warning, 2 broken, 3 usage error (bad arguments, unknown pod or node,
+unreadable log), 4 the cluster could not be reached or read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import UTC, datetime, timedelta, tzinfo
+from typing import IO, Any, NoReturn
+
+from prometheus_client import CollectorRegistry
+
+from hami.core.codec import CodecError
+from hami.core.codec.nodelock import format_rfc3339, parse_rfc3339
+from hami.core.kube import errors
+from hami.core.kube.client import KubeConfigError, new_api_client
+from hami.core.kube.options import KubeOptions, add_kube_flags
+from hami.doctor import fetch, fix, logscan, nodecheck, podtree, render
+from hami.doctor.findings import EXIT_CLUSTER, EXIT_USAGE, Section, exit_code
+from hami.doctor.settings import DEFAULT_SCHEDULER_NAME, Settings
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def parse_duration(text: str) -> timedelta:
+    """``60s``, ``5m``, ``1h30m`` (Go style) or plain seconds."""
+    units = {"h": 3600, "m": 60, "s": 1}
+    try:
+        if text.replace(".", "", 1).isdigit():
+            return timedelta(seconds=float(text))
+        total, number = 0.0, ""
+        for ch in text:
+            if ch in units and number:
+                total, number = total + float(number) * units[ch], ""
+            else:
+                number += ch
+        if number or not text:
+            raise ValueError(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 60s, 5m)") from None
+    return timedelta(seconds=total)
+
+
+def parse_zone(text: str) -> tzinfo | None:
+    if text == "local":
+        return None
+    if text.upper() == "UTC":
+        return UTC
+    try:
+        return parse_rfc3339(f"2000-01-01T00:00:00{text}").tzinfo
+    except CodecError:
+        raise argparse.ArgumentTypeError(f"not a zone: {text!r} (local, UTC or +08:00)") from None
+
+
+def parse_now(text: str) -> datetime:
+    try:
+        return parse_rfc3339(text)
+    except CodecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="hami-doctor", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    common = _Parser(add_help=False)
+    common.add_argument("--json", action="store_true", help="print JSON instead of text")
+    common.add_argument(
+        "--now",
+        type=parse_now,
+        default=None,
+        help="evaluate ages at this RFC3339 time instead of the clock (reproducible reports)",
+    )
+    cluster = _Parser(add_help=False)
+    add_kube_flags(cluster)
+    cluster.add_argument("--context", default=None, help="kubeconfig context to use (default: current)")
+    cluster.add_argument(
+        "--scheduler-name",
+        default=DEFAULT_SCHEDULER_NAME,
+        help="the HAMi scheduler's --scheduler-name (default %(default)s)",
+    )
+    cluster.add_argument("--scheduler-namespace", default="", help="where its pods run (default: all)")
+    cluster.add_argument(
+        "--scheduler-lease",
+        default="",
+        metavar="NS/NAME",
+        help="the kube-scheduler Lease the extender follows with --leader-elect",
+    )
+    cluster.add_argument(
+        "--handshake-timeout",
+        type=parse_duration,
+        default=timedelta(seconds=60),
+        help="handshake expiry (default 60s, HAMi v2.10; seed 000's 300s is stale)",
+    )
+    cluster.add_argument(
+        "--scheduler-tz",
+        type=parse_zone,
+        default=None,
+        help="zone of the scheduler's handshake timestamps: local (default), UTC, +08:00",
+    )
+    cluster.add_argument(
+        "--node-lock-timeout",
+        type=parse_duration,
+        default=timedelta(minutes=5),
+        help="the scheduler's --node-lock-timeout (default 5m)",
+    )
+    cluster.add_argument(
+        "--bind-timeout",
+        type=parse_duration,
+        default=None,
+        help="bind-phase=allocating longer than this is stuck (default: --node-lock-timeout)",
+    )
+    cluster.add_argument(
+        "--fix", action="store_true", help="apply the remedies the report offers (asks first)"
+    )
+    cluster.add_argument("--yes", action="store_true", help="with --fix: do not ask")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    pod = sub.add_parser("pod", parents=[common, cluster], help="diagnose a pending pod")
+    pod.add_argument("target", metavar="NAMESPACE/NAME")
+    nodes = sub.add_parser("nodes", parents=[common, cluster], help="check every node's HAMi annotations")
+    nodes.add_argument("--selector", default="", help="label selector for the nodes")
+    node = sub.add_parser("node", parents=[common, cluster], help="check one node's HAMi annotations")
+    node.add_argument("target", metavar="NAME")
+    logs = sub.add_parser("logs", parents=[common], help="explain scheduler/device-plugin log lines")
+    logs.add_argument("file", nargs="?", default="-", metavar="FILE|-")
+    return p
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return Settings(
+        scheduler_name=args.scheduler_name,
+        handshake_timeout=args.handshake_timeout,
+        node_lock_timeout=args.node_lock_timeout,
+        bind_timeout=args.bind_timeout or args.node_lock_timeout,
+        scheduler_tz=args.scheduler_tz,
+    )
+
+
+def _api(args: argparse.Namespace) -> Any:
+    opts = KubeOptions(
+        qps=args.kube_qps,
+        burst=args.kube_burst,
+        timeout=args.kube_timeout,
+        kubeconfig=args.kubeconfig or None,
+        context=args.context,
+        user_agent="hami-doctor",
+    )
+    return new_api_client(opts, registry=CollectorRegistry())
+
+
+def _cluster_sections(args: argparse.Namespace, api: Any, now: datetime) -> list[Section]:
+    s = _settings(args)
+    if args.command == "pod":
+        namespace, sep, name = args.target.partition("/")
+        if not sep or not namespace or not name:
+            raise UsageError(f"pod must be NAMESPACE/NAME, got {args.target!r}")
+        try:
+            cluster = fetch.pod_cluster(api, namespace, name, args.scheduler_namespace, args.scheduler_lease)
+        except errors.NotFound:
+            raise UsageError(f"pod {args.target} not found") from None
+        return [podtree.diagnose_pod(cluster, s, now)]
+    if args.command == "node":
+        try:
+            items = [fetch.get_node(api, args.target)]
+        except errors.NotFound:
+            raise UsageError(f"node {args.target} not found") from None
+    else:
+        items = fetch.list_nodes(api, args.selector)
+    owners = fetch.lock_owners(api, items)
+    sections = []
+    for n in sorted(items, key=nodecheck.name_of):
+        value = nodecheck.annotations_of(n).get("hami.io/mutex.lock", "")
+        key = "/".join(value.split(",")[1:]) if value.count(",") == 2 else ""
+        sections.append(nodecheck.check_node(n, owners.get(key) if key else None, s, now))
+    return sections
+
+
+def main(argv: list[str] | None = None, stdin: IO[str] | None = None, stdout: IO[str] | None = None) -> int:
+    stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
+    args = build_parser().parse_args(argv)
+    now = args.now or datetime.now(UTC)
+    at = format_rfc3339(now)
+    command = args.command + (f" {args.target}" if getattr(args, "target", None) else "")
+    try:
+        if args.command == "logs":
+            sections = [_logs(args.file, stdin)]
+            api = None
+        else:
+            api = _api(args)
+            sections = _cluster_sections(args, api, now)
+    except UsageError as exc:
+        print(f"hami-doctor: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (KubeConfigError, errors.ApiError) as exc:
+        print(f"hami-doctor: cannot read the cluster: {exc}", file=sys.stderr)
+        return EXIT_CLUSTER
+    applied = None
+    if api is not None and args.fix:
+        applied = _fix(api, sections, args.yes, stdin)
+    stdout.write(
+        render.to_json(command, at, sections, applied)
+        if args.json
+        else render.to_text(command, at, sections) + "".join(f"fix: {a}\n" for a in applied or [])
+    )
+    return exit_code(render.status(sections))
+
+
+def _fix(api: Any, sections: list[Section], yes: bool, stdin: IO[str]) -> list[str]:
+    todo = fix.remedies(sections)
+    if not todo:
+        return []
+
+    def ask(prompt: str) -> str:
+        sys.stderr.write(prompt)
+        sys.stderr.flush()
+        return stdin.readline()
+
+    if not yes and not fix.confirm(todo, ask):
+        return ["nothing changed (not confirmed)"]
+    return fix.apply(api, todo)
+
+
+def _logs(path: str, stdin: IO[str]) -> Section:
+    if path == "-":
+        return logscan.report(logscan.scan(stdin), "log <stdin>")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return logscan.report(logscan.scan(fh), f"log {path}")
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None

@@ -1,0 +1,358 @@
+"""Node checks: seed 000's batch annotation check and seed 001 §2.3/§4.2, as pure functions.
+
+Input is a Node as the API returns it (a dict); output is findings and the decoded device table.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+from typing import Any
+
+from hami.core import annotations as ann
+from hami.core.codec import CodecError
+from hami.core.codec.handshake import REQUESTING, check_handshake, parse_datetime
+from hami.core.codec.node_devices import decode_legacy_node_devices, get_node_devices
+from hami.core.codec.nodelock import NodeLock, format_go_duration, is_expired, parse_node_lock
+from hami.core.codec.quantity import parse_quantity
+from hami.core.devices import DeviceInfo
+from hami.doctor.findings import BROKEN, OK, WARNING, Finding, Remedy, Section, Table
+from hami.doctor.settings import Settings
+
+Obj = dict[str, Any]
+
+UUID_RE = re.compile(r"GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+DEVICE_COLUMNS = ("ID", "Index", "Count", "Devmem", "Devcore", "Type", "Numa", "Mode", "Health")
+# Clocks further apart than this break the handshake (seed 001 §4.3: keep skew under 30 s).
+CLOCK_SKEW = timedelta(seconds=30)
+
+FIX_DEVICE_PLUGIN = "check that the device plugin pod on the node is running (seed 001 §4.1)"
+FIX_HEALTH = "check the GPU: nvidia-smi -q -d HEALTH and -d ECC on the node (seed 001 §3.3)"
+FIX_VERSIONS = "device plugin and scheduler versions differ: upgrade HAMi components together (seed 001 §4.3)"
+
+
+def name_of(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("name", ""))
+
+
+def annotations_of(obj: Obj) -> dict[str, str]:
+    raw = (obj.get("metadata") or {}).get("annotations") or {}
+    return {str(k): str(v) for k, v in raw.items()}
+
+
+def age(when: datetime, now: datetime) -> str:
+    return format_go_duration(now - when)
+
+
+def allocatable_gpus(node: Obj, resource: str = ann.RESOURCE_GPU) -> int:
+    """``status.allocatable[nvidia.com/gpu]`` as an integer; 0 when absent or malformed."""
+    value = ((node.get("status") or {}).get("allocatable") or {}).get(resource)
+    if value is None:
+        return 0
+    try:
+        return int(parse_quantity(str(value)))
+    except CodecError:
+        return 0
+
+
+def check_registration(node: Obj) -> tuple[list[Finding], list[DeviceInfo]]:
+    annos = annotations_of(node)
+    text = annos.get(ann.NODE_REGISTER, "")
+    gpus = allocatable_gpus(node)
+    if not text:
+        if gpus > 0:
+            return [
+                Finding(
+                    BROKEN,
+                    "node.register.missing",
+                    f"kubelet reports {gpus} allocatable {ann.RESOURCE_GPU} "
+                    f"but {ann.NODE_REGISTER} is absent",
+                    (f"{ann.NODE_REGISTER}: <absent>",),
+                    "the device plugin registered with kubelet but could not patch the node: check that its "
+                    "ServiceAccount may patch nodes and that NODE_NAME matches the node (seed 001 §4.1)",
+                )
+            ], []
+        return [
+            Finding(
+                WARNING,
+                "node.register.missing",
+                f"GPU not registered ({ann.NODE_REGISTER} is absent or empty)",
+                (f"{ann.NODE_REGISTER}: <absent>", f"allocatable {ann.RESOURCE_GPU}: 0"),
+                FIX_DEVICE_PLUGIN + "; ignore this on CPU-only nodes, or narrow the check with --selector",
+            )
+        ], []
+    try:
+        devs = get_node_devices(annos, annos.get(ann.NODE_PAIR_SCORE))
+    except CodecError as exc:
+        evidence = [f"decode error: {exc}", f"{ann.NODE_REGISTER}: {_clip(text)}"]
+        try:
+            decode_legacy_node_devices(text)
+            evidence.append(
+                "the value is the legacy colon/comma form of a <= v2.7 device plugin; v2.10 reads JSON only"
+            )
+        except CodecError:
+            pass
+        return [
+            Finding(
+                BROKEN,
+                "node.register.undecodable",
+                "device registration cannot be decoded: the scheduler skips this node",
+                tuple(evidence),
+                FIX_VERSIONS,
+            )
+        ], []
+    return [Finding(OK, "node.register.ok", f"GPU registered: {len(devs)} device(s)")], devs
+
+
+def check_devices(devs: list[DeviceInfo]) -> list[Finding]:
+    """Seed 001 §4.2 field checks, plus device health."""
+    out: list[Finding] = []
+    for d in devs:
+        label = f"device {d.index} ({d.id or '<no id>'})"
+        if not UUID_RE.fullmatch(d.id):
+            out.append(
+                Finding(
+                    WARNING,
+                    "node.device.uuid",
+                    f"{label}: ID is not a full GPU UUID",
+                    (f"id={d.id!r}, want GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx",),
+                    "UUID selection (nvidia.com/use-gpuuuid) and the device plugin's matching "
+                    "need real UUIDs: check the device plugin's NVML view",
+                )
+            )
+        if d.count <= 0:
+            out.append(
+                Finding(
+                    BROKEN,
+                    "node.device.count",
+                    f"{label}: Count must be > 0",
+                    (f"count={d.count}",),
+                    "set deviceSplitCount > 0 in the device plugin config",
+                )
+            )
+        if d.devmem <= 0:
+            out.append(
+                Finding(
+                    BROKEN,
+                    "node.device.devmem",
+                    f"{label}: Devmem must be > 0 (MiB)",
+                    (f"devmem={d.devmem}",),
+                    "check deviceMemoryScaling and, for unified-memory GPUs, "
+                    "preConfiguredDeviceMemory (seed 001 §7)",
+                )
+            )
+        if not d.type.startswith("NVIDIA"):
+            seen = "nvidia" in d.type.lower()
+            out.append(
+                Finding(
+                    WARNING if seen else BROKEN,
+                    "node.device.type",
+                    f"{label}: Type must start with NVIDIA",
+                    (f"type={d.type!r}",)
+                    + (() if seen else ("the scheduler only fits devices whose type contains NVIDIA",)),
+                    FIX_VERSIONS,
+                )
+            )
+        if not d.health:
+            out.append(
+                Finding(
+                    WARNING,
+                    "node.device.unhealthy",
+                    f"{label}: registered unhealthy",
+                    (f"health={str(d.health).lower()}",),
+                    FIX_HEALTH,
+                )
+            )
+    if devs and not out:
+        out.append(Finding(OK, "node.device.ok", "every device passes the register checks (seed 001 §4.2)"))
+    return out
+
+
+def device_table(node: str, devs: list[DeviceInfo]) -> Table:
+    rows = tuple(
+        (
+            d.id,
+            str(d.index),
+            str(d.count),
+            str(d.devmem),
+            str(d.devcore),
+            d.type,
+            str(d.numa),
+            d.mode or "-",
+            "true" if d.health else "false",
+        )
+        for d in devs
+    )
+    return Table(f"devices on {node}", DEVICE_COLUMNS, rows)
+
+
+def check_node_handshake(node: Obj, s: Settings, now: datetime) -> list[Finding]:
+    name = name_of(node)
+    value = annotations_of(node).get(ann.NODE_HANDSHAKE)
+    gpus = allocatable_gpus(node)
+    if value is None:
+        return [
+            Finding(
+                WARNING,
+                "node.handshake.missing",
+                f"no handshake record ({ann.NODE_HANDSHAKE} is absent)",
+                (f"{ann.NODE_HANDSHAKE}: <absent>",),
+                "the scheduler writes Requesting_<now> within 15 s on nodes it registers: check that "
+                "it runs, is leader, and that --node-label-selector includes the node",
+            )
+        ]
+    evidence = [f"{ann.NODE_HANDSHAKE}: {value}", f"allocatable {ann.RESOURCE_GPU}: {gpus}"]
+    clear = Remedy(
+        name,
+        ann.NODE_HANDSHAKE,
+        value,
+        f"remove {ann.NODE_HANDSHAKE} from {name}; the scheduler writes a fresh request at its next tick",
+    )
+    if REQUESTING not in value:
+        return [
+            Finding(
+                WARNING,
+                "node.handshake.legacy",
+                "handshake is not a scheduler request "
+                "(legacy device plugin value); the v2.10 scheduler replaces it at its next tick",
+                tuple(evidence),
+                FIX_VERSIONS,
+            )
+        ]
+    _, sep, stamp = value.partition("_")
+    try:
+        if not sep:
+            raise CodecError("handshake has no '_' separator", "handshake", value)
+        when = parse_datetime(stamp, "handshake timestamp", s.scheduler_tz)
+    except CodecError as exc:
+        return [
+            Finding(
+                WARNING,
+                "node.handshake.undecodable",
+                "handshake cannot be parsed: the scheduler treats the node as healthy and never "
+                "refreshes the handshake",
+                (*evidence, f"error: {exc}"),
+                "remove the annotation (--fix) so the scheduler writes a fresh one",
+                clear,
+            )
+        ]
+    evidence.append(f"age {age(when, now)}, threshold {format_go_duration(s.handshake_timeout)}")
+    if now - when < -CLOCK_SKEW:
+        return [
+            Finding(
+                WARNING,
+                "node.handshake.future",
+                "handshake time is in the future: clocks differ",
+                tuple(evidence),
+                "check NTP on the nodes and the control plane; keep skew under 30 s (seed 001 §4.3)",
+            )
+        ]
+    healthy, _ = check_handshake(value, now, gpus, s.scheduler_tz)
+    if now - when < s.handshake_timeout:
+        return [
+            Finding(OK, "node.handshake.ok", f"handshake requested {age(when, now)} ago", tuple(evidence))
+        ]
+    if healthy:
+        return [
+            Finding(
+                OK,
+                "node.handshake.ok",
+                f"handshake requested {age(when, now)} ago; older than "
+                f"{format_go_duration(s.handshake_timeout)}, but {gpus} allocatable {ann.RESOURCE_GPU} "
+                "keeps the node healthy (v2.10 device plugins do not answer the handshake)",
+                tuple(evidence),
+            )
+        ]
+    return [
+        Finding(
+            BROKEN,
+            "node.handshake.expired",
+            f"handshake expired ({age(when, now)} > {format_go_duration(s.handshake_timeout)}) and kubelet "
+            f"reports no allocatable {ann.RESOURCE_GPU}: the scheduler drops the node's devices",
+            tuple(evidence),
+            "check the device plugin pod (CrashLoopBackOff → its logs), its kubelet registration "
+            "('Registered device plugin ... with Kubelet') and NTP (skew under 30 s) (seed 001 §4.3)",
+            clear,
+        )
+    ]
+
+
+def check_node_lock(
+    node: Obj, owner_exists: bool | None, s: Settings, now: datetime
+) -> tuple[list[Finding], NodeLock | None]:
+    """Lock state and age; ``owner_exists`` is whether the owner pod was found (None: not looked up)."""
+    name = name_of(node)
+    value = annotations_of(node).get(ann.NODE_LOCK)
+    if value is None:
+        return [Finding(OK, "node.lock.free", "node lock free")], None
+    clear = Remedy(
+        name,
+        ann.NODE_LOCK,
+        value,
+        f"remove {ann.NODE_LOCK} from {name} (kubectl annotate node {name} {ann.NODE_LOCK}-)",
+    )
+    evidence = [f"{ann.NODE_LOCK}: {value}"]
+    try:
+        lock = parse_node_lock(value)
+    except CodecError as exc:
+        return [
+            Finding(
+                BROKEN,
+                "node.lock.malformed",
+                "node lock cannot be parsed: every bind to this node fails until it is removed",
+                (*evidence, f"error: {exc}"),
+                "clear the node lock (seed 001 §5.4)",
+                clear,
+            )
+        ], None
+    owner = f"{lock.namespace}/{lock.name}" if lock.name else "<legacy lock, no owner>"
+    evidence.append(
+        f"owner {owner}, age {age(lock.time, now)}, timeout {format_go_duration(s.node_lock_timeout)}"
+    )
+    if is_expired(lock, now, s.node_lock_timeout):
+        return [
+            Finding(
+                WARNING,
+                "node.lock.expired",
+                f"node lock held by {owner} for {age(lock.time, now)}: expired, the next bind takes it "
+                "over; whoever set it did not release it",
+                tuple(evidence),
+                "check the device plugin's Allocate on this node; clear the lock (seed 001 §5.4)",
+                clear,
+            )
+        ], lock
+    if lock.name and owner_exists is False:
+        return [
+            Finding(
+                WARNING,
+                "node.lock.dangling",
+                f"node lock held by {owner}, which no longer exists",
+                tuple(evidence),
+                "the scheduler releases it at the next bind; or clear it now (seed 001 §5.4)",
+                clear,
+            )
+        ], lock
+    return [
+        Finding(
+            OK,
+            "node.lock.held",
+            f"node lock held by {owner} for {age(lock.time, now)} (allocation in progress)",
+            tuple(evidence),
+        )
+    ], lock
+
+
+def check_node(node: Obj, owner_exists: bool | None, s: Settings, now: datetime) -> Section:
+    section = Section(f"node {name_of(node)}")
+    findings, devs = check_registration(node)
+    section.findings += findings
+    section.findings += check_devices(devs)
+    if devs:
+        section.tables.append(device_table(name_of(node), devs))
+    section.findings += check_node_handshake(node, s, now)
+    section.findings += check_node_lock(node, owner_exists, s, now)[0]
+    return section
+
+
+def _clip(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

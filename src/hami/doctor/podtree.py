@@ -1,0 +1,308 @@
+"""The pod-pending tree of seed 000 (调试决策树) and seed 001 §6, walked until the diagnosis.
+
+Order: resources → schedulerName → scheduler running → (bound? bind phase) → HAMi events →
+FilteringFailed reason codes → node registration / handshake for unfit nodes → BindingFailed /
+node lock. The walk stops at the first step with a broken finding; the steps before it are the
+path, reported as evidence that they were checked.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+
+from hami.core import annotations as ann
+from hami.core.codec import CodecError
+from hami.core.codec.nodelock import format_go_duration, parse_rfc3339
+from hami.doctor import nodecheck, reasons
+from hami.doctor.findings import BROKEN, OK, WARNING, Finding, Section, is_broken
+from hami.doctor.podinputs import PodCluster, check_requests, check_scheduler, check_scheduler_name
+from hami.doctor.settings import Settings
+
+Obj = dict[str, Any]
+
+HAMI_REASONS = ("FilteringFailed", "FilteringSucceed", "BindingFailed", "BindingSucceed")
+_NODE_IN_MESSAGE = re.compile(r"node \[?([\w.-]+)\]?")
+FIX_RAISE_V5 = "raise the scheduler log level to V(5) and read its log for this pod (seed 000)"
+FIX_RAISE_V4 = "raise the scheduler log level to V(4) and check the Filter lines (hami-doctor logs)"
+
+
+def _when(event: Obj) -> datetime | None:
+    meta = event.get("metadata") or {}
+    for stamp in (
+        event.get("lastTimestamp"),
+        event.get("eventTime"),
+        event.get("firstTimestamp"),
+        meta.get("creationTimestamp"),
+    ):
+        if stamp:
+            try:
+                return parse_rfc3339(str(stamp))
+            except CodecError:
+                continue
+    return None
+
+
+def _describe(event: Obj, now: datetime) -> str:
+    when = _when(event)
+    ago = f", {format_go_duration(now - when)} ago" if when else ""
+    source = (event.get("source") or {}).get("component") or event.get("reportingComponent") or "?"
+    count = int(event.get("count") or 1)
+    return (
+        f"{event.get('type', '?')} {event.get('reason', '?')} (x{count}{ago}) from {source}: "
+        f"{event.get('message', '')}"
+    )
+
+
+def diagnose_pod(c: PodCluster, s: Settings, now: datetime) -> Section:
+    meta = c.pod.get("metadata") or {}
+    section = Section(f"pod {meta.get('namespace', '')}/{meta.get('name', '')}")
+    section.findings += check_requests(c.pod)
+    if not is_broken(section.findings):
+        section.findings += check_scheduler_name(c.pod, s)
+    if not is_broken(section.findings):
+        section.findings += check_scheduler(c, s, now)
+    if is_broken(section.findings):
+        return section
+    section.findings += _after_scheduling(c, s, now)
+    return section
+
+
+def _after_scheduling(c: PodCluster, s: Settings, now: datetime) -> list[Finding]:
+    spec, annos = c.pod.get("spec") or {}, nodecheck.annotations_of(c.pod)
+    if spec.get("nodeName") or ann.POD_BIND_PHASE in annos:
+        return _bind_phase(c, s, now)
+    events = sorted(
+        (e for e in c.events if e.get("reason") in HAMI_REASONS),
+        key=lambda e: _when(e) or datetime.min.replace(tzinfo=now.tzinfo),
+    )
+    if not events:
+        return _no_hami_events(c)
+    latest = events[-1]
+    reason = latest.get("reason")
+    if reason == "FilteringFailed":
+        return _filtering_failed([e for e in events if e.get("reason") == "FilteringFailed"], c, s, now)
+    if reason == "BindingFailed":
+        return _binding_failed(latest, c, s, now)
+    return [
+        Finding(
+            WARNING,
+            "pod.pending-after-filter",
+            "filtering succeeded but the pod is still Pending: another scheduler plugin may hold it",
+            (_describe(latest, now),),
+            "check the complete kube-scheduler log for this pod (seed 000)",
+        )
+    ]
+
+
+def _no_hami_events(c: PodCluster) -> list[Finding]:
+    insufficient = [e for e in c.events if f"Insufficient {ann.RESOURCE_GPU}" in str(e.get("message", ""))]
+    if not insufficient:
+        return [
+            Finding(
+                WARNING,
+                "pod.events.none",
+                "the pod has no HAMi events",
+                ("no FilteringFailed/FilteringSucceed/BindingFailed/BindingSucceed event",),
+                FIX_RAISE_V5,
+            )
+        ]
+    with_gpu = {n: g for n, node in sorted(c.nodes.items()) if (g := nodecheck.allocatable_gpus(node)) > 0}
+    evidence = (
+        str(insufficient[-1].get("message", "")),
+        *(f"{n}: allocatable {ann.RESOURCE_GPU} {g}" for n, g in with_gpu.items()),
+    )
+    if not with_gpu:
+        return [
+            Finding(
+                BROKEN,
+                "pod.insufficient.no-allocatable",
+                f"Insufficient {ann.RESOURCE_GPU}: no node has allocatable {ann.RESOURCE_GPU}",
+                evidence,
+                "the device plugin has not registered devices with kubelet "
+                "(seed 001 §4.1): check its pod and logs",
+            )
+        ]
+    return [
+        Finding(
+            BROKEN,
+            "pod.insufficient.all-used",
+            f"Insufficient {ann.RESOURCE_GPU}: the existing pods use every device slot",
+            evidence,
+            "wait for resources to be released or increase deviceSplitCount (seed 001 §6)",
+        )
+    ]
+
+
+def _filtering_failed(events: list[Obj], c: PodCluster, s: Settings, now: datetime) -> list[Finding]:
+    parsed = reasons.parse_filter_messages([str(e.get("message", "")) for e in events])
+    described = tuple(_describe(e, now) for e in events)
+    out: list[Finding] = []
+    for reason, nodes in sorted(parsed.by_reason.items()):
+        meaning, fix = reasons.explain(reason)
+        on = f" on {', '.join(nodes)}" if nodes else ""
+        out.append(
+            Finding(
+                BROKEN, f"pod.filter.{reason.replace(' ', '-')}", f"{reason}{on}: {meaning}", described, fix
+            )
+        )
+    for text in parsed.other:
+        out.append(Finding(BROKEN, "pod.filter.error", f"filter failed: {text}", described, FIX_RAISE_V4))
+    unregistered = {"NodeUnfitPod", "node unregistered"} & parsed.by_reason.keys()
+    if unregistered or not parsed.by_reason:
+        named = sorted({n for r in unregistered for n in parsed.by_reason[r]})
+        out += _node_annotations(named or sorted(c.nodes), c, s, now)
+    if not out:
+        out.append(Finding(BROKEN, "pod.filter.unexplained", "filtering failed", described, FIX_RAISE_V4))
+    return out
+
+
+def _node_annotations(names: list[str], c: PodCluster, s: Settings, now: datetime) -> list[Finding]:
+    """Seed 000 E4 → F → G: register present? handshake expired? else raise the log level."""
+    out: list[Finding] = []
+    for name in names:
+        node = c.nodes.get(name)
+        if node is None:
+            out.append(
+                Finding(
+                    BROKEN,
+                    "node.missing",
+                    f"node {name} does not exist",
+                    (),
+                    "the event names a node that is gone; retry scheduling",
+                )
+            )
+            continue
+        found, _ = nodecheck.check_registration(node)
+        found += nodecheck.check_node_handshake(node, s, now)
+        out += [_on(name, f) for f in found if f.severity != OK]
+    if not out:
+        out.append(
+            Finding(
+                WARNING,
+                "pod.filter.annotations-ok",
+                "node registrations and handshakes look right",
+                tuple(f"checked {n}" for n in names),
+                FIX_RAISE_V4,
+            )
+        )
+    return out
+
+
+def _on(node: str, f: Finding) -> Finding:
+    return Finding(f.severity, f.code, f"{node}: {f.summary}", f.evidence, f.fix, f.remedy)
+
+
+def _binding_failed(event: Obj, c: PodCluster, s: Settings, now: datetime) -> list[Finding]:
+    message = str(event.get("message", ""))
+    m = _NODE_IN_MESSAGE.search(message)
+    node_name = m.group(1) if m else nodecheck.annotations_of(c.pod).get(ann.POD_VGPU_NODE, "")
+    described = (_describe(event, now),)
+    if "node lock contention" in message and node_name in c.nodes:
+        lock_findings = _lock_for_pod(node_name, c, s, now)
+        head = Finding(
+            BROKEN,
+            "pod.bind.lock-contention",
+            f"bind failed: node {node_name} is locked",
+            described,
+            "wait for the holder's allocation to finish; a lock older than the "
+            f"--node-lock-timeout ({format_go_duration(s.node_lock_timeout)}) is taken over",
+        )
+        return [head, *lock_findings]
+    return [
+        Finding(
+            BROKEN,
+            "pod.bind.failed",
+            f"bind failed: {message}",
+            described,
+            "check the scheduler's connection to the API server (etcd) and its permission to patch "
+            "node annotations and bind pods (seed 000)",
+        )
+    ]
+
+
+def _lock_for_pod(node_name: str, c: PodCluster, s: Settings, now: datetime) -> list[Finding]:
+    node = c.nodes[node_name]
+    value = nodecheck.annotations_of(node).get(ann.NODE_LOCK)
+    owner_ok = None
+    meta = c.pod.get("metadata") or {}
+    if value is not None and value.count(",") == 2:
+        owner_ok = c.owner_exists.get("/".join(value.split(",")[1:]))
+    found, lock = nodecheck.check_node_lock(node, owner_ok, s, now)
+    if (
+        lock
+        and lock.name
+        and (lock.namespace, lock.name) != (meta.get("namespace"), meta.get("name"))
+        and found[0].code == "node.lock.held"
+    ):
+        found = [
+            Finding(
+                WARNING,
+                "node.lock.other",
+                f"node lock held by {lock.namespace}/{lock.name} for "
+                f"{format_go_duration(now - lock.time)}: binds of other pods to {node_name} wait",
+                found[0].evidence,
+                "wait for that pod's allocation to finish; it expires after "
+                f"{format_go_duration(s.node_lock_timeout)}",
+            )
+        ]
+    return [_on(node_name, f) for f in found]
+
+
+def _bind_phase(c: PodCluster, s: Settings, now: datetime) -> list[Finding]:
+    spec, annos = c.pod.get("spec") or {}, nodecheck.annotations_of(c.pod)
+    node = spec.get("nodeName") or annos.get(ann.POD_VGPU_NODE, "")
+    phase = annos.get(ann.POD_BIND_PHASE, "")
+    status = (c.pod.get("status") or {}).get("phase", "Unknown")
+    evidence = [
+        f"{ann.POD_BIND_PHASE}: {phase or '<absent>'}",
+        f"node: {node or '<none>'}",
+        f"pod phase: {status}",
+    ]
+    bind_time = annos.get(ann.POD_BIND_TIME, "")
+    since = None
+    if bind_time.isdigit():
+        since = now - datetime.fromtimestamp(int(bind_time), now.tzinfo)
+        evidence.append(f"{ann.POD_BIND_TIME}: {bind_time} ({format_go_duration(since)} ago)")
+    locks = _lock_for_pod(node, c, s, now) if node in c.nodes else []
+    if phase == ann.BIND_PHASE_FAILED:
+        return [
+            Finding(
+                BROKEN,
+                "pod.bind-phase.failed",
+                f"the device plugin failed to allocate devices on {node}",
+                tuple(evidence),
+                "read the Allocate error in the pod's events and the device plugin log "
+                "(seed 001 §4.4; hami-doctor logs), fix it, then delete the pod so it is scheduled again",
+            ),
+            *[f for f in locks if f.severity != OK],
+        ]
+    if phase == ann.BIND_PHASE_ALLOCATING:
+        if since is not None and since > s.bind_timeout:
+            return [
+                Finding(
+                    BROKEN,
+                    "pod.bind-phase.stuck",
+                    f"stuck in allocating for {format_go_duration(since)} (> "
+                    f"{format_go_duration(s.bind_timeout)}): the device plugin never finished Allocate",
+                    tuple(evidence),
+                    f"check the device plugin pod on {node} and kubelet's device "
+                    "plugin log (journalctl -u kubelet | grep -i device); seed 001 §4.4",
+                ),
+                *locks,
+            ]
+        return [
+            Finding(OK, "pod.bind-phase.allocating", f"allocation in progress on {node}", tuple(evidence)),
+            *locks,
+        ]
+    if phase == ann.BIND_PHASE_SUCCESS:
+        return [
+            Finding(
+                OK,
+                "pod.bind-phase.success",
+                f"devices allocated on {node}; pod phase {status}",
+                tuple(evidence),
+            )
+        ]
+    return [Finding(OK, "pod.bound", f"pod bound to {node}; pod phase {status}", tuple(evidence))]

@@ -1,0 +1,183 @@
+"""Bind (§5.3): node lock, pod annotations, the Binding subresource; the lock is released on failure.
+
+On success the lock stays held: the device plugin releases it after Allocate (or it expires).
+Only the leader binds (§6.5); a follower answers with an error and writes nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hami.core import annotations as ann
+from hami.core import klog
+from hami.core.kube import errors, raw
+from hami.core.kube.events import ObjectRef
+from hami.core.kube.patches import patch_pod_metadata
+from hami.scheduler.events import PodEvents
+from hami.scheduler.nodelock import NodeLocker, NodeLockError
+from hami.scheduler.register import error_reason
+from hami.scheduler.requests import container_request
+from hami.scheduler.state import ClusterState
+
+log = klog.get_logger(__name__)
+
+NOT_LEADER = "this hami-scheduler replica is not the leader; binding is left to the leader"
+
+
+@dataclass(frozen=True)
+class BindArgs:
+    pod_name: str
+    pod_namespace: str
+    pod_uid: str
+    node: str
+
+
+def requests_gpus(pod: Mapping[str, Any], state: ClusterState) -> bool:
+    """HAMi's NVIDIA ``LockNode`` condition: some regular (not init) container asks for GPUs."""
+    containers = (pod.get("spec") or {}).get("containers") or []
+    return any(container_request(c, state.nvidia) is not None for c in containers if isinstance(c, Mapping))
+
+
+def _pod_group(pod: Mapping[str, Any]) -> bool:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return bool(labels.get(ann.POD_GROUP_LABEL))
+
+
+class Binder:
+    def __init__(
+        self,
+        state: ClusterState,
+        api_client: Any,
+        locker: NodeLocker,
+        events: PodEvents,
+        *,
+        is_leader: Callable[[], bool] = lambda: True,
+        lock_retry_timeout: float = 28.0,
+    ) -> None:
+        self.state = state
+        self.api = api_client
+        self.locker = locker
+        self.events = events
+        self.is_leader = is_leader
+        self.lock_retry_timeout = lock_retry_timeout
+        self.metrics = state.metrics
+
+    def bind(self, args: BindArgs) -> str:
+        """Bind the pod; returns the ExtenderBindingResult ``Error`` ("" on success)."""
+        started = time.monotonic()
+        result = "error"
+        try:
+            if not self.is_leader():
+                result = "not_leader"
+                return NOT_LEADER
+            error = self._bind(args)
+            result = "success" if not error else "error"
+            return error
+        finally:
+            self.metrics.bind_duration.labels(result).observe(time.monotonic() - started)
+
+    def _get_pod(self, args: BindArgs) -> dict[str, Any]:
+        pod = self.state.get_pod(args.pod_namespace, args.pod_name)
+        if pod is not None:
+            return pod
+        # The watch may lag the pod's creation by a moment; ask the API server once.
+        found: dict[str, Any] = raw.request_json(
+            self.api, "GET", raw.resource_path("", "v1", "pods", args.pod_namespace, args.pod_name)
+        )
+        return found
+
+    def _bind(self, args: BindArgs) -> str:
+        log.v(5).info("bind %s/%s (uid %s) to %s", args.pod_namespace, args.pod_name, args.pod_uid, args.node)
+        try:
+            pod = self._get_pod(args)
+        except errors.ApiError as err:
+            self.state.drop_reservation(args.pod_uid)
+            log.error("bind %s/%s: pod not found: %s", args.pod_namespace, args.pod_name, err)
+            return str(err)
+        ref = ObjectRef.from_object(pod, kind="Pod")
+        if self.state.get_node(args.node) is None:
+            self.events.binding_failed(ref, f"failed to get node {args.node}")
+            self.state.drop_reservation(args.pod_uid)
+            return f'node "{args.node}" not found'
+        locked = False
+        try:
+            if requests_gpus(pod, self.state):
+                self._lock(args, pod)
+                locked = True
+            phase = time.monotonic()
+            patch_pod_metadata(
+                self.api,
+                args.pod_namespace,
+                args.pod_name,
+                annotations={
+                    ann.POD_BIND_PHASE: ann.BIND_PHASE_ALLOCATING,
+                    ann.POD_BIND_TIME: str(int(time.time())),
+                },
+            )
+            self.metrics.bind_phase_duration.labels("patch_pod").observe(time.monotonic() - phase)
+            phase = time.monotonic()
+            binding = {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": args.pod_name, "namespace": args.pod_namespace, "uid": args.pod_uid},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": args.node},
+            }
+            raw.request_json(
+                self.api,
+                "POST",
+                raw.resource_path("", "v1", "pods", args.pod_namespace, args.pod_name) + "/binding",
+                body=binding,
+            )
+            self.metrics.bind_phase_duration.labels("bind").observe(time.monotonic() - phase)
+        except (NodeLockError, errors.ApiError) as err:
+            if isinstance(err, errors.ApiError):
+                self.metrics.api_errors.labels("bind", error_reason(err)).inc()
+            if locked:
+                self._release(args)
+            message = str(err)
+            log.error("bind %s/%s to %s failed: %s", args.pod_namespace, args.pod_name, args.node, message)
+            self.events.binding_failed(ref, message)
+            return message
+        self.events.binding_succeed(ref, args.node)
+        log.v(4).info("bound %s/%s to %s", args.pod_namespace, args.pod_name, args.node)
+        return ""
+
+    def _lock(self, args: BindArgs, pod: Mapping[str, Any]) -> None:
+        started = time.monotonic()
+        retry = _pod_group(pod) and self.lock_retry_timeout > 0
+        deadline = started + self.lock_retry_timeout
+        try:
+            while True:
+                try:
+                    self.locker.lock_node(args.node, args.pod_namespace, args.pod_name)
+                    return
+                except NodeLockError as err:
+                    if not (retry and err.contention):
+                        raise
+                    if time.monotonic() >= deadline:
+                        raise NodeLockError(
+                            f"timed out after {self.lock_retry_timeout:g}s waiting for node {args.node} "
+                            f"to be unlocked: {err}",
+                            contention=True,
+                        ) from err
+                    time.sleep(0.1)
+        finally:
+            waited = time.monotonic() - started
+            self.metrics.node_lock_wait.observe(waited)
+            self.metrics.bind_phase_duration.labels("node_lock").observe(waited)
+
+    def _release(self, args: BindArgs) -> None:
+        try:
+            self.locker.release_node_lock(args.node, args.pod_namespace, args.pod_name)
+        except NodeLockError as err:
+            log.error(
+                "node %s: failed to release the lock of %s/%s: %s (it expires after %s)",
+                args.node,
+                args.pod_namespace,
+                args.pod_name,
+                err,
+                self.locker.timeout,
+            )

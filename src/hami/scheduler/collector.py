@@ -1,0 +1,236 @@
+"""Scrape-time metrics from the caches: node states, handshakes, locks, leadership, allocations.
+
+HAMi's §7.1 families (``zone="vGPU"``, memory in bytes = MiB × 1048576) are always exported; the
+pre-2.9 CamelCase names only with ``--legacy-metrics``. Everything is read under the state lock
+in one pass, so a scrape sees one consistent snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import datetime
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from hami.core import annotations as ann
+from hami.scheduler.state import NODE_STATES, ClusterState, annotations_of, meta_field
+
+MIB = 1048576
+ZONE = "vGPU"
+_DEV = ["node", "device_uuid", "device_index", "device_type", "zone"]
+_LEGACY_DEV = ["nodeid", "deviceuuid", "deviceidx", "devicetype"]
+
+
+def _g(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=labels)
+
+
+class StateCollector(Collector):
+    def __init__(
+        self,
+        state: ClusterState,
+        is_leader: Callable[[], bool],
+        legacy: bool = False,
+        now: Callable[[], datetime] = lambda: datetime.now().astimezone(),
+    ) -> None:
+        self.state = state
+        self.is_leader = is_leader
+        self.legacy = legacy
+        self.now = now
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield from self._scheduler()
+        yield from self._allocations()
+
+    def _scheduler(self) -> Iterator[GaugeMetricFamily]:
+        leader = _g(
+            "hami_scheduler_is_leader", "1 when this replica leads (binds and writes handshakes).", []
+        )
+        leader.add_metric([], 1.0 if self.is_leader() else 0.0)
+        synced = _g(
+            "hami_scheduler_cache_synced", "1 once informers synced and a register pass completed.", []
+        )
+        synced.add_metric([], 1.0 if self.state.synced.is_set() and self.state.informers_synced() else 0.0)
+        pending = _g("hami_scheduler_pending_pods", "Pods requesting HAMi resources in phase Pending.", [])
+        pending.add_metric([], float(self.state.pending_gpu_pods()))
+        states = _g(
+            "hami_scheduler_nodes",
+            "Nodes by registration state (healthy, handshake_expired, unregistered, decode_error).",
+            ["state"],
+        )
+        ages = _g(
+            "hami_node_handshake_age_seconds",
+            "Seconds since the timestamp in the node's "
+            "hami.io/node-handshake annotation (resets when it is renewed).",
+            ["node"],
+        )
+        held = _g(
+            "hami_scheduler_node_lock_held",
+            "1 while the node carries a hami.io/mutex.lock annotation.",
+            ["node"],
+        )
+        now = self.now()
+        with self.state.lock:
+            counts = dict.fromkeys(NODE_STATES, 0)
+            for name, record in self.state.records.items():
+                counts[record.state] = counts.get(record.state, 0) + 1
+                if record.handshake is not None:
+                    ages.add_metric([name], max((now - record.handshake).total_seconds(), 0.0))
+        for st, n in counts.items():
+            states.add_metric([st], float(n))
+        for node in self.state.node_informer.list():
+            if ann.NODE_LOCK in annotations_of(node):
+                held.add_metric([meta_field(node, "name")], 1.0)
+        yield from (leader, synced, pending, states, ages, held)
+
+    def _allocations(self) -> Iterator[GaugeMetricFamily]:
+        split = _g(
+            "hami_gpu_split_count",
+            "Configured split count of the GPU (count in the register annotation).",
+            _DEV,
+        )
+        mem_limit = _g("hami_gpu_memory_limit_bytes", "Device memory limit for a certain GPU", _DEV)
+        core_limit = _g("hami_gpu_core_limit_ratio", "Device core limit for a certain GPU", _DEV)
+        mem_alloc = _g(
+            "hami_gpu_memory_allocated_bytes",
+            "Device memory allocated for a certain GPU",
+            ["node", "device_uuid", "device_index", "device_cores", "device_type", "zone"],
+        )
+        shared = _g("hami_gpu_shared_count", "Number of containers sharing this GPU", _DEV)
+        core_alloc = _g("hami_gpu_core_allocated_ratio", "Device core allocated for a certain GPU", _DEV)
+        overview = _g(
+            "hami_node_gpu_overview",
+            "GPU overview on a certain node",
+            [
+                "node",
+                "device_uuid",
+                "device_index",
+                "device_cores",
+                "device_memory_limit",
+                "device_type",
+                "zone",
+            ],
+        )
+        mem_ratio = _g(
+            "hami_node_gpu_memory_allocated_ratio", "GPU Memory Allocated Percentage on a certain GPU", _DEV
+        )
+        q_used = _g(
+            "hami_resource_quota_used",
+            "resourcequota usage for a certain device",
+            ["namespace", "quota_name", "limit", "zone"],
+        )
+        q_limit = _g(
+            "hami_resource_quota_limit",
+            "resourcequota limit for a certain device",
+            ["namespace", "quota_name", "zone"],
+        )
+        v_mem = _g(
+            "hami_vgpu_memory_allocated_bytes",
+            "vGPU memory allocated from a container",
+            ["namespace", "node", "pod", "container_index", "device_uuid", "zone"],
+        )
+        v_core = _g(
+            "hami_vgpu_core_allocated_ratio",
+            "vGPU core allocated from a container",
+            ["namespace", "node", "pod", "container_index", "device_uuid", "zone"],
+        )
+        legacy = [
+            _g("GPUDeviceMemoryLimit", "Device memory limit for a certain GPU", _LEGACY_DEV),
+            _g("GPUDeviceCoreLimit", "Device memory core limit for a certain GPU", _LEGACY_DEV),
+            _g(
+                "GPUDeviceMemoryAllocated",
+                "Device memory allocated for a certain GPU",
+                ["nodeid", "deviceuuid", "deviceidx", "devicecores", "devicetype"],
+            ),
+            _g("GPUDeviceSharedNum", "Number of containers sharing this GPU", _LEGACY_DEV),
+            _g("GPUDeviceCoreAllocated", "Device core allocated for a certain GPU", _LEGACY_DEV),
+            _g(
+                "nodeGPUOverview",
+                "GPU overview on a certain node",
+                ["nodeid", "deviceuuid", "deviceidx", "devicecores", "devicememorylimit", "devicetype"],
+            ),
+            _g(
+                "nodeGPUMemoryPercentage",
+                "GPU Memory Allocated Percentage on a certain GPU",
+                ["nodeid", "deviceuuid", "deviceidx"],
+            ),
+            _g(
+                "QuotaUsed",
+                "resourcequota usage for a certain device",
+                ["quotanamespace", "quotaName", "limit"],
+            ),
+            _g(
+                "vGPUMemoryAllocated",
+                "vGPU memory allocated from a container",
+                ["podnamespace", "nodename", "podname", "containeridx", "deviceuuid"],
+            ),
+            _g(
+                "vGPUCoreAllocated",
+                "vGPU core allocated from a container",
+                ["podnamespace", "nodename", "podname", "containeridx", "deviceuuid"],
+            ),
+        ]
+        with self.state.lock:
+            for name, node in self.state.nodes.items():
+                usage = self.state.usage.node_usage(name)
+                for d in node.devices:
+                    used, umem, ucores = usage.get(d.id, (0, 0, 0))
+                    idx = str(d.index)
+                    base = [name, d.id, idx, d.type, ZONE]
+                    split.add_metric(base, float(d.count))
+                    mem_limit.add_metric(base, float(d.devmem * MIB))
+                    core_limit.add_metric(base, float(d.devcore))
+                    mem_alloc.add_metric([name, d.id, idx, str(d.devcore), d.type, ZONE], float(umem * MIB))
+                    shared.add_metric(base, float(used))
+                    core_alloc.add_metric(base, float(ucores))
+                    overview.add_metric(
+                        [name, d.id, idx, str(d.devcore), str(d.devmem), d.type, ZONE], float(umem * MIB)
+                    )
+                    if d.devmem > 0:
+                        mem_ratio.add_metric(base, umem / d.devmem)
+                    if self.legacy:
+                        lb = [name, d.id, idx, d.type]
+                        legacy[0].add_metric(lb, float(d.devmem * MIB))
+                        legacy[1].add_metric(lb, float(d.devcore))
+                        legacy[2].add_metric([name, d.id, idx, str(d.devcore), d.type], float(umem * MIB))
+                        legacy[3].add_metric(lb, float(used))
+                        legacy[4].add_metric(lb, float(ucores))
+                        legacy[5].add_metric(
+                            [name, d.id, idx, str(d.devcore), str(d.devmem), d.type], float(umem * MIB)
+                        )
+                        if d.devmem > 0:
+                            legacy[6].add_metric([name, d.id, idx], umem / d.devmem)
+            for ns, rname, entry in self.state.quotas.items():
+                limit = str(entry.limit) if entry.limit_set else "0"
+                q_used.add_metric([ns, rname, limit, ZONE], float(entry.used))
+                if entry.limit_set:
+                    q_limit.add_metric([ns, rname, ZONE], float(entry.limit))
+                if self.legacy:
+                    legacy[7].add_metric([ns, rname, limit], float(entry.used))
+            for alloc in self.state.usage.pods():
+                for share in alloc.shares:
+                    if not share.uuid:
+                        continue
+                    labels = [alloc.namespace, alloc.node, alloc.name, "0", share.uuid]
+                    v_mem.add_metric([*labels, ZONE], float(share.usedmem * MIB))
+                    v_core.add_metric([*labels, ZONE], float(share.usedcores))
+                    if self.legacy:
+                        legacy[8].add_metric(labels, float(share.usedmem * MIB))
+                        legacy[9].add_metric(labels, float(share.usedcores))
+        yield from (
+            split,
+            mem_limit,
+            core_limit,
+            mem_alloc,
+            shared,
+            core_alloc,
+            overview,
+            mem_ratio,
+            q_used,
+            q_limit,
+            v_mem,
+            v_core,
+        )
+        if self.legacy:
+            yield from legacy

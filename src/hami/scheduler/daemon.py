@@ -1,0 +1,132 @@
+"""Wiring of the extender daemon: API client, caches, register loop, leadership, HTTP servers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from hami.core import klog
+from hami.core.kube.client import new_api_client
+from hami.core.kube.events import EventRecorder
+from hami.core.kube.options import KubeOptions
+from hami.core.serve import Server, TLSConfig, WebConfig, build_info, serve_metrics, serve_wsgi
+from hami.scheduler.bind import Binder
+from hami.scheduler.collector import StateCollector
+from hami.scheduler.events import PodEvents
+from hami.scheduler.filter import FilterConfig
+from hami.scheduler.filtering import FilterService
+from hami.scheduler.leader import Leadership
+from hami.scheduler.metrics import SchedulerMetrics
+from hami.scheduler.nodelock import NodeLocker
+from hami.scheduler.register import TICK_SECONDS, Register
+from hami.scheduler.routes import make_app
+from hami.scheduler.state import ClusterState
+from hami.scheduler.webhook import WebhookConfig
+
+log = klog.get_logger(__name__)
+
+
+@dataclass
+class Options:
+    http_bind: str = "127.0.0.1:8080"
+    cert_file: str = ""
+    key_file: str = ""
+    scheduler_name: str = ""
+    filter: FilterConfig = field(default_factory=FilterConfig)
+    metrics_bind: str = ":9395"
+    node_label_selector: str = ""
+    kube: KubeOptions = field(default_factory=KubeOptions)
+    profiling: bool = False
+    node_lock_timeout: timedelta = timedelta(minutes=5)
+    node_lock_retry_timeout: float = 28.0
+    force_overwrite_default_scheduler: bool = True
+    leader_elect: bool = False
+    leader_elect_resource_name: str = ""
+    leader_elect_resource_namespace: str = ""
+    leader_identity: str = ""
+    legacy_metrics: bool = False
+    register_tick: float = TICK_SECONDS
+    http_threads: int = 16
+
+
+class Extender:
+    """The running daemon; ``start()`` returns once both servers listen."""
+
+    def __init__(self, opts: Options, configuration: Any = None) -> None:
+        self.opts = opts
+        self.registry = CollectorRegistry()
+        build_info("scheduler", self.registry)
+        self.metrics = SchedulerMetrics(self.registry)
+        self.api = new_api_client(opts.kube, self.registry, configuration=configuration)
+        self.state = ClusterState(
+            self.api, opts.filter.nvidia, self.metrics, node_label_selector=opts.node_label_selector or None
+        )
+        self.leader = Leadership(
+            self.api,
+            enabled=opts.leader_elect,
+            name=opts.leader_elect_resource_name,
+            namespace=opts.leader_elect_resource_namespace,
+            identity=opts.leader_identity or None,
+            on_elected=self.state.wake.set,
+        )
+        self.locker = NodeLocker(self.api, self.metrics, opts.node_lock_timeout)
+        self.register = Register(
+            self.state, self.api, is_leader=self.leader.is_leader, on_node_gone=self.locker.forget
+        )
+        self.recorder = EventRecorder(
+            self.api, opts.scheduler_name or "hami-scheduler", registry=self.registry
+        )
+        self.events = PodEvents(self.recorder, self.metrics)
+        self.filters = FilterService(self.state, self.api, self.events, opts.filter)
+        self.binder = Binder(
+            self.state,
+            self.api,
+            self.locker,
+            self.events,
+            is_leader=self.leader.is_leader,
+            lock_retry_timeout=opts.node_lock_retry_timeout,
+        )
+        self.registry.register(StateCollector(self.state, self.leader.is_leader, opts.legacy_metrics))
+        self.app = make_app(
+            self.state,
+            self.filters,
+            self.binder,
+            WebhookConfig(opts.scheduler_name, opts.force_overwrite_default_scheduler, opts.filter.nvidia),
+        )
+        self.http: Server | None = None
+        self.metrics_server: Server | None = None
+
+    def start(self) -> None:
+        self.state.start()
+        self.leader.start()
+        self.register.start(self.opts.register_tick)
+        tls = None
+        if self.opts.cert_file and self.opts.key_file:
+            tls = WebConfig(tls=TLSConfig(cert_file=self.opts.cert_file, key_file=self.opts.key_file))
+        self.http = serve_wsgi(
+            self.opts.http_bind,
+            self.app,
+            web_config=tls,
+            name="hami-scheduler",
+            threads=self.opts.http_threads,
+        )
+        self.metrics_server = serve_metrics(
+            self.opts.metrics_bind,
+            self.registry,
+            profiling=self.opts.profiling,
+            ready=lambda: (self.state.synced.is_set(), "cache not synced"),
+            name="hami-scheduler-metrics",
+        )
+
+    def stop(self) -> None:
+        for server in (self.http, self.metrics_server):
+            if server is not None:
+                server.stop()
+        self.register.stop()
+        self.leader.stop()
+        self.state.stop()
+        self.recorder.stop()
+        self.api.close()

@@ -1,0 +1,66 @@
+"""Pod events of the extender (§5.4) with HAMi's messages, counted in ``hami_scheduler_events_total``.
+
+Besides HAMi's per-reason FilteringFailed events (``2 nodes CardInsufficientMemory(n1,n2)``), a
+failed filter records the operator-facing line seed 000 shows in ``kubectl describe pod``:
+``Bindingfailed: CardInsufficientMemory on node gpu-node-01`` (one per reason type, at most
+``MAX_NODES_LISTED`` nodes named).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from hami.core.kube.events import NORMAL, WARNING, EventRecorder, ObjectRef
+from hami.scheduler import reasons as r
+from hami.scheduler.metrics import SchedulerMetrics
+
+FILTERING_FAILED: Final = "FilteringFailed"
+FILTERING_SUCCEED: Final = "FilteringSucceed"
+BINDING_FAILED: Final = "BindingFailed"
+BINDING_SUCCEED: Final = "BindingSucceed"
+MAX_NODES_LISTED: Final = 5
+
+
+def seed_failure_messages(failed: Mapping[str, str]) -> list[str]:
+    """``Bindingfailed: <Reason> on node <node>[, <node>…]`` per reason type (seed 000's example)."""
+    by_reason: dict[str, list[str]] = {}
+    for node, reason in failed.items():
+        for kind in r.parse_reason(reason) or ([reason] if " " not in reason else []):
+            by_reason.setdefault(kind, []).append(node)
+    out = []
+    for kind, nodes in sorted(by_reason.items()):
+        nodes.sort()
+        shown = ", ".join(nodes[:MAX_NODES_LISTED])
+        more = f" and {len(nodes) - MAX_NODES_LISTED} more" if len(nodes) > MAX_NODES_LISTED else ""
+        out.append(f"Bindingfailed: {kind} on node {shown}{more}")
+    return out
+
+
+class PodEvents:
+    def __init__(self, recorder: EventRecorder | None, metrics: SchedulerMetrics) -> None:
+        self.recorder = recorder
+        self.metrics = metrics
+
+    def record(self, pod: ObjectRef, type_: str, reason: str, message: str) -> None:
+        self.metrics.events.labels(reason).inc()
+        if self.recorder is not None:
+            self.recorder.event(pod, type_, reason, message)
+
+    def filtering(
+        self, pod: Mapping[str, Any], events: list[tuple[str, str]], failed: Mapping[str, str] | None = None
+    ) -> None:
+        ref = ObjectRef.from_object(dict(pod), kind="Pod")
+        for type_, message in events:
+            self.record(ref, type_, FILTERING_SUCCEED if type_ == NORMAL else FILTERING_FAILED, message)
+        if failed:
+            for message in seed_failure_messages(failed):
+                self.record(ref, WARNING, FILTERING_FAILED, message)
+
+    def binding_failed(self, ref: ObjectRef, message: str) -> None:
+        self.record(ref, WARNING, BINDING_FAILED, message)
+
+    def binding_succeed(self, ref: ObjectRef, node: str) -> None:
+        self.record(
+            ref, NORMAL, BINDING_SUCCEED, f"Successfully binding node [{node}] to {ref.namespace}/{ref.name}"
+        )

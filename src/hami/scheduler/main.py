@@ -1,0 +1,154 @@
+"""``hami-scheduler`` (also ``python -m hami.scheduler``): the scheduler extender daemon, flags of §7.2."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from datetime import timedelta
+
+import yaml
+
+from hami.core import klog
+from hami.core.kube.client import KubeConfigError
+from hami.core.kube.options import add_kube_flags, from_args
+from hami.scheduler.daemon import Extender, Options
+from hami.scheduler.device_config import DeviceConfigError, load_nvidia_config
+from hami.scheduler.filter import FilterConfig
+from hami.scheduler.nodelock import default_timeout, parse_go_duration
+from hami.scheduler.policy import DEFAULT_GPU_POLICY, DEFAULT_NODE_POLICY
+
+log = klog.get_logger("hami.scheduler")
+
+
+def _duration(text: str) -> timedelta:
+    try:
+        return parse_go_duration(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("1", "t", "true", "yes"):
+        return True
+    if text.lower() in ("0", "f", "false", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"not a boolean: {text!r}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hami-scheduler", description=__doc__)
+    p.add_argument("--http_bind", default="127.0.0.1:8080", help="extender/webhook HTTP address")
+    p.add_argument("--cert_file", default="", help="TLS certificate (TLS when both files are set; reloaded)")
+    p.add_argument("--key_file", default="", help="TLS key")
+    p.add_argument("--scheduler-name", default="", help="name set by the webhook; event source")
+    p.add_argument("--node-scheduler-policy", default=DEFAULT_NODE_POLICY, help="binpack or spread")
+    p.add_argument(
+        "--gpu-scheduler-policy", default=DEFAULT_GPU_POLICY, help="binpack, spread or topology-aware"
+    )
+    p.add_argument("--metrics-bind-address", default=":9395", help="metrics listener")
+    p.add_argument("--node-label-selector", default="", help="k=v,k2=v2: nodes the register pass considers")
+    p.add_argument("--profiling", nargs="?", const=True, default=False, type=_bool, help="/debug/pprof/")
+    p.add_argument(
+        "--node-lock-timeout",
+        type=_duration,
+        default=default_timeout(),
+        help="node-lock expiry, Go duration (default 5m, or $HAMI_NODELOCK_EXPIRE)",
+    )
+    p.add_argument(
+        "--node-lock-retry-timeout",
+        type=_duration,
+        default=timedelta(seconds=28),
+        help="PodGroup lock retry budget in bind (0s disables)",
+    )
+    p.add_argument("--force-overwrite-default-scheduler", nargs="?", const=True, default=True, type=_bool)
+    p.add_argument(
+        "--leader-elect",
+        nargs="?",
+        const=True,
+        default=False,
+        type=_bool,
+        help="follow kube-scheduler's Lease; only the leader binds",
+    )
+    p.add_argument("--leader-elect-resource-name", default="")
+    p.add_argument("--leader-elect-resource-namespace", default="")
+    p.add_argument(
+        "--leader-elect-identity",
+        default="",
+        help="identity prefix of the Lease holder (default: the hostname)",
+    )
+    p.add_argument(
+        "--legacy-metrics",
+        nargs="?",
+        const=True,
+        default=False,
+        type=_bool,
+        help="also export HAMi's pre-2.9 CamelCase metric names",
+    )
+    p.add_argument("--debug", nargs="?", const=True, default=False, type=_bool, help="accepted, no effect")
+    p.add_argument("--device-config-file", default="", help="HAMi device config YAML")
+    add_kube_flags(p)
+    klog.add_log_flags(p)
+    return p
+
+
+def options(args: argparse.Namespace) -> Options:
+    nvidia = load_nvidia_config(None)
+    if args.device_config_file:
+        with open(args.device_config_file, encoding="utf-8") as fh:
+            nvidia = load_nvidia_config(yaml.safe_load(fh))
+    return Options(
+        http_bind=args.http_bind,
+        cert_file=args.cert_file,
+        key_file=args.key_file,
+        scheduler_name=args.scheduler_name,
+        filter=FilterConfig(nvidia, args.node_scheduler_policy, args.gpu_scheduler_policy),
+        metrics_bind=args.metrics_bind_address,
+        node_label_selector=args.node_label_selector,
+        kube=from_args(args, user_agent="hami-scheduler"),
+        profiling=args.profiling,
+        node_lock_timeout=args.node_lock_timeout,
+        node_lock_retry_timeout=args.node_lock_retry_timeout.total_seconds(),
+        force_overwrite_default_scheduler=args.force_overwrite_default_scheduler,
+        leader_elect=args.leader_elect,
+        leader_elect_resource_name=args.leader_elect_resource_name,
+        leader_elect_resource_namespace=args.leader_elect_resource_namespace,
+        leader_identity=args.leader_elect_identity,
+        legacy_metrics=args.legacy_metrics,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    klog.setup(args.v)
+    try:
+        opts = options(args)
+        extender = Extender(opts)
+    except (OSError, yaml.YAMLError, DeviceConfigError, KubeConfigError, ValueError) as err:
+        log.fatal("hami-scheduler: %s", err)
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    try:
+        extender.start()
+    except OSError as err:
+        log.fatal("hami-scheduler: cannot listen: %s", err)
+    log.info(
+        "hami-scheduler extender on %s, metrics on %s (node lock timeout %s, leader-elect %s)",
+        opts.http_bind,
+        opts.metrics_bind,
+        opts.node_lock_timeout,
+        opts.leader_elect,
+    )
+    if extender.state.synced.wait(60):
+        gc.freeze()  # the decoded cluster is long-lived: keep it out of the collector's scans
+    done.wait()
+    extender.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

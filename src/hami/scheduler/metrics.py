@@ -1,0 +1,141 @@
+"""The extender's own metrics (metrics-contract.md, scheduler section) and HAMi's §7.1 families.
+
+Counters and histograms are updated on the request path. Everything about cluster state (node
+states, handshake ages, locks held, allocations, quotas, leadership) is computed at scrape time
+from the caches by ``StateCollector``, so series of deleted nodes and pods vanish with them.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from hami.scheduler import reasons as r
+
+# kube-scheduler style exponential buckets, from 0.1 ms doubling to ~52 s.
+LATENCY_BUCKETS: Final = tuple(0.0001 * 2**i for i in range(20))
+
+# Failure strings that are not ``n/m Reason`` items map onto bounded label values.
+_PLAIN_REASONS: Final = {
+    r.NODE_UNREGISTERED: "NodeUnregistered",
+    r.NODE_USAGE_UNAVAILABLE: "NodeUsageUnavailable",
+    r.DEVICE_TYPE_NOT_FOUND: "DeviceTypeNotFound",
+}
+KNOWN_CODES: Final = frozenset(
+    {
+        r.CARD_TYPE_MISMATCH,
+        r.CARD_UUID_MISMATCH,
+        r.CARD_TIME_SLICING_EXHAUSTED,
+        r.CARD_COMPUTE_UNITS_EXHAUSTED,
+        r.CARD_INSUFFICIENT_MEMORY,
+        r.CARD_INSUFFICIENT_CORE,
+        r.CARD_NOT_HEALTH,
+        r.CARD_CORDONED,
+        r.NUMA_NOT_FIT,
+        r.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT,
+        r.CARD_NOT_FOUND_CUSTOM_FILTER_RULE,
+        r.CARD_MIG_TOPOLOGY_INFEASIBLE,
+        r.NODE_INSUFFICIENT_DEVICE,
+        r.ALLOCATED_CARDS_INSUFFICIENT_REQUEST,
+        r.NODE_UNFIT_POD,
+        r.RESOURCE_QUOTA_NOT_FIT,
+        r.MODE_NOT_FIT,
+    }
+)
+
+
+def failure_codes(reason: str) -> list[str]:
+    """The bounded reason labels one rejected node counts under (one per reason type)."""
+    parsed = [code if code in KNOWN_CODES else "Other" for code in r.parse_reason(reason)]
+    if parsed:
+        return parsed
+    if reason in KNOWN_CODES:
+        return [reason]
+    return [_PLAIN_REASONS.get(reason, "Other")]
+
+
+class SchedulerMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.filter_duration = Histogram(
+            "hami_scheduler_filter_duration_seconds",
+            "Latency of /filter requests, by result (fit, unschedulable, passthrough, error).",
+            ["result"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.bind_duration = Histogram(
+            "hami_scheduler_bind_duration_seconds",
+            "Latency of /bind requests, by result (success, error, not_leader).",
+            ["result"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.bind_phase_duration = Histogram(
+            "hami_scheduler_bind_phase_duration_seconds",
+            "Latency of each bind phase (node_lock, patch_pod, bind).",
+            ["phase"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.filter_failures = Counter(
+            "hami_scheduler_filter_failures_total",
+            "Nodes rejected by /filter, per reason code (spec §4.8); one count per node and reason type.",
+            ["reason"],
+            registry=registry,
+        )
+        self.pods_unschedulable = Counter(
+            "hami_scheduler_pods_unschedulable_total",
+            "Filter calls for which no node fitted the pod.",
+            registry=registry,
+        )
+        self.events = Counter(
+            "hami_scheduler_events_total",
+            "Pod events recorded by the extender, by reason (FilteringFailed, FilteringSucceed, "
+            "BindingFailed, BindingSucceed).",
+            ["reason"],
+            registry=registry,
+        )
+        self.node_lock_wait = Histogram(
+            "hami_scheduler_node_lock_wait_seconds",
+            "Time spent acquiring the hami.io/mutex.lock node lock in /bind (success or not).",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.node_lock_expired = Counter(
+            "hami_scheduler_node_lock_expired_total",
+            "Node locks taken over because they were older than --node-lock-timeout or their owner "
+            "pod was gone.",
+            ["cause"],
+            registry=registry,
+        )
+        self.node_lock_timeout = Gauge(
+            "hami_scheduler_node_lock_timeout_seconds",
+            "Configured node-lock expiry (--node-lock-timeout).",
+            registry=registry,
+        )
+        self.decode_errors = Counter(
+            "hami_scheduler_decode_errors_total",
+            "Annotations that failed to decode and were skipped, by source "
+            "(node_register, node_pair_score, node_cordon, pod_devices).",
+            ["source"],
+            registry=registry,
+        )
+        self.api_errors = Counter(
+            "hami_scheduler_api_errors_total",
+            "API-server writes that failed, by operation (handshake, pod_patch, binding, node_lock) "
+            "and reason (conflict, not_found, timeout, status_<code>).",
+            ["operation", "reason"],
+            registry=registry,
+        )
+        self.register_duration = Histogram(
+            "hami_scheduler_register_duration_seconds",
+            "Duration of one register pass over the node cache.",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.register_writes = Counter(
+            "hami_scheduler_register_writes_total",
+            "Node patches made by register passes (handshake writes and deletes).",
+            registry=registry,
+        )

@@ -1,0 +1,204 @@
+"""The register pass (§6.1, §1.3): node annotations → registered ``NodeState``s, and the handshake.
+
+HAMi's ``RegisterFromNodeAnnotations`` re-decodes every node's register annotation and GETs and
+patches nodes on every 15 s tick; seed 002's heap profile shows it as the scheduler's top
+allocator. Here a node is decoded only when one of its annotation texts changed, the handshake
+is written only when §1.3 says so (the value does not contain ``Requesting``), from the
+informer's copy without a GET, so an idle cluster costs no API call per tick.
+
+Only the leader writes (handshake, cleanup); a follower decodes the same way so that it answers
+``/filter`` from a warm cache.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from hami.core import annotations as ann
+from hami.core import klog
+from hami.core.codec.cordon import parse_cordon
+from hami.core.codec.errors import CodecError
+from hami.core.codec.handshake import check_handshake, format_requesting, parse_handshake
+from hami.core.codec.node_devices import NO_GPU_FOUND, get_node_devices
+from hami.core.kube import errors
+from hami.core.kube.patches import patch_node_annotations
+from hami.scheduler.nodes import NodeState
+from hami.scheduler.requests import int_quantity
+from hami.scheduler.state import (
+    DECODE_ERROR,
+    HANDSHAKE_EXPIRED,
+    HEALTHY,
+    UNREGISTERED,
+    ClusterState,
+    NodeRecord,
+    annotations_of,
+    meta_field,
+)
+
+log = klog.get_logger(__name__)
+
+TICK_SECONDS = 15.0
+
+
+def error_reason(err: errors.ApiError) -> str:
+    if isinstance(err, errors.Conflict):
+        return "conflict"
+    if isinstance(err, errors.NotFound):
+        return "not_found"
+    if isinstance(err, errors.TransportError):
+        return "timeout" if err.reason == "Timeout" else "connection"
+    return f"status_{err.status}"
+
+
+def allocatable_gpus(node: Mapping[str, Any], resource: str) -> int:
+    status = node.get("status")
+    alloc = status.get("allocatable") if isinstance(status, Mapping) else None
+    value = alloc.get(resource) if isinstance(alloc, Mapping) else None
+    return int_quantity(value) or 0
+
+
+class Register:
+    def __init__(
+        self,
+        state: ClusterState,
+        api_client: Any,
+        *,
+        is_leader: Callable[[], bool] = lambda: True,
+        now: Callable[[], datetime] = lambda: datetime.now().astimezone(),
+        on_node_gone: Callable[[str], None] = lambda _n: None,
+    ) -> None:
+        self.state = state
+        self.api = api_client
+        self.is_leader = is_leader
+        self.now = now
+        self.on_node_gone = on_node_gone
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def run_once(self) -> None:
+        started = time.monotonic()
+        leader = self.is_leader()
+        now = self.now()
+        resource = self.state.nvidia.resource_count_name
+        seen: set[str] = set()
+        for node in self.state.node_informer.list():
+            name = meta_field(node, "name")
+            if not name:
+                continue
+            seen.add(name)
+            self._visit(name, node, now, leader, resource)
+        with self.state.lock:
+            for gone in [n for n in self.state.records if n not in seen]:
+                del self.state.records[gone]
+                self.state.nodes.pop(gone, None)
+                self.on_node_gone(gone)
+        self.state.synced.set()
+        self.state.metrics.register_duration.observe(time.monotonic() - started)
+
+    def _visit(self, name: str, node: Mapping[str, Any], now: datetime, leader: bool, resource: str) -> None:
+        annos = annotations_of(node)
+        value = annos.get(ann.NODE_HANDSHAKE)
+        current = allocatable_gpus(node, resource)
+        healthy, need_update = check_handshake(value, now, current)
+        record = self.state.records.get(name) or NodeRecord(UNREGISTERED)
+        if need_update and leader:
+            self._write_handshake(name, format_requesting(now))
+        # NVIDIA wrapper (§1.3): a node whose allocatable GPUs dropped to 0 is unhealthy at once.
+        if current == 0 and record.reported_gpus > 0:
+            healthy = False
+        record.reported_gpus = current
+        record.handshake = None
+        if value is not None:
+            try:
+                record.handshake = parse_handshake(value).time
+            except CodecError:
+                record.handshake = None
+        if not healthy:
+            with self.state.lock:
+                was_registered = self.state.nodes.pop(name, None) is not None
+                record.state, record.node, record.key = HANDSHAKE_EXPIRED, None, ()
+                self.state.records[name] = record
+            if was_registered and leader:
+                log.warning(
+                    "node %s: handshake %r expired and no %s allocatable, cleaning up", name, value, resource
+                )
+                self._write_handshake(name, None)
+                record.reported_gpus = 0
+            return
+        key = (
+            annos.get(ann.NODE_REGISTER),
+            annos.get(ann.NODE_PAIR_SCORE),
+            annos.get(ann.NODE_DEVICE_CORDON),
+        )
+        if key == record.key and record.state != HANDSHAKE_EXPIRED:
+            self.state.records[name] = record
+            return
+        decoded = self._decode(name, annos)
+        with self.state.lock:
+            record.key = key
+            if isinstance(decoded, NodeState):
+                record.state, record.node, record.error = HEALTHY, decoded, ""
+                self.state.nodes[name] = decoded
+            else:
+                record.state, record.error = decoded
+                record.node = None
+                self.state.nodes.pop(name, None)
+            self.state.records[name] = record
+
+    def _decode(self, name: str, annos: Mapping[str, str]) -> NodeState | tuple[str, str]:
+        register = annos.get(ann.NODE_REGISTER)
+        if register is None:
+            log.v(4).info("node %s: no %s, not registered", name, ann.NODE_REGISTER)
+            return UNREGISTERED, "annos not found"
+        try:
+            devices = get_node_devices(annos, annos.get(ann.NODE_PAIR_SCORE))
+        except CodecError as err:
+            if err.what == NO_GPU_FOUND:
+                return UNREGISTERED, str(err)
+            source = "node_pair_score" if ann.NODE_PAIR_SCORE in str(err.where) else "node_register"
+            self.state.metrics.decode_errors.labels(source).inc()
+            log.warning("node %s: skipping undecodable device annotations: %s", name, err)
+            return DECODE_ERROR, str(err)
+        try:
+            cordoned = parse_cordon(annos.get(ann.NODE_DEVICE_CORDON))
+        except CodecError as err:
+            self.state.metrics.decode_errors.labels("node_cordon").inc()
+            log.warning("node %s: ignoring undecodable %s: %s", name, ann.NODE_DEVICE_CORDON, err)
+            cordoned = frozenset()
+        log.v(5).info("node %s: registered %d devices", name, len(devices))
+        return NodeState(name, tuple(devices), cordoned)
+
+    def _write_handshake(self, name: str, value: str | None) -> None:
+        try:
+            patch_node_annotations(self.api, name, {ann.NODE_HANDSHAKE: value})
+            self.state.metrics.register_writes.inc()
+            log.v(4).info("node %s: handshake set to %r", name, value)
+        except errors.ApiError as err:
+            self.state.metrics.api_errors.labels("handshake", error_reason(err)).inc()
+            log.error("node %s: failed to write %s: %s", name, ann.NODE_HANDSHAKE, err)
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    def start(self, tick: float = TICK_SECONDS) -> None:
+        self._thread = threading.Thread(target=self._loop, args=(tick,), name="register", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self.state.wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _loop(self, tick: float) -> None:
+        while not self._stop.is_set():
+            if self.state.informers_synced():
+                self.state.wake.clear()
+                try:
+                    self.run_once()
+                except Exception as err:  # one bad pass must not end the loop
+                    log.error("register pass failed: %s", err, exc_info=True)
+            self.state.wake.wait(tick if self.state.informers_synced() else 0.05)

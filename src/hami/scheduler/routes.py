@@ -1,0 +1,126 @@
+"""The extender's HTTP API (§5.1–§5.2): POST /filter, /bind, /webhook; GET /healthz, /readyz.
+
+Keys are Go field names (``Pod``, ``NodeNames``, ``FailedNodes``, ``Error``), read
+case-insensitively like Go's decoder. A missing, oversized (> 1 MiB) or undecodable body is
+answered 400 with a message (HAMi truncates and answers 200 with ``Error``; kube-scheduler treats
+either as an extender error). Errors from scheduling are HTTP 200 with ``Error``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from flask import Flask, Response, request
+from werkzeug.exceptions import HTTPException
+
+from hami.core import klog
+from hami.scheduler.bind import BindArgs, Binder
+from hami.scheduler.filtering import FilterService
+from hami.scheduler.state import ClusterState
+from hami.scheduler.webhook import AdmissionError, WebhookConfig, admit
+
+log = klog.get_logger(__name__)
+
+MAX_BODY = 1 << 20
+
+
+def field(obj: Mapping[str, Any], name: str) -> Any:
+    """Go's case-insensitive struct field lookup (exact match first)."""
+    if name in obj:
+        return obj[name]
+    lower = name.lower()
+    for key, value in obj.items():
+        if isinstance(key, str) and key.lower() == lower:
+            return value
+    return None
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(json.dumps(body), status=status, mimetype="application/json")
+
+
+def _bad_request(message: str) -> Response:
+    return _json({"Error": message}, 400)
+
+
+def _read_json() -> Any:
+    """The request body as JSON, or a 400 Response."""
+    length = request.content_length
+    if length is not None and length > MAX_BODY:
+        return _bad_request(f"request body too large: {length} bytes, limit {MAX_BODY}")
+    data = request.stream.read(MAX_BODY + 1)
+    if not data:
+        return _bad_request("Please send a request body")
+    if len(data) > MAX_BODY:
+        return _bad_request(f"request body too large: limit {MAX_BODY} bytes")
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError) as err:
+        return _bad_request(f"invalid JSON: {err}")
+
+
+def make_app(state: ClusterState, filters: FilterService, binder: Binder, webhook: WebhookConfig) -> Flask:
+    app = Flask("hami-scheduler")
+
+    @app.errorhandler(HTTPException)
+    def _http_error(err: HTTPException) -> Response:
+        return _json({"Error": err.description or err.name}, err.code or 500)
+
+    @app.post("/filter")
+    def _filter() -> Response:
+        args = _read_json()
+        if isinstance(args, Response):
+            return args
+        if not isinstance(args, Mapping):
+            return _bad_request("ExtenderArgs must be a JSON object")
+        pod = field(args, "Pod")
+        if pod is None:
+            return _json({"Error": "extender args missing pod"})
+        names = field(args, "NodeNames")
+        if names is None:
+            nodes = field(args, "Nodes")
+            items = field(nodes, "Items") if isinstance(nodes, Mapping) else None
+            names = [(i.get("metadata") or {}).get("name", "") for i in items or [] if isinstance(i, Mapping)]
+        if (
+            not isinstance(pod, dict)
+            or not isinstance(names, list)
+            or not all(isinstance(n, str) for n in names)
+        ):
+            return _bad_request("Pod must be an object and NodeNames a list of strings")
+        return _json(filters.filter(pod, names))
+
+    @app.post("/bind")
+    def _bind() -> Response:
+        args = _read_json()
+        if isinstance(args, Response):
+            return args
+        if not isinstance(args, Mapping):
+            return _bad_request("ExtenderBindingArgs must be a JSON object")
+        values = [field(args, k) for k in ("PodName", "PodNamespace", "PodUID", "Node")]
+        if not all(isinstance(v, str) for v in values) or not values[0] or not values[3]:
+            return _bad_request("ExtenderBindingArgs needs string PodName, PodNamespace, PodUID and Node")
+        return _json({"Error": binder.bind(BindArgs(*values))})
+
+    @app.post("/webhook")
+    def _webhook() -> Response:
+        review = _read_json()
+        if isinstance(review, Response):
+            return review
+        try:
+            with state.lock:
+                return _json(admit(review, webhook, state.quotas))
+        except AdmissionError as err:
+            return _bad_request(str(err))
+
+    @app.get("/healthz")
+    def _healthz() -> Response:
+        return Response(b"", status=200)
+
+    @app.get("/readyz")
+    def _readyz() -> Response:
+        log.v(5).info("readyz: leader=%s", binder.is_leader())
+        return Response(b"", status=200)
+
+    return app

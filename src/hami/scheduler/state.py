@@ -1,0 +1,218 @@
+"""Cluster state from watches: nodes, pods (allocations), ResourceQuotas (§6.1, §6.3, §6.4).
+
+One ``ClusterState`` owns the informers and the decoded caches. ``lock`` guards ``nodes`` (the
+registered nodes the filter sees, kept by the register pass), ``usage`` and ``quotas``; the
+filter runs ``filter_pod`` and ``commit`` under it. Pod events keep usage and quota in step
+with the pods' ``hami.io/vgpu-devices-allocated`` annotations, as HAMi's pod manager does.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from hami.core import annotations as ann
+from hami.core import klog
+from hami.core.codec.errors import CodecError
+from hami.core.codec.pod_devices import decode_pod_devices
+from hami.core.kube.informer import Informer
+from hami.scheduler.device_config import NvidiaConfig
+from hami.scheduler.metrics import SchedulerMetrics
+from hami.scheduler.nodes import NodeState
+from hami.scheduler.quota import QuotaManager
+from hami.scheduler.requests import pod_requests
+from hami.scheduler.usage import PodAllocation, UsageIndex, collapse_init_containers
+
+log = klog.get_logger(__name__)
+
+Obj = dict[str, Any]
+
+# Node states (hami_scheduler_nodes{state}).
+HEALTHY = "healthy"
+HANDSHAKE_EXPIRED = "handshake_expired"
+UNREGISTERED = "unregistered"
+DECODE_ERROR = "decode_error"
+NODE_STATES = (HEALTHY, HANDSHAKE_EXPIRED, UNREGISTERED, DECODE_ERROR)
+
+
+@dataclass
+class NodeRecord:
+    """What the register pass knows about one node, registered or not."""
+
+    state: str
+    handshake: datetime | None = None  # time in the current handshake value, if it parses
+    key: tuple[str | None, ...] = ()  # annotation texts ``node`` was decoded from
+    node: NodeState | None = None
+    error: str = ""
+    reported_gpus: int = 0  # HAMi's ReportedGPUNum
+
+
+def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    meta = obj.get("metadata")
+    annos = meta.get("annotations") if isinstance(meta, Mapping) else None
+    return annos if isinstance(annos, Mapping) else {}
+
+
+def meta_field(obj: Mapping[str, Any], key: str) -> str:
+    meta = obj.get("metadata")
+    return str(meta.get(key, "")) if isinstance(meta, Mapping) else ""
+
+
+def _init_done(pod: Mapping[str, Any]) -> bool:
+    """All init containers terminated with exit code 0 (and there was at least one)."""
+    status = pod.get("status")
+    statuses = status.get("initContainerStatuses") if isinstance(status, Mapping) else None
+    if not isinstance(statuses, list) or not statuses:
+        return False
+    for s in statuses:
+        term = ((s or {}).get("state") or {}).get("terminated") if isinstance(s, Mapping) else None
+        if not isinstance(term, Mapping) or term.get("exitCode") != 0:
+            return False
+    return True
+
+
+class ClusterState:
+    def __init__(
+        self,
+        api_client: Any,
+        nvidia: NvidiaConfig,
+        metrics: SchedulerMetrics,
+        *,
+        node_label_selector: str | None = None,
+    ) -> None:
+        self.nvidia = nvidia
+        self.metrics = metrics
+        self.lock = threading.RLock()
+        self.nodes: dict[str, NodeState] = {}
+        self.records: dict[str, NodeRecord] = {}
+        self.usage = UsageIndex()
+        self.quotas = QuotaManager(nvidia)
+        self.synced = threading.Event()
+        self.wake = threading.Event()  # node added/changed/deleted: run the register pass now
+        self._released: set[str] = set()  # pods whose init-container usage was shrunk
+        self._logged: set[str] = set()
+        self.node_informer = Informer(api_client, ("", "v1", "nodes"), label_selector=node_label_selector)
+        self.pod_informer = Informer(api_client, ("", "v1", "pods"))
+        self.quota_informer = Informer(api_client, ("", "v1", "resourcequotas"))
+        self.node_informer.add_handler(self._node_event, lambda _o, _n: self.wake.set(), self._node_event)
+        self.pod_informer.add_handler(self._pod_add, self._pod_update, self._pod_delete)
+        self.quota_informer.add_handler(self._quota_add, self._quota_update, self._quota_delete)
+
+    def start(self) -> None:
+        for informer in (self.node_informer, self.pod_informer, self.quota_informer):
+            informer.start()
+
+    def stop(self) -> None:
+        for informer in (self.node_informer, self.pod_informer, self.quota_informer):
+            informer.stop()
+
+    def informers_synced(self) -> bool:
+        return all(i.has_synced() for i in (self.node_informer, self.pod_informer, self.quota_informer))
+
+    def wait_for_informers(self, timeout: float) -> bool:
+        return all(
+            i.wait_for_sync(timeout) for i in (self.node_informer, self.pod_informer, self.quota_informer)
+        )
+
+    def get_pod(self, namespace: str, name: str) -> Obj | None:
+        return self.pod_informer.get(f"{namespace}/{name}")
+
+    def get_node(self, name: str) -> Obj | None:
+        return self.node_informer.get(name)
+
+    def pending_gpu_pods(self) -> int:
+        """Pods requesting HAMi resources that are still Pending."""
+        count = 0
+        for pod in self.pod_informer.list():
+            if (pod.get("status") or {}).get("phase") != "Pending":
+                continue
+            reqs, _ = pod_requests(pod, self.nvidia)
+            if any(r is not None for r in reqs):
+                count += 1
+        return count
+
+    def drop_reservation(self, uid: str) -> None:
+        """Forget a pod's reservation and its quota usage (bind of a pod that is gone)."""
+        with self.lock:
+            old = self.usage.remove(uid)
+            if old is not None:
+                self.quotas.remove_usage(old.namespace, old.shares)
+
+    # --- informer handlers ----------------------------------------------------------------
+
+    def _node_event(self, _obj: Obj) -> None:
+        self.wake.set()
+
+    def _allocation(self, pod: Obj) -> PodAllocation | None:
+        annos = annotations_of(pod)
+        node = annos.get(ann.POD_VGPU_NODE)
+        text = annos.get(ann.POD_DEVICES_ALLOCATED)
+        if not node or text is None:
+            return None
+        uid = meta_field(pod, "uid")
+        try:
+            devices = decode_pod_devices(text)
+        except CodecError as err:
+            self.metrics.decode_errors.labels("pod_devices").inc()
+            if uid not in self._logged:
+                self._logged.add(uid)
+                log.warning(
+                    "pod %s/%s: skipping undecodable %s: %s",
+                    meta_field(pod, "namespace"),
+                    meta_field(pod, "name"),
+                    ann.POD_DEVICES_ALLOCATED,
+                    err,
+                )
+            return None
+        spec = pod.get("spec")
+        init = spec.get("initContainers") if isinstance(spec, Mapping) else None
+        n_init = len(init) if isinstance(init, list) else 0
+        app_only = uid in self._released or _init_done(pod)
+        shares = collapse_init_containers(devices, n_init, app_only=app_only)
+        return PodAllocation(uid, meta_field(pod, "namespace"), meta_field(pod, "name"), node, shares)
+
+    def _pod_add(self, pod: Obj) -> None:
+        self._pod_update(pod, pod)
+
+    def _pod_update(self, _old: Obj, pod: Obj) -> None:
+        uid = meta_field(pod, "uid")
+        phase = (pod.get("status") or {}).get("phase")
+        if phase in ("Succeeded", "Failed"):
+            self._pod_delete(pod)
+            return
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            return  # terminating: keep its usage until it is gone
+        alloc = self._allocation(pod)
+        if alloc is None:
+            return
+        with self.lock:
+            previous = self.usage.get(uid)
+            if previous is not None and previous.shares == alloc.shares and previous.node == alloc.node:
+                return
+            if _init_done(pod):
+                self._released.add(uid)
+            self.usage.add(alloc)
+            if previous is not None:
+                self.quotas.remove_usage(previous.namespace, previous.shares)
+            self.quotas.add_usage(alloc.namespace, alloc.shares)
+
+    def _pod_delete(self, pod: Obj) -> None:
+        uid = meta_field(pod, "uid")
+        self._released.discard(uid)
+        self._logged.discard(uid)
+        self.drop_reservation(uid)
+
+    def _quota_add(self, quota: Obj) -> None:
+        with self.lock:
+            self.quotas.add_quota(quota)
+
+    def _quota_update(self, old: Obj, new: Obj) -> None:
+        with self.lock:
+            self.quotas.update_quota(old, new)
+
+    def _quota_delete(self, quota: Obj) -> None:
+        with self.lock:
+            self.quotas.delete_quota(quota)

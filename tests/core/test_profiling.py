@@ -1,0 +1,175 @@
+import gzip
+import os
+import shutil
+import subprocess
+import threading
+import tracemalloc
+from collections.abc import Iterator
+
+import pytest
+import requests
+from prometheus_client import CollectorRegistry
+
+from hami.core.profiling import add_profiling_flag
+from hami.core.profiling.pprof_proto import Frame, ProfileBuilder, _varint
+from hami.core.serve import Server, serve_metrics
+
+GO = shutil.which("go")
+
+
+class Busy:
+    """A thread burning CPU and holding memory in a function with a recognisable name."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.kept: list[bytearray] = []
+        self.loops = 0
+        self.thread = threading.Thread(target=self.busy_hami_worker, name="busy", daemon=True)
+
+    def busy_hami_worker(self) -> None:
+        while not self.stop.is_set():
+            total = 0
+            for i in range(20_000):
+                total += i * i
+            self.kept.append(bytearray(4096))
+            if len(self.kept) > 500:
+                del self.kept[:250]
+            self.loops += 1
+
+
+# Runs before the module's server fixture starts tracemalloc.
+def test_heap_without_tracing_is_a_clear_error() -> None:
+    from hami.core.profiling.heap import heap_profile
+
+    if tracemalloc.is_tracing():
+        pytest.skip("tracemalloc already running in this process")
+    with pytest.raises(RuntimeError, match="--profiling"):
+        heap_profile("inuse_space")
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    was_tracing = tracemalloc.is_tracing()
+    busy = Busy()
+    srv = serve_metrics("127.0.0.1:0", CollectorRegistry(), profiling=True)
+    busy.thread.start()
+    try:
+        yield srv
+    finally:
+        busy.stop.set()
+        busy.thread.join(10)
+        srv.stop()
+        if not was_tracing:
+            tracemalloc.stop()
+
+
+@pytest.fixture(scope="module")
+def go_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    if GO is None:
+        pytest.skip("go is not installed (Debian package go-bin / golang-go)")
+    home = tmp_path_factory.mktemp("gohome")
+    return dict(os.environ, HOME=str(home), GOCACHE=str(home / "cache"), GOPATH=str(home / "gopath"),
+                PPROF_TMPDIR=str(home / "pprof"))
+
+
+def pprof(go_env: dict[str, str], *args: str) -> str:
+    assert GO is not None
+    done = subprocess.run([GO, "tool", "pprof", *args], capture_output=True, text=True, env=go_env,
+                          timeout=240, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.parametrize("path, kind", [
+    ("profile?seconds=2", "Type: cpu"),
+    ("heap", "Type: inuse_space"),
+    ("allocs", "Type: alloc_space"),
+    ("goroutine", "Type: goroutine"),
+])
+def test_go_tool_pprof_reads_our_profiles(server: Server, go_env: dict[str, str], path: str,
+                                          kind: str) -> None:
+    out = pprof(go_env, "-top", f"{server.url}/debug/pprof/{path}")
+    assert kind in out
+    assert "test_profiling.Busy.busy_hami_worker" in out
+
+
+def test_pprof_list_shows_python_source(server: Server, go_env: dict[str, str]) -> None:
+    # The seed's `list FUNC`: pprof reads the source file named in the profile.
+    out = pprof(go_env, "-list", "busy_hami_worker", f"{server.url}/debug/pprof/profile?seconds=1")
+    assert "ROUTINE ======================== tests.core.test_profiling.Busy.busy_hami_worker" in out
+    assert "total += i * i" in out
+
+
+def test_heap_growth_over_seconds(server: Server, go_env: dict[str, str]) -> None:
+    out = pprof(go_env, "-top", "-sample_index=inuse_objects", f"{server.url}/debug/pprof/heap?seconds=1")
+    assert "Duration: 1s" in out
+
+
+def test_goroutine_text(server: Server) -> None:
+    grouped = requests.get(f"{server.url}/debug/pprof/goroutine?debug=1", timeout=30).text
+    assert grouped.startswith("goroutine profile: total ")
+    assert "#\ttests.core.test_profiling.Busy.busy_hami_worker\t" in grouped
+    full = requests.get(f"{server.url}/debug/pprof/goroutine?debug=2", timeout=30).text
+    block = next(b for b in full.split("\n\n") if "[busy, daemon]:" in b)
+    lines = block.splitlines()
+    assert lines[0].startswith("goroutine ") and lines[0].endswith(" [busy, daemon]:")
+    # Innermost frame first, then its caller chain down to the thread's bootstrap.
+    assert lines[1] == "tests.core.test_profiling.Busy.busy_hami_worker(...)"
+    assert lines[2].startswith(f"\t{__file__}:")
+    assert lines[-2] == "threading.Thread._bootstrap(...)"
+
+
+def test_index_and_errors(server: Server) -> None:
+    index = requests.get(f"{server.url}/debug/pprof/", timeout=30)
+    assert index.status_code == 200 and 'href="profile"' in index.text and 'href="heap"' in index.text
+    assert requests.get(f"{server.url}/debug/pprof", timeout=30).status_code == 200
+    bad = requests.get(f"{server.url}/debug/pprof/profile?seconds=abc", timeout=30)
+    assert bad.status_code == 400 and "seconds='abc'" in bad.text
+    assert requests.get(f"{server.url}/debug/pprof/goroutine?debug=7", timeout=30).status_code == 400
+    assert requests.get(f"{server.url}/debug/pprof/nope", timeout=30).status_code == 404
+
+
+def test_one_cpu_profile_at_a_time(server: Server) -> None:
+    results: list[int] = []
+
+    def fetch() -> None:
+        results.append(requests.get(f"{server.url}/debug/pprof/profile?seconds=2", timeout=60).status_code)
+
+    threads = [threading.Thread(target=fetch) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    # Either both ran one after the other, or the second was refused as Go refuses it.
+    assert sorted(results) in ([200, 200], [200, 500])
+
+
+def test_profile_answer_is_gzipped_proto(server: Server) -> None:
+    r = requests.get(f"{server.url}/debug/pprof/heap", timeout=60)
+    assert r.headers["Content-Type"] == "application/octet-stream"
+    # requests does not undo Content-Encoding we never set: the body itself is gzip (magic 1f 8b).
+    assert r.content[:2] == b"\x1f\x8b"
+    assert gzip.decompress(r.content)
+
+
+def test_varint_and_string_table() -> None:
+    assert _varint(0) == b"\x00"
+    assert _varint(300) == b"\xac\x02"
+    assert _varint(-1) == b"\xff" * 9 + b"\x01"  # int64 -1 is ten bytes on the wire
+    builder = ProfileBuilder([("samples", "count")], ("samples", "count"), 1)
+    builder.add([Frame("m.f", "/x.py", 1, 2)], [5])
+    builder.add([Frame("m.f", "/x.py", 1, 2)], [2])
+    data = builder.encode()
+    # The first string-table entry (field 6) is the empty string.
+    assert b"\x32\x00" in data
+    with pytest.raises(ValueError, match="expected 1 values"):
+        builder.add([], [1, 2])
+
+
+def test_profiling_flag() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_profiling_flag(parser)
+    assert parser.parse_args([]).profiling is False
+    assert parser.parse_args(["--profiling"]).profiling is True

@@ -1,0 +1,93 @@
+"""What an operator sees: text reports compared with tests/doctor/golden/*.txt.
+
+Regenerate after an intended change with HAMI_DOCTOR_GOLDEN=update and review the diff.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hami.testing.kubeapi import KubeAPIServer
+from tests.doctor.cluster import OLD_HANDSHAKE, event, node, pod, run_doctor, scheduler_pod
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def _check(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("HAMI_DOCTOR_GOLDEN") == "update":
+        path.write_text(text)
+    assert text == path.read_text()
+
+
+def test_golden_pod_filtering_failed(api: KubeAPIServer, kube_config_file: Path) -> None:
+    for obj in (
+        scheduler_pod(),
+        node("gpu-node-01"),
+        node("gpu-node-02"),
+        pod("train-1", "ml"),
+        event(
+            "train-1",
+            "FilteringFailed",
+            "2 nodes CardInsufficientMemory(gpu-node-01,gpu-node-02)",
+            namespace="ml",
+            count=4,
+        ),
+        event(
+            "train-1", "FilteringFailed", "no available node, 2 nodes do not meet", namespace="ml", count=4
+        ),
+    ):
+        api.store.put(obj)
+    code, out = run_doctor(kube_config_file, "pod", "ml/train-1")
+    assert code == 2
+    _check("pod_filtering_failed.txt", out)
+
+
+def test_golden_pod_stuck_bind(api: KubeAPIServer, kube_config_file: Path) -> None:
+    for obj in (
+        scheduler_pod(),
+        node("gpu-node-01", lock="2025-06-13T09:00:00Z,ml,train-2"),
+        pod(
+            "train-2",
+            "ml",
+            node_name="gpu-node-01",
+            annotations={
+                "hami.io/bind-phase": "allocating",
+                "hami.io/bind-time": "1749805200",
+                "hami.io/vgpu-node": "gpu-node-01",
+            },
+        ),
+    ):
+        api.store.put(obj)
+    code, out = run_doctor(kube_config_file, "pod", "ml/train-2")
+    assert code == 2
+    _check("pod_stuck_bind.txt", out)
+
+
+def test_golden_nodes(api: KubeAPIServer, kube_config_file: Path) -> None:
+    for obj in (
+        node("gpu-node-01"),
+        node("gpu-node-02", handshake=OLD_HANDSHAKE, gpus=0, lock="2025-06-13T09:09:40Z,ml,gone"),
+        node("cpu-node-01", register=None, handshake=None, gpus=0),
+    ):
+        api.store.put(obj)
+    code, out = run_doctor(kube_config_file, "nodes")
+    assert code == 2
+    _check("nodes.txt", out)
+
+
+def test_golden_logs() -> None:
+    log = (
+        "I0211 10:30:15.123456  1  filter.go:125] Filtering node gpu-node-01 for pod test-pod\n"
+        "I0211 10:30:15.123789  1  filter.go:150] Node gpu-node-01 filtered out: CardInsufficientMemory, "
+        "requested 8192Mi but available 4096Mi\n"
+        'E0211 10:30:16.000001  1  register.go:80] patch node error nodes "gpu-node-01" is forbidden\n'
+        "W0211 10:30:16.000002  1  register.go:81] Retrying in 5s seconds...\n"
+        'E0211 10:30:21.000001  1  register.go:80] patch node error nodes "gpu-node-01" is forbidden\n'
+        "I0211 10:30:51.000001  1  register.go:90] Successfully registered annotation. "
+        "Next check in 30s seconds...\n"
+    )
+    code, out = run_doctor(None, "logs", "-", stdin=log)
+    assert code == 2
+    _check("logs.txt", out)

@@ -1,0 +1,157 @@
+"""End to end over HTTP: filter → bind → pod annotations and events; register and handshake."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from tests.scheduler.extender_env import (
+    bind_pod,
+    create_pod,
+    events_for,
+    filter_pod,
+    gpu_node,
+    gpu_pod,
+    metrics_text,
+    running,
+    wait_until,
+)
+
+from hami.core.codec.handshake import format_requesting
+from hami.core.codec.nodelock import is_owned_by
+from hami.core.codec.pod_devices import decode_pod_devices
+from hami.testing.kubeapi import KubeAPIServer
+
+
+def test_filter_bind_writes_annotations_lock_binding_and_events(kube_api: KubeAPIServer) -> None:
+    kube_api.store.put(gpu_node("n1"))
+    kube_api.store.put(gpu_node("n2", mem=16000))
+    with running(kube_api, scheduler_name="hami-scheduler") as ext:
+        pod = create_pod(kube_api, ext, gpu_pod("p1", mem=3000, cores=30))
+        reply = filter_pod(ext, pod, ["n1", "n2", "ghost"])
+        assert reply["Error"] == ""
+        assert len(reply["NodeNames"]) == 1
+        node = reply["NodeNames"][0]
+        assert reply["FailedNodes"] == {"ghost": "node unregistered"}
+        stored = kube_api.store.get("pods", "p1", "default")
+        assert stored is not None
+        annos = stored["metadata"]["annotations"]
+        assert annos["hami.io/vgpu-node"] == node
+        assert stored["metadata"]["labels"]["hami.io/vgpu-node"] == node
+        assert annos["hami.io/vgpu-devices-to-allocate"] == annos["hami.io/vgpu-devices-allocated"]
+        (device,), _empty = decode_pod_devices(annos["hami.io/vgpu-devices-allocated"])
+        assert device.uuid.startswith(f"GPU-{node}-") and (device.usedmem, device.usedcores) == (3000, 30)
+
+        assert bind_pod(ext, pod, node) == ""
+        bound = kube_api.store.get("pods", "p1", "default")
+        assert bound is not None and bound["spec"]["nodeName"] == node
+        assert bound["metadata"]["annotations"]["hami.io/bind-phase"] == "allocating"
+        lock = kube_api.store.get("nodes", node)
+        assert lock is not None and is_owned_by(
+            lock["metadata"]["annotations"]["hami.io/mutex.lock"], "default", "p1"
+        )
+
+        ext.recorder.flush()
+        events = events_for(kube_api, "p1")
+        assert ("BindingSucceed", f"Successfully binding node [{node}] to default/p1") in events
+        assert any(
+            r == "FilteringSucceed" and m.startswith(f"find fit node({node}), 1 nodes not fit, 2 nodes fit(")
+            for r, m in events
+        )
+        text = metrics_text(ext)
+        assert 'hami_scheduler_events_total{reason="BindingSucceed"} 1.0' in text
+        assert 'hami_scheduler_bind_duration_seconds_count{result="success"} 1.0' in text
+        assert f'hami_scheduler_node_lock_held{{node="{node}"}} 1.0' in text
+        assert "hami_gpu_memory_allocated_bytes{" in text and "hami_scheduler_is_leader 1.0" in text
+
+
+def test_unschedulable_pod_gets_reasons_events_and_failure_counts(kube_api: KubeAPIServer) -> None:
+    kube_api.store.put(gpu_node("gpu-node-01", mem=4096))
+    with running(kube_api) as ext:
+        pod = create_pod(kube_api, ext, gpu_pod("big", mem=8192))
+        reply = filter_pod(ext, pod, ["gpu-node-01"])
+        assert reply["NodeNames"] is None
+        assert reply["FailedNodes"] == {"gpu-node-01": "2/2 CardInsufficientMemory"}
+        ext.recorder.flush()
+        events = events_for(kube_api, "big")
+        assert ("FilteringFailed", "Bindingfailed: CardInsufficientMemory on node gpu-node-01") in events
+        assert ("FilteringFailed", "1 nodes CardInsufficientMemory(gpu-node-01)") in events
+        assert ("FilteringFailed", "no available node, 1 nodes do not meet") in events
+        text = metrics_text(ext)
+        assert 'hami_scheduler_filter_failures_total{reason="CardInsufficientMemory"} 1.0' in text
+        assert "hami_scheduler_pods_unschedulable_total 1.0" in text
+        assert "hami_scheduler_pending_pods 1.0" in text
+
+
+def test_pod_without_gpu_passes_through_untouched(kube_api: KubeAPIServer) -> None:
+    kube_api.store.put(gpu_node("n1"))
+    with running(kube_api) as ext:
+        pod = {
+            "metadata": {"name": "plain", "namespace": "default", "uid": "u"},
+            "spec": {"containers": [{}]},
+        }
+        assert filter_pod(ext, pod, ["n1", "n2"]) == {
+            "NodeNames": ["n1", "n2"],
+            "FailedNodes": None,
+            "Error": "",
+        }
+
+
+def test_register_writes_handshake_once_then_idle_ticks_cost_no_calls(kube_api: KubeAPIServer) -> None:
+    for i in range(5):
+        kube_api.store.put(gpu_node(f"n{i}"))
+    with running(kube_api, register_tick=3600) as ext:
+        wait_until(
+            lambda: all(
+                "Requesting_"
+                in (kube_api.store.get("nodes", f"n{i}") or {})["metadata"]["annotations"].get(
+                    "hami.io/node-handshake", ""
+                )
+                for i in range(5)
+            ),
+            what="handshakes written",
+        )
+        wait_until(
+            lambda: all(
+                ext.state.get_node(f"n{i}")["metadata"]["annotations"].get("hami.io/node-handshake")  # type: ignore[index]
+                for i in range(5)
+            ),
+            what="cache sees handshakes",
+        )
+        ext.register.run_once()
+        kube_api.requests.clear()
+        for _ in range(3):
+            ext.register.run_once()
+        assert len(kube_api.requests.records) == 0
+        assert sorted(ext.state.nodes) == [f"n{i}" for i in range(5)]
+
+
+def test_expired_handshake_and_undecodable_register_are_marked_and_skipped(kube_api: KubeAPIServer) -> None:
+    old = format_requesting(datetime.now().astimezone() - timedelta(minutes=3))
+    kube_api.store.put(gpu_node("stale", annotations={"hami.io/node-handshake": old}, allocatable=0))
+    bad = gpu_node("bad")
+    bad["metadata"]["annotations"]["hami.io/node-nvidia-register"] = "GPU-0,10,8000,100,T4,0,true:"
+    kube_api.store.put(bad)
+    kube_api.store.put(gpu_node("good"))
+    with running(kube_api) as ext:
+        assert sorted(ext.state.nodes) == ["good"]
+        text = metrics_text(ext)
+        assert 'hami_scheduler_nodes{state="handshake_expired"} 1.0' in text
+        assert 'hami_scheduler_nodes{state="decode_error"} 1.0' in text
+        assert 'hami_scheduler_nodes{state="healthy"} 1.0' in text
+        assert 'hami_scheduler_decode_errors_total{source="node_register"} 1.0' in text
+        assert 'hami_node_handshake_age_seconds{node="stale"} 1' in text
+        pod = create_pod(kube_api, ext, gpu_pod("p"))
+        reply = filter_pod(ext, pod, ["stale", "bad", "good"])
+        assert reply["NodeNames"] == ["good"]
+        assert reply["FailedNodes"] == {"stale": "node unregistered", "bad": "node unregistered"}
+        # Renewing the handshake resets its age.
+        node = kube_api.store.get("nodes", "stale")
+        assert node is not None
+        node["metadata"]["annotations"]["hami.io/node-handshake"] = format_requesting(
+            datetime.now().astimezone()
+        )
+        kube_api.store.put(node)
+        wait_until(
+            lambda: 'hami_node_handshake_age_seconds{node="stale"} 1' not in metrics_text(ext),
+            what="age reset",
+        )
