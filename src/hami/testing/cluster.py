@@ -3,10 +3,12 @@
 - ``sim-node``: the GPU node the simulated node process, the monitor and the device plugin run for.
   Seeded with the ``hami.io/node-nvidia-register`` annotation the device plugin writes (the plugin
   rewrites it when it starts) and a fresh handshake.
-- ``stale-node``: a GPU node whose device plugin went away 20 minutes ago (expired handshake).
+- ``stale-node``: a GPU node whose device plugin went away: the scheduler's ``Requesting`` handshake
+  is 20 minutes old and unanswered (expired handshake).
 - GPU pods bound to ``sim-node`` with ``hami.io/vgpu-devices-allocated``: their containers get
   HAMi-core regions on the simulated node.
 - ``scenarios/overlimit``: a pod whose container will use more than its vGPU memory limit.
+- ``notebooks/jupyter-idle``: a container whose last kernel ran two hours ago (an idle vGPU).
 - ``scenarios/pending-gpu``: a pod asking for more GPU memory than any card has, never bound.
 
 Objects are built by pure functions; ``seed`` writes them to an API server over HTTP.
@@ -21,7 +23,7 @@ from typing import Any
 import requests
 
 from hami.core import annotations as ann
-from hami.core.codec.handshake import REPORTED, Handshake, format_handshake
+from hami.core.codec.handshake import REPORTED, Handshake, format_handshake, format_requesting
 from hami.core.codec.node_devices import encode_node_devices
 from hami.core.codec.pod_devices import encode_pod_devices
 from hami.core.devices import MODE_HAMI_CORE, ContainerDevice, DeviceInfo
@@ -61,6 +63,7 @@ POD_SPECS: tuple[GpuPod, ...] = (
     GpuPod("notebooks", "jupyter-bob", 3, 4096, 20, (("app", "jupyter"),)),
 )
 OVERLIMIT = GpuPod("scenarios", "overlimit", 2, 1024, 20, (("app", "overlimit"),))
+IDLE = GpuPod("notebooks", "jupyter-idle", 1, 2048, 10, (("app", "jupyter"),))  # no kernel for hours
 PENDING = "pending-gpu"
 
 
@@ -102,7 +105,7 @@ def fake_nvml_spec(gpus: int) -> dict[str, Any]:
     }
 
 
-def node(name: str, node_index: int, gpus: int, handshake_at: datetime, pool: str) -> dict[str, Any]:
+def node(name: str, node_index: int, gpus: int, handshake: str, pool: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -111,7 +114,7 @@ def node(name: str, node_index: int, gpus: int, handshake_at: datetime, pool: st
             "labels": {"kubernetes.io/hostname": name, "gpu": "on", POOL_LABEL: pool},
             "annotations": {
                 ann.NODE_REGISTER: encode_node_devices(devices(node_index, gpus)),
-                ann.NODE_HANDSHAKE: format_handshake(Handshake(REPORTED, handshake_at)),
+                ann.NODE_HANDSHAKE: handshake,
             },
         },
         "status": {
@@ -193,12 +196,13 @@ def pending_pod() -> dict[str, Any]:
 
 def objects(gpus: int, now: datetime, scenarios: bool) -> list[dict[str, Any]]:
     """Every object of the simulated cluster, nodes first."""
-    out = [node(NODE, 0, gpus, now, "a100")]
+    out = [node(NODE, 0, gpus, format_handshake(Handshake(REPORTED, now)), "a100")]
     if scenarios:
-        out.append(node(STALE_NODE, 1, 2, now - timedelta(minutes=20), "a100"))
+        # the scheduler asked 20 minutes ago and no device plugin answered
+        out.append(node(STALE_NODE, 1, 2, format_requesting(now - timedelta(minutes=20)), "a100"))
     out += [gpu_pod(p) for p in POD_SPECS if p.gpu < gpus]
     if scenarios:
-        out += [gpu_pod(OVERLIMIT), pending_pod()]
+        out += [gpu_pod(OVERLIMIT), gpu_pod(IDLE), pending_pod()]
     return out
 
 

@@ -230,12 +230,22 @@ class Stack:
         plugin_dir.mkdir(parents=True, exist_ok=True)
         node_config = self.work / "deviceplugin-node-config.json"
         node_config.write_text('{"nodeconfig": []}\n')
+        kubelet = self.procs.python(
+            "kubelet",
+            "hami.testing.kubelet",
+            ["--dir", str(plugin_dir), "--api", self.kube_url, "--node", cluster.NODE],
+        )
+        wait_until(
+            log_contains(kubelet.log, "kubelet stand-in serving"),
+            self.opts.ready_timeout,
+            "the kubelet stand-in",
+            self.procs.check_alive,
+        )
         args = [
             "--node-name", cluster.NODE,
             "--nvml", "fake",
             "--fake-nvml-spec", str(self.fake_nvml_spec_path()),
             "--device-plugin-path", str(plugin_dir),
-            "--kubelet-socket", "",
             "--hook-path", str(self.work / "hook"),
             "--vgpu-lock-dir", str(self.work / "vgpulock"),
             "--mig-apply-lock", str(self.work / "mig-apply.lock"),
