@@ -9,6 +9,9 @@
   HAMi-core regions on the simulated node.
 - ``scenarios/overlimit``: a pod whose container will use more than its vGPU memory limit.
 - ``notebooks/jupyter-idle``: a container whose last kernel ran two hours ago (an idle vGPU).
+- ``locked-node``: a GPU node left locked by a bind that crashed 10 minutes ago, no device plugin;
+  ``scenarios/pinned-to-locked-node`` asks for its GPU, so the scheduler breaks the expired lock,
+  binds, and then holds the new lock until it expires (no kubelet there ever allocates).
 - ``scenarios/pending-gpu``: a pod asking for more GPU memory than any card has, never bound.
 
 Objects are built by pure functions; ``seed`` writes them to an API server over HTTP.
@@ -25,11 +28,13 @@ import requests
 from hami.core import annotations as ann
 from hami.core.codec.handshake import REPORTED, Handshake, format_handshake, format_requesting
 from hami.core.codec.node_devices import encode_node_devices
+from hami.core.codec.nodelock import NodeLock, format_node_lock
 from hami.core.codec.pod_devices import encode_pod_devices
 from hami.core.devices import MODE_HAMI_CORE, ContainerDevice, DeviceInfo
 
 NODE = "sim-node"
 STALE_NODE = "stale-node"
+LOCKED_NODE = "locked-node"
 GPU_TYPE = "NVIDIA A100-SXM4-40GB"
 GPU_MEM_MIB = 40960
 SPLIT_COUNT = 10
@@ -65,6 +70,7 @@ POD_SPECS: tuple[GpuPod, ...] = (
 OVERLIMIT = GpuPod("scenarios", "overlimit", 2, 1024, 20, (("app", "overlimit"),))
 IDLE = GpuPod("notebooks", "jupyter-idle", 1, 2048, 10, (("app", "jupyter"),))  # no kernel for hours
 PENDING = "pending-gpu"
+PINNED = "pinned-to-locked-node"
 
 
 def devices(node_index: int, gpus: int) -> list[DeviceInfo]:
@@ -174,6 +180,19 @@ def gpu_pod(p: GpuPod) -> dict[str, Any]:
     }
 
 
+def pinned_pod() -> dict[str, Any]:
+    """A pod for locked-node's GPU only (``nvidia.com/use-gpuuuid``)."""
+    pod = pending_pod()
+    pod["metadata"] = {
+        "name": PINNED,
+        "namespace": "scenarios",
+        "labels": {"app": PINNED},
+        "annotations": {ann.POD_USE_GPUUUID: gpu_uuid(2, 0)},
+    }
+    pod["spec"]["containers"][0]["resources"]["limits"] = _requests(1024, 0)
+    return pod
+
+
 def pending_pod() -> dict[str, Any]:
     """More GPU memory than any card has: no node fits, the pod stays Pending."""
     return {
@@ -200,9 +219,13 @@ def objects(gpus: int, now: datetime, scenarios: bool) -> list[dict[str, Any]]:
     if scenarios:
         # the scheduler asked 20 minutes ago and no device plugin answered
         out.append(node(STALE_NODE, 1, 2, format_requesting(now - timedelta(minutes=20)), "a100"))
+        locked = node(LOCKED_NODE, 2, 1, format_handshake(Handshake(REPORTED, now)), "a100")
+        crashed = NodeLock(now - timedelta(minutes=10), "scenarios", "crashed-bind")
+        locked["metadata"]["annotations"][ann.NODE_LOCK] = format_node_lock(crashed)
+        out.append(locked)
     out += [gpu_pod(p) for p in POD_SPECS if p.gpu < gpus]
     if scenarios:
-        out += [gpu_pod(OVERLIMIT), gpu_pod(IDLE), pending_pod()]
+        out += [gpu_pod(OVERLIMIT), gpu_pod(IDLE), pending_pod(), pinned_pod()]
     return out
 
 
