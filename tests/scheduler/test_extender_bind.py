@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from datetime import datetime, timedelta
 from typing import Any
@@ -54,7 +55,13 @@ def test_50_concurrent_pods_never_share_an_exclusive_card(kube_api: KubeAPIServe
         failures: list[str] = []
 
         def schedule(pod: dict[str, Any]) -> None:
-            for _ in range(200):
+            try:
+                bind_until_done(pod)
+            except Exception as exc:  # a thread's exception would otherwise vanish
+                failures.append(f"{pod['metadata']['name']}: {exc!r}")
+
+        def bind_until_done(pod: dict[str, Any]) -> None:
+            for attempt in range(400):
                 reply = filter_pod(ext, pod, nodes)
                 if not reply["NodeNames"]:
                     failures.append(f"{pod['metadata']['name']}: {reply}")
@@ -66,6 +73,7 @@ def test_50_concurrent_pods_never_share_an_exclusive_card(kube_api: KubeAPIServe
                         _release(kube_api, node)
                     return
                 assert "node lock contention" in error, error
+                time.sleep(min(0.002 * attempt, 0.05))  # back off like kube-scheduler's retry queue
             failures.append(f"{pod['metadata']['name']}: never bound")
 
         threads = [threading.Thread(target=schedule, args=(p,)) for p in pods]

@@ -118,6 +118,9 @@ class Server:
         self.stop()
 
 
+LISTEN_BACKLOG = 256
+
+
 class _KlogServer(wsgi.Server):
     """cheroot's server with its error log routed through klog."""
 
@@ -147,7 +150,10 @@ def serve_wsgi(
     if web_config is not None and web_config.basic_auth_users:
         app = basic_auth_middleware(app, BasicAuth(web_config.basic_auth_users), realm=name)
     host, port = parse_bind(bind)
-    httpd = _KlogServer((host, port), app, numthreads=threads, server_name=name)
+    # cheroot's default listen backlog is 5: a burst of kube-scheduler calls would see resets.
+    httpd = _KlogServer(
+        (host, port), app, numthreads=threads, server_name=name, request_queue_size=LISTEN_BACKLOG
+    )
     reloading = None
     if web_config is not None and web_config.tls is not None:
         reloading = ReloadingTLS(web_config.tls)

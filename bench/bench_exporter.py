@@ -1,0 +1,125 @@
+"""Scrape time and RSS of the monitor: 8 GPUs x 10 containers and 1,000 containers.
+
+Each scenario runs in its own process (so RSS is its own): regions are written with the byte-exact
+writer, the collector is scraped end to end through prometheus_client's exposition, and a naive
+baseline that reads every byte of every region file per scrape is timed in the same run.
+Targets: <= 5 ms median at 80 containers, <= 50 ms at 1,000, <= 50 MiB RSS.
+
+    PYTHONPATH=src python bench/bench_exporter.py [--scrapes 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from hami.core.codec.pod_devices import decode_pod_devices
+from hami.exporter.collector import MonitorCollector
+from hami.exporter.discovery import ContainerLister
+from hami.exporter.host import HostReader
+from hami.exporter.region.parse import RegionSnapshot, parse_region
+from hami.testing.simnode import SimNode
+
+
+def rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def timed(fn: Any, n: int) -> dict[str, float]:
+    samples = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t) * 1000)
+    samples.sort()
+    return {
+        "median_ms": statistics.median(samples),
+        "p99_ms": samples[min(len(samples) - 1, int(len(samples) * 0.99))],
+    }
+
+
+def scenario(containers: int, gpus: int, scrapes: int) -> dict[str, Any]:
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    with tempfile.TemporaryDirectory() as tmp:
+        node = SimNode(tmp, gpus=gpus, containers=containers, seed=1)
+        for _ in range(4):  # every container started, with live processes
+            node.step()
+        node.stop()  # unmap the writers' side: RSS below is the monitor's alone
+        lister = ContainerLister(tmp)
+        lister.update(None)
+        registry = CollectorRegistry()
+        collector = MonitorCollector("bench-node", lister, node.pods, decode_pod_devices)
+        collector.hosts = HostReader(node.nvml, collector.nvml_errors.add).read
+        registry.register(collector)
+        body = generate_latest(registry)
+        base_rss = rss_mib()
+        ours = timed(lambda: generate_latest(registry), scrapes)
+        rss = rss_mib()
+        paths = [c.cache_path for c in lister.containers() if c.cache_path]
+
+        def naive() -> None:
+            # the baseline: read every byte of every region file, then parse the copy
+            for p in paths:
+                with open(p, "rb") as f:
+                    data = f.read()
+                assert isinstance(parse_region(data, len(data)), RegionSnapshot)
+            generate_latest(registry)
+
+        baseline = timed(naive, max(5, scrapes // 10))
+        lister.close()
+    return {
+        "containers": containers,
+        "gpus": gpus,
+        "samples": body.count(b"\n") - body.count(b"\n#"),
+        "scrape": ours,
+        "naive_read_every_byte": baseline,
+        "rss_mib_after_scrapes": round(rss, 1),
+        "rss_mib_before_scrapes": round(base_rss, 1),
+        "maxrss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--scrapes", type=int, default=200)
+    p.add_argument("--one", nargs=2, type=int, metavar=("CONTAINERS", "GPUS"))
+    args = p.parse_args()
+    if args.one:
+        print(json.dumps(scenario(args.one[0], args.one[1], args.scrapes)))
+        return 0
+    for containers, gpus, scrapes in ((80, 8, args.scrapes), (1000, 8, max(20, args.scrapes // 4))):
+        out = subprocess.run(
+            [sys.executable, __file__, "--one", str(containers), str(gpus), "--scrapes", str(scrapes)],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=os.environ,
+        )
+        r = json.loads(out.stdout)
+        print(
+            f"{r['containers']:5d} containers / {r['gpus']} GPUs, {r['samples']} samples: "
+            f"scrape median {r['scrape']['median_ms']:.2f} ms p99 {r['scrape']['p99_ms']:.2f} ms | "
+            f"naive read-every-byte median {r['naive_read_every_byte']['median_ms']:.2f} ms "
+            f"p99 {r['naive_read_every_byte']['p99_ms']:.2f} ms | RSS {r['rss_mib_after_scrapes']} MiB "
+            f"(max {r['maxrss_mib']} MiB)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

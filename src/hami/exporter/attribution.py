@@ -1,0 +1,132 @@
+"""Joining regions to pods (spec §B.3) and zero series for allocated-but-idle containers (HAMi #281).
+
+Pods are the API's JSON dicts from the node-scoped informer. A region belongs to the container
+whose pod UID and name match its dir; a container holding devices in ``hami.io/vgpu-devices-allocated``
+but without a readable region yet (no CUDA call so far) gets 0-valued usage with its allocated limits.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hami.core.annotations import POD_DEVICES_ALLOCATED
+from hami.core.devices import PodDevices
+from hami.exporter.region.layout import UUID_EXPORT_LEN
+from hami.exporter.region.parse import DeviceUsage, RegionSnapshot
+
+MIB = 1 << 20
+_FINISHED = frozenset({"Succeeded", "Failed"})
+_LABEL_NAME = re.compile(r"[^a-zA-Z0-9_]")
+
+
+@dataclass(frozen=True)
+class ContainerView:
+    namespace: str
+    pod: str
+    container: str
+    devices: tuple[DeviceUsage, ...]
+    processes: int
+    last_kernel_time: int  # 0 = never / unknown
+    started: bool  # False: values come from the allocation annotation, usage is 0
+
+
+@dataclass(frozen=True)
+class PodLabels:
+    namespace: str
+    pod: str
+    labels: tuple[tuple[str, str], ...]  # (prometheus label name, value), sorted
+
+
+def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = pod.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _names(pod: Mapping[str, Any], key: str) -> list[str]:
+    spec = pod.get("spec") or {}
+    return [str(c.get("name", "")) for c in spec.get(key) or [] if isinstance(c, Mapping)]
+
+
+def allocated_devices(
+    pod: Mapping[str, Any], decode: Callable[[str], PodDevices]
+) -> dict[str, tuple[DeviceUsage, ...]]:
+    """Zero-usage devices per regular container from the allocation annotation (may raise)."""
+    text = (_meta(pod).get("annotations") or {}).get(POD_DEVICES_ALLOCATED)
+    if not text:
+        return {}
+    per_container = decode(str(text))
+    offset = len(_names(pod, "initContainers"))  # the annotation lists init containers first
+    out: dict[str, tuple[DeviceUsage, ...]] = {}
+    for j, name in enumerate(_names(pod, "containers")):
+        if offset + j >= len(per_container) or not per_container[offset + j]:
+            continue
+        out[name] = tuple(
+            DeviceUsage(
+                index=i,
+                uuid=dev.uuid[:UUID_EXPORT_LEN],
+                limit_bytes=dev.usedmem * MIB,
+                sm_limit_percent=dev.usedcores if 0 < dev.usedcores <= 100 else 100,
+                used_bytes=0,
+                context_bytes=0,
+                module_bytes=0,
+                buffer_bytes=0,
+                offset_bytes=0,
+                sm_util_percent=0,
+            )
+            for i, dev in enumerate(per_container[offset + j])
+        )
+    return out
+
+
+def attribute(
+    pods: Iterable[Mapping[str, Any]],
+    regions: Mapping[tuple[str, str], RegionSnapshot],
+    decode: Callable[[str], PodDevices],
+    on_decode_error: Callable[[Mapping[str, Any], Exception], None] = lambda pod, err: None,
+) -> list[ContainerView]:
+    """One view per (pod, regular container) that has a region or an allocation."""
+    views: list[ContainerView] = []
+    for pod in pods:
+        meta = _meta(pod)
+        uid, ns, name = str(meta.get("uid", "")), str(meta.get("namespace", "")), str(meta.get("name", ""))
+        finished = (pod.get("status") or {}).get("phase") in _FINISHED
+        try:
+            allocated = {} if finished else allocated_devices(pod, decode)
+        except ValueError as err:
+            on_decode_error(pod, err)
+            allocated = {}
+        for ctr in _names(pod, "containers"):
+            snap = regions.get((uid, ctr))
+            if snap is not None:
+                views.append(
+                    ContainerView(ns, name, ctr, snap.devices, snap.processes, snap.last_kernel_time, True)
+                )
+            elif ctr in allocated:
+                views.append(ContainerView(ns, name, ctr, allocated[ctr], 0, 0, False))
+    return views
+
+
+def label_name(key: str) -> str:
+    """A Kubernetes label key as a Prometheus label name, kube-state-metrics style."""
+    return "label_" + _LABEL_NAME.sub("_", key)
+
+
+def pod_labels(pods: Iterable[Mapping[str, Any]], allowlist: Sequence[str]) -> list[PodLabels]:
+    """The allow-listed labels of each pod (``*`` allows all), for ``hami_pod_labels_info``."""
+    if not allowlist:
+        return []
+    allow_all = "*" in allowlist
+    out = []
+    for pod in pods:
+        meta = _meta(pod)
+        labels = meta.get("labels") or {}
+        chosen = {label_name(k): str(v) for k, v in labels.items() if allow_all or k in allowlist}
+        out.append(
+            PodLabels(
+                str(meta.get("namespace", "")), str(meta.get("name", "")), tuple(sorted(chosen.items()))
+            )
+        )
+    return out

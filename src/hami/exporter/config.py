@@ -1,0 +1,105 @@
+"""Flags and environment of the vGPU monitor (spec §B.1), parsed without side effects."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from hami.core import klog
+from hami.core.kube.options import KubeOptions, add_kube_flags, from_args
+from hami.core.serve import add_web_config_flag
+
+DEFAULT_BIND = ":9394"
+DEFAULT_RESYNC_S = 300.0
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+class ConfigError(ValueError):
+    """A missing or invalid setting; ``str()`` is the one line printed before exiting."""
+
+
+def parse_duration(text: str) -> float:
+    """A Go ``time.ParseDuration`` string (``5m``, ``1h30m``, ``90s``) in seconds."""
+    text = text.strip()
+    pos, total = 0, 0.0
+    for m in _DURATION.finditer(text):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNITS[m.group(2)]
+        pos = m.end()
+    if pos != len(text) or not text:
+        raise ValueError(f"time: invalid duration {text!r}")
+    return total
+
+
+@dataclass(frozen=True)
+class Config:
+    hook_path: str
+    node_name: str
+    bind: str = DEFAULT_BIND
+    resync_s: float = DEFAULT_RESYNC_S
+    legacy_metrics: bool = False
+    profiling: bool = False
+    verbosity: int = 0
+    web_config_file: str | None = None
+    pod_labels_allowlist: tuple[str, ...] = ()
+    kube: KubeOptions = field(default_factory=KubeOptions)
+    warnings: tuple[str, ...] = ()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hami-monitor", description="HAMi vGPU monitor (metrics on :9394)")
+    p.add_argument("--metrics-bind-address", default=DEFAULT_BIND, help="address to serve /metrics on")
+    p.add_argument("--legacy-metrics", action="store_true", help="also emit the pre-2.9 metric names")
+    p.add_argument("--profiling", action="store_true", help="serve /debug/pprof/")
+    p.add_argument(
+        "--pod-labels-allowlist",
+        default="",
+        help="comma-separated pod label keys ('*' = all) exposed in hami_pod_labels_info",
+    )
+    klog.add_log_flags(p)
+    add_kube_flags(p)
+    add_web_config_flag(p)
+    return p
+
+
+def load_config(argv: Sequence[str], env: Mapping[str, str]) -> Config:
+    """Flags from ``argv``, settings from ``env``; raises ``ConfigError`` on a missing requirement."""
+    args = build_parser().parse_args(list(argv))
+    hook_path = env.get("HOOK_PATH", "")
+    if not hook_path:
+        raise ConfigError(
+            "failed to validate environment variables: required environment variable HOOK_PATH not set"
+        )
+    node = env.get("NODE_NAME", "")
+    if not node:
+        raise ConfigError(
+            "failed to validate environment variables: required environment variable NODE_NAME not set"
+        )
+    warnings = []
+    resync = DEFAULT_RESYNC_S
+    if env.get("HAMI_RESYNC_INTERVAL"):
+        try:
+            resync = parse_duration(env["HAMI_RESYNC_INTERVAL"])
+        except ValueError as err:
+            warnings.append(f"invalid HAMI_RESYNC_INTERVAL ({err}), using 5m")
+    try:
+        kube = from_args(args, user_agent="hami-monitor")
+    except ValueError as err:
+        raise ConfigError(f"invalid Kubernetes client flags: {err}") from err
+    return Config(
+        hook_path=hook_path,
+        node_name=node,
+        bind=args.metrics_bind_address,
+        resync_s=resync,
+        legacy_metrics=args.legacy_metrics,
+        profiling=args.profiling,
+        verbosity=args.v,
+        web_config_file=getattr(args, "web_config_file", None),
+        pod_labels_allowlist=tuple(k.strip() for k in args.pod_labels_allowlist.split(",") if k.strip()),
+        kube=kube,
+        warnings=tuple(warnings),
+    )

@@ -1,0 +1,234 @@
+"""The monitor's metric families, built fresh on every scrape from a ``NodeView`` (pure).
+
+Names HAMi v2.10 exports keep HAMi's name, type, help and value semantics (spec §B.2), including
+its 0-100 scale on ``*_utilization_ratio``; they gain the contract's ``node`` join label. Every
+family carries HAMi's ``zone="vGPU"``. ``device_type`` is the registered type string
+(``NVIDIA-`` prefixed only when the model lacks it), never double-prefixed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from hami.exporter.attribution import ContainerView, PodLabels
+
+ZONE = "vGPU"
+HOST_LABELS = ["node", "device_index", "device_uuid", "device_type", "zone"]
+CTR_LABELS = ["namespace", "pod", "container", "vdevice_index", "device_uuid", "node", "zone"]
+LEGACY_HOST = ["nodeid", "deviceidx", "deviceuuid", "devicetype", "zone"]
+LEGACY_CTR = ["podnamespace", "podname", "ctrname", "vdeviceid", "deviceuuid", "zone"]
+REGION_STATES = ("ok", "initialising", "skipped")
+
+
+def registered_type(model: str) -> str:
+    """The device type as the device plugin registers it (v2.8+): prefix only when missing."""
+    return model if model.startswith("NVIDIA") else "NVIDIA-" + model
+
+
+@dataclass(frozen=True)
+class MigIdentity:
+    uuid: str
+    profile: str
+    gpu_instance_id: int
+    compute_instance_id: int
+
+
+@dataclass(frozen=True)
+class HostDevice:
+    """One physical GPU; ``None`` marks a reading whose NVML call failed (that series is dropped)."""
+
+    index: int
+    uuid: str
+    type: str
+    memory_used: int | None = None
+    memory_total: int | None = None
+    util_gpu: int | None = None
+    util_memory: int | None = None
+    temperature: int | None = None
+    power_watts: float | None = None
+    ecc_corrected: int | None = None
+    ecc_uncorrected: int | None = None
+    xid_errors: int = 0
+    healthy: bool = True
+    migs: tuple[MigIdentity, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeView:
+    node: str
+    now: float
+    hosts: tuple[HostDevice, ...] = ()
+    containers: tuple[ContainerView, ...] = ()
+    pod_labels: tuple[PodLabels, ...] = ()
+    regions: Mapping[str, int] = field(default_factory=dict)  # state -> count
+
+
+@dataclass(frozen=True)
+class Counters:
+    region_skips: Mapping[str, int]
+    nvml_errors: Mapping[str, int]
+
+
+def _g(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=labels)
+
+
+def host_families(view: NodeView, legacy: bool) -> list[Metric]:
+    mem = _g("hami_host_gpu_memory_used_bytes", "GPU device memory usage in bytes", HOST_LABELS)
+    total = _g("hami_host_gpu_memory_total_bytes", "GPU device memory size in bytes", HOST_LABELS)
+    util = _g("hami_host_gpu_utilization_ratio", "GPU core utilization ratio (0-100)", HOST_LABELS)
+    mcu = _g(
+        "hami_host_gpu_memory_controller_utilization_ratio",
+        "GPU memory controller utilization ratio (0-100)",
+        HOST_LABELS,
+    )
+    temp = _g("hami_host_gpu_temperature_celsius", "GPU core temperature in degrees Celsius", HOST_LABELS)
+    power = _g("hami_host_gpu_power_watts", "GPU power draw in watts", HOST_LABELS)
+    health = _g(
+        "hami_host_gpu_health", "1 if the GPU is healthy (no critical Xid seen, NVML answers)", HOST_LABELS
+    )
+    xid = CounterMetricFamily(
+        "hami_host_gpu_xid_errors", "Critical Xid events seen since the monitor started", labels=HOST_LABELS
+    )
+    ecc = CounterMetricFamily(
+        "hami_host_gpu_ecc_errors",
+        "ECC errors since the driver loaded (volatile), by type corrected/uncorrected",
+        labels=[*HOST_LABELS, "type"],
+    )
+    mig = _g(
+        "hami_host_gpu_mig_device_info",
+        "MIG instances present on the GPU, from NVML",
+        [*HOST_LABELS, "mig_uuid", "profile", "gpu_instance_id", "compute_instance_id"],
+    )
+    out: list[Metric] = [mem, total, util, mcu, temp, power, health, xid, ecc, mig]
+    lmem = _g("HostGPUMemoryUsage", "GPU device memory usage", LEGACY_HOST)
+    lutil = _g("HostCoreUtilization", "GPU core utilization", LEGACY_HOST)
+    for h in view.hosts:
+        lv = [view.node, str(h.index), h.uuid, h.type, ZONE]
+        for fam, value in (
+            (mem, h.memory_used),
+            (total, h.memory_total),
+            (util, h.util_gpu),
+            (mcu, h.util_memory),
+            (temp, h.temperature),
+            (power, h.power_watts),
+        ):
+            if value is not None:
+                fam.add_metric(lv, value)
+        health.add_metric(lv, 1 if h.healthy else 0)
+        xid.add_metric(lv, h.xid_errors)
+        for kind, count in (("corrected", h.ecc_corrected), ("uncorrected", h.ecc_uncorrected)):
+            if count is not None:
+                ecc.add_metric([*lv, kind], count)
+        for m in h.migs:
+            mig.add_metric([*lv, m.uuid, m.profile, str(m.gpu_instance_id), str(m.compute_instance_id)], 1)
+        if h.memory_used is not None:
+            lmem.add_metric(lv, h.memory_used)
+        if h.util_gpu is not None:
+            lutil.add_metric(lv, h.util_gpu)
+    return [*out, lmem, lutil] if legacy else out
+
+
+_CTR = (
+    # name, help, value of (container, device)
+    ("hami_vgpu_memory_used_bytes", "vGPU device memory usage in bytes (HAMi-core accounting)", "used"),
+    ("hami_vgpu_memory_limit_bytes", "vGPU device memory limit in bytes (0 = unlimited)", "limit"),
+    ("hami_container_device_memory_bytes", "Container device memory usage in bytes", "used"),
+    ("hami_container_device_utilization_ratio", "Container device SM utilization ratio (0-100)", "sm"),
+    ("hami_vgpu_memory_context_bytes", "Container device memory context size in bytes", "context"),
+    ("hami_vgpu_memory_module_bytes", "Container device memory module size in bytes", "module"),
+    ("hami_vgpu_memory_buffer_bytes", "Container device memory buffer size in bytes", "buffer"),
+    ("hami_vgpu_core_used_percent", "Container SM utilization in percent (0-100, clamped)", "sm"),
+    (
+        "hami_vgpu_core_limit_percent",
+        "Container SM limit in percent (0-100; unlimited reads 100)",
+        "sm_limit",
+    ),
+    ("hami_vgpu_processes", "Live processes in the container's shared region", "procs"),
+)
+
+
+def container_families(view: NodeView, legacy: bool) -> list[Metric]:
+    fams = [_g(name, doc, CTR_LABELS) for name, doc, _ in _CTR]
+    keys = [key for _, _, key in _CTR]
+    elapsed = _g(
+        "hami_container_last_kernel_elapsed_seconds",
+        "Seconds since last kernel execution in container",
+        CTR_LABELS,
+    )
+    lused = _g("vGPU_device_memory_usage_in_bytes", "vGPU device usage", LEGACY_CTR)
+    llimit = _g("vGPU_device_memory_limit_in_bytes", "vGPU device limit", LEGACY_CTR)
+    ldesc = _g(
+        "Device_memory_desc_of_container",
+        "Container device memory description",
+        [*LEGACY_CTR, "context", "module", "data", "offset"],
+    )
+    lutil = _g("Device_utilization_desc_of_container", "Container device utilization description", LEGACY_CTR)
+    lkern = _g("Device_last_kernel_of_container", "Container device last kernel description", LEGACY_CTR)
+    for c in view.containers:
+        since = max(view.now - c.last_kernel_time, 0.0) if c.last_kernel_time > 0 else None
+        for d in c.devices:
+            lv = [c.namespace, c.pod, c.container, str(d.index), d.uuid, view.node, ZONE]
+            values = {
+                "used": d.used_bytes,
+                "limit": d.limit_bytes,
+                "sm": d.sm_util_percent,
+                "context": d.context_bytes,
+                "module": d.module_bytes,
+                "buffer": d.buffer_bytes,
+                "sm_limit": d.sm_limit_percent,
+                "procs": c.processes,
+            }
+            for fam, key in zip(fams, keys, strict=True):
+                fam.add_metric(lv, values[key])
+            if since is not None:
+                elapsed.add_metric(lv, since)
+            if legacy:
+                llv = [c.namespace, c.pod, c.container, str(d.index), d.uuid, ZONE]
+                lused.add_metric(llv, d.used_bytes)
+                llimit.add_metric(llv, d.limit_bytes)
+                # HAMi's offset label is total - context - module - data in uint64 (it can wrap)
+                off = (d.used_bytes - d.context_bytes - d.module_bytes - d.buffer_bytes) % 2**64
+                ldesc.add_metric(
+                    [*llv, str(d.context_bytes), str(d.module_bytes), str(d.buffer_bytes), str(off)],
+                    d.used_bytes,
+                )
+                lutil.add_metric(llv, d.sm_util_percent)
+                if since is not None:
+                    lkern.add_metric(llv, since)
+    out: list[Metric] = [*fams, elapsed]
+    return [*out, lused, llimit, ldesc, lutil, lkern] if legacy else out
+
+
+def self_families(view: NodeView, counters: Counters, reasons: Iterable[str]) -> list[Metric]:
+    regions = _g("hami_monitor_regions", "Container regions by state at this scrape", ["state", "zone"])
+    for state in REGION_STATES:
+        regions.add_metric([state, ZONE], view.regions.get(state, 0))
+    skips = CounterMetricFamily(
+        "hami_monitor_region_skips",
+        "Regions, slots or devices skipped or clamped, by reason",
+        labels=["reason", "zone"],
+    )
+    for reason in reasons:
+        skips.add_metric([reason, ZONE], counters.region_skips.get(reason, 0))
+    nvml = CounterMetricFamily(
+        "hami_monitor_nvml_errors", "Failed NVML calls, by call", labels=["call", "zone"]
+    )
+    for call, count in sorted(counters.nvml_errors.items()):
+        nvml.add_metric([call, ZONE], count)
+    return [regions, skips, nvml]
+
+
+def pod_label_families(view: NodeView) -> list[Metric]:
+    if not view.pod_labels:
+        return []
+    info = InfoMetricFamily(
+        "hami_pod_labels", "Allow-listed pod labels, for joins", labels=["namespace", "pod", "node"]
+    )
+    for p in view.pod_labels:
+        info.add_metric([p.namespace, p.pod, view.node], dict(p.labels))
+    return [info]

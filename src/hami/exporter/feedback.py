@@ -1,0 +1,185 @@
+"""The priority / utilisation-switch feedback loop (spec §A.9, HAMi v2.10 ``feedback.go``).
+
+``observe`` is the pure decision step over a snapshot of every loaded region; ``FeedbackLoop``
+applies its writes to the mapped files on a 5 s ticker, after rescanning the container dirs.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from hami.core import klog
+from hami.exporter.discovery import ContainerLister
+from hami.exporter.region.layout import MAX_DEVICES, UUID_LEN, Layout
+from hami.exporter.region.mapped import MappedRegion
+
+log = klog.get_logger(__name__)
+TICK_S = 5.0
+_I32 = struct.Struct("<i")
+
+Field = Literal["recent_kernel", "utilization_switch"]
+
+
+@dataclass(frozen=True)
+class FeedbackState:
+    key: str  # the container dir name
+    recent_kernel: int
+    priority: int
+    utilization_switch: int
+    uuids: tuple[bytes, ...]  # the raw 96-byte uuids of slots 0..15 whose first byte is not NUL
+
+
+@dataclass(frozen=True)
+class FeedbackWrite:
+    key: str
+    field: Field
+    value: int
+
+
+def _blocking(uts: dict[bytes, list[int]], p: int, uuids: Sequence[bytes]) -> bool:
+    """Some container of strictly higher priority (smaller number) was active on one of our GPUs."""
+    for u in uuids:
+        counts = uts.get(u)
+        if counts is not None and any(counts[j] > 0 for j in range(min(p, len(counts)))):
+            return True
+    return False
+
+
+def _contended(uts: dict[bytes, list[int]], p: int, uuids: Sequence[bytes]) -> bool:
+    """Blocking, or at least two active containers of our own priority share one of our GPUs."""
+    if _blocking(uts, p, uuids):
+        return True
+    for u in uuids:
+        counts = uts.get(u)
+        if counts is not None and 0 <= p < len(counts) and counts[p] > 1:
+            return True
+    return False
+
+
+def observe(states: Sequence[FeedbackState]) -> list[FeedbackWrite]:
+    """One tick of HAMi's ``Observe``: decay activity, count actives per (GPU, priority), decide."""
+    writes: list[FeedbackWrite] = []
+    uts: dict[bytes, list[int]] = {}
+    kernel: dict[str, int] = {}
+    # Pass 1: decay recent_kernel and count containers still active.
+    for c in states:
+        rk = c.recent_kernel
+        if rk > 0:
+            rk -= 1
+            if rk > 0 and c.priority >= 0:
+                for u in c.uuids:
+                    counts = uts.setdefault(u, [])
+                    counts.extend([0] * (c.priority + 1 - len(counts)))
+                    counts[c.priority] += 1
+            writes.append(FeedbackWrite(c.key, "recent_kernel", rk))
+        kernel[c.key] = rk
+    # Pass 2: block behind higher priority, and enforce the core limit only under contention.
+    for c in states:
+        rk = kernel[c.key]
+        blocking = _blocking(uts, c.priority, c.uuids)
+        if blocking and rk >= 0:
+            log.v(5).info("Setting Blocking to on %s", c.key)
+            writes.append(FeedbackWrite(c.key, "recent_kernel", -1))
+        elif not blocking and rk < 0:
+            log.v(5).info("Setting Blocking to off %s", c.key)
+            writes.append(FeedbackWrite(c.key, "recent_kernel", 0))
+        if _contended(uts, c.priority, c.uuids):
+            if c.utilization_switch != 1:
+                log.v(5).info("Setting UtilizationSwitch to on %s", c.key)
+                writes.append(FeedbackWrite(c.key, "utilization_switch", 1))
+        elif c.utilization_switch != 0:
+            log.v(5).info("Setting UtilizationSwitch to off %s", c.key)
+            writes.append(FeedbackWrite(c.key, "utilization_switch", 0))
+    return writes
+
+
+def read_state(key: str, region: MappedRegion) -> tuple[FeedbackState, Layout] | None:
+    """The feedback fields of a ready region, or None (not initialised, bad, or changed)."""
+    layout = region.layout()
+    if not isinstance(layout, Layout):
+        return None
+    view = region.buffer()
+    try:
+        uuids = tuple(
+            bytes(view[off : off + UUID_LEN])
+            for off in (layout.off_uuids + UUID_LEN * i for i in range(MAX_DEVICES))
+            if view[off] != 0
+        )
+        state = FeedbackState(
+            key=key,
+            recent_kernel=_I32.unpack_from(view, layout.off_recent_kernel)[0],
+            priority=_I32.unpack_from(view, layout.off_priority)[0],
+            utilization_switch=_I32.unpack_from(view, layout.off_utilization_switch)[0],
+            uuids=uuids,
+        )
+    finally:
+        view.release()
+    return state, layout
+
+
+def feedback_tick(lister: ContainerLister) -> list[FeedbackWrite]:
+    """Read every loaded region, decide, and apply the writes (under the lister lock)."""
+    with lister.lock:
+        regions: dict[str, tuple[MappedRegion, Layout]] = {}
+        states = []
+        for c in lister.containers():
+            if c.region is None:
+                continue
+            got = read_state(c.dirname, c.region)
+            if got is not None:
+                states.append(got[0])
+                regions[c.dirname] = (c.region, got[1])
+        writes = observe(states)
+        for w in writes:
+            region, layout = regions[w.key]
+            offset = layout.off_recent_kernel if w.field == "recent_kernel" else layout.off_utilization_switch
+            region.write_i32(offset, w.value)
+        return writes
+
+
+class FeedbackLoop:
+    """Every ``TICK_S``: rescan the container dirs (``update``), then run the feedback step."""
+
+    def __init__(
+        self,
+        lister: ContainerLister,
+        pod_uids: Callable[[], set[str] | None],
+        interval_s: float = TICK_S,
+        on_update: Callable[[list[str]], None] = lambda errors: None,
+    ) -> None:
+        self._on_update = on_update
+        self._lister = lister
+        self._pod_uids = pod_uids
+        self._interval = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="feedback", daemon=True)
+
+    def tick(self) -> None:
+        try:
+            result = self._lister.update(self._pod_uids())
+        except OSError as err:
+            log.error("Failed to update container list: %s", err)
+            return
+        self._on_update(result.errors)
+        feedback_tick(self._lister)
+
+    def _run(self) -> None:
+        log.info("Starting watchAndFeedback")
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except Exception:  # the loop must outlive any one bad tick
+                log.error("feedback tick failed", exc_info=True)
+            self._stop.wait(self._interval)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(10)

@@ -1,0 +1,161 @@
+"""``hami-monitor``: the vGPU monitor daemon (spec §B.1).
+
+Wiring only: the container lister and feedback loop, the pod informer (this node's pods), NVML
+(opened once), the collector, and ``/metrics`` through ``hami.core.serve``.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from hami.core import klog
+from hami.core.codec.pod_devices import decode_pod_devices
+from hami.core.kube.client import new_api_client
+from hami.core.kube.informer import Informer
+from hami.core.nvml import Nvml, NvmlError, open_nvml
+from hami.core.serve import Server, build_info, serve_metrics
+from hami.exporter.collector import MonitorCollector, Tally
+from hami.exporter.config import Config, ConfigError, load_config
+from hami.exporter.discovery import ContainerLister
+from hami.exporter.feedback import FeedbackLoop
+from hami.exporter.host import HostReader
+
+log = klog.get_logger("hami.exporter")
+PodSource = Callable[[], Sequence[Mapping[str, Any]]]
+
+
+def _raise_fd_limit() -> None:
+    """Each mapped region holds a descriptor; a node can run a thousand containers."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+class Monitor:
+    """One running monitor; ``pods``/``pod_uids`` and ``nvml`` are injectable (simnode, tests)."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        nvml: Nvml | None,
+        pods: PodSource,
+        pod_uids: Callable[[], set[str] | None],
+        *,
+        ready: Callable[[], bool] = lambda: True,
+        registry: CollectorRegistry | None = None,
+        nvml_errors: Tally | None = None,
+    ) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.lister = ContainerLister(cfg.hook_path, cfg.resync_s)
+        self.skips = Tally()
+        self.nvml_errors = nvml_errors or Tally()
+        self.host = None if nvml is None else HostReader(nvml, self.nvml_errors.add)
+        self.collector = MonitorCollector(
+            cfg.node_name,
+            self.lister,
+            pods,
+            decode_pod_devices,
+            self.host.read if self.host is not None else tuple,
+            skips=self.skips,
+            nvml_errors=self.nvml_errors,
+            legacy=cfg.legacy_metrics,
+            labels_allowlist=cfg.pod_labels_allowlist,
+            registry=self.registry,
+        )
+        self.registry.register(self.collector)
+        build_info("monitor", self.registry)
+        self.feedback = FeedbackLoop(self.lister, pod_uids, on_update=self._on_update)
+        self._cfg = cfg
+        self._ready = ready
+        self.server: Server | None = None
+
+    def _on_update(self, errors: list[str]) -> None:
+        self.skips.add(errors)
+
+    def start(self) -> None:
+        os.makedirs(os.path.join(self._cfg.hook_path, "containers"), exist_ok=True)
+        self.feedback.tick()  # first scan before the first scrape
+        self.feedback.start()
+        if self.host is not None:
+            self.host.start_xid_watch()
+        self.server = serve_metrics(
+            self._cfg.bind,
+            self.registry,
+            ready=self._ready,
+            web_config_file=self._cfg.web_config_file,
+            profiling=self._cfg.profiling,
+            name="hami-monitor",
+        )
+        log.info("Serving metrics on %s", self.server.url)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+        self.feedback.stop()
+        if self.host is not None:
+            self.host.stop()
+        self.lister.close()
+
+
+def _open_nvml(errors: Tally) -> Nvml | None:
+    try:
+        return open_nvml()
+    except NvmlError as err:
+        # a node without a driver still serves region metrics; host series are absent
+        log.error("failed to initialize NVML: %s", err)
+        errors.add([err.call])
+        return None
+
+
+def run(cfg: Config, stop: threading.Event) -> int:
+    _raise_fd_limit()
+    api = new_api_client(cfg.kube)
+    informer = Informer(api, field_selector=f"spec.nodeName={cfg.node_name}", resync=cfg.resync_s)
+    informer.start()
+    nvml_errors = Tally()
+    nvml = _open_nvml(nvml_errors)
+
+    def uids() -> set[str] | None:
+        if not informer.has_synced():
+            return None
+        return {str((p.get("metadata") or {}).get("uid", "")) for p in informer.list()}
+
+    monitor = Monitor(cfg, nvml, informer.list, uids, ready=informer.has_synced, nvml_errors=nvml_errors)
+    monitor.start()
+    if informer.wait_for_sync(60):
+        log.info("Pod informer started successfully")
+    else:
+        log.warning("failed to sync pod informer cache; serving region metrics without pods")
+    stop.wait()
+    monitor.stop()
+    informer.stop()
+    if nvml is not None:
+        nvml.close()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        cfg = load_config(sys.argv[1:] if argv is None else argv, os.environ)
+    except ConfigError as err:
+        print(f"hami-monitor: {err}", file=sys.stderr)
+        return 1
+    klog.setup(cfg.verbosity)
+    for warning in cfg.warnings:
+        log.warning("%s", warning)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    return run(cfg, stop)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

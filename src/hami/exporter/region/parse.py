@@ -1,0 +1,239 @@
+"""Pure parsing of one shared region from a buffer (an mmap in production, bytes in tests).
+
+Reads only the header and the live slots ``[0, proc_num)``, with ``struct.unpack_from`` straight
+on the buffer, so a scrape touches a few pages per container instead of copying 2 MB. Values
+protected by the v1.2 seqlock are accepted only from a stable, even sequence (spec §A.6).
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Final, Literal
+
+from hami.exporter.region import reasons
+from hami.exporter.region.layout import (
+    HEADER_MIN,
+    INTERIM_V11_FILE_SIZE,
+    MAGIC,
+    MAX_DEVICES,
+    MAX_PROCS,
+    UUID_EXPORT_LEN,
+    UUID_LEN,
+    V0,
+    V1_1,
+    V1_2,
+    Layout,
+)
+
+SEQ_RETRIES: Final = 64
+_SPIN: Final = 4  # attempts before yielding the CPU (and the GIL) to a writer mid-update
+_I32 = struct.Struct("<i")
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+
+# What a region can be parsed from: an mmap in production, bytes in tests and fuzzing.
+Buffer = bytes | bytearray | memoryview | mmap.mmap
+
+
+@dataclass(frozen=True)
+class DeviceUsage:
+    """One device of one container, summed over its live process slots."""
+
+    index: int  # vdevice_index: the in-container (NVML) index
+    uuid: str  # first 40 characters, NULs stripped
+    limit_bytes: int  # 0 = unlimited
+    sm_limit_percent: int  # 0..100 (a 0 in the region means unlimited and reads as 100)
+    used_bytes: int  # Σ used[i].total, clamped to the limit
+    context_bytes: int
+    module_bytes: int
+    buffer_bytes: int  # data_size; HAMi calls it buffer
+    offset_bytes: int
+    sm_util_percent: int  # Σ device_util[i].sm_util, clamped to 100
+
+
+@dataclass(frozen=True)
+class RegionSnapshot:
+    version: str
+    devices: tuple[DeviceUsage, ...]
+    processes: int  # live slots read consistently
+    priority: int
+    recent_kernel: int
+    utilization_switch: int
+    last_kernel_time: int  # unix seconds; 0 for v0 (no such field)
+    issues: tuple[str, ...]  # slot/device-level skips and clamps met on this read
+
+
+@dataclass(frozen=True)
+class RegionRejected:
+    state: Literal["initialising", "skipped"]
+    reason: str  # one of ``reasons``; "" while initialising
+    detail: str
+
+
+def detect_layout(buf: Buffer, size: int) -> Layout | RegionRejected:
+    """Pick the layout as HAMi's monitor does: v0 by size window, v1 by size and major == 1."""
+    view = memoryview(buf)
+    avail = min(size, len(view))
+    if avail < HEADER_MIN:
+        return RegionRejected("skipped", reasons.FILE_TOO_SMALL, f"cache file size {avail} too small")
+    magic = _I32.unpack_from(view, 0)[0]
+    if magic == 0:
+        return RegionRejected("initialising", "", "cache file magic flag not yet set")
+    if magic != MAGIC:
+        return RegionRejected("skipped", reasons.BAD_MAGIC, f"cache file magic flag {magic} not matched")
+    major, minor = struct.unpack_from("<II", view, 4)
+    if V0.region_size <= avail < V1_1.region_size:
+        return V0
+    if avail >= V1_1.region_size:
+        if major != 1:
+            detail = f"unknown cache file size {avail} version {major}.{minor}"
+            return RegionRejected("skipped", reasons.UNKNOWN_VERSION, detail)
+        if minor == 1 and avail == INTERIM_V11_FILE_SIZE:
+            return RegionRejected("skipped", reasons.INTERIM_LAYOUT, "shifted 2026 layout labelled 1.1")
+        return V1_2 if minor >= 2 else V1_1
+    if avail == 804_681:  # v0-initial: no device_util, never supported by HAMi
+        return RegionRejected("skipped", reasons.UNKNOWN_VERSION, "v0-initial layout (804681 bytes)")
+    return RegionRejected("skipped", reasons.BAD_SIZE, f"unknown cache file size {avail}")
+
+
+@lru_cache(maxsize=64)
+def _mem_struct(stride: int, n: int) -> struct.Struct:
+    # context, module, data, offset, total (+ v1 padding) per device
+    return struct.Struct("<" + ("5Q" + "x" * (stride - 40)) * n)
+
+
+@lru_cache(maxsize=64)
+def _util_struct(stride: int, n: int) -> struct.Struct:
+    return struct.Struct("<" + ("16xQ" + "x" * (stride - 24)) * n)
+
+
+@lru_cache(maxsize=4096)
+def decode_uuid(raw: bytes) -> str | None:
+    """The exported UUID, or None if it is not valid UTF-8 / printable (raw[0] != 0 assumed)."""
+    try:
+        text = raw.split(b"\0", 1)[0].decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    text = text[:UUID_EXPORT_LEN]
+    return text if text.isprintable() and text.strip() == text and text else None
+
+
+def _backoff(attempt: int) -> None:
+    if attempt >= _SPIN:
+        time.sleep(0 if attempt < 16 else 1e-5)
+
+
+def read_slot(
+    view: memoryview, layout: Layout, index: int, n: int, retries: int = SEQ_RETRIES
+) -> tuple[tuple[int, ...], tuple[int, ...]] | str:
+    """(used fields, sm_util per device) of one live slot, or a slot-level reason.
+
+    A read is accepted only when the seqlock (v1.2) is even and unchanged across it and the pid is
+    unchanged too, so neither a concurrent update nor a compaction move can leak a torn value.
+    """
+    base = layout.slot_base(index)
+    seq_off = None if layout.slot_off_seqlock is None else base + layout.slot_off_seqlock
+    mem = _mem_struct(layout.mem_stride, n)
+    util = _util_struct(layout.util_stride, n)
+    for attempt in range(retries):
+        s1 = 0 if seq_off is None else _U64.unpack_from(view, seq_off)[0]
+        if s1 & 1:
+            _backoff(attempt)
+            continue
+        pid = _I32.unpack_from(view, base)[0]
+        status = _I32.unpack_from(view, base + layout.slot_off_status)[0]
+        used = mem.unpack_from(view, base + layout.slot_off_used)
+        sm = util.unpack_from(view, base + layout.slot_off_device_util)
+        s2 = 0 if seq_off is None else _U64.unpack_from(view, seq_off)[0]
+        if s1 == s2 and pid == _I32.unpack_from(view, base)[0]:
+            if pid == 0 or status == 0:
+                return reasons.DEAD_SLOT
+            return used, sm
+        _backoff(attempt)
+    return reasons.TORN_READ
+
+
+def parse_region(buf: Buffer, size: int, retries: int = SEQ_RETRIES) -> RegionSnapshot | RegionRejected:
+    """Parse the region in ``buf``, of which ``size`` bytes are known to be backed by the file."""
+    layout = detect_layout(buf, size)
+    if isinstance(layout, RegionRejected):
+        return layout
+    view = memoryview(buf)
+    device_num = _U64.unpack_from(view, layout.off_device_num)[0]
+    if device_num > MAX_DEVICES:
+        return RegionRejected(
+            "skipped", reasons.DEVICE_COUNT_OUT_OF_RANGE, f"device_num {device_num} > {MAX_DEVICES}"
+        )
+    n = int(device_num)
+    issues: list[str] = []
+    proc_num = _I32.unpack_from(view, layout.off_proc_num)[0]
+    if not 0 <= proc_num <= MAX_PROCS:
+        issues.append(reasons.PROC_NUM_OUT_OF_RANGE)
+        proc_num = min(max(proc_num, 0), MAX_PROCS)
+    sums = [0] * (5 * n)
+    sm = [0] * n
+    processes = 0
+    for i in range(proc_num):
+        slot = read_slot(view, layout, i, n, retries)
+        if isinstance(slot, str):
+            issues.append(slot)
+            continue
+        processes += 1
+        used, util = slot
+        for k, value in enumerate(used):
+            sums[k] += value
+        for k, value in enumerate(util):
+            sm[k] += value
+    limits = struct.unpack_from(f"<{n}Q", view, layout.off_limit)
+    sm_limits = struct.unpack_from(f"<{n}Q", view, layout.off_sm_limit)
+    devices = []
+    for d in range(n):
+        uuid_off = layout.off_uuids + UUID_LEN * d
+        if view[uuid_off] == 0:
+            issues.append(reasons.UUID_UNINITIALISED)
+            continue
+        uuid = decode_uuid(bytes(view[uuid_off : uuid_off + UUID_LEN]))
+        if uuid is None:
+            issues.append(reasons.BAD_UUID)
+            continue
+        context, module, data, offset, total = sums[5 * d : 5 * d + 5]
+        limit = limits[d]
+        if 0 < limit < total:
+            issues.append(reasons.USAGE_OVER_LIMIT)
+            total = limit
+        util_sum = sm[d]
+        if util_sum > 100:
+            issues.append(reasons.SM_UTIL_OVER_100)
+            util_sum = 100
+        sm_limit = sm_limits[d]
+        if sm_limit > 100:
+            issues.append(reasons.SM_LIMIT_OUT_OF_RANGE)
+        devices.append(
+            DeviceUsage(
+                index=d,
+                uuid=uuid,
+                limit_bytes=limit,
+                sm_limit_percent=100 if sm_limit == 0 or sm_limit > 100 else sm_limit,
+                used_bytes=total,
+                context_bytes=context,
+                module_bytes=module,
+                buffer_bytes=data,
+                offset_bytes=offset,
+                sm_util_percent=util_sum,
+            )
+        )
+    lkt = 0 if layout.off_last_kernel_time is None else _U64.unpack_from(view, layout.off_last_kernel_time)[0]
+    return RegionSnapshot(
+        version=layout.name,
+        devices=tuple(devices),
+        processes=processes,
+        priority=_I32.unpack_from(view, layout.off_priority)[0],
+        recent_kernel=_I32.unpack_from(view, layout.off_recent_kernel)[0],
+        utilization_switch=_I32.unpack_from(view, layout.off_utilization_switch)[0],
+        last_kernel_time=lkt,
+        issues=tuple(issues),
+    )

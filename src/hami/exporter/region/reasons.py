@@ -1,0 +1,50 @@
+"""The bounded set of reasons for ``hami_monitor_region_skips_total{reason}``.
+
+A region-level reason drops the whole container for that scrape; a slot-level one drops one
+process slot; a device-level one drops one device of one container; a clamp keeps the series but
+bounds its value. Each is counted once per scrape (or per discovery pass) that meets it.
+"""
+
+from typing import Final
+
+# Region level.
+FILE_TOO_SMALL: Final = "file_too_small"  # < 12 bytes: not even magic + version
+BAD_MAGIC: Final = "bad_magic"  # non-zero and not 19920718 (zero means "initialising")
+BAD_SIZE: Final = "bad_size"  # magic ok, size fits no layout
+UNKNOWN_VERSION: Final = "unknown_version"  # v1-sized file with major != 1, or v0-initial
+INTERIM_LAYOUT: Final = "interim_layout"  # a shifted 2026-01..03 build that claims 1.1
+DEVICE_COUNT_OUT_OF_RANGE: Final = "device_count_out_of_range"  # device_num > 16
+SIZE_CHANGED: Final = "size_changed"  # the file grew or was replaced under the mapping
+TRUNCATED: Final = "truncated"  # the file shrank under the mapping (reading would SIGBUS)
+OPEN_FAILED: Final = "open_failed"  # stat/open/mmap error
+# Slot level.
+DEAD_SLOT: Final = "dead_slot"  # pid 0 or status 0 inside [0, proc_num)
+TORN_READ: Final = "torn_read"  # the seqlock never settled within the retry budget
+# Device level.
+UUID_UNINITIALISED: Final = "uuid_uninitialised"  # uuids[i][0] == 0
+BAD_UUID: Final = "bad_uuid"  # not UTF-8, or not printable
+# Clamps.
+PROC_NUM_OUT_OF_RANGE: Final = "proc_num_out_of_range"  # clamped to [0, 1024]
+USAGE_OVER_LIMIT: Final = "usage_over_limit"  # used > limit > 0: exported as the limit
+SM_UTIL_OVER_100: Final = "sm_util_over_100"  # Σ sm_util > 100: exported as 100
+SM_LIMIT_OUT_OF_RANGE: Final = "sm_limit_out_of_range"  # sm_limit > 100: exported as 100
+
+ALL: Final = (
+    FILE_TOO_SMALL,
+    BAD_MAGIC,
+    BAD_SIZE,
+    UNKNOWN_VERSION,
+    INTERIM_LAYOUT,
+    DEVICE_COUNT_OUT_OF_RANGE,
+    SIZE_CHANGED,
+    TRUNCATED,
+    OPEN_FAILED,
+    DEAD_SLOT,
+    TORN_READ,
+    UUID_UNINITIALISED,
+    BAD_UUID,
+    PROC_NUM_OUT_OF_RANGE,
+    USAGE_OVER_LIMIT,
+    SM_UTIL_OVER_100,
+    SM_LIMIT_OUT_OF_RANGE,
+)

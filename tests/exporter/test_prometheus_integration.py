@@ -1,0 +1,102 @@
+"""Debian's real Prometheus scrapes the monitor on a simulated node; promtool lints a live scrape."""
+
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from hami.exporter.config import load_config
+from hami.exporter.main import Monitor
+from hami.testing.simnode import SimNode
+
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
+pytestmark = pytest.mark.skipif(
+    not (Path(PROMETHEUS).exists() and Path(PROMTOOL).exists()), reason="prometheus/promtool not installed"
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def monitor(tmp_path: Path) -> Iterator[Monitor]:
+    node = SimNode(str(tmp_path / "hook"), gpus=2, containers=4)
+    cfg = load_config(
+        ["--metrics-bind-address", "127.0.0.1:0", "--pod-labels-allowlist", "app"],
+        {"HOOK_PATH": node.hook_path, "NODE_NAME": "sim-node"},
+    )
+    node.start(0.2)
+    mon = Monitor(cfg, node.nvml, node.pods, lambda: {c.pod_uid for c in node.containers})
+    mon.start()
+    try:
+        yield mon
+    finally:
+        mon.stop()
+        node.stop()
+
+
+def test_promtool_clean_on_live_scrape(monitor: Monitor) -> None:
+    assert monitor.server is not None
+    body = requests.get(monitor.server.url + "/metrics", timeout=10).text
+    assert "hami_vgpu_memory_used_bytes{" in body and "hami_host_gpu_power_watts{" in body
+    lint = subprocess.run(
+        [PROMTOOL, "check", "metrics"], input=body, capture_output=True, text=True, timeout=60, check=False
+    )
+    findings = [line for line in (lint.stdout + lint.stderr).splitlines() if line.strip()]
+    assert findings == [], findings
+
+
+def test_prometheus_scrapes_and_queries(monitor: Monitor, tmp_path: Path) -> None:
+    assert monitor.server is not None
+    target = monitor.server.url.split("://", 1)[1]
+    port = free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        f"scrape_configs:\n- job_name: hami-monitor\n  static_configs: [{{targets: ['{target}']}}]\n"
+    )
+    proc = subprocess.Popen(
+        [
+            PROMETHEUS,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        result: list[dict[str, object]] = []
+        while time.monotonic() < deadline and not result:
+            try:
+                r = requests.get(
+                    f"http://127.0.0.1:{port}/api/v1/query",
+                    params={"query": 'hami_vgpu_memory_used_bytes{node="sim-node"} > 0'},
+                    timeout=5,
+                )
+                result = r.json()["data"]["result"]
+            except (requests.RequestException, KeyError, ValueError):
+                pass
+            if not result:
+                time.sleep(0.5)
+        assert result, "Prometheus never stored a non-zero hami_vgpu_memory_used_bytes"
+        up = requests.get(f"http://127.0.0.1:{port}/api/v1/query", params={"query": "up"}, timeout=5).json()
+        assert up["data"]["result"][0]["value"][1] == "1"
+        labels = result[0]["metric"]
+        assert isinstance(labels, dict)
+        assert {"namespace", "pod", "container", "vdevice_index", "device_uuid", "node", "zone"} <= set(
+            labels
+        )
+    finally:
+        proc.terminate()
+        proc.wait(30)
