@@ -76,7 +76,7 @@ def options(args: argparse.Namespace) -> StackOptions:
 
 def banner(stack: Stack, skipped: list[str]) -> str:
     names = {
-        MONITOR: "vGPU monitor (hami-monitor)",
+        MONITOR: "vGPU monitor",
         SCHEDULER: "scheduler extender",
         DEVICE_PLUGIN: "device plugin",
     }
@@ -94,14 +94,15 @@ def banner(stack: Stack, skipped: list[str]) -> str:
     lines += [f"  {path}" for path in sorted(DASHBOARDS.glob("*.json"))]
     lines += [
         "",
-        f"Scenarios: node {cluster.STALE_NODE} (expired handshake),"
-        f" pod scenarios/{cluster.PENDING} (stays Pending),",
+        "Scenarios (alerts fire once their `for:` durations, 0-15 minutes, have passed):",
+        f"  node {cluster.STALE_NODE}: expired handshake",
+        f"  node {cluster.LOCKED_NODE}: expired lock of a crashed bind, broken and held again",
+        f"  pod scenarios/{cluster.PENDING}: stays Pending",
+        f"  pod scenarios/{cluster.OVERLIMIT.name}: uses more than its vGPU memory limit",
+        f"  pod notebooks/{cluster.IDLE.name}: no kernel for two hours (idle vGPU)",
+        f"  GPU {cluster.gpu_uuid(0, stack.opts.gpus - 1)}: XID 79 every {stack.opts.xid_every:.0f}s",
+        "",
     ]
-    lines += [
-        f"  scenarios/{cluster.OVERLIMIT.name} (over its vGPU memory limit),"
-        f" XID 79 on the last GPU of {cluster.NODE}."
-    ]
-    lines += ["  Alerts need their `for:` durations (2-15 minutes) before they fire.", ""]
     lines += [f"Logs: {stack.procs.log_dir}", ""]
     return "\n".join(lines)
 
