@@ -32,8 +32,10 @@ A100 = "NVIDIA A100-SXM4-80GB"
 
 def bench_pod(uid: str, mem: int) -> dict[str, Any]:
     limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(mem), "nvidia.com/gpucores": "20"}
-    return {"metadata": {"uid": uid, "namespace": "default", "name": uid},
-            "spec": {"containers": [{"name": "c", "resources": {"limits": limits}}]}}
+    return {
+        "metadata": {"uid": uid, "namespace": "default", "name": uid},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": limits}}]},
+    }
 
 
 def cluster(n_nodes: int, seed: int = 7) -> tuple[list[NodeState], UsageIndex]:
@@ -44,8 +46,17 @@ def cluster(n_nodes: int, seed: int = 7) -> tuple[list[NodeState], UsageIndex]:
     for n in range(n_nodes):
         name = f"node-{n:05d}"
         devs = tuple(
-            DeviceInfo(id=f"GPU-{n:05d}-{i}", index=i, count=10, devmem=81920, devcore=100, type=A100,
-                       numa=i // 4, mode="hami-core", health=rng.random() > 0.02)
+            DeviceInfo(
+                id=f"GPU-{n:05d}-{i}",
+                index=i,
+                count=10,
+                devmem=81920,
+                devcore=100,
+                type=A100,
+                numa=i // 4,
+                mode="hami-core",
+                health=rng.random() > 0.02,
+            )
             for i in range(8)
         )
         nodes.append(NodeState(name, devs))
@@ -55,8 +66,10 @@ def cluster(n_nodes: int, seed: int = 7) -> tuple[list[NodeState], UsageIndex]:
             if roll < 0.1:
                 shares = [(81920 // 2, 100)]
             elif roll < 0.7:
-                shares = [(rng.choice((4096, 8192, 16384)), rng.choice((10, 20, 30)))
-                          for _ in range(rng.randint(1, 4))]
+                shares = [
+                    (rng.choice((4096, 8192, 16384)), rng.choice((10, 20, 30)))
+                    for _ in range(rng.randint(1, 4))
+                ]
             for mem, cores in shares:
                 pod += 1
                 share = (DeviceShare(d.id, mem, cores),)
@@ -90,8 +103,10 @@ def measure(n_nodes: int, rounds: int) -> dict[str, float]:
         if previous is not None:
             index.remove(previous)
         previous = f"steady-{i}"
-    shapes = [timed(lambda i=i: filter_pod(bench_pod(f"shape-{i}", 1000 + i), nodes, index, None, cfg))
-              for i in range(rounds)]
+    shapes = [
+        timed(lambda i=i: filter_pod(bench_pod(f"shape-{i}", 1000 + i), nodes, index, None, cfg))
+        for i in range(rounds)
+    ]
     s50, s99 = percentiles(steady)
     n50, n99 = percentiles(shapes)
     return {"steady p50": s50, "steady p99": s99, "shape p50": n50, "shape p99": n99, "cold": cold}
@@ -102,14 +117,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=200)
     args = parser.parse_args()
     print("times in ms; per-node cost in µs from the p50s")
-    print(f"{'nodes':>6} {'GPUs':>6} {'steady p50':>11} {'steady p99':>11} {'shape p50':>10} "
-          f"{'shape p99':>10} {'cold':>8} {'µs/node steady':>15} {'µs/node shape':>14}")
+    print(
+        f"{'nodes':>6} {'GPUs':>6} {'steady p50':>11} {'steady p99':>11} {'shape p50':>10} "
+        f"{'shape p99':>10} {'cold':>8} {'µs/node steady':>15} {'µs/node shape':>14}"
+    )
     for n in (100, 1000, 5000):
         rounds = args.rounds if n <= 1000 else max(20, args.rounds // 4)
         m = measure(n, rounds)
-        print(f"{n:>6} {n * 8:>6} {m['steady p50'] * 1e3:>11.2f} {m['steady p99'] * 1e3:>11.2f} "
-              f"{m['shape p50'] * 1e3:>10.2f} {m['shape p99'] * 1e3:>10.2f} {m['cold'] * 1e3:>8.1f} "
-              f"{m['steady p50'] / n * 1e6:>15.2f} {m['shape p50'] / n * 1e6:>14.2f}")
+        print(
+            f"{n:>6} {n * 8:>6} {m['steady p50'] * 1e3:>11.2f} {m['steady p99'] * 1e3:>11.2f} "
+            f"{m['shape p50'] * 1e3:>10.2f} {m['shape p99'] * 1e3:>10.2f} {m['cold'] * 1e3:>8.1f} "
+            f"{m['steady p50'] / n * 1e6:>15.2f} {m['shape p50'] / n * 1e6:>14.2f}"
+        )
 
 
 if __name__ == "__main__":

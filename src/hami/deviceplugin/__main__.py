@@ -1,0 +1,7 @@
+"""``python -m hami.deviceplugin``."""
+
+import sys
+
+from hami.deviceplugin.main import main
+
+sys.exit(main())

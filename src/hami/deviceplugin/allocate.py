@@ -1,0 +1,290 @@
+"""Allocate as data: error reasons, container selection, env vars and mounts (spec §C.7, seed 001 §4.4).
+
+Nothing here touches the API server or the filesystem; the servicer feeds it the pending pod's decoded
+annotation and the facts about the host it needs (whether a versioned libvgpu or a license exists).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hami.core.devices import MODE_MIG, ContainerDevice, ContainerDevices, PodDevices
+from hami.deviceplugin.config import PluginConfig
+from hami.deviceplugin.inventory import physical_device_id
+
+# Reason codes of hami_deviceplugin_allocate_errors_total (metrics contract, seed 001 §4.4).
+DEVICE_NUMBER_MISMATCH = "device_number_mismatch"
+UNKNOWN_DEVICE = "unknown_device"
+REQUEST_TOO_LARGE = "request_too_large"
+PENDING_POD_NOT_FOUND = "pending_pod_not_found"
+DECODE_FAILED = "decode_failed"
+# Not in the seed table: the API server refused the pod patch that records the allocation, or the
+# per-container cache directory could not be prepared on the host.
+POD_UPDATE_FAILED = "pod_update_failed"
+HOST_PREPARE_FAILED = "host_prepare_failed"
+REASONS = (
+    DEVICE_NUMBER_MISMATCH,
+    UNKNOWN_DEVICE,
+    REQUEST_TOO_LARGE,
+    PENDING_POD_NOT_FOUND,
+    DECODE_FAILED,
+    POD_UPDATE_FAILED,
+    HOST_PREPARE_FAILED,
+)
+
+VENDOR_KEYWORD = "NVIDIA"
+CONTAINER_LOCK_DIR = "/tmp/vgpulock"
+
+
+class AllocateError(Exception):
+    """An Allocate failure: ``str()`` is the gRPC error text, ``reason`` the metric label."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+def pending_pod_error(cause: str) -> AllocateError:
+    # Seed 001's grep target, followed by HAMi's own GetPendingPod text.
+    return AllocateError(PENDING_POD_NOT_FOUND, f"failed to get pending pod: {cause}")
+
+
+def decode_error(cause: str) -> AllocateError:
+    return AllocateError(DECODE_FAILED, f"failed to decode pod devices: {cause}")
+
+
+def check_kubelet_ids(ids: Sequence[str], known: frozenset[str], cfg: PluginConfig) -> None:
+    """The kubelet-side checks: MIG request size, then that every requested ID is one we advertise."""
+    res = cfg.resource_name
+    annotated = any("::" in i for i in ids)
+    if ids and "MIG" in ids[0] and cfg.fail_requests_greater_than_one and annotated and len(ids) > 1:
+        raise AllocateError(
+            REQUEST_TOO_LARGE,
+            f"request for '{res}: {len(ids)}' too large: maximum request size for shared resources is 1",
+        )
+    for device_id in ids:
+        if device_id not in known:
+            raise AllocateError(
+                UNKNOWN_DEVICE, f"invalid allocation request for '{res}': unknown device: {device_id}"
+            )
+
+
+def is_mig_request(ids: Sequence[str]) -> bool:
+    return bool(ids) and "MIG" in ids[0]
+
+
+def pop_next_container(pod_devices: PodDevices) -> tuple[int, ContainerDevices, PodDevices]:
+    """The first non-empty container entry (init containers first) and the devices with it erased."""
+    for idx, ctr in enumerate(pod_devices):
+        if ctr:
+            rest = (*pod_devices[:idx], (), *pod_devices[idx + 1 :])
+            return idx, ctr, rest
+    raise AllocateError(DEVICE_NUMBER_MISMATCH, "no pending device allocation found")
+
+
+def container_of(pod: Mapping[str, Any], idx: int) -> Mapping[str, Any]:
+    """The container spec at annotation position ``idx`` (init containers, then regular ones)."""
+    spec = pod.get("spec") or {}
+    inits = spec.get("initContainers") or []
+    regular = spec.get("containers") or []
+    if idx < len(inits):
+        return dict(inits[idx])
+    if idx - len(inits) < len(regular):
+        return dict(regular[idx - len(inits)])
+    raise decode_error(f"container index {idx} out of range (init={len(inits)}, regular={len(regular)})")
+
+
+def check_count(devreq: ContainerDevices, ids: Sequence[str]) -> None:
+    if len(devreq) != len(ids):
+        raise AllocateError(DEVICE_NUMBER_MISMATCH, "device number not matched")
+
+
+def align_to_kubelet(devreq: ContainerDevices, ids: Sequence[str]) -> ContainerDevices:
+    """With preferred allocation on, the kubelet's replica IDs name the physical GPUs."""
+    return tuple(
+        ContainerDevice(physical_device_id(i), d.type, d.usedmem, d.usedcores)
+        for d, i in zip(devreq, ids, strict=True)
+    )
+
+
+def has_pending_devices(annotation: str) -> bool:
+    """HAMi's test: the to-allocate string still names the vendor, so more containers will come."""
+    return VENDOR_KEYWORD in annotation
+
+
+def parse_go_bool(text: str) -> bool:
+    """Go ``strconv.ParseBool`` truth values; anything unparsable counts as false."""
+    return text in {"1", "t", "T", "TRUE", "true", "True"}
+
+
+def control_disabled(container: Mapping[str, Any]) -> bool:
+    for env in container.get("env") or []:
+        if env.get("name") == "CUDA_DISABLE_CONTROL":
+            return parse_go_bool(str(env.get("value", "")))
+    return False
+
+
+@dataclass(frozen=True)
+class MountSpec:
+    container_path: str
+    host_path: str
+    read_only: bool
+
+
+@dataclass(frozen=True)
+class HostLayout:
+    """Host paths of HAMi-core (``HOOK_PATH``, default /usr/local) and the shared lock dir."""
+
+    hook_path: str = "/usr/local"
+    lock_dir: str = CONTAINER_LOCK_DIR
+
+    @property
+    def vgpu_dir(self) -> str:
+        return f"{self.hook_path}/vgpu"
+
+    def cache_dir(self, pod_uid: str, container: str) -> str:
+        return f"{self.vgpu_dir}/containers/{pod_uid}_{container}"
+
+    def lib_candidates(self, plugin_version: str) -> tuple[str, str]:
+        """Versioned libvgpu first (``GetLibPath``), then the plain name."""
+        return f"{self.vgpu_dir}/libvgpu.so.{plugin_version}", f"{self.vgpu_dir}/libvgpu.so"
+
+    @property
+    def license_path(self) -> str:
+        return f"{self.vgpu_dir}/license"
+
+
+@dataclass(frozen=True)
+class DeviceNode:
+    container_path: str
+    host_path: str
+    permissions: str
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """NVIDIA plugin flags that shape every response (spec §C.1; §C.7 step 5)."""
+
+    id_strategy: str = "uuid"  # or "index"
+    pass_device_specs: bool = False
+    dev_root: str = "/"
+    gdrcopy: bool = False
+    gds: bool = False
+    mofed: bool = False
+    imex_channel_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class GpuRef:
+    index: int
+    minor: int
+
+
+@dataclass(frozen=True)
+class ContainerAllocation:
+    envs: dict[str, str]
+    mounts: tuple[MountSpec, ...]
+    cache_dir: str | None  # to prepare on the host; None in MIG mode
+    devices: tuple[DeviceNode, ...] = ()
+
+
+def base_response(
+    uuids: Sequence[str], opts: RuntimeOptions, gpus: Mapping[str, GpuRef]
+) -> tuple[dict[str, str], tuple[DeviceNode, ...]]:
+    """NVIDIA's part of the response: visible devices, feature envs, optional device nodes."""
+    unique = list(dict.fromkeys(uuids))
+    if opts.id_strategy == "index":
+        visible = ",".join(str(gpus[u].index) for u in unique if u in gpus)
+    else:
+        visible = ",".join(unique)
+    envs = {"NVIDIA_VISIBLE_DEVICES": visible}
+    if opts.imex_channel_ids:
+        envs["NVIDIA_IMEX_CHANNELS"] = ",".join(str(c) for c in opts.imex_channel_ids)
+    for flag, name in (
+        (opts.gdrcopy, "NVIDIA_GDRCOPY"),
+        (opts.gds, "NVIDIA_GDS"),
+        (opts.mofed, "NVIDIA_MOFED"),
+    ):
+        if flag:
+            envs[name] = "enabled"
+    nodes: tuple[DeviceNode, ...] = ()
+    if opts.pass_device_specs:
+        root = opts.dev_root.rstrip("/")
+        nodes = tuple(
+            DeviceNode(f"/dev/nvidia{gpus[u].minor}", f"{root}/dev/nvidia{gpus[u].minor}", "rw")
+            for u in unique
+            if u in gpus
+        )
+    return envs, nodes
+
+
+def build_container_allocation(
+    devreq: ContainerDevices,
+    cfg: PluginConfig,
+    layout: HostLayout,
+    *,
+    pod_uid: str,
+    container: Mapping[str, Any],
+    cache_id: str,
+    lib_host_path: str,
+    license_present: bool,
+    opts: RuntimeOptions | None = None,
+    gpus: Mapping[str, GpuRef] | None = None,
+) -> ContainerAllocation:
+    """The env vars, mounts and device nodes of spec §C.7 for one container, in HAMi's order."""
+    envs, nodes = base_response([d.uuid for d in devreq], opts or RuntimeOptions(), gpus or {})
+    if cfg.operating_mode == MODE_MIG:
+        return ContainerAllocation(envs, (), None, nodes)
+    for i, dev in enumerate(devreq):
+        envs[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{dev.usedmem}m"
+    envs["CUDA_DEVICE_SM_LIMIT"] = str(devreq[0].usedcores)  # the first device only, as HAMi
+    envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = f"{layout.vgpu_dir}/{cache_id}.cache"
+    if cfg.device_memory_scaling > 1:
+        envs["CUDA_OVERSUBSCRIBE"] = "true"
+    if cfg.lib_cuda_log_level:
+        envs["LIBCUDA_LOG_LEVEL"] = cfg.lib_cuda_log_level
+    if cfg.disable_core_limit:
+        envs["GPU_CORE_UTILIZATION_POLICY"] = "disable"
+    cache_dir = layout.cache_dir(pod_uid, str(container.get("name", "")))
+    mounts = [
+        MountSpec(f"{layout.vgpu_dir}/libvgpu.so", lib_host_path, True),
+        MountSpec(layout.vgpu_dir, cache_dir, False),
+        MountSpec(CONTAINER_LOCK_DIR, layout.lock_dir, False),
+    ]
+    if not control_disabled(container):
+        mounts.append(MountSpec("/etc/ld.so.preload", f"{layout.vgpu_dir}/ld.so.preload", True))
+    if license_present:
+        mounts.append(MountSpec("/tmp/license", layout.license_path, True))
+        mounts.append(MountSpec("/usr/bin/vgpuvalidator", f"{layout.vgpu_dir}/vgpuvalidator", True))
+    return ContainerAllocation(envs, tuple(mounts), cache_dir, nodes)
+
+
+@dataclass(frozen=True)
+class PreferredRequest:
+    available: tuple[str, ...]
+    must_include: tuple[str, ...]
+    size: int
+
+
+def preferred_allocation(
+    pod_devices: PodDevices, requests: Sequence[PreferredRequest]
+) -> list[list[str] | None]:
+    """Replica IDs on the GPUs the scheduler chose, per request; None where no choice fits (omitted)."""
+    lists = [c for c in pod_devices if c]
+    out: list[list[str] | None] = []
+    for k, req in enumerate(requests):
+        if k >= len(lists):
+            out.append(None)
+            continue
+        chosen: list[str] = []
+        pool = list(req.must_include) + [a for a in req.available if a not in req.must_include]
+        for dev in lists[k][: req.size]:
+            pick = next((i for i in pool if i not in chosen and physical_device_id(i) == dev.uuid), None)
+            if pick is None:
+                break
+            chosen.append(pick)
+        out.append(chosen if len(chosen) == min(req.size, len(lists[k])) and chosen else None)
+    return out

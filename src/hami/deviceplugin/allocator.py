@@ -1,0 +1,300 @@
+"""Allocate against the cluster: pending-pod lookup, annotation pop/erase, bind phase, node lock (§C.7)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from hami.core import annotations as ann
+from hami.core import klog
+from hami.core.codec.errors import CodecError
+from hami.core.codec.pod_devices import decode_pod_devices, encode_pod_devices
+from hami.core.devices import MODE_MIG, PodDevices
+from hami.deviceplugin.allocate import (
+    HOST_PREPARE_FAILED,
+    POD_UPDATE_FAILED,
+    AllocateError,
+    ContainerAllocation,
+    GpuRef,
+    HostLayout,
+    PreferredRequest,
+    RuntimeOptions,
+    align_to_kubelet,
+    base_response,
+    build_container_allocation,
+    check_count,
+    check_kubelet_ids,
+    container_of,
+    decode_error,
+    has_pending_devices,
+    is_mig_request,
+    pending_pod_error,
+    pop_next_container,
+    preferred_allocation,
+)
+from hami.deviceplugin.api import deviceplugin_pb2 as pb
+from hami.deviceplugin.config import PluginConfig
+from hami.deviceplugin.kubeops import NodeOps, annotations_of, resource_version
+from hami.deviceplugin.metrics import PluginMetrics
+
+log = klog.get_logger(__name__)
+
+PENDING_PHASES = (ann.BIND_PHASE_ALLOCATING, ann.BIND_PHASE_SUCCESS)
+
+
+class WrittenPods:
+    """Our own pod writes until the informer shows them.
+
+    The kubelet calls Allocate once per container, back to back; the second call must see the
+    annotation the first one erased even when the watch event has not arrived yet. An entry is
+    used while the cached copy still has one of the resourceVersions we wrote over.
+    """
+
+    LIMIT = 256
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[str, tuple[frozenset[str], dict[str, Any]]] = {}
+
+    def record(self, before: dict[str, Any], after: dict[str, Any]) -> None:
+        key = pod_key(after)
+        with self._lock:
+            stale, _ = self._entries.pop(key, (frozenset(), {}))
+            self._entries[key] = (stale | {resource_version(before)}, after)
+            while len(self._entries) > self.LIMIT:
+                del self._entries[next(iter(self._entries))]
+
+    def resolve(self, key: str, cached: dict[str, Any] | None) -> dict[str, Any] | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return cached
+            stale, written = entry
+            if cached is None or resource_version(cached) in stale:
+                return written
+            del self._entries[key]
+            return cached
+
+
+def pod_key(pod: dict[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+class PodCache(Protocol):
+    """The core informer's read side, over pods bound to this node."""
+
+    def list(self) -> list[dict[str, Any]]: ...
+
+    def get(self, key: str) -> dict[str, Any] | None: ...
+
+
+def is_pending_for(pod: dict[str, Any], node: str) -> bool:
+    """HAMi's GetPendingPod test: Pending, bind-time set, bind-phase allocating/success, vgpu-node ours."""
+    annos = annotations_of(pod)
+    return (
+        (pod.get("status") or {}).get("phase") == "Pending"
+        and ann.POD_BIND_TIME in annos
+        and annos.get(ann.POD_BIND_PHASE) in PENDING_PHASES
+        and annos.get(ann.POD_VGPU_NODE) == node
+    )
+
+
+def _bind_order(pod: dict[str, Any]) -> tuple[bool, int]:
+    annos = annotations_of(pod)
+    try:
+        bound_at = int(annos.get(ann.POD_BIND_TIME, "0"))
+    except ValueError:
+        bound_at = 0
+    return annos.get(ann.POD_BIND_PHASE) != ann.BIND_PHASE_ALLOCATING, bound_at
+
+
+def decode_to_allocate(text: str) -> PodDevices:
+    """The per-container lists, without the empty entry the codec keeps for the trailing ``;``,
+    so that re-encoding after an erase keeps the scheduler's format (``;GPU-b,NVIDIA,5000,0:;``)."""
+    pod_devices = decode_pod_devices(text)
+    if text.endswith(";") and pod_devices and not pod_devices[-1]:
+        return pod_devices[:-1]
+    return pod_devices
+
+
+def to_pb(alloc: ContainerAllocation) -> pb.ContainerAllocateResponse:
+    resp = pb.ContainerAllocateResponse(envs=alloc.envs)
+    for m in alloc.mounts:
+        resp.mounts.append(
+            pb.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
+        )
+    for d in alloc.devices:
+        resp.devices.append(
+            pb.DeviceSpec(container_path=d.container_path, host_path=d.host_path, permissions=d.permissions)
+        )
+    return resp
+
+
+class Allocator:
+    def __init__(
+        self,
+        node: str,
+        cfg: PluginConfig,
+        *,
+        ops: NodeOps,
+        pods: PodCache,
+        metrics: PluginMetrics,
+        known_ids: Callable[[], frozenset[str]],
+        gpus: Callable[[], dict[str, GpuRef]],
+        layout: HostLayout,
+        plugin_version: str,
+        opts: RuntimeOptions,
+    ) -> None:
+        self.node = node
+        self.cfg = cfg
+        self._ops = ops
+        self._pods = pods
+        self._metrics = metrics
+        self._known_ids = known_ids
+        self._gpus = gpus
+        self._layout = layout
+        self._plugin_version = plugin_version
+        self._opts = opts
+        self._written = WrittenPods()
+
+    def find_pending_pod(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(pod, node): the lock owner when the node is locked, else the earliest-bound pending pod."""
+        try:
+            node_obj = self._ops.get_node(self.node)
+        except Exception as exc:
+            raise pending_pod_error(f"failed to get node {self.node}: {exc}") from exc
+        lock = annotations_of(node_obj).get(ann.NODE_LOCK, "")
+        parts = lock.split(",")
+        if len(parts) == 3:
+            ns, name = parts[1], parts[2]
+            pod = self._written.resolve(f"{ns}/{name}", self._pods.get(f"{ns}/{name}"))
+            if pod is None:
+                # The informer may trail the scheduler's bind by a moment: one direct read. A lock
+                # left by a pod that is gone is not ours to judge; the cache scan below still runs.
+                try:
+                    pod = self._ops.get_pod(ns, name)
+                except Exception as exc:
+                    log.warning("node lock owner %s/%s not readable: %s", ns, name, exc)
+            if pod is not None and is_pending_for(pod, self.node):
+                return pod, node_obj
+        seen = (self._written.resolve(pod_key(p), p) for p in self._pods.list())
+        candidates = [p for p in seen if p is not None and is_pending_for(p, self.node)]
+        if not candidates:
+            raise pending_pod_error(f"no binding pod found on node {self.node}")
+        return min(candidates, key=_bind_order), node_obj
+
+    def allocate(self, requests: Sequence[Sequence[str]]) -> list[pb.ContainerAllocateResponse]:
+        start = time.perf_counter()
+        pod: dict[str, Any] | None = None
+        node_obj: dict[str, Any] | None = None
+        try:
+            pod, node_obj = self.find_pending_pod()
+            out = self._allocate_for(pod, node_obj, requests)
+        except AllocateError as err:
+            self._metrics.allocate_errors.labels(self.node, err.reason).inc()
+            self._metrics.allocate_duration.labels(self.node, "failure").observe(time.perf_counter() - start)
+            log.error("%s", err.message)
+            if pod is not None:
+                self._mark_failed(pod, node_obj)
+            raise
+        self._metrics.allocate_duration.labels(self.node, "success").observe(time.perf_counter() - start)
+        return out
+
+    def _allocate_for(
+        self, pod: dict[str, Any], node_obj: dict[str, Any], requests: Sequence[Sequence[str]]
+    ) -> list[pb.ContainerAllocateResponse]:
+        meta = pod.get("metadata") or {}
+        text = annotations_of(pod).get(ann.POD_DEVICES_TO_ALLOCATE, "")
+        if not text:
+            raise decode_error("device request not found")
+        try:
+            pending = decode_to_allocate(text)
+        except CodecError as exc:
+            raise decode_error(str(exc)) from exc
+        known = self._known_ids()
+        responses: list[pb.ContainerAllocateResponse] = []
+        for ids in requests:
+            check_kubelet_ids(ids, known, self.cfg)
+            if is_mig_request(ids):
+                envs, _ = base_response(ids, self._opts, {})
+                responses.append(pb.ContainerAllocateResponse(envs=envs))
+                continue
+            idx, devreq, pending = pop_next_container(pending)
+            check_count(devreq, ids)
+            if self.cfg.enable_get_preferred_allocation and self.cfg.operating_mode != MODE_MIG:
+                devreq = align_to_kubelet(devreq, ids)
+            alloc = build_container_allocation(
+                devreq,
+                self.cfg,
+                self._layout,
+                pod_uid=str(meta.get("uid", "")),
+                container=container_of(pod, idx),
+                cache_id=str(uuid.uuid4()),
+                lib_host_path=self._lib_path(),
+                license_present=os.path.exists(self._layout.license_path),
+                opts=self._opts,
+                gpus=self._gpus(),
+            )
+            if alloc.cache_dir is not None:
+                self._prepare_host(alloc.cache_dir)
+            responses.append(to_pb(alloc))
+        erased = encode_pod_devices(pending)
+        done = not has_pending_devices(erased)
+        # The erase and, after the last container, bind-phase=success go in one patch.
+        values: dict[str, str | None] = {ann.POD_DEVICES_TO_ALLOCATE: erased}
+        if done:
+            values[ann.POD_BIND_PHASE] = ann.BIND_PHASE_SUCCESS
+        ns, name = meta.get("namespace", ""), meta.get("name", "")
+        try:
+            self._written.record(pod, self._ops.patch_pod_annotations(ns, name, values))
+        except Exception as exc:
+            raise AllocateError(POD_UPDATE_FAILED, f"failed to update pod annotation: {exc}") from exc
+        if done:
+            self._release_lock(ns, name, node_obj)
+        return responses
+
+    def preferred(self, requests: Sequence[PreferredRequest]) -> list[list[str] | None]:
+        """GetPreferredAllocation never fails: containers it cannot place are omitted."""
+        try:
+            pod, _ = self.find_pending_pod()
+            pending = decode_to_allocate(annotations_of(pod).get(ann.POD_DEVICES_TO_ALLOCATE, ""))
+        except (AllocateError, CodecError) as exc:
+            log.warning("GetPreferredAllocation: %s", exc)
+            return [None] * len(requests)
+        return preferred_allocation(pending, requests)
+
+    def _lib_path(self) -> str:
+        versioned, plain = self._layout.lib_candidates(self._plugin_version)
+        return versioned if os.path.exists(versioned) else plain
+
+    def _prepare_host(self, cache_dir: str) -> None:
+        try:
+            shutil.rmtree(cache_dir, ignore_errors=True)
+            os.makedirs(cache_dir, mode=0o777, exist_ok=True)
+            os.chmod(cache_dir, 0o777)
+            os.makedirs(self._layout.lock_dir, mode=0o777, exist_ok=True)
+        except OSError as exc:
+            raise AllocateError(HOST_PREPARE_FAILED, f"failed to get allocate response: {exc}") from exc
+
+    def _mark_failed(self, pod: dict[str, Any], node_obj: dict[str, Any] | None) -> None:
+        """PodAllocationFailed: bind-phase=failed, then release the node lock."""
+        meta = pod.get("metadata") or {}
+        ns, name = meta.get("namespace", ""), meta.get("name", "")
+        values: dict[str, str | None] = {ann.POD_BIND_PHASE: ann.BIND_PHASE_FAILED}
+        try:
+            self._written.record(pod, self._ops.patch_pod_annotations(ns, name, values))
+        except Exception as exc:
+            log.error("failed to set bind phase failed on pod %s/%s: %s", ns, name, exc)
+        self._release_lock(ns, name, node_obj)
+
+    def _release_lock(self, ns: str, name: str, node_obj: dict[str, Any] | None) -> None:
+        try:
+            self._ops.release_node_lock(self.node, ns, name, node_obj)
+        except Exception as exc:
+            log.error("failed to release node lock of %s for pod %s/%s: %s", self.node, ns, name, exc)

@@ -1,0 +1,116 @@
+"""The device plugin's own metrics (metrics contract, "Device plugin (:9396)").
+
+HAMi's plugin exports none (spec §C.10); these are new names and follow Prometheus conventions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from hami.core.devices import DeviceInfo
+from hami.deviceplugin.allocate import REASONS
+from hami.deviceplugin.config import PluginConfig
+
+# kube-scheduler style exponential buckets from 0.1 ms.
+ALLOCATE_BUCKETS = tuple(0.0001 * 2**i for i in range(16))
+
+HEALTH_EVENTS = (
+    "xid_critical",  # a critical Xid marked the device unhealthy
+    "xid_ignored",  # an application Xid or a disabled one
+    "non_xid_skipped",  # ECC and other non-Xid events
+    "wait_error",  # the NVML event wait failed: every device unhealthy
+    "registration_failed",  # the device could not join the event set: unhealthy
+    "not_supported",  # too old for health checks: stays healthy
+)
+REGISTER_RESULTS = ("success", "unchanged", "failure")
+
+
+class PluginMetrics:
+    def __init__(self, registry: CollectorRegistry, node: str) -> None:
+        self.node = node
+        self.allocate_duration = Histogram(
+            "hami_deviceplugin_allocate_duration_seconds",
+            "Time to answer one kubelet Allocate call, by result (success/failure).",
+            ["node", "result"],
+            buckets=ALLOCATE_BUCKETS,
+            registry=registry,
+        )
+        self.allocate_errors = Counter(
+            "hami_deviceplugin_allocate_errors_total",
+            "Allocate calls that failed, by reason (seed 001 §4.4 failure table).",
+            ["node", "reason"],
+            registry=registry,
+        )
+        self.register = Counter(
+            "hami_deviceplugin_register_total",
+            "Node register-annotation attempts, by result (success = patched, unchanged, failure).",
+            ["node", "result"],
+            registry=registry,
+        )
+        self.register_last_success = Gauge(
+            "hami_deviceplugin_register_last_success_timestamp_seconds",
+            "Unix time of the last register loop pass that left the annotation current.",
+            ["node"],
+            registry=registry,
+        )
+        self.kubelet_registered = Gauge(
+            "hami_deviceplugin_kubelet_registered",
+            "1 while the plugin is registered with the kubelet, else 0.",
+            ["node", "resource"],
+            registry=registry,
+        )
+        self.device_health = Gauge(
+            "hami_device_health",
+            "1 when the GPU is healthy as advertised to the kubelet, 0 when unhealthy.",
+            ["node", "device_uuid", "device_index", "device_type"],
+            registry=registry,
+        )
+        self.health_events = Counter(
+            "hami_deviceplugin_health_events_total",
+            "NVML health events seen, by device and what was done with them.",
+            ["node", "device_uuid", "event"],
+            registry=registry,
+        )
+        self.split_count = Gauge(
+            "hami_device_split_count",
+            "Configured deviceSplitCount: vGPU slots per physical GPU.",
+            ["node"],
+            registry=registry,
+        )
+        self.memory_scaling = Gauge(
+            "hami_device_memory_scaling",
+            "Configured deviceMemoryScaling (> 1 is memory over-commit).",
+            ["node"],
+            registry=registry,
+        )
+        self.core_scaling = Gauge(
+            "hami_device_core_scaling",
+            "Configured deviceCoreScaling.",
+            ["node"],
+            registry=registry,
+        )
+        for reason in REASONS:
+            self.allocate_errors.labels(node, reason)
+        for result in REGISTER_RESULTS:
+            self.register.labels(node, result)
+
+    def set_config(self, cfg: PluginConfig) -> None:
+        self.split_count.labels(self.node).set(cfg.device_split_count)
+        self.memory_scaling.labels(self.node).set(cfg.device_memory_scaling)
+        self.core_scaling.labels(self.node).set(cfg.device_core_scaling)
+
+    def set_devices(self, devices: Sequence[DeviceInfo]) -> None:
+        """Replaces the per-device health series so removed GPUs disappear."""
+        self.device_health.clear()
+        for dev in devices:
+            self.device_health.labels(self.node, dev.id, str(dev.index), dev.type).set(1 if dev.health else 0)
+
+    def health_event(self, uuid: str, event: str) -> None:
+        if event not in HEALTH_EVENTS:  # label values stay a bounded set
+            raise ValueError(f"unknown health event {event!r}")
+        self.health_events.labels(self.node, uuid, event).inc()
+
+    def set_kubelet_registered(self, resource: str, registered: bool) -> None:
+        self.kubelet_registered.labels(self.node, resource).set(1 if registered else 0)

@@ -1,0 +1,140 @@
+"""The ``hami-device-plugin`` process: flags, seed 001 §1.2 log sequence, :9396 metrics, SIGHUP, SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+from kubernetes import client
+
+from hami.core import annotations as ann
+from hami.testing.kubeapi import KubeAPIServer
+from tests.deviceplugin.conftest import NODE, NVML_SPEC
+from tests.deviceplugin.kubelet import FakeKubelet, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Seed 001 §1.2, in order (the substrings operators grep for).
+STARTUP = [
+    "Initializing metrics for scheduler",
+    "reading config=",
+    "Starting GRPC server for 'nvidia.com/gpu'",
+    "Starting to serve 'nvidia.com/gpu' on ",
+    "Registered device plugin for 'nvidia.com/gpu' with Kubelet",
+    "start working on the devices",
+    "nvml registered device id=0, memory=49152, type=NVIDIA-Tesla V100-PCIE-32GB, numa=0",
+    "patch node with the following annos ",
+    "Successfully registered annotation. Next check in 30s seconds...",
+    "Starting WatchAndRegister",
+]
+FAMILIES = [
+    "hami_build_info",
+    "hami_deviceplugin_allocate_duration_seconds",
+    "hami_deviceplugin_allocate_errors_total",
+    "hami_deviceplugin_register_total",
+    "hami_deviceplugin_register_last_success_timestamp_seconds",
+    "hami_deviceplugin_kubelet_registered",
+    "hami_device_health",
+    "hami_deviceplugin_health_events_total",
+    "hami_device_split_count",
+    "hami_device_memory_scaling",
+    "hami_device_core_scaling",
+    "rest_client_requests_total",
+]
+
+
+class Lines:
+    def __init__(self, stream: Any) -> None:
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: Any) -> None:
+        for line in stream:
+            self.lines.append(line.rstrip("\n"))
+
+    def find(self, needle: str) -> str | None:
+        return next((line for line in list(self.lines) if needle in line), None)
+
+
+def test_daemon_end_to_end(
+    kube_api: KubeAPIServer, kube_client: Any, kube_config_file: Path, short_dir: Path
+) -> None:
+    client.CoreV1Api(kube_client).create_node({"metadata": {"name": NODE}})
+    spec = short_dir / "nvml.yaml"
+    spec.write_text(yaml.safe_dump(NVML_SPEC))
+    device_config = short_dir / "device-config.yaml"
+    device_config.write_text(
+        "nvidia:\n  deviceSplitCount: 10\n  deviceMemoryScaling: 1.5\n  deviceCoreScaling: 1\n"
+    )
+    kubelet = FakeKubelet(short_dir)
+    kubelet.start()
+    cmd = [
+        sys.executable, "-m", "hami.deviceplugin",
+        f"--kubeconfig={kube_config_file}",
+        "--nvml=fake", f"--fake-nvml-spec={spec}",
+        f"--device-plugin-path={short_dir}",
+        f"--config-file={device_config}", "--node-config-file=",
+        f"--hook-path={short_dir / 'hook'}", f"--vgpu-lock-dir={short_dir / 'lock'}",
+        f"--mig-apply-lock={short_dir / 'mig.lock'}",
+        "--metrics-bind-address=127.0.0.1:0",
+        "--pass-device-specs=true", "--gdrcopy-enabled", "--imex-channel-ids=0,1",
+        "--device-id-strategy=index",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "NODE_NAME": NODE, "PYTHONFAULTHANDLER": "1"}
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        logs = Lines(proc.stderr)
+        req = kubelet.next_registration()
+        assert req.resource_name == "nvidia.com/gpu"
+        wait_for(lambda: logs.find("Starting WatchAndRegister"), what="start-up sequence")
+        lines = list(logs.lines)
+        missing = [needle for needle in STARTUP if not any(needle in line for line in lines)]
+        assert missing == [], "\n".join(lines)
+        positions = [next(i for i, line in enumerate(lines) if needle in line) for needle in STARTUP]
+        assert positions == sorted(positions), logs.lines
+        assert re.match(
+            r"^I\d{4} \d\d:\d\d:\d\d\.\d{6} +\d+ \S+:\d+\] ", logs.find("Starting WatchAndRegister") or ""
+        )
+        url_line = wait_for(lambda: logs.find("Serving metrics on "), what="metrics URL")
+        metrics = requests.get(url_line.rsplit(" ", 1)[1], timeout=10).text
+        for family in FAMILIES:
+            assert f"# TYPE {family}" in metrics, family
+        assert f'hami_device_memory_scaling{{node="{NODE}"}} 1.5' in metrics
+        node = client.CoreV1Api(kube_client).read_node(NODE)
+        assert '"count":10' in node.metadata.annotations[ann.NODE_REGISTER]
+        proc.send_signal(signal.SIGHUP)
+        assert kubelet.next_registration().endpoint == "nvidia-gpu.sock"
+        proc.send_signal(signal.SIGTERM)
+        try:
+            assert proc.wait(timeout=60) == 0
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)  # PYTHONFAULTHANDLER: every thread's stack to stderr
+            proc.wait(timeout=30)
+            raise AssertionError("no exit after SIGTERM:\n" + "\n".join(logs.lines)) from None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        kubelet.stop()
+
+
+def test_missing_node_name_and_bad_config_fail_fast(short_dir: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "NODE_NAME"}
+    env["PYTHONPATH"] = str(ROOT / "src")
+    base = [sys.executable, "-m", "hami.deviceplugin", "--nvml=fake", f"--device-plugin-path={short_dir}"]
+    out = subprocess.run(base, env=env, check=False, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "NODE_NAME is not set" in out.stderr
+    out = subprocess.run(
+        [*base, "--node-name=n", f"--config-file={short_dir / 'absent.yaml'}"],
+        env=env, check=False, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 1 and "failed to load device config file" in out.stderr
