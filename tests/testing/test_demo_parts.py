@@ -29,13 +29,15 @@ def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @needs_promtool
-def test_fast_rules_zero_every_for_and_keep_everything_else(tmp_path: Path) -> None:
+def test_fast_rules_scale_every_for_and_keep_everything_else(tmp_path: Path) -> None:
     original = yaml.safe_load(RULES.read_text(encoding="utf-8"))
-    fast_text = promconfig.fast_rules(RULES.read_text(encoding="utf-8"), "0s")
+    fast_text = promconfig.fast_rules(RULES.read_text(encoding="utf-8"))
     fast = yaml.safe_load(fast_text)
     pairs = [(a, b) for g, h in zip(original["groups"], fast["groups"], strict=True)
              for a, b in zip(g["rules"], h["rules"], strict=True)]  # fmt: skip
-    assert pairs and all(b.get("for") == "0s" for a, b in pairs if "alert" in a)
+    scaled = {a["alert"]: (a["for"], b["for"]) for a, b in pairs if "alert" in a}
+    assert scaled["HAMiGPUPodPending"] == ("10m", "10000ms") and scaled["HAMiGPUXidErrors"] == ("0m", "0ms")
+    assert all(promconfig.seconds(new) * 60 == promconfig.seconds(old) for old, new in scaled.values())
     assert all(
         {k: v for k, v in a.items() if k != "for"} == {k: v for k, v in b.items() if k != "for"}
         for a, b in pairs
@@ -62,6 +64,12 @@ def test_prometheus_config_is_valid_for_promtool(tmp_path: Path) -> None:
     path.write_text(text)
     out = _promtool("check", "config", str(path))
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_seconds_reads_prometheus_durations() -> None:
+    assert promconfig.seconds("1h30m") == 5400 and promconfig.seconds("250ms") == 0.25
+    with pytest.raises(ValueError, match="not a Prometheus duration"):
+        promconfig.seconds("5 minutes")
 
 
 def test_alertmanager_config_routes_everything_to_one_receiver() -> None:

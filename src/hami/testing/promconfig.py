@@ -6,6 +6,7 @@ The scrape job names are the ones alerts/config.yaml gives the rules (`hami-moni
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -58,20 +59,25 @@ def alertmanager_config(group_wait: str = "10s", group_interval: str = "30s") ->
     return yaml.safe_dump(cfg, sort_keys=False)
 
 
-def fast_rules(rules_text: str, for_duration: str = "0s") -> str:
-    """The rules with every alert's ``for:`` replaced by ``for_duration``, so that a test sees an alert
-    fire within seconds; expressions, thresholds and labels are unchanged."""
+def fast_rules(rules_text: str, factor: float = 1 / 60) -> str:
+    """The rules with every alert's ``for:`` multiplied by ``factor`` (default: minutes become seconds),
+    so that a test sees alerts fire within seconds while a transient shorter than the scaled ``for:``
+    still does not fire; expressions, thresholds and labels are unchanged."""
     data: dict[str, Any] = yaml.safe_load(rules_text)
     for group in data["groups"]:
         for rule in group["rules"]:
-            if "alert" in rule:
-                rule["for"] = for_duration
+            if "alert" in rule and "for" in rule:
+                rule["for"] = f"{round(seconds(rule['for']) * factor * 1000)}ms"
     return yaml.safe_dump(data, sort_keys=False, width=1000)
 
 
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+_DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
+
+
 def seconds(duration: str) -> float:
-    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
-    for suffix in ("ms", "s", "m", "h"):
-        if duration.endswith(suffix):
-            return float(duration[: -len(suffix)]) * units[suffix]
-    raise ValueError(f"unsupported duration {duration!r}")
+    """A Prometheus duration (``1h30m``, ``5m``, ``250ms``) in seconds."""
+    parts = _DURATION.findall(duration)
+    if not parts or "".join(n + u for n, u in parts) != duration:
+        raise ValueError(f"not a Prometheus duration: {duration!r}")
+    return sum(int(n) * _UNITS[u] for n, u in parts)

@@ -272,7 +272,7 @@ class Stack:
 
     @property
     def fast(self) -> bool:
-        return self.opts.scrape_interval.endswith("s") and promconfig.seconds(self.opts.scrape_interval) < 5
+        return promconfig.seconds(self.opts.scrape_interval) < 5
 
     def _start_prometheus(self) -> None:
         config = self.work / "prometheus.yml"
