@@ -152,3 +152,17 @@ def test_demo_fails_with_one_clear_line_when_a_port_is_taken(
     err = capsys.readouterr().err.strip()
     want = f"demo: port {port} on 127.0.0.1 is already in use"
     assert err == f"{want} (needed for prometheus; choose another with --prometheus-port)"
+
+
+def test_demo_clears_only_its_own_workdir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "notes.txt").write_text("keep me")
+    assert demo.main(["--workdir", str(precious)]) == 1
+    assert "is not a demo directory" in capsys.readouterr().err
+    assert (precious / "notes.txt").read_text() == "keep me"
+    run = tmp_path / "run"
+    assert demo.reset_workdir(run) is None
+    (run / "old.log").write_text("previous run")
+    assert demo.reset_workdir(run) is None
+    assert sorted(p.name for p in run.iterdir()) == [demo.MARKER]

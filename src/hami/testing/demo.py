@@ -107,14 +107,30 @@ def banner(stack: Stack, skipped: list[str]) -> str:
     return "\n".join(lines)
 
 
+MARKER = ".hami-demo"
+
+
+def reset_workdir(workdir: Path) -> str | None:
+    """Empties a previous run's directory; refuses (returns why) to clear one the demo did not make."""
+    if workdir.exists():
+        if any(workdir.iterdir()) and not (workdir / MARKER).exists():
+            return f"{workdir} exists and is not a demo directory (no {MARKER}); choose another --workdir"
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True)
+    (workdir / MARKER).write_text("created by python -m hami.testing.demo; emptied at each start\n")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     opts = options(args)
     absent = [c for c in opts.components if not installed(c)]
     opts.components = tuple(c for c in opts.components if c not in absent)
     skipped = [c for c in COMPONENTS if c not in opts.components]
-    if opts.workdir.exists():
-        shutil.rmtree(opts.workdir)
+    problem = reset_workdir(opts.workdir)
+    if problem is not None:
+        print(f"demo: {problem}", file=sys.stderr)
+        return 1
     stack = Stack(opts)
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
