@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PYTHONPATH := $(CURDIR)/src
 
-.PHONY: test demo lint typecheck imports unit venv sysdeps proto fuzz bench clean
+.PHONY: test demo lint typecheck imports unit venv sysdeps proto generate clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -17,11 +17,11 @@ sysdeps:
 	bash scripts/system-deps.sh
 
 lint: venv
-	$(VENV)/bin/ruff check src tests bench alerts dashboards
+	$(VENV)/bin/ruff check src tests bench alerts dashboards scripts
 
 typecheck: venv
 	$(VENV)/bin/mypy
-	$(VENV)/bin/mypy --strict --explicit-package-bases alerts dashboards
+	$(VENV)/bin/mypy --strict --explicit-package-bases alerts dashboards scripts
 
 imports: venv
 	$(VENV)/bin/lint-imports
@@ -30,6 +30,14 @@ unit: venv sysdeps
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 test: lint typecheck imports unit
+
+proto: venv
+	$(PY) scripts/gen_proto.py
+
+generate: venv
+	$(PY) -m alerts.generate
+	$(PY) -m dashboards.generate
+	$(PY) scripts/gen_metrics_doc.py
 
 demo: venv
 	$(PY) -m hami.testing.demo

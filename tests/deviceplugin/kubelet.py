@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import grpc
 
 from hami.deviceplugin.api import deviceplugin_pb2 as pb
-from hami.deviceplugin.api import deviceplugin_pb2_grpc as pb_grpc
+from tests.deviceplugin.kubelet_api import deviceplugin_pb2_grpc as pb_grpc
 
 T = TypeVar("T")
 

@@ -14,8 +14,10 @@ from typing import Any
 import requests
 import yaml
 from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
 
 from hami.core import annotations as ann
+from hami.deviceplugin.metrics import describe
 from hami.testing.kubeapi import KubeAPIServer
 from tests.deviceplugin.conftest import NODE, NVML_SPEC
 from tests.deviceplugin.kubelet import FakeKubelet, wait_for
@@ -65,6 +67,15 @@ class Lines:
         return next((line for line in list(self.lines) if needle in line), None)
 
 
+def exposed_families(text: str) -> set[str]:
+    """Family names in an exposition, counters with _total, standard process/python ones left out."""
+    return {
+        f.name + ("_total" if f.type == "counter" else "")
+        for f in text_string_to_metric_families(text)
+        if not f.name.startswith(("process_", "python_")) and not f.name.endswith("_created")
+    }
+
+
 def test_daemon_end_to_end(
     kube_api: KubeAPIServer, kube_client: Any, kube_config_file: Path, short_dir: Path
 ) -> None:
@@ -109,6 +120,7 @@ def test_daemon_end_to_end(
         for family in FAMILIES:
             assert f"# TYPE {family}" in metrics, family
         assert f'hami_device_memory_scaling{{node="{NODE}"}} 1.5' in metrics
+        assert exposed_families(metrics) == {d.name for d in describe()}  # docs/metrics.md's source
         node = client.CoreV1Api(kube_client).read_node(NODE)
         assert '"count":10' in node.metadata.annotations[ann.NODE_REGISTER]
         proc.send_signal(signal.SIGHUP)

@@ -10,6 +10,9 @@ from collections.abc import Sequence
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from hami.core.devices import DeviceInfo
+from hami.core.kube.metrics import kube_metrics
+from hami.core.serve import build_info
+from hami.core.serve.describe import DescribingRegistry, MetricDescriptor
 from hami.deviceplugin.allocate import REASONS
 from hami.deviceplugin.config import PluginConfig
 
@@ -114,3 +117,13 @@ class PluginMetrics:
 
     def set_kubelet_registered(self, resource: str, registered: bool) -> None:
         self.kubelet_registered.labels(self.node, resource).set(1 if registered else 0)
+
+
+def describe() -> list[MetricDescriptor]:
+    """The device plugin's metric descriptors, declared in the order its ``run()`` declares them
+    (docs/metrics.md)."""
+    registry = DescribingRegistry()
+    build_info("device-plugin", registry)
+    PluginMetrics(registry, node="")
+    kube_metrics(registry)
+    return registry.descriptors()

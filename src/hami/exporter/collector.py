@@ -13,7 +13,11 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from hami.core import klog
+from hami.core.codec.pod_devices import decode_pod_devices
 from hami.core.devices import PodDevices
+from hami.core.kube.metrics import kube_metrics
+from hami.core.serve import build_info
+from hami.core.serve.describe import DescribingRegistry, MetricDescriptor
 from hami.exporter import families
 from hami.exporter.attribution import attribute, pod_labels
 from hami.exporter.discovery import ContainerLister
@@ -24,6 +28,15 @@ from hami.exporter.region.parse import RegionRejected, RegionSnapshot
 log = klog.get_logger(__name__)
 # kube-scheduler style exponential buckets: the collection of 1,000 containers stays under 50 ms.
 COLLECT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+
+
+def collect_duration(registry: CollectorRegistry | None) -> Histogram:
+    return Histogram(
+        "hami_monitor_collect_duration_seconds",
+        "Time to read every region, join pods and read NVML for one scrape",
+        buckets=COLLECT_BUCKETS,
+        registry=registry,
+    )
 
 
 class Tally:
@@ -68,12 +81,7 @@ class MonitorCollector(Collector):
         self._legacy = legacy
         self._allowlist = tuple(labels_allowlist)
         self._clock = clock
-        self._duration = Histogram(
-            "hami_monitor_collect_duration_seconds",
-            "Time to read every region, join pods and read NVML for one scrape",
-            buckets=COLLECT_BUCKETS,
-            registry=registry,
-        )
+        self._duration = collect_duration(registry)
         self._warned: set[str] = set()
 
     def read_regions(self) -> tuple[dict[tuple[str, str], RegionSnapshot], dict[str, int]]:
@@ -136,4 +144,18 @@ class MonitorCollector(Collector):
         yield from out
 
     def describe(self) -> Iterator[Metric]:
-        return iter(())
+        return iter(families.describe(self._legacy, pod_labels=bool(self._allowlist)))
+
+
+def describe(legacy: bool = False) -> list[MetricDescriptor]:
+    """The monitor's metric descriptors, declared as ``hami-monitor`` declares them (docs/metrics.md)."""
+    registry = DescribingRegistry()
+    build_info("monitor", registry)
+    kube_metrics(registry)
+    # never scanned nor collected: describe() needs no regions, pods or NVML
+    lister = ContainerLister("/nonexistent")
+    collector = MonitorCollector(
+        "", lister, tuple, decode_pod_devices, legacy=legacy, labels_allowlist=("app",), registry=registry
+    )
+    registry.register(collector)
+    return registry.descriptors()

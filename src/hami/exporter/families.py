@@ -223,12 +223,28 @@ def self_families(view: NodeView, counters: Counters, reasons: Iterable[str]) ->
     return [regions, skips, nvml]
 
 
+def _pod_labels_family() -> InfoMetricFamily:
+    return InfoMetricFamily(
+        "hami_pod_labels", "Allow-listed pod labels, for joins", labels=["namespace", "pod", "node"]
+    )
+
+
 def pod_label_families(view: NodeView) -> list[Metric]:
     if not view.pod_labels:
         return []
-    info = InfoMetricFamily(
-        "hami_pod_labels", "Allow-listed pod labels, for joins", labels=["namespace", "pod", "node"]
-    )
+    info = _pod_labels_family()
     for p in view.pod_labels:
         info.add_metric([p.namespace, p.pod, view.node], dict(p.labels))
     return [info]
+
+
+def describe(legacy: bool, pod_labels: bool) -> list[Metric]:
+    """Every family a scrape can yield, without samples (``hami_pod_labels`` only with an
+    allow-list; its allow-listed label names are added per sample)."""
+    empty = NodeView(node="", now=0.0)
+    return [
+        *host_families(empty, legacy),
+        *container_families(empty, legacy),
+        *([_pod_labels_family()] if pod_labels else []),
+        *self_families(empty, Counters({}, {}), ()),
+    ]

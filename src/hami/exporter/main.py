@@ -115,10 +115,14 @@ def _open_nvml(errors: Tally) -> Nvml | None:
         return None
 
 
-def run(cfg: Config, stop: threading.Event) -> int:
+def run(cfg: Config, stop: threading.Event, registry: CollectorRegistry | None = None) -> int:
     _raise_fd_limit()
-    api = new_api_client(cfg.kube)
-    informer = Informer(api, field_selector=f"spec.nodeName={cfg.node_name}", resync=cfg.resync_s)
+    # the API client's and informer's metrics go on the registry /metrics serves
+    registry = registry or CollectorRegistry()
+    api = new_api_client(cfg.kube, registry)
+    informer = Informer(
+        api, field_selector=f"spec.nodeName={cfg.node_name}", resync=cfg.resync_s, registry=registry
+    )
     informer.start()
     nvml_errors = Tally()
     nvml = _open_nvml(nvml_errors)
@@ -128,7 +132,9 @@ def run(cfg: Config, stop: threading.Event) -> int:
             return None
         return {str((p.get("metadata") or {}).get("uid", "")) for p in informer.list()}
 
-    monitor = Monitor(cfg, nvml, informer.list, uids, ready=informer.has_synced, nvml_errors=nvml_errors)
+    monitor = Monitor(
+        cfg, nvml, informer.list, uids, ready=informer.has_synced, registry=registry, nvml_errors=nvml_errors
+    )
     monitor.start()
     if informer.wait_for_sync(60):
         log.info("Pod informer started successfully")

@@ -14,6 +14,10 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from hami.core import annotations as ann
+from hami.core.kube.metrics import kube_metrics
+from hami.core.serve import build_info
+from hami.core.serve.describe import DescribingRegistry, MetricDescriptor, describe_families
+from hami.scheduler.metrics import SchedulerMetrics
 from hami.scheduler.state import NODE_STATES, ClusterState, annotations_of, meta_field
 
 MIB = 1048576
@@ -24,6 +28,141 @@ _LEGACY_DEV = ["nodeid", "deviceuuid", "deviceidx", "devicetype"]
 
 def _g(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, labels=labels)
+
+
+def _scheduler_families() -> tuple[GaugeMetricFamily, ...]:
+    """The extender's scrape-time state families, without samples."""
+    leader = _g("hami_scheduler_is_leader", "1 when this replica leads (binds and writes handshakes).", [])
+    synced = _g("hami_scheduler_cache_synced", "1 once informers synced and a register pass completed.", [])
+    pending = _g("hami_scheduler_pending_pods", "Pods requesting HAMi resources in phase Pending.", [])
+    states = _g(
+        "hami_scheduler_nodes",
+        "Nodes by registration state (healthy, handshake_expired, unregistered, decode_error).",
+        ["state"],
+    )
+    ages = _g(
+        "hami_node_handshake_age_seconds",
+        "Seconds since the timestamp in the node's "
+        "hami.io/node-handshake annotation (resets when it is renewed).",
+        ["node"],
+    )
+    held = _g(
+        "hami_scheduler_node_lock_held",
+        "1 while the node carries a hami.io/mutex.lock annotation.",
+        ["node"],
+    )
+    return (leader, synced, pending, states, ages, held)
+
+
+def _allocation_families() -> tuple[tuple[GaugeMetricFamily, ...], list[GaugeMetricFamily]]:
+    """HAMi's §7.1 families, current names and the pre-2.9 ones, without samples."""
+    split = _g(
+        "hami_gpu_split_count",
+        "Configured split count of the GPU (count in the register annotation).",
+        _DEV,
+    )
+    mem_limit = _g("hami_gpu_memory_limit_bytes", "Device memory limit for a certain GPU", _DEV)
+    core_limit = _g("hami_gpu_core_limit_ratio", "Device core limit for a certain GPU", _DEV)
+    mem_alloc = _g(
+        "hami_gpu_memory_allocated_bytes",
+        "Device memory allocated for a certain GPU",
+        ["node", "device_uuid", "device_index", "device_cores", "device_type", "zone"],
+    )
+    shared = _g("hami_gpu_shared_count", "Number of containers sharing this GPU", _DEV)
+    core_alloc = _g("hami_gpu_core_allocated_ratio", "Device core allocated for a certain GPU", _DEV)
+    overview = _g(
+        "hami_node_gpu_overview",
+        "GPU overview on a certain node",
+        [
+            "node",
+            "device_uuid",
+            "device_index",
+            "device_cores",
+            "device_memory_limit",
+            "device_type",
+            "zone",
+        ],
+    )
+    mem_ratio = _g(
+        "hami_node_gpu_memory_allocated_ratio", "GPU Memory Allocated Percentage on a certain GPU", _DEV
+    )
+    q_used = _g(
+        "hami_resource_quota_used",
+        "resourcequota usage for a certain device",
+        ["namespace", "quota_name", "limit", "zone"],
+    )
+    q_limit = _g(
+        "hami_resource_quota_limit",
+        "resourcequota limit for a certain device",
+        ["namespace", "quota_name", "zone"],
+    )
+    v_mem = _g(
+        "hami_vgpu_memory_allocated_bytes",
+        "vGPU memory allocated from a container",
+        ["namespace", "node", "pod", "container_index", "device_uuid", "zone"],
+    )
+    v_core = _g(
+        "hami_vgpu_core_allocated_ratio",
+        "vGPU core allocated from a container",
+        ["namespace", "node", "pod", "container_index", "device_uuid", "zone"],
+    )
+    legacy = [
+        _g("GPUDeviceMemoryLimit", "Device memory limit for a certain GPU", _LEGACY_DEV),
+        _g("GPUDeviceCoreLimit", "Device memory core limit for a certain GPU", _LEGACY_DEV),
+        _g(
+            "GPUDeviceMemoryAllocated",
+            "Device memory allocated for a certain GPU",
+            ["nodeid", "deviceuuid", "deviceidx", "devicecores", "devicetype"],
+        ),
+        _g("GPUDeviceSharedNum", "Number of containers sharing this GPU", _LEGACY_DEV),
+        _g("GPUDeviceCoreAllocated", "Device core allocated for a certain GPU", _LEGACY_DEV),
+        _g(
+            "nodeGPUOverview",
+            "GPU overview on a certain node",
+            ["nodeid", "deviceuuid", "deviceidx", "devicecores", "devicememorylimit", "devicetype"],
+        ),
+        _g(
+            "nodeGPUMemoryPercentage",
+            "GPU Memory Allocated Percentage on a certain GPU",
+            ["nodeid", "deviceuuid", "deviceidx"],
+        ),
+        _g(
+            "QuotaUsed",
+            "resourcequota usage for a certain device",
+            ["quotanamespace", "quotaName", "limit"],
+        ),
+        _g(
+            "vGPUMemoryAllocated",
+            "vGPU memory allocated from a container",
+            ["podnamespace", "nodename", "podname", "containeridx", "deviceuuid"],
+        ),
+        _g(
+            "vGPUCoreAllocated",
+            "vGPU core allocated from a container",
+            ["podnamespace", "nodename", "podname", "containeridx", "deviceuuid"],
+        ),
+    ]
+    current = (
+        split,
+        mem_limit,
+        core_limit,
+        mem_alloc,
+        shared,
+        core_alloc,
+        overview,
+        mem_ratio,
+        q_used,
+        q_limit,
+        v_mem,
+        v_core,
+    )
+    return current, legacy
+
+
+def state_families(legacy: bool) -> list[GaugeMetricFamily]:
+    """Every family ``StateCollector`` yields, without samples."""
+    current, old = _allocation_families()
+    return [*_scheduler_families(), *current, *(old if legacy else ())]
 
 
 class StateCollector(Collector):
@@ -39,37 +178,18 @@ class StateCollector(Collector):
         self.legacy = legacy
         self.now = now
 
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield from state_families(self.legacy)
+
     def collect(self) -> Iterator[GaugeMetricFamily]:
         yield from self._scheduler()
         yield from self._allocations()
 
     def _scheduler(self) -> Iterator[GaugeMetricFamily]:
-        leader = _g(
-            "hami_scheduler_is_leader", "1 when this replica leads (binds and writes handshakes).", []
-        )
+        leader, synced, pending, states, ages, held = _scheduler_families()
         leader.add_metric([], 1.0 if self.is_leader() else 0.0)
-        synced = _g(
-            "hami_scheduler_cache_synced", "1 once informers synced and a register pass completed.", []
-        )
         synced.add_metric([], 1.0 if self.state.synced.is_set() and self.state.informers_synced() else 0.0)
-        pending = _g("hami_scheduler_pending_pods", "Pods requesting HAMi resources in phase Pending.", [])
         pending.add_metric([], float(self.state.pending_gpu_pods()))
-        states = _g(
-            "hami_scheduler_nodes",
-            "Nodes by registration state (healthy, handshake_expired, unregistered, decode_error).",
-            ["state"],
-        )
-        ages = _g(
-            "hami_node_handshake_age_seconds",
-            "Seconds since the timestamp in the node's "
-            "hami.io/node-handshake annotation (resets when it is renewed).",
-            ["node"],
-        )
-        held = _g(
-            "hami_scheduler_node_lock_held",
-            "1 while the node carries a hami.io/mutex.lock annotation.",
-            ["node"],
-        )
         now = self.now()
         with self.state.lock:
             counts = dict.fromkeys(NODE_STATES, 0)
@@ -85,92 +205,21 @@ class StateCollector(Collector):
         yield from (leader, synced, pending, states, ages, held)
 
     def _allocations(self) -> Iterator[GaugeMetricFamily]:
-        split = _g(
-            "hami_gpu_split_count",
-            "Configured split count of the GPU (count in the register annotation).",
-            _DEV,
-        )
-        mem_limit = _g("hami_gpu_memory_limit_bytes", "Device memory limit for a certain GPU", _DEV)
-        core_limit = _g("hami_gpu_core_limit_ratio", "Device core limit for a certain GPU", _DEV)
-        mem_alloc = _g(
-            "hami_gpu_memory_allocated_bytes",
-            "Device memory allocated for a certain GPU",
-            ["node", "device_uuid", "device_index", "device_cores", "device_type", "zone"],
-        )
-        shared = _g("hami_gpu_shared_count", "Number of containers sharing this GPU", _DEV)
-        core_alloc = _g("hami_gpu_core_allocated_ratio", "Device core allocated for a certain GPU", _DEV)
-        overview = _g(
-            "hami_node_gpu_overview",
-            "GPU overview on a certain node",
-            [
-                "node",
-                "device_uuid",
-                "device_index",
-                "device_cores",
-                "device_memory_limit",
-                "device_type",
-                "zone",
-            ],
-        )
-        mem_ratio = _g(
-            "hami_node_gpu_memory_allocated_ratio", "GPU Memory Allocated Percentage on a certain GPU", _DEV
-        )
-        q_used = _g(
-            "hami_resource_quota_used",
-            "resourcequota usage for a certain device",
-            ["namespace", "quota_name", "limit", "zone"],
-        )
-        q_limit = _g(
-            "hami_resource_quota_limit",
-            "resourcequota limit for a certain device",
-            ["namespace", "quota_name", "zone"],
-        )
-        v_mem = _g(
-            "hami_vgpu_memory_allocated_bytes",
-            "vGPU memory allocated from a container",
-            ["namespace", "node", "pod", "container_index", "device_uuid", "zone"],
-        )
-        v_core = _g(
-            "hami_vgpu_core_allocated_ratio",
-            "vGPU core allocated from a container",
-            ["namespace", "node", "pod", "container_index", "device_uuid", "zone"],
-        )
-        legacy = [
-            _g("GPUDeviceMemoryLimit", "Device memory limit for a certain GPU", _LEGACY_DEV),
-            _g("GPUDeviceCoreLimit", "Device memory core limit for a certain GPU", _LEGACY_DEV),
-            _g(
-                "GPUDeviceMemoryAllocated",
-                "Device memory allocated for a certain GPU",
-                ["nodeid", "deviceuuid", "deviceidx", "devicecores", "devicetype"],
-            ),
-            _g("GPUDeviceSharedNum", "Number of containers sharing this GPU", _LEGACY_DEV),
-            _g("GPUDeviceCoreAllocated", "Device core allocated for a certain GPU", _LEGACY_DEV),
-            _g(
-                "nodeGPUOverview",
-                "GPU overview on a certain node",
-                ["nodeid", "deviceuuid", "deviceidx", "devicecores", "devicememorylimit", "devicetype"],
-            ),
-            _g(
-                "nodeGPUMemoryPercentage",
-                "GPU Memory Allocated Percentage on a certain GPU",
-                ["nodeid", "deviceuuid", "deviceidx"],
-            ),
-            _g(
-                "QuotaUsed",
-                "resourcequota usage for a certain device",
-                ["quotanamespace", "quotaName", "limit"],
-            ),
-            _g(
-                "vGPUMemoryAllocated",
-                "vGPU memory allocated from a container",
-                ["podnamespace", "nodename", "podname", "containeridx", "deviceuuid"],
-            ),
-            _g(
-                "vGPUCoreAllocated",
-                "vGPU core allocated from a container",
-                ["podnamespace", "nodename", "podname", "containeridx", "deviceuuid"],
-            ),
-        ]
+        current, legacy = _allocation_families()
+        (
+            split,
+            mem_limit,
+            core_limit,
+            mem_alloc,
+            shared,
+            core_alloc,
+            overview,
+            mem_ratio,
+            q_used,
+            q_limit,
+            v_mem,
+            v_core,
+        ) = current
         with self.state.lock:
             for name, node in self.state.nodes.items():
                 usage = self.state.usage.node_usage(name)
@@ -218,19 +267,16 @@ class StateCollector(Collector):
                     if self.legacy:
                         legacy[8].add_metric(labels, float(share.usedmem * MIB))
                         legacy[9].add_metric(labels, float(share.usedcores))
-        yield from (
-            split,
-            mem_limit,
-            core_limit,
-            mem_alloc,
-            shared,
-            core_alloc,
-            overview,
-            mem_ratio,
-            q_used,
-            q_limit,
-            v_mem,
-            v_core,
-        )
+        yield from current
         if self.legacy:
             yield from legacy
+
+
+def describe(legacy: bool = False) -> list[MetricDescriptor]:
+    """The extender's metric descriptors, declared in the order ``Extender`` declares them
+    (docs/metrics.md); the scrape-time state families come last, as the daemon registers them."""
+    registry = DescribingRegistry()
+    build_info("scheduler", registry)
+    SchedulerMetrics(registry)
+    kube_metrics(registry)
+    return [*registry.descriptors(), *describe_families(state_families(legacy))]

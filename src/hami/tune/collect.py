@@ -148,6 +148,19 @@ def _node_lock(s: _Session, cfg: Settings) -> Recommendation:
         f"histogram_quantile(0.99, sum by (le) "
         f"(rate(hami_scheduler_node_lock_wait_seconds_bucket{{{sch}}}[{w}])))"
     )
+    configured = s.scalar(f"max(hami_scheduler_node_lock_timeout_seconds{{{sch}}})")
+    if configured is None:
+        # an extender older than the gauge, or not scraped: trust the operator's flag, and say so
+        current = cfg.node_lock_expire_seconds
+        s.evidence.append(
+            Evidence(
+                "--node-lock-expire",
+                current,
+                f"fallback: hami_scheduler_node_lock_timeout_seconds{{{sch}}} has no sample",
+            )
+        )
+    else:
+        current = configured
     evidence = s.take()
     needed = {
         f"hami_scheduler_node_lock_expired_total{{{sch}}}": expired,
@@ -157,7 +170,7 @@ def _node_lock(s: _Session, cfg: Settings) -> Recommendation:
     lacking = tuple(name for name, v in needed.items() if v is None)
     if expired is None or bind is None or wait is None:
         return recommend.refuse("nodeLockExpire", s.missing(lacking), evidence)
-    inputs = recommend.LockInputs(cfg.node_lock_expire_seconds, expired, bind, wait)
+    inputs = recommend.LockInputs(current, expired, bind, wait)
     return recommend.recommend_node_lock_expire(inputs, evidence)
 
 

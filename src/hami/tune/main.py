@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--node-lock-expire",
         type=parse_duration,
         default=parse_duration("5m"),
-        help="the scheduler's current --node-lock-timeout (not exported as a metric; default 5m)",
+        help="the scheduler's current --node-lock-timeout, used only when the extender does not export "
+        "hami_scheduler_node_lock_timeout_seconds (default 5m)",
     )
     return p
 
