@@ -22,20 +22,43 @@ import requests
 from hami.core import annotations as ann
 from hami.core.codec.quantity import parse_quantity
 from hami.deviceplugin.api import deviceplugin_pb2 as pb
-from hami.deviceplugin.api import deviceplugin_pb2_grpc as pb_grpc
 
 RPC_TIMEOUT = 10.0
+PLUGIN_SERVICE = "/v1beta1.DevicePlugin/"
 
 
-class _Registration(pb_grpc.RegistrationServicer):
-    def __init__(self, sink: queue.Queue[pb.RegisterRequest]) -> None:
-        self._sink = sink
+def registration_handler(sink: queue.Queue[pb.RegisterRequest]) -> grpc.GenericRpcHandler:
+    """The kubelet's v1beta1 Registration service, from the messages alone (no generated service code)."""
 
-    def Register(self, request: pb.RegisterRequest, context: Any) -> pb.Empty:
+    def register(request: pb.RegisterRequest, context: Any) -> pb.Empty:
         if request.version != "v1beta1":
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unsupported version {request.version}")
-        self._sink.put(request)
+        sink.put(request)
         return pb.Empty()
+
+    method = grpc.unary_unary_rpc_method_handler(
+        register,
+        request_deserializer=pb.RegisterRequest.FromString,
+        response_serializer=pb.Empty.SerializeToString,
+    )
+    return grpc.method_handlers_generic_handler("v1beta1.Registration", {"Register": method})
+
+
+class PluginClient:
+    """The two DevicePlugin calls the stand-in makes."""
+
+    def __init__(self, socket: Path) -> None:
+        self.channel = grpc.insecure_channel(f"unix://{socket}")
+        self.list_and_watch = self.channel.unary_stream(
+            PLUGIN_SERVICE + "ListAndWatch",
+            request_serializer=pb.Empty.SerializeToString,
+            response_deserializer=pb.ListAndWatchResponse.FromString,
+        )
+        self.allocate = self.channel.unary_unary(
+            PLUGIN_SERVICE + "Allocate",
+            request_serializer=pb.AllocateRequest.SerializeToString,
+            response_deserializer=pb.AllocateResponse.FromString,
+        )
 
 
 def allocating_pods(pods: list[dict[str, Any]], node: str) -> list[dict[str, Any]]:
@@ -62,9 +85,7 @@ class Kubelet:
     def __init__(self, directory: Path, api: str, node: str) -> None:
         self.dir, self.api, self.node = directory, api.rstrip("/"), node
         self.registrations: queue.Queue[pb.RegisterRequest] = queue.Queue()
-        self.plugin: tuple[str, pb_grpc.DevicePluginStub, grpc.Channel] | None = (
-            None  # resource, stub, channel
-        )
+        self.plugin: tuple[str, PluginClient] | None = None  # resource name, client
         self.device_ids: list[str] = []
         self._server: grpc.Server | None = None
         self._done: set[str] = set()  # pod uids already allocated (the kubelet allocates once per pod)
@@ -72,14 +93,14 @@ class Kubelet:
     def start(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-        pb_grpc.add_RegistrationServicer_to_server(_Registration(self.registrations), server)
+        server.add_generic_rpc_handlers((registration_handler(self.registrations),))
         server.add_insecure_port(f"unix://{self.dir / 'kubelet.sock'}")
         server.start()
         self._server = server
 
     def stop(self) -> None:
         if self.plugin is not None:
-            self.plugin[2].close()
+            self.plugin[1].channel.close()
         if self._server is not None:
             self._server.stop(0).wait()
 
@@ -89,21 +110,20 @@ class Kubelet:
         except queue.Empty:
             return
         if self.plugin is not None:
-            self.plugin[2].close()
-        channel = grpc.insecure_channel(f"unix://{self.dir / reg.endpoint}")
-        stub = pb_grpc.DevicePluginStub(channel)
-        stream = stub.ListAndWatch(pb.Empty(), timeout=RPC_TIMEOUT)
+            self.plugin[1].channel.close()
+        client = PluginClient(self.dir / reg.endpoint)
+        stream = client.list_and_watch(pb.Empty(), timeout=RPC_TIMEOUT)
         first = next(iter(stream))  # the plugin sends its devices first
         stream.cancel()
         self.device_ids = [d.ID for d in first.devices if d.health == "Healthy"]
-        self.plugin = (reg.resource_name, stub, channel)
+        self.plugin = (reg.resource_name, client)
         print(f"kubelet: {reg.resource_name} registered, {len(self.device_ids)} devices", flush=True)
 
     def tick(self) -> None:
         self._connect()
         if self.plugin is None:
             return
-        resource, stub, _ = self.plugin
+        resource, client = self.plugin
         r = requests.get(f"{self.api}/api/v1/pods", timeout=RPC_TIMEOUT)
         r.raise_for_status()
         for pod in allocating_pods(r.json().get("items") or [], self.node):
@@ -115,7 +135,7 @@ class Kubelet:
             reqs = [pb.ContainerAllocateRequest(devices_ids=[next(ids) for _ in range(n)])
                     for n in gpu_requests(pod, resource) if n > 0]  # fmt: skip
             try:
-                stub.Allocate(pb.AllocateRequest(container_requests=reqs), timeout=RPC_TIMEOUT)
+                client.allocate(pb.AllocateRequest(container_requests=reqs), timeout=RPC_TIMEOUT)
                 self._running(pod)
                 print(
                     f"kubelet: allocated {pod['metadata']['namespace']}/{pod['metadata']['name']}", flush=True
