@@ -84,10 +84,16 @@ class Stack:
     # ---- addresses ----
 
     def addr(self, name: str) -> str:
+        """The address ``name`` listens on."""
         return f"{self.opts.host}:{self.ports[name]}"
 
+    def reach(self, name: str) -> str:
+        """The address to reach ``name`` at from this machine (a wildcard bind through loopback)."""
+        host = "127.0.0.1" if self.opts.host in ("", "0.0.0.0") else self.opts.host
+        return f"{host}:{self.ports[name]}"
+
     def url(self, name: str) -> str:
-        return f"http://{self.addr(name)}"
+        return f"http://{self.reach(name)}"
 
     @property
     def kube_url(self) -> str:
@@ -100,8 +106,8 @@ class Stack:
             SCHEDULER: promconfig.JOB_SCHEDULER,
             DEVICE_PLUGIN: promconfig.JOB_DEVICE_PLUGIN,
         }
-        out = {jobs[c]: self.addr(c) for c in self.running}
-        out[promconfig.JOB_KSM] = self.addr("ksm")
+        out = {jobs[c]: self.reach(c) for c in self.running}
+        out[promconfig.JOB_KSM] = self.reach("ksm")
         return out
 
     # ---- lifecycle ----
@@ -280,7 +286,7 @@ class Stack:
             promconfig.prometheus_config(
                 self.metrics_targets(),
                 [self.opts.rules],
-                self.addr("alertmanager"),
+                self.reach("alertmanager"),
                 self.opts.scrape_interval,
                 self.opts.evaluation_interval,
             )
