@@ -19,7 +19,7 @@ import pytest
 import requests
 
 from hami.testing import cluster, dashqueries, promconfig
-from hami.testing.prometheus import PROMTOOL
+from hami.testing.prometheus import PROMETHEUS, PROMTOOL
 from hami.testing.stack import (
     ALERTMANAGER,
     DASHBOARDS,
@@ -36,7 +36,7 @@ from hami.testing.stack import (
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
-        not (Path(PROMTOOL).exists() and Path(ALERTMANAGER).exists()),
+        not all(Path(p).exists() for p in (PROMETHEUS, PROMTOOL, ALERTMANAGER)),
         reason="Debian prometheus packages missing",
     ),
 ]
