@@ -1,0 +1,256 @@
+"""The simulated cluster of the demo and the integration tests, as Kubernetes objects.
+
+- ``sim-node``: the GPU node the simulated node process, the monitor and the device plugin run for.
+  Seeded with the ``hami.io/node-nvidia-register`` annotation the device plugin writes (the plugin
+  rewrites it when it starts) and a fresh handshake.
+- ``stale-node``: a GPU node whose device plugin went away: the scheduler's ``Requesting`` handshake
+  is 20 minutes old and unanswered (expired handshake).
+- GPU pods bound to ``sim-node`` with ``hami.io/vgpu-devices-allocated``: their containers get
+  HAMi-core regions on the simulated node.
+- ``scenarios/overlimit``: a pod whose container will use more than its vGPU memory limit.
+- ``notebooks/jupyter-idle``: a container whose last kernel ran two hours ago (an idle vGPU).
+- ``locked-node``: a GPU node left locked by a bind that crashed 10 minutes ago, no device plugin;
+  ``scenarios/pinned-to-locked-node`` asks for its GPU, so the scheduler breaks the expired lock,
+  binds, and then holds the new lock until it expires (no kubelet there ever allocates).
+- ``scenarios/pending-gpu``: a pod asking for more GPU memory than any card has, never bound.
+
+Objects are built by pure functions; ``seed`` writes them to an API server over HTTP.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import requests
+
+from hami.core import annotations as ann
+from hami.core.codec.handshake import REPORTED, Handshake, format_handshake, format_requesting
+from hami.core.codec.node_devices import encode_node_devices
+from hami.core.codec.nodelock import NodeLock, format_node_lock
+from hami.core.codec.pod_devices import encode_pod_devices
+from hami.core.devices import MODE_HAMI_CORE, ContainerDevice, DeviceInfo
+
+NODE = "sim-node"
+STALE_NODE = "stale-node"
+LOCKED_NODE = "locked-node"
+GPU_TYPE = "NVIDIA A100-SXM4-40GB"
+GPU_MEM_MIB = 40960
+SPLIT_COUNT = 10
+SCHEDULER_NAME = "hami-scheduler"
+POOL_LABEL = "hami.io/pool"
+
+
+def gpu_uuid(node_index: int, i: int) -> str:
+    return f"GPU-{i:08x}-{node_index:04x}-4000-8000-{i:012x}"
+
+
+@dataclass(frozen=True)
+class GpuPod:
+    namespace: str
+    name: str
+    gpu: int  # index on sim-node
+    mem_mib: int
+    cores: int
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+# The workloads of sim-node (several namespaces, so the namespace variable has choices).
+POD_SPECS: tuple[GpuPod, ...] = (
+    GpuPod("ml-train", "bert-train-0", 0, 8192, 50, (("app", "bert-train"),)),
+    GpuPod("ml-train", "bert-train-1", 1, 8192, 50, (("app", "bert-train"),)),
+    GpuPod("ml-train", "resnet-0", 2, 4096, 30, (("app", "resnet"),)),
+    GpuPod("ml-infer", "llm-serve-0", 0, 16384, 0, (("app", "llm-serve"),)),
+    GpuPod("ml-infer", "llm-serve-1", 3, 16384, 0, (("app", "llm-serve"),)),
+    GpuPod("ml-infer", "embed-0", 2, 2048, 20, (("app", "embed"),)),
+    GpuPod("notebooks", "jupyter-alice", 1, 4096, 20, (("app", "jupyter"),)),
+    GpuPod("notebooks", "jupyter-bob", 3, 4096, 20, (("app", "jupyter"),)),
+)
+OVERLIMIT = GpuPod("scenarios", "overlimit", 2, 1024, 20, (("app", "overlimit"),))
+IDLE = GpuPod("notebooks", "jupyter-idle", 1, 2048, 10, (("app", "jupyter"),))  # no kernel for hours
+PENDING = "pending-gpu"
+PINNED = "pinned-to-locked-node"
+
+
+def devices(node_index: int, gpus: int) -> list[DeviceInfo]:
+    return [
+        DeviceInfo(
+            id=gpu_uuid(node_index, i),
+            index=i,
+            count=SPLIT_COUNT,
+            devmem=GPU_MEM_MIB,
+            devcore=100,
+            type=GPU_TYPE,
+            numa=0,
+            mode=MODE_HAMI_CORE,
+            health=True,
+            device_vendor=ann.VENDOR_NVIDIA,
+        )
+        for i in range(gpus)
+    ]
+
+
+def fake_nvml_spec(gpus: int) -> dict[str, Any]:
+    """The FakeNvml description of sim-node's GPUs (same UUIDs as its register annotation)."""
+    return {
+        "driver_version": "550.54.15",
+        "cuda_driver_version": 12040,
+        "devices": [
+            {
+                "uuid": gpu_uuid(0, i),
+                "name": GPU_TYPE,
+                "memory_mib": GPU_MEM_MIB,
+                "numa": 0,
+                "compute_capability": [8, 0],
+                "temperature": 40 + i,
+                "power_mw": 60000 + 1000 * i,
+            }
+            for i in range(gpus)
+        ],
+    }
+
+
+def node(name: str, node_index: int, gpus: int, handshake: str, pool: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name, "gpu": "on", POOL_LABEL: pool},
+            "annotations": {
+                ann.NODE_REGISTER: encode_node_devices(devices(node_index, gpus)),
+                ann.NODE_HANDSHAKE: handshake,
+            },
+        },
+        "status": {
+            "capacity": {
+                "cpu": "64",
+                "memory": "512Gi",
+                "pods": "110",
+                ann.RESOURCE_GPU: str(gpus * SPLIT_COUNT),
+            },
+            "allocatable": {
+                "cpu": "64",
+                "memory": "512Gi",
+                "pods": "110",
+                ann.RESOURCE_GPU: str(gpus * SPLIT_COUNT),
+            },
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def _requests(mem_mib: int, cores: int) -> dict[str, str]:
+    out = {ann.RESOURCE_GPU: "1", ann.RESOURCE_GPUMEM: str(mem_mib)}
+    if cores:
+        out[ann.RESOURCE_GPUCORES] = str(cores)
+    return out
+
+
+def gpu_pod(p: GpuPod) -> dict[str, Any]:
+    """A Running pod the scheduler placed on sim-node and the device plugin allocated."""
+    alloc = encode_pod_devices([[ContainerDevice(gpu_uuid(0, p.gpu), ann.VENDOR_NVIDIA, p.mem_mib, p.cores)]])
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": p.name,
+            "namespace": p.namespace,
+            "labels": {**dict(p.labels), ann.POD_VGPU_NODE: NODE},
+            "annotations": {
+                ann.POD_VGPU_NODE: NODE,
+                ann.POD_DEVICES_TO_ALLOCATE: ";",
+                ann.POD_DEVICES_ALLOCATED: alloc,
+                ann.POD_BIND_PHASE: ann.BIND_PHASE_SUCCESS,
+            },
+        },
+        "spec": {
+            "schedulerName": SCHEDULER_NAME,
+            "nodeName": NODE,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "nvcr.io/nvidia/pytorch:24.01-py3",
+                    "resources": {"limits": _requests(p.mem_mib, p.cores)},
+                }
+            ],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def pinned_pod() -> dict[str, Any]:
+    """A pod for locked-node's GPU only (``nvidia.com/use-gpuuuid``)."""
+    pod = pending_pod()
+    pod["metadata"] = {
+        "name": PINNED,
+        "namespace": "scenarios",
+        "labels": {"app": PINNED},
+        "annotations": {ann.POD_USE_GPUUUID: gpu_uuid(2, 0)},
+    }
+    pod["spec"]["containers"][0]["resources"]["limits"] = _requests(1024, 0)
+    return pod
+
+
+def pending_pod() -> dict[str, Any]:
+    """More GPU memory than any card has: no node fits, the pod stays Pending."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": PENDING, "namespace": "scenarios", "labels": {"app": PENDING}},
+        "spec": {
+            "schedulerName": SCHEDULER_NAME,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "nvcr.io/nvidia/pytorch:24.01-py3",
+                    "resources": {"limits": _requests(GPU_MEM_MIB * 4, 0)},
+                }
+            ],
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+def objects(gpus: int, now: datetime, scenarios: bool) -> list[dict[str, Any]]:
+    """Every object of the simulated cluster, nodes first."""
+    out = [node(NODE, 0, gpus, format_handshake(Handshake(REPORTED, now)), "a100")]
+    if scenarios:
+        # the scheduler asked 20 minutes ago and no device plugin answered
+        out.append(node(STALE_NODE, 1, 2, format_requesting(now - timedelta(minutes=20)), "a100"))
+        locked = node(LOCKED_NODE, 2, 1, format_handshake(Handshake(REPORTED, now)), "a100")
+        crashed = NodeLock(now - timedelta(minutes=10), "scenarios", "crashed-bind")
+        locked["metadata"]["annotations"][ann.NODE_LOCK] = format_node_lock(crashed)
+        out.append(locked)
+    out += [gpu_pod(p) for p in POD_SPECS if p.gpu < gpus]
+    if scenarios:
+        out += [gpu_pod(OVERLIMIT), gpu_pod(IDLE), pending_pod(), pinned_pod()]
+    return out
+
+
+def _path(obj: dict[str, Any]) -> str:
+    if obj["kind"] == "Node":
+        return "/api/v1/nodes"
+    return f"/api/v1/namespaces/{obj['metadata']['namespace']}/pods"
+
+
+def seed(api_url: str, objs: list[dict[str, Any]], timeout: float = 10.0) -> None:
+    """Creates ``objs`` through the API, then writes each status (create resets a pod to Pending)."""
+    with requests.Session() as s:
+        for obj in objs:
+            base = api_url + _path(obj)
+            r = s.post(base, json=obj, timeout=timeout)
+            if r.status_code not in (200, 201):
+                raise RuntimeError(
+                    f"creating {obj['kind']} {obj['metadata']['name']}: {r.status_code} {r.text}"
+                )
+            url = f"{base}/{obj['metadata']['name']}/status"
+            r = s.patch(
+                url,
+                json={"status": obj["status"]},
+                headers={"Content-Type": "application/merge-patch+json"},
+                timeout=timeout,
+            )
+            if r.status_code != 200:
+                raise RuntimeError(f"setting status of {obj['metadata']['name']}: {r.status_code} {r.text}")

@@ -1,0 +1,159 @@
+"""``make demo`` (``python -m hami.testing.demo``): the whole product on a simulated cluster.
+
+Starts the Kubernetes API emulator with a simulated GPU cluster, the simulated node with the vGPU
+monitor (:9394), the scheduler extender (metrics :9395), the device plugin (:9396), a
+kube-state-metrics stand-in, Debian's Prometheus (:9090) with alerts/hami-rules.yaml, and Debian's
+Alertmanager (:9093). Prints the URLs and the dashboards to import into Grafana, runs until Ctrl-C,
+then stops everything. Logs and data live under ``.demo/`` (removed at the next start).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from hami.testing import cluster
+from hami.testing.processes import StartError
+from hami.testing.stack import (
+    DASHBOARDS,
+    DEVICE_PLUGIN,
+    MODULES,
+    MONITOR,
+    SCHEDULER,
+    Ports,
+    Stack,
+    StackOptions,
+    installed,
+)
+
+COMPONENTS = (MONITOR, SCHEDULER, DEVICE_PLUGIN)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m hami.testing.demo", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    d = Ports()
+    p.add_argument(
+        "--workdir", type=Path, default=Path(".demo"), help="logs, data, sockets (default %(default)s)"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address every listener binds (default %(default)s)")
+    for name, default in vars(d).items():
+        p.add_argument(
+            f"--{name}-port", type=int, default=default, help=f"0 = any free port (default {default})"
+        )
+    p.add_argument("--gpus", type=int, default=4, help="GPUs on the simulated node (default %(default)s)")
+    p.add_argument("--scrape-interval", default="5s", help="Prometheus scrape/evaluation interval")
+    p.add_argument("--no-scenarios", action="store_true",
+                   help="no stale node, pending pod, over-limit container or XIDs")  # fmt: skip
+    p.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        choices=COMPONENTS,
+        help="do not start this daemon (repeatable)",
+    )
+    return p
+
+
+def options(args: argparse.Namespace) -> StackOptions:
+    ports = Ports(**{name: getattr(args, f"{name}_port") for name in vars(Ports())})
+    wanted = tuple(c for c in COMPONENTS if c not in args.skip)
+    return StackOptions(
+        workdir=args.workdir.resolve(),
+        host=args.host,
+        ports=ports,
+        scrape_interval=args.scrape_interval,
+        evaluation_interval=args.scrape_interval,
+        gpus=args.gpus,
+        scenarios=not args.no_scenarios,
+        components=wanted,
+    )
+
+
+def banner(stack: Stack, skipped: list[str]) -> str:
+    names = {
+        MONITOR: "vGPU monitor",
+        SCHEDULER: "scheduler extender",
+        DEVICE_PLUGIN: "device plugin",
+    }
+    lines = ["", "HAMi demo is running on a simulated cluster (Ctrl-C stops it).", ""]
+    lines.append(f"  Prometheus          {stack.url('prometheus')}   (rules: {stack.opts.rules})")
+    lines.append(f"    alerts            {stack.url('prometheus')}/alerts")
+    lines.append(f"  Alertmanager        {stack.url('alertmanager')}")
+    for c in stack.running:
+        lines.append(f"  {names[c]:<20}{stack.url(c)}/metrics")
+    lines.append(f"  kube-state-metrics  {stack.url('ksm')}/metrics   (stand-in)")
+    lines.append(f"  Kubernetes API      {stack.kube_url}   (KUBECONFIG={stack.kubeconfig})")
+    for c in skipped:
+        lines.append(f"  {names[c]:<20}not started ({MODULES[c]} is not in this checkout, or --skip)")
+    lines += ["", "Grafana: add a Prometheus data source at " + stack.url("prometheus") + ", then import:"]
+    lines += [f"  {path}" for path in sorted(DASHBOARDS.glob("*.json"))]
+    lines += [
+        "",
+        "Scenarios (alerts fire once their `for:` durations, 0-15 minutes, have passed):",
+        f"  node {cluster.STALE_NODE}: expired handshake",
+        f"  node {cluster.LOCKED_NODE}: expired lock of a crashed bind, broken and held again",
+        f"  pod scenarios/{cluster.PENDING}: stays Pending",
+        f"  pod scenarios/{cluster.OVERLIMIT.name}: uses more than its vGPU memory limit",
+        f"  pod notebooks/{cluster.IDLE.name}: no kernel for two hours (idle vGPU)",
+        f"  GPU {cluster.gpu_uuid(0, stack.opts.gpus - 1)}: XID 79 every {stack.opts.xid_every:.0f}s",
+        "",
+    ]
+    lines += [f"Logs: {stack.procs.log_dir}", ""]
+    return "\n".join(lines)
+
+
+MARKER = ".hami-demo"
+
+
+def reset_workdir(workdir: Path) -> str | None:
+    """Empties a previous run's directory; refuses (returns why) to clear one the demo did not make."""
+    if workdir.exists():
+        if any(workdir.iterdir()) and not (workdir / MARKER).exists():
+            return f"{workdir} exists and is not a demo directory (no {MARKER}); choose another --workdir"
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True)
+    (workdir / MARKER).write_text("created by python -m hami.testing.demo; emptied at each start\n")
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    opts = options(args)
+    absent = [c for c in opts.components if not installed(c)]
+    opts.components = tuple(c for c in opts.components if c not in absent)
+    skipped = [c for c in COMPONENTS if c not in opts.components]
+    problem = reset_workdir(opts.workdir)
+    if problem is not None:
+        print(f"demo: {problem}", file=sys.stderr)
+        return 1
+    stack = Stack(opts)
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    try:
+        stack.start()
+    except StartError as err:
+        print(f"demo: {err}", file=sys.stderr)
+        return 1
+    print(banner(stack, skipped), flush=True)
+    code = 0
+    while not done.wait(1.0):
+        try:
+            stack.procs.check_alive()
+        except StartError as err:
+            print(f"demo: {err}", file=sys.stderr)
+            code = 1
+            break
+    print("demo: stopping...", flush=True)
+    stack.stop()
+    print("demo: stopped.", flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

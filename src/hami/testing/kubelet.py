@@ -1,0 +1,181 @@
+"""A kubelet stand-in for the device plugin: the v1beta1 Registration service on ``kubelet.sock``, and,
+for every pod the scheduler bound to this node that is still ``allocating``, the ``Allocate`` call the
+kubelet makes when it starts the pod's containers (device IDs from the plugin's ``ListAndWatch``).
+
+``python -m hami.testing.kubelet --dir DIR --api URL --node NAME``
+"""
+
+from __future__ import annotations
+
+import argparse
+import queue
+import signal
+import sys
+import threading
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+import requests
+
+from hami.core import annotations as ann
+from hami.core.codec.quantity import parse_quantity
+from hami.deviceplugin.api import deviceplugin_pb2 as pb
+
+RPC_TIMEOUT = 10.0
+PLUGIN_SERVICE = "/v1beta1.DevicePlugin/"
+
+
+def registration_handler(sink: queue.Queue[pb.RegisterRequest]) -> grpc.GenericRpcHandler:
+    """The kubelet's v1beta1 Registration service, from the messages alone (no generated service code)."""
+
+    def register(request: pb.RegisterRequest, context: Any) -> pb.Empty:
+        if request.version != "v1beta1":
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unsupported version {request.version}")
+        sink.put(request)
+        return pb.Empty()
+
+    method = grpc.unary_unary_rpc_method_handler(
+        register,
+        request_deserializer=pb.RegisterRequest.FromString,
+        response_serializer=pb.Empty.SerializeToString,
+    )
+    return grpc.method_handlers_generic_handler("v1beta1.Registration", {"Register": method})
+
+
+class PluginClient:
+    """The two DevicePlugin calls the stand-in makes."""
+
+    def __init__(self, socket: Path) -> None:
+        self.channel = grpc.insecure_channel(f"unix://{socket}")
+        self.list_and_watch = self.channel.unary_stream(
+            PLUGIN_SERVICE + "ListAndWatch",
+            request_serializer=pb.Empty.SerializeToString,
+            response_deserializer=pb.ListAndWatchResponse.FromString,
+        )
+        self.allocate = self.channel.unary_unary(
+            PLUGIN_SERVICE + "Allocate",
+            request_serializer=pb.AllocateRequest.SerializeToString,
+            response_deserializer=pb.AllocateResponse.FromString,
+        )
+
+
+def allocating_pods(pods: list[dict[str, Any]], node: str) -> list[dict[str, Any]]:
+    """Pods bound to ``node`` whose devices the device plugin has not allocated yet."""
+    return [
+        p
+        for p in pods
+        if (p.get("spec") or {}).get("nodeName") == node
+        and ((p.get("metadata") or {}).get("annotations") or {}).get(ann.POD_BIND_PHASE)
+        == ann.BIND_PHASE_ALLOCATING
+    ]
+
+
+def gpu_requests(pod: dict[str, Any], resource: str) -> list[int]:
+    """Devices each container asks for (limits, as kubelet reads extended resources)."""
+    out = []
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        qty = ((c.get("resources") or {}).get("limits") or {}).get(resource)
+        out.append(int(parse_quantity(str(qty))) if qty is not None else 0)
+    return out
+
+
+class Kubelet:
+    def __init__(self, directory: Path, api: str, node: str) -> None:
+        self.dir, self.api, self.node = directory, api.rstrip("/"), node
+        self.registrations: queue.Queue[pb.RegisterRequest] = queue.Queue()
+        self.plugin: tuple[str, PluginClient] | None = None  # resource name, client
+        self.device_ids: list[str] = []
+        self._server: grpc.Server | None = None
+        self._done: set[str] = set()  # pod uids already allocated (the kubelet allocates once per pod)
+
+    def start(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        server.add_generic_rpc_handlers((registration_handler(self.registrations),))
+        server.add_insecure_port(f"unix://{self.dir / 'kubelet.sock'}")
+        server.start()
+        self._server = server
+
+    def stop(self) -> None:
+        if self.plugin is not None:
+            self.plugin[1].channel.close()
+        if self._server is not None:
+            self._server.stop(0).wait()
+
+    def _connect(self) -> None:
+        try:
+            reg = self.registrations.get_nowait()
+        except queue.Empty:
+            return
+        if self.plugin is not None:
+            self.plugin[1].channel.close()
+        client = PluginClient(self.dir / reg.endpoint)
+        stream = client.list_and_watch(pb.Empty(), timeout=RPC_TIMEOUT)
+        first = next(iter(stream))  # the plugin sends its devices first
+        stream.cancel()
+        self.device_ids = [d.ID for d in first.devices if d.health == "Healthy"]
+        self.plugin = (reg.resource_name, client)
+        print(f"kubelet: {reg.resource_name} registered, {len(self.device_ids)} devices", flush=True)
+
+    def tick(self) -> None:
+        self._connect()
+        if self.plugin is None:
+            return
+        resource, client = self.plugin
+        r = requests.get(f"{self.api}/api/v1/pods", timeout=RPC_TIMEOUT)
+        r.raise_for_status()
+        for pod in allocating_pods(r.json().get("items") or [], self.node):
+            uid = pod["metadata"]["uid"]
+            if uid in self._done:
+                continue
+            self._done.add(uid)
+            ids = iter(self.device_ids)
+            reqs = [pb.ContainerAllocateRequest(devices_ids=[next(ids) for _ in range(n)])
+                    for n in gpu_requests(pod, resource) if n > 0]  # fmt: skip
+            try:
+                client.allocate(pb.AllocateRequest(container_requests=reqs), timeout=RPC_TIMEOUT)
+                self._running(pod)
+                print(
+                    f"kubelet: allocated {pod['metadata']['namespace']}/{pod['metadata']['name']}", flush=True
+                )
+            except grpc.RpcError as err:
+                print(f"kubelet: Allocate for {pod['metadata']['name']} failed: {err.details()}", flush=True)
+
+    def _running(self, pod: dict[str, Any]) -> None:
+        """What the kubelet reports once the containers started."""
+        meta = pod["metadata"]
+        r = requests.patch(
+            f"{self.api}/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
+            json={"status": {"phase": "Running"}},
+            headers={"Content-Type": "application/merge-patch+json"},
+            timeout=RPC_TIMEOUT,
+        )
+        r.raise_for_status()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m hami.testing.kubelet", description=__doc__)
+    p.add_argument("--dir", type=Path, required=True, help="device-plugins directory (holds kubelet.sock)")
+    p.add_argument("--api", required=True, help="Kubernetes API URL")
+    p.add_argument("--node", required=True)
+    p.add_argument("--interval", type=float, default=1.0)
+    args = p.parse_args(argv)
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    kubelet = Kubelet(args.dir, args.api, args.node)
+    kubelet.start()
+    print(f"kubelet stand-in serving {args.dir / 'kubelet.sock'}", flush=True)
+    while not done.wait(args.interval):
+        try:
+            kubelet.tick()
+        except (requests.RequestException, grpc.RpcError, StopIteration, ValueError) as err:
+            print(f"kubelet: {err}", file=sys.stderr, flush=True)
+    kubelet.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""A kube-scheduler stand-in: it calls the HAMi scheduler extender as kube-scheduler would.
+
+Every ``--interval`` seconds, for each Pending, unbound pod whose ``spec.schedulerName`` is HAMi's, it
+POSTs ExtenderArgs (the pod and every node name) to ``/filter`` and, when a node passes, an
+ExtenderBindingArgs to ``/bind`` on the first one. It also creates a short batch pod every
+``--churn-every`` seconds and deletes it after ``--lifetime`` seconds, so that filters, binds, node
+locks and allocations keep happening in the demo.
+
+``python -m hami.testing.kubesched --api URL --extender URL``
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from collections import deque
+from typing import Any
+
+import requests
+
+from hami.testing import cluster
+
+TIMEOUT = 10.0
+
+
+def pending_pods(pods: list[dict[str, Any]], scheduler_name: str) -> list[dict[str, Any]]:
+    return [
+        p
+        for p in pods
+        if (p.get("spec") or {}).get("schedulerName") == scheduler_name
+        and not (p.get("spec") or {}).get("nodeName")
+        and (p.get("status") or {}).get("phase", "Pending") == "Pending"
+    ]
+
+
+def batch_pod(n: int) -> dict[str, Any]:
+    pod = cluster.pending_pod()
+    pod["metadata"] = {"name": f"batch-job-{n}", "namespace": "ml-batch", "labels": {"app": "batch-job"}}
+    pod["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2048"}
+    return pod
+
+
+class Driver:
+    def __init__(self, api: str, extender: str, scheduler_name: str) -> None:
+        self.api, self.extender, self.scheduler_name = api.rstrip("/"), extender.rstrip("/"), scheduler_name
+        self.session = requests.Session()
+        self.filters = self.binds = 0
+
+    def _items(self, path: str) -> list[dict[str, Any]]:
+        r = self.session.get(self.api + path, timeout=TIMEOUT)
+        r.raise_for_status()
+        items: list[dict[str, Any]] = r.json().get("items") or []
+        return items
+
+    def schedule_once(self) -> None:
+        nodes = [n["metadata"]["name"] for n in self._items("/api/v1/nodes")]
+        for pod in pending_pods(self._items("/api/v1/pods"), self.scheduler_name):
+            r = self.session.post(
+                self.extender + "/filter", json={"Pod": pod, "NodeNames": nodes}, timeout=TIMEOUT
+            )
+            self.filters += 1
+            fitting = (r.json() or {}).get("NodeNames") or [] if r.status_code == 200 else []
+            if not fitting:
+                continue
+            meta = pod["metadata"]
+            args = {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"],
+                    "Node": fitting[0]}  # fmt: skip
+            self.session.post(self.extender + "/bind", json=args, timeout=TIMEOUT)
+            self.binds += 1
+
+    def create(self, pod: dict[str, Any]) -> None:
+        ns = pod["metadata"]["namespace"]
+        self.session.post(
+            f"{self.api}/api/v1/namespaces/{ns}/pods", json=pod, timeout=TIMEOUT
+        ).raise_for_status()
+
+    def delete(self, namespace: str, name: str) -> None:
+        self.session.delete(f"{self.api}/api/v1/namespaces/{namespace}/pods/{name}", timeout=TIMEOUT)
+
+
+def run(driver: Driver, done: threading.Event, interval: float, churn_every: float, lifetime: float) -> None:
+    alive: deque[tuple[float, str]] = deque()  # (deadline, name) of batch pods
+    now = next_churn = 0.0
+    n = 0
+    while not done.wait(interval):
+        now += interval
+        try:
+            if churn_every > 0 and now >= next_churn:
+                driver.create(batch_pod(n))
+                alive.append((now + lifetime, f"batch-job-{n}"))
+                n, next_churn = n + 1, now + churn_every
+            while alive and alive[0][0] <= now:
+                driver.delete("ml-batch", alive.popleft()[1])
+            driver.schedule_once()
+        except (requests.RequestException, ValueError) as err:
+            print(f"kubesched: {err}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m hami.testing.kubesched", description=__doc__)
+    p.add_argument("--api", required=True, help="Kubernetes API URL")
+    p.add_argument("--extender", required=True, help="scheduler extender URL")
+    p.add_argument("--scheduler-name", default=cluster.SCHEDULER_NAME)
+    p.add_argument("--interval", type=float, default=2.0)
+    p.add_argument("--churn-every", type=float, default=20.0, help="0: create no batch pods")
+    p.add_argument("--lifetime", type=float, default=60.0, help="seconds a batch pod lives")
+    args = p.parse_args(argv)
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    driver = Driver(args.api, args.extender, args.scheduler_name)
+    print(f"kubesched: driving {args.extender} for pods of {args.scheduler_name}", flush=True)
+    run(driver, done, args.interval, args.churn_every, args.lifetime)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,302 @@
+"""The whole product on one machine: the processes of ``make demo`` and of the integration tests.
+
+Start order: Kubernetes API emulator (seeded with ``hami.testing.cluster``), kube-state-metrics
+stand-in, simulated GPU node with the vGPU monitor, device plugin, scheduler extender, Alertmanager,
+Prometheus. ``stop()`` ends them in reverse order. Every wait has a deadline; a child that exits
+early fails the start with the tail of its log.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import yaml
+
+from hami.testing import cluster, promconfig
+from hami.testing.processes import ProcessGroup, StartError, http_ok, log_contains, port_problem, wait_until
+from hami.testing.prometheus import PROMETHEUS
+
+ROOT = Path(__file__).resolve().parents[3]
+RULES = ROOT / "alerts" / "hami-rules.yaml"
+DASHBOARDS = ROOT / "dashboards"
+ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
+
+# Daemons and the module that marks each as present in this checkout.
+MONITOR, SCHEDULER, DEVICE_PLUGIN = "monitor", "scheduler", "deviceplugin"
+MODULES = {
+    MONITOR: "hami.exporter.main",
+    SCHEDULER: "hami.scheduler.main",
+    DEVICE_PLUGIN: "hami.deviceplugin.main",
+}
+
+
+def installed(component: str) -> bool:
+    try:
+        return importlib.util.find_spec(MODULES[component]) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+@dataclass
+class Ports:
+    """0 = a free port from the OS. The demo's defaults are the daemons' documented ports."""
+
+    kubeapi: int = 0
+    ksm: int = 0
+    extender: int = 0  # the extender's /filter and /bind
+    monitor: int = 9394
+    scheduler: int = 9395
+    deviceplugin: int = 9396
+    prometheus: int = 9090
+    alertmanager: int = 9093
+
+
+@dataclass
+class StackOptions:
+    workdir: Path
+    host: str = "127.0.0.1"
+    ports: Ports = field(default_factory=Ports)
+    rules: Path = RULES
+    scrape_interval: str = "15s"
+    evaluation_interval: str = "15s"
+    gpus: int = 4
+    scenarios: bool = True  # stale node, pending pod, over-limit container, XIDs
+    xid_every: float = 60.0
+    churn_every: float = 30.0  # a batch pod created (and scheduled through the extender) this often
+    schedule_every: float = 2.0
+    sim_interval: float = 1.0
+    components: tuple[str, ...] = (MONITOR, SCHEDULER, DEVICE_PLUGIN)
+    ready_timeout: float = 120.0
+
+
+class Stack:
+    def __init__(self, opts: StackOptions) -> None:
+        self.opts = opts
+        self.work = opts.workdir
+        self.procs = ProcessGroup(self.work / "logs")
+        self.ports: dict[str, int] = {}
+        self.running: list[str] = []
+        self.kubeconfig = self.work / "kubeconfig"
+
+    # ---- addresses ----
+
+    def addr(self, name: str) -> str:
+        """The address ``name`` listens on."""
+        return f"{self.opts.host}:{self.ports[name]}"
+
+    def reach(self, name: str) -> str:
+        """The address to reach ``name`` at from this machine (a wildcard bind through loopback)."""
+        host = "127.0.0.1" if self.opts.host in ("", "0.0.0.0") else self.opts.host
+        return f"{host}:{self.ports[name]}"
+
+    def url(self, name: str) -> str:
+        return f"http://{self.reach(name)}"
+
+    @property
+    def kube_url(self) -> str:
+        return self.url("kubeapi")
+
+    def metrics_targets(self) -> dict[str, str]:
+        """Scrape job -> address of every running daemon."""
+        jobs = {
+            MONITOR: promconfig.JOB_MONITOR,
+            SCHEDULER: promconfig.JOB_SCHEDULER,
+            DEVICE_PLUGIN: promconfig.JOB_DEVICE_PLUGIN,
+        }
+        out = {jobs[c]: self.reach(c) for c in self.running}
+        out[promconfig.JOB_KSM] = self.reach("ksm")
+        return out
+
+    # ---- lifecycle ----
+
+    def _claim_ports(self) -> None:
+        """Fixed ports must be free now (one clear line if not); 0 picks a free one."""
+        from hami.testing.processes import free_port
+
+        problems = []
+        for name, port in vars(self.opts.ports).items():
+            if port == 0:
+                self.ports[name] = free_port(self.opts.host)
+                continue
+            problem = port_problem(self.opts.host, port)
+            if problem is not None:
+                problems.append(f"{problem} (needed for {name}; choose another with --{name}-port)")
+            self.ports[name] = port
+        if problems:
+            raise StartError("; ".join(problems))
+
+    def start(self) -> None:
+        missing = [c for c in self.opts.components if not installed(c)]
+        if missing:
+            raise StartError(f"not in this checkout: {', '.join(missing)}")
+        for binary in (PROMETHEUS, ALERTMANAGER):
+            if not Path(binary).exists():
+                raise StartError(
+                    f"{binary} is not installed (Debian packages prometheus, prometheus-alertmanager)"
+                )
+        self._claim_ports()
+        self.work.mkdir(parents=True, exist_ok=True)
+        try:
+            self._start_kubeapi()
+            self._start_ksm()
+            for component in self.opts.components:
+                starts = {
+                    MONITOR: self._start_monitor,
+                    SCHEDULER: self._start_scheduler,
+                    DEVICE_PLUGIN: self._start_deviceplugin,
+                }
+                starts[component]()
+                self.running.append(component)
+            self._start_alertmanager()
+            self._start_prometheus()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> dict[str, int]:
+        self.running.clear()
+        return self.procs.stop()
+
+    def _wait(self, check_url: str, what: str) -> None:
+        wait_until(http_ok(check_url), self.opts.ready_timeout, what, self.procs.check_alive)
+
+    # ---- children ----
+
+    def _start_kubeapi(self) -> None:
+        child = self.procs.python(
+            "kubeapi",
+            "hami.testing.kubeapi",
+            [
+                "--host",
+                self.opts.host,
+                "--port",
+                str(self.ports["kubeapi"]),
+                "--kubeconfig",
+                str(self.kubeconfig),
+            ],
+        )
+        wait_until(
+            log_contains(child.log, "kubeapi emulator serving on"),
+            self.opts.ready_timeout,
+            "the kube API emulator",
+            self.procs.check_alive,
+        )
+        cluster.seed(
+            self.kube_url, cluster.objects(self.opts.gpus, datetime.now().astimezone(), self.opts.scenarios)
+        )
+
+    def _start_ksm(self) -> None:
+        self.procs.python(
+            "kube-state-metrics", "hami.testing.ksm", ["--api", self.kube_url, "--bind", self.addr("ksm")]
+        )
+        self._wait(self.url("ksm") + "/metrics", "the kube-state-metrics stand-in")
+
+    def _start_monitor(self) -> None:
+        args = [
+            "--kubeconfig", str(self.kubeconfig),
+            "--hook-path", str(self.work / "hook"),
+            "--bind", self.addr(MONITOR),
+            "--gpus", str(self.opts.gpus),
+            "--interval", str(self.opts.sim_interval),
+        ]  # fmt: skip
+        if self.opts.scenarios:
+            args += ["--xid-every", str(self.opts.xid_every)]
+        self.procs.python("simnode-monitor", "hami.testing.simhost", args)
+        self._wait(self.url(MONITOR) + "/metrics", "the simulated node's monitor")
+
+    def _start_scheduler(self) -> None:
+        args = [
+            "--http_bind", self.addr("extender"),
+            "--metrics-bind-address", self.addr(SCHEDULER),
+            "--scheduler-name", cluster.SCHEDULER_NAME,
+            "--kubeconfig", str(self.kubeconfig),
+        ]  # fmt: skip
+        self.procs.python("scheduler", "hami.scheduler", args)
+        self._wait(self.url(SCHEDULER) + "/metrics", "the scheduler extender's metrics")
+        self._wait(self.url("extender") + "/healthz", "the scheduler extender")
+        args = [
+            "--api", self.kube_url,
+            "--extender", self.url("extender"),
+            "--interval", str(self.opts.schedule_every),
+            "--churn-every", str(self.opts.churn_every),
+        ]  # fmt: skip
+        self.procs.python("kube-scheduler", "hami.testing.kubesched", args)
+
+    def fake_nvml_spec_path(self) -> Path:
+        path = self.work / "fake-nvml.yaml"
+        if not path.exists():
+            path.write_text(yaml.safe_dump(cluster.fake_nvml_spec(self.opts.gpus), sort_keys=False))
+        return path
+
+    def _start_deviceplugin(self) -> None:
+        plugin_dir = self.work / "device-plugins"
+        plugin_dir.mkdir(parents=True, exist_ok=True)
+        node_config = self.work / "deviceplugin-node-config.json"
+        node_config.write_text('{"nodeconfig": []}\n')
+        kubelet = self.procs.python(
+            "kubelet",
+            "hami.testing.kubelet",
+            ["--dir", str(plugin_dir), "--api", self.kube_url, "--node", cluster.NODE],
+        )
+        wait_until(
+            log_contains(kubelet.log, "kubelet stand-in serving"),
+            self.opts.ready_timeout,
+            "the kubelet stand-in",
+            self.procs.check_alive,
+        )
+        args = [
+            "--node-name", cluster.NODE,
+            "--nvml", "fake",
+            "--fake-nvml-spec", str(self.fake_nvml_spec_path()),
+            "--device-plugin-path", str(plugin_dir),
+            "--hook-path", str(self.work / "hook"),
+            "--vgpu-lock-dir", str(self.work / "vgpulock"),
+            "--mig-apply-lock", str(self.work / "mig-apply.lock"),
+            "--node-config-file", str(node_config),
+            "--device-split-count", str(cluster.SPLIT_COUNT),
+            "--metrics-bind-address", self.addr(DEVICE_PLUGIN),
+            "--kubeconfig", str(self.kubeconfig),
+        ]  # fmt: skip
+        self.procs.python("device-plugin", "hami.deviceplugin", args)
+        self._wait(self.url(DEVICE_PLUGIN) + "/metrics", "the device plugin")
+
+    def _start_alertmanager(self) -> None:
+        config = self.work / "alertmanager.yml"
+        config.write_text(promconfig.alertmanager_config(group_wait="1s" if self.fast else "10s"))
+        argv = [
+            ALERTMANAGER,
+            f"--config.file={config}",
+            f"--storage.path={self.work / 'alertmanager-data'}",
+            f"--web.listen-address={self.addr('alertmanager')}",
+            "--cluster.listen-address=",  # no HA gossip port: one instance, nothing else to bind
+        ]
+        self.procs.start("alertmanager", argv)
+        self._wait(self.url("alertmanager") + "/-/ready", "Alertmanager")
+
+    @property
+    def fast(self) -> bool:
+        return promconfig.seconds(self.opts.scrape_interval) < 5
+
+    def _start_prometheus(self) -> None:
+        config = self.work / "prometheus.yml"
+        config.write_text(
+            promconfig.prometheus_config(
+                self.metrics_targets(),
+                [self.opts.rules],
+                self.reach("alertmanager"),
+                self.opts.scrape_interval,
+                self.opts.evaluation_interval,
+            )
+        )
+        argv = [
+            PROMETHEUS,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={self.work / 'prometheus-data'}",
+            f"--web.listen-address={self.addr('prometheus')}",
+            "--web.enable-lifecycle",
+        ]
+        self.procs.start("prometheus", argv)
+        self._wait(self.url("prometheus") + "/-/ready", "Prometheus")

@@ -1,0 +1,266 @@
+"""The product end to end: Debian's Prometheus scrapes the running monitor, scheduler extender and device
+plugin on the simulated cluster (``hami.testing.stack``, the processes of ``make demo``) with the rules
+loaded; its alerts reach Debian's Alertmanager.
+
+Speed-ups, and only these: scrape and evaluation every 1 s; a test copy of alerts/hami-rules.yaml in
+which every alert's ``for:`` is divided by 60, minutes becoming seconds (``promconfig.fast_rules``;
+expressions and thresholds unchanged); XIDs every 5 s and a batch pod every 5 s.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import requests
+
+from hami.testing import cluster, dashqueries, promconfig
+from hami.testing.prometheus import PROMETHEUS, PROMTOOL
+from hami.testing.stack import (
+    ALERTMANAGER,
+    DASHBOARDS,
+    DEVICE_PLUGIN,
+    MONITOR,
+    RULES,
+    SCHEDULER,
+    Ports,
+    Stack,
+    StackOptions,
+    installed,
+)
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not all(Path(p).exists() for p in (PROMETHEUS, PROMTOOL, ALERTMANAGER)),
+        reason="Debian prometheus packages missing",
+    ),
+]
+T = TypeVar("T")
+COMPONENTS = tuple(c for c in (MONITOR, SCHEDULER, DEVICE_PLUGIN) if installed(c))
+WAIT_S = 120.0  # every bounded wait: generous for a loaded 2-core machine
+LAST_GPU = cluster.gpu_uuid(0, 3)
+
+# Dashboard queries that cannot return data against the daemons as built (reported to the lead).
+KNOWN_EMPTY = {
+    # the monitor's own metrics carry no `node` label, the dashboard filters them by node
+    ("hami-device-plugin.json", "Collection latency"),
+    ("hami-device-plugin.json", "Shared regions by state"),
+    ("hami-device-plugin.json", "Region skips by reason"),
+    ("hami-device-plugin.json", "NVML errors by call"),
+    # only the device plugin's own NVML raises health events; the fake cannot be reached across processes
+    ("hami-node-device.json", "Health events"),
+}
+
+
+def poll(check: Callable[[], T | None], what: str, timeout: float = WAIT_S) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    work = tmp_path_factory.mktemp("stack")
+    rules = work / "hami-rules-fast.yaml"
+    rules.write_text(promconfig.fast_rules(RULES.read_text(encoding="utf-8")), encoding="utf-8")
+    opts = StackOptions(
+        workdir=work / "run",
+        ports=Ports(**dict.fromkeys(vars(Ports()), 0)),
+        rules=rules,
+        scrape_interval="1s",
+        evaluation_interval="1s",
+        xid_every=5.0,
+        churn_every=5.0,
+        schedule_every=1.0,
+        components=COMPONENTS,
+    )
+    s = Stack(opts)
+    s.start()
+    try:
+        yield s
+    finally:
+        codes = s.stop()
+        assert all(code == 0 for code in codes.values()), f"unclean exits: {codes}"
+
+
+def prometheus(stack: Stack) -> dashqueries.Prometheus:
+    return dashqueries.Prometheus(stack.url("prometheus"))
+
+
+def need(*components: str) -> None:
+    missing = [c for c in components if c not in COMPONENTS]
+    if missing:
+        pytest.skip(f"not in this checkout: {', '.join(missing)}")
+
+
+def test_prometheus_scrapes_every_daemon(stack: Stack) -> None:
+    def all_up() -> list[dict[str, Any]] | None:
+        targets = requests.get(stack.url("prometheus") + "/api/v1/targets", timeout=10).json()["data"]
+        active = targets["activeTargets"]
+        return active if active and all(t["health"] == "up" for t in active) else None
+
+    active = poll(all_up, "every scrape target up")
+    expected = {stack.metrics_targets()[job]: job for job in stack.metrics_targets()}
+    assert {t["labels"]["instance"]: t["labels"]["job"] for t in active} == expected
+
+
+# Names fixed by HAMi v2.10 (spec/scheduler.md §7.1) and the metrics contract: promtool's naming lint
+# flags their `_count` suffix. Only this finding, on only these names, is accepted.
+LINT_ACCEPTED = {
+    f'{name} non-histogram and non-summary metrics should not have "_count" suffix'
+    for name in ("hami_gpu_shared_count", "hami_gpu_split_count", "hami_device_split_count")
+}
+PROMTOOL_LINT_FOUND = 3  # exit status for lint findings (1 is a parse error)
+
+
+@pytest.mark.parametrize("component", [MONITOR, SCHEDULER, DEVICE_PLUGIN])
+def test_promtool_check_metrics_is_clean_on_a_live_scrape(stack: Stack, component: str) -> None:
+    need(component)
+    body = requests.get(stack.url(component) + "/metrics", timeout=10).text
+    out = subprocess.run(
+        [PROMTOOL, "check", "metrics"], input=body, capture_output=True, text=True, timeout=60, check=False
+    )
+    findings = [line for line in (out.stdout + out.stderr).splitlines() if line.strip()]
+    assert out.returncode in (0, PROMTOOL_LINT_FOUND), findings
+    assert [f for f in findings if f not in LINT_ACCEPTED] == []
+
+
+def _empty_queries(stack: Stack) -> dict[tuple[str, str], str]:
+    results = dashqueries.run_all(prometheus(stack), DASHBOARDS, rate_interval="15s")
+    return {(q.dashboard, q.panel): expr for q, (expr, n) in results.items() if n == 0}
+
+
+def test_every_dashboard_panel_query_returns_data(stack: Stack) -> None:
+    need(MONITOR, SCHEDULER, DEVICE_PLUGIN)
+    assert len(dashqueries.dashboard_files(DASHBOARDS)) == 6
+    last: dict[tuple[str, str], str] = {}
+
+    def settled() -> bool:
+        nonlocal last
+        last = {k: v for k, v in _empty_queries(stack).items() if k not in KNOWN_EMPTY}
+        return not last
+
+    try:
+        poll(settled, "every dashboard panel query to return data")
+    except AssertionError:
+        pytest.fail(
+            "panels without data:\n" + "\n".join(f"  {d} / {p}: {e}" for (d, p), e in sorted(last.items()))
+        )
+
+
+@pytest.mark.xfail(strict=True, reason="known gaps between the dashboards and the daemons (see KNOWN_EMPTY)")
+def test_known_empty_panels_are_still_empty(stack: Stack) -> None:
+    need(MONITOR, SCHEDULER, DEVICE_PLUGIN)
+    empty = _empty_queries(stack)
+    assert not (KNOWN_EMPTY & set(empty)), "fixed: remove these from KNOWN_EMPTY"
+
+
+def _alert_fires(stack: Stack, name: str, labels: dict[str, str]) -> Callable[[], bool]:
+    def check() -> bool:
+        firing = [
+            a
+            for a in prometheus(stack).alerts()
+            if a["labels"]["alertname"] == name and a["state"] == "firing"
+        ]
+        return any(all(a["labels"].get(k) == v for k, v in labels.items()) for a in firing)
+
+    return check
+
+
+def _alertmanager_has(stack: Stack, name: str, labels: dict[str, str]) -> Callable[[], bool]:
+    def check() -> bool:
+        got = requests.get(stack.url("alertmanager") + "/api/v2/alerts", timeout=10).json()
+        return any(
+            a["labels"].get("alertname") == name
+            and a["status"]["state"] == "active"
+            and all(a["labels"].get(k) == v for k, v in labels.items())
+            for a in got
+        )
+
+    return check
+
+
+SCENARIOS = [
+    # (scenario, daemons it needs, alert, labels the firing alert must carry)
+    ("over-limit container", (MONITOR,), "HAMiGPUMemoryHigh", {"namespace": "scenarios", "pod": "overlimit"}),
+    ("over-limit container", (MONITOR,), "HAMiMonitorRegionSkips", {"reason": "usage_over_limit"}),
+    ("expired handshake", (SCHEDULER,), "HAMiNodeHandshakeExpired", {"node": cluster.STALE_NODE}),
+    (
+        "unhealthy device",
+        (MONITOR,),
+        "HAMiGPUDeviceUnhealthy",
+        {"node": cluster.NODE, "device_uuid": LAST_GPU},
+    ),
+    ("unhealthy device", (MONITOR,), "HAMiGPUXidErrors", {"node": cluster.NODE, "device_uuid": LAST_GPU}),
+    ("stuck node lock", (SCHEDULER,), "HAMiNodeLockHeldTooLong", {"node": cluster.LOCKED_NODE}),
+    ("pending pod", (), "HAMiGPUPodPending", {"namespace": "scenarios", "pod": cluster.PENDING}),
+    ("pending pod", (SCHEDULER,), "HAMiSchedulerPendingPods", {}),
+]
+
+
+@pytest.mark.parametrize(
+    ("scenario", "needs", "alert", "labels"), SCENARIOS, ids=[f"{s[0]}:{s[2]}" for s in SCENARIOS]
+)
+def test_scenario_fires_its_alert_and_alertmanager_receives_it(
+    stack: Stack, scenario: str, needs: tuple[str, ...], alert: str, labels: dict[str, str]
+) -> None:
+    need(*needs)
+    poll(_alert_fires(stack, alert, labels), f"{alert}{labels} firing in Prometheus ({scenario})")
+    poll(_alertmanager_has(stack, alert, labels), f"{alert}{labels} active in Alertmanager ({scenario})")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the monitor exports a usage above the limit as the limit (region skip usage_over_limit), "
+    "so hami_vgpu_memory_used_bytes > limit never holds",
+)
+def test_over_limit_container_fires_vgpu_memory_over_limit(stack: Stack) -> None:
+    need(MONITOR)
+    poll(
+        _alert_fires(stack, "HAMiVGPUMemoryOverLimit", {"pod": "overlimit"}), "HAMiVGPUMemoryOverLimit", 20.0
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="hami_scheduler_node_lock_expired_total{reason} is created at the first expiry (value 1), so "
+    "increase() sees no change: the extender should export its reasons at 0 from the start",
+)
+def test_broken_expired_lock_fires_node_lock_expired(stack: Stack) -> None:
+    need(SCHEDULER)
+    has_counter = "hami_scheduler_node_lock_expired_total"
+    poll(lambda: prometheus(stack).query(has_counter), "the scheduler to break locked-node's expired lock")
+    poll(_alert_fires(stack, "HAMiNodeLockExpired", {}), "HAMiNodeLockExpired", 20.0)
+
+
+def test_healthy_things_do_not_alert(stack: Stack) -> None:
+    """The scenarios' alerts name only the scenarios' objects."""
+    need(MONITOR, SCHEDULER, DEVICE_PLUGIN)
+    poll(_alert_fires(stack, "HAMiNodeHandshakeExpired", {"node": cluster.STALE_NODE}), "the handshake alert")
+    poll(
+        _alert_fires(stack, "HAMiGPUDeviceUnhealthy", {"device_uuid": LAST_GPU}), "the unhealthy-device alert"
+    )
+    poll(_alert_fires(stack, "HAMiGPUPodPending", {"pod": cluster.PENDING}), "the pending-pod alert")
+    poll(_alert_fires(stack, "HAMiNodeLockHeldTooLong", {}), "the node-lock alert")
+    alerts = prometheus(stack).alerts()
+    by_name: dict[str, list[dict[str, str]]] = {}
+    for a in alerts:
+        by_name.setdefault(a["labels"]["alertname"], []).append(a["labels"])
+    # locked-node has no device plugin either: its handshake expires a minute after the scheduler asks
+    assert cluster.STALE_NODE in {a.get("node") for a in by_name["HAMiNodeHandshakeExpired"]}
+    assert cluster.NODE not in {a.get("node") for a in by_name["HAMiNodeHandshakeExpired"]}
+    assert {a.get("device_uuid") for a in by_name["HAMiGPUDeviceUnhealthy"]} == {LAST_GPU}
+    running = {(p.namespace, p.name) for p in cluster.POD_SPECS}  # batch pods may be pending for a second
+    pending = {(a.get("namespace"), a.get("pod")) for a in by_name["HAMiGPUPodPending"]}
+    assert ("scenarios", cluster.PENDING) in pending and not pending & running
+    assert not any(name.endswith("Down") for name in by_name), sorted(by_name)

@@ -1,0 +1,168 @@
+"""The pure parts of the demo stack: config rendering (checked by promtool), dashboard interpolation,
+the kube-state-metrics stand-in's families, the simulated cluster's objects, port checks."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hami.core import annotations as ann
+from hami.core.codec.handshake import REQUESTING, parse_handshake
+from hami.core.codec.node_devices import decode_node_devices
+from hami.core.codec.nodelock import parse_node_lock
+from hami.testing import cluster, dashqueries, demo, ksm, kubesched, promconfig
+from hami.testing.processes import port_problem
+from hami.testing.prometheus import PROMTOOL
+from hami.testing.stack import DASHBOARDS, RULES
+
+needs_promtool = pytest.mark.skipif(not Path(PROMTOOL).exists(), reason="promtool is not installed")
+NOW = datetime(2026, 1, 2, 3, 4, 5).astimezone()
+
+
+def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=60, check=False)
+
+
+@needs_promtool
+def test_fast_rules_scale_every_for_and_keep_everything_else(tmp_path: Path) -> None:
+    original = yaml.safe_load(RULES.read_text(encoding="utf-8"))
+    fast_text = promconfig.fast_rules(RULES.read_text(encoding="utf-8"))
+    fast = yaml.safe_load(fast_text)
+    pairs = [(a, b) for g, h in zip(original["groups"], fast["groups"], strict=True)
+             for a, b in zip(g["rules"], h["rules"], strict=True)]  # fmt: skip
+    scaled = {a["alert"]: (a["for"], b["for"]) for a, b in pairs if "alert" in a}
+    assert scaled["HAMiGPUPodPending"] == ("10m", "10000ms") and scaled["HAMiGPUXidErrors"] == ("0m", "0ms")
+    assert all(promconfig.seconds(new) * 60 == promconfig.seconds(old) for old, new in scaled.values())
+    assert all(
+        {k: v for k, v in a.items() if k != "for"} == {k: v for k, v in b.items() if k != "for"}
+        for a, b in pairs
+    )
+    path = tmp_path / "fast.yaml"
+    path.write_text(fast_text)
+    out = _promtool("check", "rules", str(path))
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@needs_promtool
+def test_prometheus_config_is_valid_for_promtool(tmp_path: Path) -> None:
+    text = promconfig.prometheus_config(
+        {promconfig.JOB_MONITOR: "127.0.0.1:9394", promconfig.JOB_KSM: "127.0.0.1:8080"},
+        [RULES],
+        "127.0.0.1:9093",
+        "1s",
+        "1s",
+    )
+    cfg = yaml.safe_load(text)
+    assert [s["job_name"] for s in cfg["scrape_configs"]] == ["hami-monitor", "kube-state-metrics"]
+    assert cfg["global"]["scrape_timeout"] == "1s"
+    path = tmp_path / "prometheus.yml"
+    path.write_text(text)
+    out = _promtool("check", "config", str(path))
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_seconds_reads_prometheus_durations() -> None:
+    assert promconfig.seconds("1h30m") == 5400 and promconfig.seconds("250ms") == 0.25
+    with pytest.raises(ValueError, match="not a Prometheus duration"):
+        promconfig.seconds("5 minutes")
+
+
+def test_alertmanager_config_routes_everything_to_one_receiver() -> None:
+    cfg = yaml.safe_load(promconfig.alertmanager_config(group_wait="1s"))
+    assert cfg["route"]["receiver"] == "hami-demo" and cfg["route"]["group_wait"] == "1s"
+    assert cfg["receivers"] == [{"name": "hami-demo"}]
+
+
+def test_substitute_interpolates_like_grafana() -> None:
+    expr = 'rate(x{node=~"$node", job=~"${job}"}[$__rate_interval])'
+    got = dashqueries.substitute(expr, {"node": ["a-1", "b.2"], "job": ["hami-scheduler"]}, "15s")
+    assert got == 'rate(x{node=~"(a\\\\-1|b\\\\.2)", job=~"(hami\\\\-scheduler)"}[15s])'
+    with pytest.raises(ValueError, match="unresolved"):
+        dashqueries.substitute('x{ns=~"$namespace"}', {"node": ["a"]}, "15s")
+
+
+def test_every_dashboard_variable_is_a_supported_label_values_query() -> None:
+    files = dashqueries.dashboard_files(DASHBOARDS)
+    assert len(files) == 6
+    for path in files:
+        variables = dashqueries.variable_queries(path)
+        assert "node" in variables
+        assert dashqueries.panel_queries(path)
+
+
+def test_ksm_families_follow_kube_state_metrics_names() -> None:
+    pods = [cluster.pending_pod(), cluster.gpu_pod(cluster.POD_SPECS[0])]
+    pods[0]["metadata"]["uid"] = "u0"
+    pods[1]["metadata"]["uid"] = "u1"
+    phase, requests = ksm.pod_families(pods)
+    pending = {(s.labels["pod"], s.labels["phase"]): s.value for s in phase.samples}
+    assert pending[(cluster.PENDING, "Pending")] == 1.0 and pending[(cluster.PENDING, "Running")] == 0.0
+    assert pending[(cluster.POD_SPECS[0].name, "Running")] == 1.0
+    req = {(s.labels["pod"], s.labels["resource"]): s.value for s in requests.samples}
+    assert req[(cluster.PENDING, "nvidia_com_gpu")] == 1.0
+    assert req[(cluster.PENDING, "nvidia_com_gpumem")] == cluster.GPU_MEM_MIB * 4
+    (labels,) = ksm.node_families([cluster.node("n", 0, 1, "Reported_2026-01-02 03:04:05", "a100")])
+    (sample,) = labels.samples
+    assert sample.labels["node"] == "n" and sample.labels["label_hami_io_pool"] == "a100"
+
+
+def test_cluster_objects_carry_the_scenarios() -> None:
+    objs = cluster.objects(4, NOW, scenarios=True)
+    nodes = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Node"}
+    assert set(nodes) == {cluster.NODE, cluster.STALE_NODE, cluster.LOCKED_NODE}
+    devs = decode_node_devices(nodes[cluster.NODE]["metadata"]["annotations"][ann.NODE_REGISTER])
+    assert [d.id for d in devs] == [d["uuid"] for d in cluster.fake_nvml_spec(4)["devices"]]
+    stale = parse_handshake(nodes[cluster.STALE_NODE]["metadata"]["annotations"][ann.NODE_HANDSHAKE])
+    assert stale.state == REQUESTING and NOW - stale.time >= timedelta(minutes=20)
+    lock = parse_node_lock(nodes[cluster.LOCKED_NODE]["metadata"]["annotations"][ann.NODE_LOCK])
+    assert NOW - lock.time >= timedelta(minutes=10)
+    pods = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Pod"}
+    assert kubesched.pending_pods(list(pods.values()), cluster.SCHEDULER_NAME) == [
+        pods[cluster.PENDING],
+        pods[cluster.PINNED],
+    ]
+    assert len([o for o in cluster.objects(4, NOW, scenarios=False) if o["kind"] == "Node"]) == 1
+
+
+def test_port_problem_names_a_taken_port() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert port_problem("127.0.0.1", port) == f"port {port} on 127.0.0.1 is already in use"
+    assert port_problem("127.0.0.1", port) is None
+
+
+def test_demo_fails_with_one_clear_line_when_a_port_is_taken(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        code = demo.main(["--workdir", str(tmp_path / "demo"), "--prometheus-port", str(port),
+                          "--alertmanager-port", "0", "--monitor-port", "0", "--scheduler-port", "0",
+                          "--deviceplugin-port", "0"])  # fmt: skip
+    assert code == 1
+    err = capsys.readouterr().err.strip()
+    want = f"demo: port {port} on 127.0.0.1 is already in use"
+    assert err == f"{want} (needed for prometheus; choose another with --prometheus-port)"
+
+
+def test_demo_clears_only_its_own_workdir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "notes.txt").write_text("keep me")
+    assert demo.main(["--workdir", str(precious)]) == 1
+    assert "is not a demo directory" in capsys.readouterr().err
+    assert (precious / "notes.txt").read_text() == "keep me"
+    run = tmp_path / "run"
+    assert demo.reset_workdir(run) is None
+    (run / "old.log").write_text("previous run")
+    assert demo.reset_workdir(run) is None
+    assert sorted(p.name for p in run.iterdir()) == [demo.MARKER]
