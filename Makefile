@@ -39,7 +39,7 @@ generate: venv
 	$(PY) -m dashboards.generate
 	$(PY) scripts/gen_metrics_doc.py
 
-demo: venv
+demo: venv sysdeps
 	$(PY) -m hami.testing.demo
 
 clean:
