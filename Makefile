@@ -36,6 +36,7 @@ proto: venv
 
 generate: venv
 	$(PY) -m alerts.generate
+	$(PY) scripts/gen_deploy_rules.py
 	$(PY) -m dashboards.generate
 	$(PY) scripts/gen_metrics_doc.py
 
