@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import signal
 import sys
 import threading
@@ -118,6 +119,8 @@ def options(args: argparse.Namespace) -> Options:
         leader_elect_resource_namespace=args.leader_elect_resource_namespace,
         leader_identity=args.leader_elect_identity,
         legacy_metrics=args.legacy_metrics,
+        pod_name=os.environ.get("POD_NAME", ""),
+        pod_namespace=os.environ.get("POD_NAMESPACE", ""),
     )
 
 
