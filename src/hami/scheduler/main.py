@@ -14,6 +14,7 @@ from datetime import timedelta
 import yaml
 
 from hami.core import klog
+from hami.core.codec.nodelock import format_go_duration
 from hami.core.kube.client import KubeConfigError
 from hami.core.kube.options import add_kube_flags, from_args
 from hami.scheduler.daemon import Extender, Options
@@ -139,11 +140,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         extender.start()
     except OSError as err:
         log.fatal("hami-scheduler: cannot listen: %s", err)
+    assert extender.http is not None and extender.metrics_server is not None
     log.info(
         "hami-scheduler extender on %s, metrics on %s (node lock timeout %s, leader-elect %s)",
-        opts.http_bind,
-        opts.metrics_bind,
-        opts.node_lock_timeout,
+        extender.http.url,
+        extender.metrics_server.url,
+        format_go_duration(opts.node_lock_timeout),
         opts.leader_elect,
     )
     if extender.state.synced.wait(60):
