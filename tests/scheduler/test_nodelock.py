@@ -189,3 +189,29 @@ def test_unparsable_lock_time_names_rfc3339(kube_api: KubeAPIServer, locker: Loc
         locker.locker.lock_node("n1", "default", "p1")
     assert "RFC3339" in str(err.value) and "yesterday" in str(err.value)
     assert not err.value.contention
+
+
+def test_lock_from_a_fresh_cached_node_costs_one_patch(kube_api: KubeAPIServer, locker: Locker) -> None:
+    cached = kube_api.store.put(_node("n1"))
+    kube_api.requests.clear()
+    locker.locker.lock_node("n1", "default", "p1", cached=cached)
+    assert _lock_value(kube_api, "n1") == format_node_lock(NodeLock(NOW, "default", "p1"))
+    assert kube_api.requests.count(method="GET") == 0
+    assert kube_api.requests.count(method="PATCH", path=r"/nodes/n1$") == 1
+
+
+def test_stale_cached_node_falls_back_to_reading_it(kube_api: KubeAPIServer, locker: Locker) -> None:
+    stale = kube_api.store.put(_node("n1"))
+    theirs = format_node_lock(NodeLock(NOW, "default", "other"))
+    kube_api.store.put(_node("n1", theirs))  # locked since the cache saw it
+    kube_api.store.put(_pod("other"))
+    kube_api.requests.clear()
+    with pytest.raises(NodeLockError) as err:
+        locker.locker.lock_node("n1", "default", "p1", cached=stale)
+    assert err.value.contention
+    assert _lock_value(kube_api, "n1") == theirs  # the precondition protected it
+    assert kube_api.requests.count(method="GET", path=r"/nodes/n1$") == 1
+    # Changed but unlocked (e.g. the holder released it): the fallback takes the lock.
+    kube_api.store.put(_node("n1"))
+    locker.locker.lock_node("n1", "default", "p1", cached=stale)
+    assert _lock_value(kube_api, "n1") == format_node_lock(NodeLock(NOW, "default", "p1"))

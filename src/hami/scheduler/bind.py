@@ -167,7 +167,9 @@ class Binder:
         try:
             while True:
                 try:
-                    self.locker.lock_node(args.node, args.pod_namespace, args.pod_name)
+                    self.locker.lock_node(
+                        args.node, args.pod_namespace, args.pod_name, cached=self.state.get_node(args.node)
+                    )
                     return
                 except NodeLockError as err:
                     if not (retry and err.contention):
