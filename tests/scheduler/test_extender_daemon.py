@@ -53,7 +53,7 @@ def _filter(d: Daemon, pod: dict[str, Any], nodes: list[str]) -> dict[str, Any]:
 
 def _lines_after(d: Daemon, start: int, what: str) -> list[str]:
     """Log lines from ``start`` on, once a line containing ``what`` has arrived."""
-    wait_until(lambda: any(what in line for line in d.lines[start:]), what=repr(what))
+    wait_until(lambda: any(what in line for line in d.lines[start:]), timeout=30, what=repr(what))
     return d.lines[start:]
 
 
@@ -164,8 +164,14 @@ def test_tls_on_http_bind_with_certificate_reload(
         second = issue(ca, "hami-scheduler-rotated", cert, key)
         st = os.stat(cert)  # visible even on coarse-mtime filesystems
         os.utime(cert, ns=(st.st_atime_ns, st.st_mtime_ns + 2_000_000_000))
-        wait_until(lambda: _served_der(d.url, ca_file) == second.public_bytes(Encoding.DER), what="new cert")
+        wait_until(
+            lambda: _served_der(d.url, ca_file) == second.public_bytes(Encoding.DER),
+            what="new cert",
+            timeout=30,
+        )
         assert requests.get(d.url + "/healthz", timeout=10, verify=str(ca_file)).status_code == 200
         wait_until(
-            lambda: any("TLS certificate reloaded from" in line for line in d.lines), what="reload log"
+            lambda: any("TLS certificate reloaded from" in line for line in d.lines),
+            what="reload log",
+            timeout=30,
         )
