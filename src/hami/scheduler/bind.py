@@ -9,10 +9,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from hami.core import annotations as ann
 from hami.core import klog
+from hami.core.codec.nodelock import CONTENTION, format_go_duration
 from hami.core.kube import errors, raw
 from hami.core.kube.events import ObjectRef
 from hami.core.kube.patches import patch_pod_metadata
@@ -42,8 +44,21 @@ def requests_gpus(pod: Mapping[str, Any], state: ClusterState) -> bool:
 
 
 def _pod_group(pod: Mapping[str, Any]) -> bool:
+    """PodGroup member (§2.1): the pod-group label or ``spec.schedulingGroup.podGroupName``."""
     labels = (pod.get("metadata") or {}).get("labels") or {}
-    return bool(labels.get(ann.POD_GROUP_LABEL))
+    group = (pod.get("spec") or {}).get("schedulingGroup") or {}
+    return bool(labels.get(ann.POD_GROUP_LABEL)) or (
+        isinstance(group, Mapping) and bool(group.get("podGroupName"))
+    )
+
+
+def go_seconds(seconds: float) -> str:
+    """Go ``Duration.String()`` of a flag value: ``28s``, ``500ms``, ``1m30s``, ``1.5s``."""
+    if 0 < seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    if seconds < 60 and seconds != int(seconds):
+        return f"{seconds:g}s"
+    return format_go_duration(timedelta(seconds=seconds))
 
 
 class Binder:
@@ -152,17 +167,20 @@ class Binder:
         try:
             while True:
                 try:
-                    self.locker.lock_node(args.node, args.pod_namespace, args.pod_name)
+                    self.locker.lock_node(
+                        args.node, args.pod_namespace, args.pod_name, cached=self.state.get_node(args.node)
+                    )
                     return
                 except NodeLockError as err:
                     if not (retry and err.contention):
                         raise
                     if time.monotonic() >= deadline:
                         raise NodeLockError(
-                            f"timed out after {self.lock_retry_timeout:g}s waiting for node {args.node} "
-                            f"to be unlocked: {err}",
+                            f"timed out after {go_seconds(self.lock_retry_timeout)} waiting for node "
+                            f"{args.node} to be unlocked: {CONTENTION}",
                             contention=True,
                         ) from err
+                    log.v(4).info("bind %s/%s: %s; retrying", args.pod_namespace, args.pod_name, err)
                     time.sleep(0.1)
         finally:
             waited = time.monotonic() - started

@@ -1,7 +1,8 @@
 """Scrape-time metrics from the caches: node states, handshakes, locks, leadership, allocations.
 
 HAMi's §7.1 families (``zone="vGPU"``, memory in bytes = MiB × 1048576) are always exported; the
-pre-2.9 CamelCase names only with ``--legacy-metrics``. Everything is read under the state lock
+pre-2.9 CamelCase names only with ``--legacy-metrics``, also with ``zone`` (HAMi registers the whole
+collector through ``WrapRegistererWith({"zone": "vGPU"})``). Everything is read under the state lock
 in one pass, so a scrape sees one consistent snapshot.
 """
 
@@ -24,7 +25,7 @@ from hami.scheduler.usage import PodAllocation
 MIB = 1048576
 ZONE = "vGPU"
 _DEV = ["node", "device_uuid", "device_index", "device_type", "zone"]
-_LEGACY_DEV = ["nodeid", "deviceuuid", "deviceidx", "devicetype"]
+_LEGACY_DEV = ["nodeid", "deviceuuid", "deviceidx", "devicetype", "zone"]
 
 
 def _g(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
@@ -119,39 +120,39 @@ def _allocation_families() -> tuple[tuple[GaugeMetricFamily, ...], list[GaugeMet
         _g(
             "GPUDeviceMemoryAllocated",
             "Device memory allocated for a certain GPU",
-            ["nodeid", "deviceuuid", "deviceidx", "devicecores", "devicetype"],
+            ["nodeid", "deviceuuid", "deviceidx", "devicecores", "devicetype", "zone"],
         ),
         _g("GPUDeviceSharedNum", "Number of containers sharing this GPU", _LEGACY_DEV),
         _g("GPUDeviceCoreAllocated", "Device core allocated for a certain GPU", _LEGACY_DEV),
         _g(
             "nodeGPUOverview",
             "GPU overview on a certain node",
-            ["nodeid", "deviceuuid", "deviceidx", "devicecores", "devicememorylimit", "devicetype"],
+            ["nodeid", "deviceuuid", "deviceidx", "devicecores", "devicememorylimit", "devicetype", "zone"],
         ),
         _g(
             "nodeGPUMemoryPercentage",
             "GPU Memory Allocated Percentage on a certain GPU",
-            ["nodeid", "deviceuuid", "deviceidx"],
+            ["nodeid", "deviceuuid", "deviceidx", "zone"],
         ),
         _g(
             "QuotaUsed",
             "resourcequota usage for a certain device",
-            ["quotanamespace", "quotaName", "limit"],
+            ["quotanamespace", "quotaName", "limit", "zone"],
         ),
         _g(
             "vGPUMemoryAllocated",
             "vGPU memory allocated from a container",
-            ["podnamespace", "nodename", "podname", "containeridx", "deviceuuid"],
+            ["podnamespace", "nodename", "podname", "containeridx", "deviceuuid", "zone"],
         ),
         _g(
             "vGPUCoreAllocated",
             "vGPU core allocated from a container",
-            ["podnamespace", "nodename", "podname", "containeridx", "deviceuuid"],
+            ["podnamespace", "nodename", "podname", "containeridx", "deviceuuid", "zone"],
         ),
         _g(
             "nodeGPUMigInstance",
             "GPU Sharing mode. 0 for hami-core, 1 for mig, 2 for mps",
-            ["nodeid", "deviceuuid", "deviceidx", "migname"],
+            ["nodeid", "deviceuuid", "deviceidx", "migname", "zone"],
         ),
     ]
     current = (
@@ -253,24 +254,26 @@ class StateCollector(Collector):
                     if d.devmem > 0:
                         mem_ratio.add_metric(base, umem / d.devmem)
                     if self.legacy:
-                        lb = [name, d.id, idx, d.type]
+                        lb = [name, d.id, idx, d.type, ZONE]
                         legacy[0].add_metric(lb, float(d.devmem * MIB))
                         legacy[1].add_metric(lb, float(d.devcore))
-                        legacy[2].add_metric([name, d.id, idx, str(d.devcore), d.type], float(umem * MIB))
+                        legacy[2].add_metric(
+                            [name, d.id, idx, str(d.devcore), d.type, ZONE], float(umem * MIB)
+                        )
                         legacy[3].add_metric(lb, float(used))
                         legacy[4].add_metric(lb, float(ucores))
                         legacy[5].add_metric(
-                            [name, d.id, idx, str(d.devcore), str(d.devmem), d.type], float(umem * MIB)
+                            [name, d.id, idx, str(d.devcore), str(d.devmem), d.type, ZONE], float(umem * MIB)
                         )
                         if d.devmem > 0:
-                            legacy[6].add_metric([name, d.id, idx], umem / d.devmem)
+                            legacy[6].add_metric([name, d.id, idx, ZONE], umem / d.devmem)
             for ns, rname, entry in self.state.quotas.items():
                 limit = str(entry.limit) if entry.limit_set else "0"
                 q_used.add_metric([ns, rname, limit, ZONE], float(entry.used))
                 if entry.limit_set:
                     q_limit.add_metric([ns, rname, ZONE], float(entry.limit))
                 if self.legacy:
-                    legacy[7].add_metric([ns, rname, limit], float(entry.used))
+                    legacy[7].add_metric([ns, rname, limit, ZONE], float(entry.used))
             for alloc in self.state.usage.pods():
                 self._mig_instances(alloc, mig_info, legacy[10])
                 for share in alloc.shares:
@@ -280,8 +283,8 @@ class StateCollector(Collector):
                     v_mem.add_metric([*labels, ZONE], float(share.usedmem * MIB))
                     v_core.add_metric([*labels, ZONE], float(share.usedcores))
                     if self.legacy:
-                        legacy[8].add_metric(labels, float(share.usedmem * MIB))
-                        legacy[9].add_metric(labels, float(share.usedcores))
+                        legacy[8].add_metric([*labels, ZONE], float(share.usedmem * MIB))
+                        legacy[9].add_metric([*labels, ZONE], float(share.usedcores))
         yield from current
         if self.legacy:
             yield from legacy
@@ -304,7 +307,9 @@ class StateCollector(Collector):
                 1.0,
             )
             if self.legacy:
-                legacy.add_metric([alloc.node, a.gpu_uuid, idx, f"{a.profile}-{a.gpu_instance_id}"], 1.0)
+                legacy.add_metric(
+                    [alloc.node, a.gpu_uuid, idx, f"{a.profile}-{a.gpu_instance_id}", ZONE], 1.0
+                )
 
 
 def describe(legacy: bool = False) -> list[MetricDescriptor]:

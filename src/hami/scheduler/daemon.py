@@ -22,6 +22,7 @@ from hami.scheduler.leader import Leadership
 from hami.scheduler.metrics import SchedulerMetrics
 from hami.scheduler.nodelock import NodeLocker
 from hami.scheduler.register import TICK_SECONDS, Register
+from hami.scheduler.roles import RoleLabels
 from hami.scheduler.routes import make_app
 from hami.scheduler.state import ClusterState
 from hami.scheduler.webhook import WebhookConfig
@@ -48,6 +49,8 @@ class Options:
     leader_elect_resource_namespace: str = ""
     leader_identity: str = ""
     legacy_metrics: bool = False
+    pod_name: str = ""  # $POD_NAME / $POD_NAMESPACE: this replica, for the role labels
+    pod_namespace: str = ""
     register_tick: float = TICK_SECONDS
     http_threads: int = 16
 
@@ -70,11 +73,18 @@ class Extender:
             name=opts.leader_elect_resource_name,
             namespace=opts.leader_elect_resource_namespace,
             identity=opts.leader_identity or None,
-            on_elected=self.state.wake.set,
+            on_elected=self.state.request_full_pass,
         )
         self.locker = NodeLocker(self.api, self.metrics, opts.node_lock_timeout)
+        roles = None
+        if opts.pod_namespace:
+            roles = RoleLabels(self.state, self.api, opts.pod_namespace, opts.pod_name)
         self.register = Register(
-            self.state, self.api, is_leader=self.leader.is_leader, on_node_gone=self.locker.forget
+            self.state,
+            self.api,
+            is_leader=self.leader.is_leader,
+            on_node_gone=self.locker.forget,
+            roles=roles,
         )
         self.recorder = EventRecorder(
             self.api, opts.scheduler_name or "hami-scheduler", registry=self.registry

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from hami.core import klog
 from hami.core.kube.events import NORMAL, WARNING, EventRecorder, ObjectRef
 from hami.scheduler import reasons as r
 from hami.scheduler.metrics import SchedulerMetrics
@@ -20,6 +21,8 @@ FILTERING_SUCCEED: Final = "FilteringSucceed"
 BINDING_FAILED: Final = "BindingFailed"
 BINDING_SUCCEED: Final = "BindingSucceed"
 MAX_NODES_LISTED: Final = 5
+
+log = klog.get_logger(__name__)
 
 
 def seed_failure_messages(failed: Mapping[str, str]) -> list[str]:
@@ -44,6 +47,11 @@ class PodEvents:
 
     def record(self, pod: ObjectRef, type_: str, reason: str, message: str) -> None:
         self.metrics.events.labels(reason).inc()
+        # Seed 000 greps the scheduler's log for "FilteringFailed" and for the pod's name.
+        if type_ == WARNING:
+            log.warning("%s %s/%s: %s", reason, pod.namespace, pod.name, message)
+        elif klog.v(4):
+            log.info("%s %s/%s: %s", reason, pod.namespace, pod.name, message)
         if self.recorder is not None:
             self.recorder.event(pod, type_, reason, message)
 

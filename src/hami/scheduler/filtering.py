@@ -142,4 +142,6 @@ class FilterService:
                 view = self.state.usage.view(state)
                 free = max((view.devs[i].totalmem - view.umem[i] for i in view.nvidia), default=0)
                 detail = f", requested {requested}Mi but available {free}Mi"
-            log.info("Node %s filtered out: %s%s", node, reason, detail)
+            # Seed 000's line names the reason codes without HAMi's "<n>/<m>" card counts.
+            codes = ", ".join(r.parse_reason(reason)) or reason
+            log.info("Node %s filtered out: %s%s", node, codes, detail)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import signal
 import sys
 import threading
@@ -13,6 +14,7 @@ from datetime import timedelta
 import yaml
 
 from hami.core import klog
+from hami.core.codec.nodelock import format_go_duration
 from hami.core.kube.client import KubeConfigError
 from hami.core.kube.options import add_kube_flags, from_args
 from hami.scheduler.daemon import Extender, Options
@@ -118,6 +120,8 @@ def options(args: argparse.Namespace) -> Options:
         leader_elect_resource_namespace=args.leader_elect_resource_namespace,
         leader_identity=args.leader_elect_identity,
         legacy_metrics=args.legacy_metrics,
+        pod_name=os.environ.get("POD_NAME", ""),
+        pod_namespace=os.environ.get("POD_NAMESPACE", ""),
     )
 
 
@@ -136,11 +140,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         extender.start()
     except OSError as err:
         log.fatal("hami-scheduler: cannot listen: %s", err)
+    assert extender.http is not None and extender.metrics_server is not None
     log.info(
         "hami-scheduler extender on %s, metrics on %s (node lock timeout %s, leader-elect %s)",
-        opts.http_bind,
-        opts.metrics_bind,
-        opts.node_lock_timeout,
+        extender.http.url,
+        extender.metrics_server.url,
+        format_go_duration(opts.node_lock_timeout),
         opts.leader_elect,
     )
     if extender.state.synced.wait(60):

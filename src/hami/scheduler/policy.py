@@ -131,8 +131,9 @@ def pick_node(policy: str, fits: Sequence[tuple[str, float]]) -> list[tuple[str,
     spread sorts by descending score (lowest chosen), everything else ascending (highest chosen).
     HAMi breaks ties by goroutine timing; here the node listed first in the request wins.
     """
+    # Plain tuples sort in C; the index (never equal) keeps names out of the comparison.
     if policy == SPREAD:
-        ranked = sorted(enumerate(fits), key=lambda p: (-p[1][1], -p[0]))
-    else:
-        ranked = sorted(enumerate(fits), key=lambda p: (p[1][1], -p[0]))
-    return [item for _, item in ranked]
+        ranked = sorted([(score, i, name) for i, (name, score) in enumerate(fits)], reverse=True)
+        return [(name, score) for score, _, name in ranked]
+    ranked = sorted([(score, -i, name) for i, (name, score) in enumerate(fits)])
+    return [(name, score) for score, _, name in ranked]

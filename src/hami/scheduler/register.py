@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hami.core import annotations as ann
 from hami.core import klog
@@ -38,6 +38,9 @@ from hami.scheduler.state import (
     annotations_of,
     meta_field,
 )
+
+if TYPE_CHECKING:
+    from hami.scheduler.roles import RoleLabels
 
 log = klog.get_logger(__name__)
 
@@ -70,16 +73,19 @@ class Register:
         is_leader: Callable[[], bool] = lambda: True,
         now: Callable[[], datetime] = lambda: datetime.now().astimezone(),
         on_node_gone: Callable[[str], None] = lambda _n: None,
+        roles: RoleLabels | None = None,
     ) -> None:
         self.state = state
         self.api = api_client
         self.is_leader = is_leader
         self.now = now
         self.on_node_gone = on_node_gone
+        self.roles = roles
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def run_once(self) -> None:
+        """The full pass of every tick: every node, then (leader only) the role labels."""
         started = time.monotonic()
         leader = self.is_leader()
         now = self.now()
@@ -92,12 +98,32 @@ class Register:
             seen.add(name)
             self._visit(name, node, now, leader, resource)
         with self.state.lock:
-            for gone in [n for n in self.state.records if n not in seen]:
-                del self.state.records[gone]
-                self.state.nodes.pop(gone, None)
-                self.on_node_gone(gone)
+            gone = [n for n in self.state.records if n not in seen]
+        for name in gone:
+            self._forget(name)
+        if leader and self.roles is not None:
+            self.roles.reconcile()
         self.state.synced.set()
         self.state.metrics.register_duration.observe(time.monotonic() - started)
+
+    def run_nodes(self, names: set[str]) -> None:
+        """Revisit only nodes whose objects changed (added, updated, deleted) since the last pass."""
+        leader = self.is_leader()
+        now = self.now()
+        resource = self.state.nvidia.resource_count_name
+        for name in sorted(names):
+            node = self.state.get_node(name)
+            if node is None:
+                self._forget(name)
+            else:
+                self._visit(name, node, now, leader, resource)
+
+    def _forget(self, name: str) -> None:
+        with self.state.lock:
+            known = self.state.records.pop(name, None) is not None
+            self.state.nodes.pop(name, None)
+        if known:
+            self.on_node_gone(name)
 
     def _visit(self, name: str, node: Mapping[str, Any], now: datetime, leader: bool, resource: str) -> None:
         annos = annotations_of(node)
@@ -194,11 +220,19 @@ class Register:
             self._thread.join(timeout)
 
     def _loop(self, tick: float) -> None:
+        next_full = 0.0
         while not self._stop.is_set():
-            if self.state.informers_synced():
-                self.state.wake.clear()
-                try:
+            if not self.state.informers_synced():
+                self.state.wake.wait(0.05)
+                continue
+            self.state.wake.clear()
+            full, dirty = self.state.take_register_work()
+            try:
+                if full or time.monotonic() >= next_full:
                     self.run_once()
-                except Exception as err:  # one bad pass must not end the loop
-                    log.error("register pass failed: %s", err, exc_info=True)
-            self.state.wake.wait(tick if self.state.informers_synced() else 0.05)
+                    next_full = time.monotonic() + tick
+                elif dirty:
+                    self.run_nodes(dirty)
+            except Exception as err:  # one bad pass must not end the loop
+                log.error("register pass failed: %s", err, exc_info=True)
+            self.state.wake.wait(max(next_full - time.monotonic(), 0.0))

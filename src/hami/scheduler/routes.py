@@ -86,7 +86,7 @@ def make_app(state: ClusterState, filters: FilterService, binder: Binder, webhoo
         if (
             not isinstance(pod, dict)
             or not isinstance(names, list)
-            or not all(isinstance(n, str) for n in names)
+            or not set(map(type, names)) <= {str}
         ):
             return _bad_request("Pod must be an object and NodeNames a list of strings")
         return _json(filters.filter(pod, names))

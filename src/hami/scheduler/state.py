@@ -94,13 +94,18 @@ class ClusterState:
         self.usage = UsageIndex()
         self.quotas = QuotaManager(nvidia)
         self.synced = threading.Event()
-        self.wake = threading.Event()  # node added/changed/deleted: run the register pass now
+        self.wake = threading.Event()  # register work is waiting (see ``take_register_work``)
+        self._work_lock = threading.Lock()
+        self._dirty: set[str] = set()  # nodes added/changed/deleted since the last pass
+        self._full = True  # a pass over every node is due (start, leadership gained)
         self._released: set[str] = set()  # pods whose init-container usage was shrunk
         self._logged: set[str] = set()
         self.node_informer = Informer(api_client, ("", "v1", "nodes"), label_selector=node_label_selector)
         self.pod_informer = Informer(api_client, ("", "v1", "pods"))
         self.quota_informer = Informer(api_client, ("", "v1", "resourcequotas"))
-        self.node_informer.add_handler(self._node_event, lambda _o, _n: self.wake.set(), self._node_event)
+        self.node_informer.add_handler(
+            self._node_event, lambda _old, new: self._node_event(new), self._node_event
+        )
         self.pod_informer.add_handler(self._pod_add, self._pod_update, self._pod_delete)
         self.quota_informer.add_handler(self._quota_add, self._quota_update, self._quota_delete)
 
@@ -146,8 +151,29 @@ class ClusterState:
 
     # --- informer handlers ----------------------------------------------------------------
 
-    def _node_event(self, _obj: Obj) -> None:
+    def _node_event(self, obj: Obj) -> None:
+        name = meta_field(obj, "name")
+        if name:
+            with self._work_lock:
+                self._dirty.add(name)
+            self.wake.set()
+
+    def request_full_pass(self) -> None:
+        """Revisit every node now (e.g. on becoming leader: handshakes and role labels are due)."""
+        with self._work_lock:
+            self._full = True
         self.wake.set()
+
+    def take_register_work(self) -> tuple[bool, set[str]]:
+        """``(full pass requested, nodes changed since the last call)``, both reset.
+
+        Every bind changes a node twice (lock set, lock released); revisiting only those nodes
+        keeps a busy cluster from re-checking all of them on every node event.
+        """
+        with self._work_lock:
+            full, dirty = self._full, self._dirty
+            self._full, self._dirty = False, set()
+        return full, dirty
 
     def _allocation(self, pod: Obj) -> PodAllocation | None:
         annos = annotations_of(pod)

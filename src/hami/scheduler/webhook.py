@@ -1,4 +1,4 @@
-"""The mutating admission webhook (§8): AdmissionReview v1 in, a JSON patch out.
+"""The mutating admission webhook (§8): AdmissionReview v1 or v1beta1 in, a JSON patch out.
 
 ``admit`` is pure: it takes the decoded AdmissionReview and returns the response review.
 Implemented from HAMi's NVIDIA ``MutateAdmission``: gpumem-percentage validation, priority env,
@@ -22,6 +22,7 @@ from hami.scheduler.requests import container_request, int_quantity, pod_quota_d
 
 Obj = dict[str, Any]
 DEFAULT_SCHEDULER = "default-scheduler"
+ADMISSION_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 
 
 class AdmissionError(ValueError):
@@ -91,15 +92,29 @@ def _mutate_container(container: Obj, cfg: NvidiaConfig) -> bool:
 
 
 def _response(
-    uid: str, allowed: bool, message: str = "", code: int = 200, patch: list[Obj] | None = None
+    review: Mapping[str, Any],
+    allowed: bool,
+    message: str = "",
+    code: int = 200,
+    patch: list[Obj] | None = None,
 ) -> Obj:
-    response: Obj = {"uid": uid, "allowed": allowed}
-    if not allowed or message:
-        response["status"] = {"code": code if not allowed else 200, "message": message}
+    """controller-runtime's response: ``status`` always present (``Complete`` defaults the code to
+    200), reason ``Forbidden`` on a denial, and the request's AdmissionReview version echoed (the
+    chart registers v1beta1; an API server rejects a reply in another version)."""
+    status: Obj = {"metadata": {}, "code": code}
+    if code == 403:
+        status["reason"] = "Forbidden"
+    if message:
+        status["message"] = message
+    request = review.get("request") or {}
+    response: Obj = {"uid": str(request.get("uid", "")), "allowed": allowed, "status": status}
     if patch:
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+    version = review.get("apiVersion")
+    if version not in ADMISSION_VERSIONS:
+        version = ADMISSION_VERSIONS[0]
+    return {"apiVersion": version, "kind": "AdmissionReview", "response": response}
 
 
 def admit(review: Any, cfg: WebhookConfig, quotas: QuotaManager | None) -> Obj:
@@ -107,21 +122,20 @@ def admit(review: Any, cfg: WebhookConfig, quotas: QuotaManager | None) -> Obj:
     if not isinstance(review, Mapping) or not isinstance(review.get("request"), Mapping):
         raise AdmissionError("body is not an AdmissionReview with a request")
     request = review["request"]
-    uid = str(request.get("uid", ""))
     pod = request.get("object")
     if not isinstance(pod, Mapping) or not isinstance(pod.get("spec"), Mapping):
         raise AdmissionError("AdmissionReview request.object is not a Pod")
     spec = pod["spec"]
     containers = spec.get("containers")
     if not isinstance(containers, list) or not containers:
-        return _response(uid, False, "pod has no containers", 403)
+        return _response(review, False, "pod has no containers", 403)
     current = spec.get("schedulerName")
     if (
         current
         and (current != DEFAULT_SCHEDULER or not cfg.force_overwrite_default_scheduler)
         and (not cfg.scheduler_name or cfg.scheduler_name != current)
     ):
-        return _response(uid, True, "pod already has different scheduler assigned")
+        return _response(review, True, "pod already has different scheduler assigned")
     mutated = copy.deepcopy(dict(pod))
     mspec = mutated["spec"]
     has_resource = False
@@ -131,21 +145,21 @@ def admit(review: Any, cfg: WebhookConfig, quotas: QuotaManager | None) -> Obj:
         try:
             has_resource = _mutate_container(container, cfg.nvidia) or has_resource
         except ValueError as err:
-            return _response(uid, False, str(err), 500)
+            return _response(review, False, str(err), 500)
     if not has_resource:
-        return _response(uid, True, patch=json_patch(dict(pod), mutated))
+        return _response(review, True, patch=json_patch(dict(pod), mutated))
     for container in everything:
         if (container.get("securityContext") or {}).get("privileged"):
-            return _response(uid, False, f"container {container.get('name', '')} is privileged", 403)
+            return _response(review, False, f"container {container.get('name', '')} is privileged", 403)
     if cfg.scheduler_name:
         mspec["schedulerName"] = cfg.scheduler_name
         if mspec.get("nodeName"):
-            return _response(uid, False, "pod has node assigned", 403)
+            return _response(review, False, "pod has node assigned", 403)
     if quotas is not None:
         init = [c for c in (mspec.get("initContainers") or []) if isinstance(c, dict)]
         reqs = tuple(container_request(c, cfg.nvidia) for c in everything)
         mem, cores = pod_quota_demand(reqs, len(init))
         namespace = str((pod.get("metadata") or {}).get("namespace") or request.get("namespace") or "")
         if (mem or cores) and not quotas.fits(namespace, mem, cores):
-            return _response(uid, False, "exceeding resource quota", 403)
-    return _response(uid, True, patch=json_patch(dict(pod), mutated))
+            return _response(review, False, "exceeding resource quota", 403)
+    return _response(review, True, patch=json_patch(dict(pod), mutated))

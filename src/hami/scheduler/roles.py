@@ -1,0 +1,61 @@
+"""The ``hami.io/scheduler-role`` labels (§2.1): the leader marks itself ``leader`` and the other
+scheduler replicas ``follower`` on each register tick, so ``kubectl get pods -L`` (and
+hami-doctor) show which replica binds.
+
+Replicas are the pods labelled ``app.kubernetes.io/component=hami-scheduler`` in ``$POD_NAMESPACE``;
+this replica is ``$POD_NAME``. The pods come from the pod informer, and only a label that differs
+is patched: a settled cluster costs no API call.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from hami.core import annotations as ann
+from hami.core import klog
+from hami.core.kube import errors
+from hami.core.kube.patches import patch_pod_metadata
+from hami.scheduler.register import error_reason
+from hami.scheduler.state import ClusterState, meta_field
+
+log = klog.get_logger(__name__)
+
+COMPONENT_LABEL: Final = "app.kubernetes.io/component"
+COMPONENT: Final = "hami-scheduler"
+LEADER: Final = "leader"
+FOLLOWER: Final = "follower"
+
+
+class RoleLabels:
+    def __init__(self, state: ClusterState, api_client: object, namespace: str, own_pod: str) -> None:
+        self.state = state
+        self.api = api_client
+        self.namespace = namespace
+        self.own_pod = own_pod
+
+    def reconcile(self) -> None:
+        """Called by the leader: own pod ``leader``, every other replica ``follower``."""
+        for pod in self.state.pod_informer.list():
+            if meta_field(pod, "namespace") != self.namespace:
+                continue
+            labels = (pod.get("metadata") or {}).get("labels") or {}
+            if labels.get(COMPONENT_LABEL) != COMPONENT:
+                continue
+            name = meta_field(pod, "name")
+            want = LEADER if name == self.own_pod else FOLLOWER
+            if labels.get(ann.SCHEDULER_ROLE_LABEL) == want:
+                continue
+            try:
+                patch_pod_metadata(self.api, self.namespace, name, labels={ann.SCHEDULER_ROLE_LABEL: want})
+            except errors.ApiError as err:
+                self.state.metrics.api_errors.labels("role_label", error_reason(err)).inc()
+                log.error(
+                    "pod %s/%s: failed to set %s=%s: %s",
+                    self.namespace,
+                    name,
+                    ann.SCHEDULER_ROLE_LABEL,
+                    want,
+                    err,
+                )
+                continue
+            log.info("pod %s/%s: %s=%s", self.namespace, name, ann.SCHEDULER_ROLE_LABEL, want)
