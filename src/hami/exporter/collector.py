@@ -1,4 +1,9 @@
-"""The scrape-time collector: read every region, join pods, read NVML, build the families."""
+"""The scrape-time collector: read every region, join pods, read NVML, build the families.
+
+Two outputs of the same families: ``collect()`` (prometheus_client metrics, for OpenMetrics and
+filtered scrapes) and ``render()`` (text 0.0.4 or OpenMetrics through the cached ``TextRenderer``,
+the fast path ``hami.core.serve`` takes for a scrape in either format).
+"""
 
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from hami.core.devices import PodDevices
 from hami.exporter import families
 from hami.exporter.attribution import attribute, pod_labels
 from hami.exporter.discovery import ContainerLister
+from hami.exporter.exposition import Family, TextRenderer, to_metric
 from hami.exporter.families import Counters, HostDevice, NodeView
 from hami.exporter.region import reasons
 from hami.exporter.region.parse import RegionRejected, RegionSnapshot
@@ -75,6 +81,8 @@ class MonitorCollector(Collector):
             registry=registry,
         )
         self._warned: set[str] = set()
+        self._renderer = TextRenderer()
+        self._render_lock = threading.Lock()
 
     def read_regions(self) -> tuple[dict[tuple[str, str], RegionSnapshot], dict[str, int]]:
         """Snapshot every loaded region; count states and skip reasons."""
@@ -122,18 +130,30 @@ class MonitorCollector(Collector):
             regions=states,
         )
 
-    def collect(self) -> Iterator[Metric]:
-        start = time.perf_counter()
+    def families(self) -> list[Family]:
         view = self.view()
         counters = Counters(self.skips.snapshot(), self.nvml_errors.snapshot())
-        out = [
+        return [
             *families.host_families(view, self._legacy),
             *families.container_families(view, self._legacy),
             *families.pod_label_families(view),
             *families.self_families(view, counters, reasons.ALL),
         ]
+
+    def collect(self) -> Iterator[Metric]:
+        start = time.perf_counter()
+        out = [to_metric(f) for f in self.families()]
         self._duration.observe(time.perf_counter() - start)
         yield from out
+
+    def render(self, openmetrics: bool) -> bytes:
+        """The same families as ``collect()``, as text 0.0.4 or an OpenMetrics body (no ``# EOF``)."""
+        start = time.perf_counter()
+        built = self.families()
+        with self._render_lock:
+            body = self._renderer.render(built, openmetrics)
+        self._duration.observe(time.perf_counter() - start)
+        return body
 
     def describe(self) -> Iterator[Metric]:
         return iter(())

@@ -70,7 +70,7 @@ class Monitor:
             labels_allowlist=cfg.pod_labels_allowlist,
             registry=self.registry,
         )
-        self.registry.register(self.collector)
+        # not registered: /metrics renders it itself (serve's ``exposition``), beside the registry
         build_info("monitor", self.registry)
         self.feedback = FeedbackLoop(self.lister, pod_uids, on_update=self._on_update)
         self._cfg = cfg
@@ -93,6 +93,7 @@ class Monitor:
             web_config_file=self._cfg.web_config_file,
             profiling=self._cfg.profiling,
             name="hami-monitor",
+            exposition=self.collector,
         )
         log.info("Serving metrics on %s", self.server.url)
 
@@ -117,8 +118,11 @@ def _open_nvml(errors: Tally) -> Nvml | None:
 
 def run(cfg: Config, stop: threading.Event) -> int:
     _raise_fd_limit()
-    api = new_api_client(cfg.kube)
-    informer = Informer(api, field_selector=f"spec.nodeName={cfg.node_name}", resync=cfg.resync_s)
+    registry = CollectorRegistry()  # the client's and informer's metrics are served with ours
+    api = new_api_client(cfg.kube, registry=registry)
+    informer = Informer(
+        api, field_selector=f"spec.nodeName={cfg.node_name}", resync=cfg.resync_s, registry=registry
+    )
     informer.start()
     nvml_errors = Tally()
     nvml = _open_nvml(nvml_errors)
@@ -128,7 +132,15 @@ def run(cfg: Config, stop: threading.Event) -> int:
             return None
         return {str((p.get("metadata") or {}).get("uid", "")) for p in informer.list()}
 
-    monitor = Monitor(cfg, nvml, informer.list, uids, ready=informer.has_synced, nvml_errors=nvml_errors)
+    monitor = Monitor(
+        cfg,
+        nvml,
+        informer.list,
+        uids,
+        ready=informer.has_synced,
+        registry=registry,
+        nvml_errors=nvml_errors,
+    )
     monitor.start()
     if informer.wait_for_sync(60):
         log.info("Pod informer started successfully")
