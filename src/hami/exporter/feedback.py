@@ -102,22 +102,27 @@ def read_state(key: str, region: MappedRegion) -> tuple[FeedbackState, Layout] |
     layout = region.layout()
     if not isinstance(layout, Layout):
         return None
-    view = region.buffer()
+    table = region.view(layout.off_uuids, UUID_LEN * MAX_DEVICES)
+    tail = region.view(layout.off_proc_num, layout.off_priority + 4 - layout.off_proc_num)
+    if table is None or tail is None:
+        return None
     try:
         uuids = tuple(
-            bytes(view[off : off + UUID_LEN])
-            for off in (layout.off_uuids + UUID_LEN * i for i in range(MAX_DEVICES))
-            if view[off] != 0
+            bytes(table[off : off + UUID_LEN])
+            for off in range(0, UUID_LEN * MAX_DEVICES, UUID_LEN)
+            if table[off] != 0
         )
+        base = layout.off_proc_num
         state = FeedbackState(
             key=key,
-            recent_kernel=_I32.unpack_from(view, layout.off_recent_kernel)[0],
-            priority=_I32.unpack_from(view, layout.off_priority)[0],
-            utilization_switch=_I32.unpack_from(view, layout.off_utilization_switch)[0],
+            recent_kernel=_I32.unpack_from(tail, layout.off_recent_kernel - base)[0],
+            priority=_I32.unpack_from(tail, layout.off_priority - base)[0],
+            utilization_switch=_I32.unpack_from(tail, layout.off_utilization_switch - base)[0],
             uuids=uuids,
         )
     finally:
-        view.release()
+        table.release()
+        tail.release()
     return state, layout
 
 
