@@ -92,13 +92,16 @@ def attribute(
     for pod in pods:
         meta = _meta(pod)
         uid, ns, name = str(meta.get("uid", "")), str(meta.get("namespace", "")), str(meta.get("name", ""))
+        names = _names(pod, "containers")
+        # the annotation is decoded only for a pod with a container that has no region yet
+        idle = any((uid, ctr) not in regions for ctr in names)
         finished = (pod.get("status") or {}).get("phase") in _FINISHED
         try:
-            allocated = {} if finished else allocated_devices(pod, decode)
+            allocated = allocated_devices(pod, decode) if idle and not finished else {}
         except ValueError as err:
             on_decode_error(pod, err)
             allocated = {}
-        for ctr in _names(pod, "containers"):
+        for ctr in names:
             snap = regions.get((uid, ctr))
             if snap is not None:
                 views.append(

@@ -155,6 +155,7 @@ _CTR = (
 def container_families(view: NodeView, legacy: bool) -> list[Family]:
     fams = [_g(name, doc, CTR_LABELS) for name, doc, _ in _CTR]
     keys = [key for _, _, key in _CTR]
+    rows = [f.rows for f in fams]  # appended to directly: this loop runs per device per scrape
     elapsed = _g(
         "hami_container_last_kernel_elapsed_seconds",
         "Seconds since last kernel execution in container",
@@ -183,8 +184,8 @@ def container_families(view: NodeView, legacy: bool) -> list[Family]:
                 "sm_limit": d.sm_limit_percent,
                 "procs": c.processes,
             }
-            for fam, key in zip(fams, keys, strict=True):
-                fam.add(lv, values[key])
+            for out_rows, key in zip(rows, keys, strict=True):
+                out_rows.append((CTR_LABELS, lv, values[key]))
             if since is not None:
                 elapsed.add(lv, since)
             if legacy:
