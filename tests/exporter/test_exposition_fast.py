@@ -12,7 +12,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as om_lates
 from prometheus_client.parser import text_string_to_metric_families
 
 from hami.exporter import families
-from hami.exporter.attribution import ContainerView, PodLabels
+from hami.exporter.attribution import ContainerView, MigView, PodLabels
 from hami.exporter.exposition import Family, TextRenderer, to_metric
 from hami.exporter.families import Counters, HostDevice, MigIdentity, NodeView
 from hami.exporter.region import reasons
@@ -58,6 +58,10 @@ views = st.builds(
     hosts=st.lists(hosts, max_size=3).map(tuple),
     containers=st.lists(containers, max_size=4).map(tuple),
     pod_labels=st.lists(pod_labels, max_size=3).map(tuple),
+    migs=st.lists(st.builds(MigView, namespace=text, pod=text, container=text,
+                            vdevice_index=st.integers(0, 15), device_uuid=text, mig_uuid=text, profile=text,
+                            gpu_instance_id=st.integers(0, 14), compute_instance_id=st.integers(0, 7)),
+                  max_size=2).map(tuple),
     regions=st.dictionaries(st.sampled_from(["ok", "initialising", "skipped"]), st.integers(0, 9)),
 )
 tallies = st.dictionaries(st.sampled_from(reasons.ALL), st.integers(0, 10**6))
@@ -67,6 +71,7 @@ def build(view: NodeView, legacy: bool, skips: dict[str, int]) -> list[Family]:
     return [
         *families.host_families(view, legacy),
         *families.container_families(view, legacy),
+        *families.mig_families(view, legacy),
         *families.pod_label_families(view),
         *families.self_families(view, Counters(skips, {"nvmlDeviceGetPowerUsage": 3}), reasons.ALL),
     ]

@@ -18,9 +18,10 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from hami.core import klog
-from hami.core.devices import PodDevices
+from hami.core.codec.mig import decode_mig_allocations
+from hami.core.devices import MigAllocation, PodDevices
 from hami.exporter import families
-from hami.exporter.attribution import attribute, pod_labels
+from hami.exporter.attribution import attribute, mig_devices, pod_labels
 from hami.exporter.discovery import ContainerLister
 from hami.exporter.exposition import Family, TextRenderer, to_metric
 from hami.exporter.families import Counters, HostDevice, NodeView
@@ -63,6 +64,7 @@ class MonitorCollector(Collector):
         labels_allowlist: Sequence[str] = (),
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.time,
+        decode_mig: Callable[[str], list[MigAllocation]] = decode_mig_allocations,
     ) -> None:
         self.node = node
         self.skips = skips or Tally()
@@ -70,6 +72,7 @@ class MonitorCollector(Collector):
         self._lister = lister
         self._pods = pods
         self._decode = decode
+        self._decode_mig = decode_mig
         self.hosts = hosts
         self._legacy = legacy
         self._allowlist = tuple(labels_allowlist)
@@ -99,7 +102,7 @@ class MonitorCollector(Collector):
                     states[snap.state] += 1
                     if snap.reason:
                         met.append(snap.reason)
-                        self._warn_once(c.dirname, snap.detail)
+                        self._warn_once(c.dirname, f"Skipping region of {c.dirname}: {snap.detail}")
                     continue
                 states["ok"] += 1
                 met.extend(snap.issues)
@@ -107,15 +110,18 @@ class MonitorCollector(Collector):
         self.skips.add(met)
         return found, dict(states)
 
-    def _warn_once(self, key: str, detail: str) -> None:
+    def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:
             self._warned.add(key)
-            log.warning("Skipping region of %s: %s", key, detail)
+            log.warning("%s", message)
 
     def _decode_failed(self, pod: Mapping[str, Any], err: Exception) -> None:
-        self._warn_once(
-            str((pod.get("metadata") or {}).get("uid", "")), f"failed to decode pod devices: {err}"
-        )
+        self._pod_error(pod, f"failed to decode pod devices: {err}")
+
+    def _pod_error(self, pod: Mapping[str, Any], detail: str) -> None:
+        meta = pod.get("metadata") or {}
+        where = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        self._warn_once(f"{meta.get('uid', '')}: {detail}", f"Pod {where}: {detail}")
 
     def view(self) -> NodeView:
         found, states = self.read_regions()
@@ -127,6 +133,7 @@ class MonitorCollector(Collector):
             hosts=tuple(self.hosts()),
             containers=tuple(containers),
             pod_labels=tuple(pod_labels(pods, self._allowlist)),
+            migs=tuple(mig_devices(pods, self._decode_mig, self._pod_error)),
             regions=states,
         )
 
@@ -136,6 +143,7 @@ class MonitorCollector(Collector):
         return [
             *families.host_families(view, self._legacy),
             *families.container_families(view, self._legacy),
+            *families.mig_families(view, self._legacy),
             *families.pod_label_families(view),
             *families.self_families(view, counters, reasons.ALL),
         ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from hami.exporter.attribution import ContainerView, PodLabels
+from hami.exporter.attribution import ContainerView, MigView, PodLabels
 from hami.exporter.exposition import Family
 
 ZONE = "vGPU"
@@ -62,6 +62,7 @@ class NodeView:
     hosts: tuple[HostDevice, ...] = ()
     containers: tuple[ContainerView, ...] = ()
     pod_labels: tuple[PodLabels, ...] = ()
+    migs: tuple[MigView, ...] = ()
     regions: Mapping[str, int] = field(default_factory=dict)  # state -> count
 
 
@@ -203,6 +204,24 @@ def container_families(view: NodeView, legacy: bool) -> list[Family]:
                     lkern.add(llv, since)
     out: list[Family] = [*fams, elapsed]
     return [*out, lused, llimit, ldesc, lutil, lkern] if legacy else out
+
+
+MIG_LABELS = (*CTR_LABELS, "mig_uuid", "profile", "gpu_instance_id", "compute_instance_id")
+LEGACY_MIG = (*LEGACY_CTR, "instanceid")
+
+
+def mig_families(view: NodeView, legacy: bool) -> list[Family]:
+    """``hami_mig_device_info`` (and legacy ``MigInfo``), only on a node with MIG allocations."""
+    if not view.migs:
+        return []
+    info = _g("hami_mig_device_info", "MIG runtime identity for a container allocation", MIG_LABELS)
+    linfo = _g("MigInfo", "Mig device information for container", LEGACY_MIG)
+    for m in view.migs:
+        base = (m.namespace, m.pod, m.container, str(m.vdevice_index), m.device_uuid)
+        identity = (m.mig_uuid, m.profile, str(m.gpu_instance_id), str(m.compute_instance_id))
+        info.add((*base, view.node, ZONE, *identity), 1)
+        linfo.add((*base, ZONE, str(m.gpu_instance_id)), 1)
+    return [info, linfo] if legacy else [info]
 
 
 def self_families(view: NodeView, counters: Counters, reasons: Iterable[str]) -> list[Family]:
