@@ -1,10 +1,10 @@
 """Scrape time and RSS of the monitor: 8 GPUs x 10 containers and 1,000 containers.
 
 Each scenario runs in its own process (so RSS is its own): regions are written with the byte-exact
-writer, and /metrics is called through the WSGI app the daemon serves (no socket): text 0.0.4 and
-OpenMetrics (what Prometheus 2.x asks for) on the rendered fast path, beside the collector path
-through prometheus_client's generate_latest and a naive baseline that reads every byte of every
-region file per scrape, in the same run.
+writer, and /metrics is called through the WSGI app the daemon serves (no socket): text 0.0.4,
+OpenMetrics, and OpenMetrics with gzip (what Prometheus 2.x asks for) on the rendered fast path,
+beside the collector path through prometheus_client's generate_latest and a naive baseline that
+reads every byte of every region file per scrape, in the same run.
 Targets: <= 5 ms median at 80 containers, <= 50 ms at 1,000, <= 50 MiB RSS.
 
     PYTHONPATH=src python bench/bench_exporter.py [--scrapes 200]
@@ -73,14 +73,20 @@ def scenario(containers: int, gpus: int, scrapes: int) -> dict[str, Any]:
         collector.hosts = HostReader(node.nvml, collector.nvml_errors.add).read
         app = make_app(registry, exposition=collector)
 
-        def scrape(accept: str) -> bytes:
-            environ = {"PATH_INFO": "/metrics", "REQUEST_METHOD": "GET", "HTTP_ACCEPT": accept}
+        def scrape(accept: str, encoding: str = "") -> bytes:
+            environ = {
+                "PATH_INFO": "/metrics",
+                "REQUEST_METHOD": "GET",
+                "HTTP_ACCEPT": accept,
+                "HTTP_ACCEPT_ENCODING": encoding,
+            }
             return b"".join(app(environ, lambda status, headers: None))
 
         body = scrape("*/*")
         base_rss = rss_mib()
         ours = timed(lambda: scrape("*/*"), scrapes)
         om = timed(lambda: scrape(PROMETHEUS_ACCEPT), scrapes)
+        prometheus = timed(lambda: scrape(PROMETHEUS_ACCEPT, "gzip"), scrapes)
         rss = rss_mib()
         full = CollectorRegistry()
         full.register(registry)
@@ -104,6 +110,7 @@ def scenario(containers: int, gpus: int, scrapes: int) -> dict[str, Any]:
         "samples": body.count(b"\n") - body.count(b"\n#"),
         "scrape": ours,
         "scrape_openmetrics": om,
+        "scrape_openmetrics_gzip": prometheus,
         "collector_path": collector_path,
         "naive_read_every_byte": baseline,
         "rss_mib_after_scrapes": round(rss, 1),
@@ -134,6 +141,8 @@ def main() -> int:
             f"scrape median {r['scrape']['median_ms']:.2f} ms p99 {r['scrape']['p99_ms']:.2f} ms | "
             f"OpenMetrics median {r['scrape_openmetrics']['median_ms']:.2f} ms "
             f"p99 {r['scrape_openmetrics']['p99_ms']:.2f} ms | "
+            f"+gzip median {r['scrape_openmetrics_gzip']['median_ms']:.2f} ms "
+            f"p99 {r['scrape_openmetrics_gzip']['p99_ms']:.2f} ms | "
             f"collector path median {r['collector_path']['median_ms']:.2f} ms "
             f"p99 {r['collector_path']['p99_ms']:.2f} ms | "
             f"naive read-every-byte median {r['naive_read_every_byte']['median_ms']:.2f} ms "
