@@ -137,7 +137,7 @@ class MappedRegion:
                 )
             return layout
         assert self._head is not None and self._tail is not None
-        return parse_region(self._head, self._size, tail=self._tail, tail_base=self._tail_base)
+        return parse_region(self._head, self._size, tail=self._tail, tail_base=self._tail_base, layout=layout)
 
     def view(self, offset: int, length: int) -> memoryview | None:
         """A view of ``[offset, offset + length)`` if mapped; take it only after a ``layout()``."""

@@ -168,16 +168,20 @@ def parse_region(
     *,
     tail: Buffer | None = None,
     tail_base: int = 0,
+    layout: Layout | None = None,
 ) -> RegionSnapshot | RegionRejected:
     """Parse the region in ``buf``, of which ``size`` bytes are known to be backed by the file.
 
     With ``tail``, ``buf`` holds only the head (header and slots) and ``tail`` the file from
     ``tail_base`` on (``proc_num`` and the fields after it). Slots past the head's end are left
     for the next read: they were added after the caller sized the head from ``proc_num``.
+    ``layout``, when given, is the caller's ``detect_layout`` of this same buffer and size.
     """
-    layout = detect_layout(buf, size, trust_size=tail is not None)
-    if isinstance(layout, RegionRejected):
-        return layout
+    if layout is None:
+        detected = detect_layout(buf, size, trust_size=tail is not None)
+        if isinstance(detected, RegionRejected):
+            return detected
+        layout = detected
     view = memoryview(buf)
     back = view if tail is None else memoryview(tail)
     device_num = _U64.unpack_from(view, layout.off_device_num)[0]
