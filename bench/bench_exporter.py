@@ -1,8 +1,10 @@
 """Scrape time and RSS of the monitor: 8 GPUs x 10 containers and 1,000 containers.
 
 Each scenario runs in its own process (so RSS is its own): regions are written with the byte-exact
-writer, the collector is scraped end to end through prometheus_client's exposition, and a naive
-baseline that reads every byte of every region file per scrape is timed in the same run.
+writer, and /metrics is called through the WSGI app the daemon serves (no socket): text 0.0.4,
+OpenMetrics, and OpenMetrics with gzip (what Prometheus 2.x asks for) on the rendered fast path,
+beside the collector path through prometheus_client's generate_latest and a naive baseline that
+reads every byte of every region file per scrape, in the same run.
 Targets: <= 5 ms median at 80 containers, <= 50 ms at 1,000, <= 50 MiB RSS.
 
     PYTHONPATH=src python bench/bench_exporter.py [--scrapes 200]
@@ -24,11 +26,14 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 
 from hami.core.codec.pod_devices import decode_pod_devices
+from hami.core.serve import build_info, make_app
 from hami.exporter.collector import MonitorCollector
 from hami.exporter.discovery import ContainerLister
 from hami.exporter.host import HostReader
 from hami.exporter.region.parse import RegionSnapshot, parse_region
 from hami.testing.simnode import SimNode
+
+PROMETHEUS_ACCEPT = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
 
 
 def rss_mib() -> float:
@@ -63,13 +68,30 @@ def scenario(containers: int, gpus: int, scrapes: int) -> dict[str, Any]:
         lister = ContainerLister(tmp)
         lister.update(None)
         registry = CollectorRegistry()
-        collector = MonitorCollector("bench-node", lister, node.pods, decode_pod_devices)
+        build_info("monitor", registry)
+        collector = MonitorCollector("bench-node", lister, node.pods, decode_pod_devices, registry=registry)
         collector.hosts = HostReader(node.nvml, collector.nvml_errors.add).read
-        registry.register(collector)
-        body = generate_latest(registry)
+        app = make_app(registry, exposition=collector)
+
+        def scrape(accept: str, encoding: str = "") -> bytes:
+            environ = {
+                "PATH_INFO": "/metrics",
+                "REQUEST_METHOD": "GET",
+                "HTTP_ACCEPT": accept,
+                "HTTP_ACCEPT_ENCODING": encoding,
+            }
+            return b"".join(app(environ, lambda status, headers: None))
+
+        body = scrape("*/*")
         base_rss = rss_mib()
-        ours = timed(lambda: generate_latest(registry), scrapes)
+        ours = timed(lambda: scrape("*/*"), scrapes)
+        om = timed(lambda: scrape(PROMETHEUS_ACCEPT), scrapes)
+        prometheus = timed(lambda: scrape(PROMETHEUS_ACCEPT, "gzip"), scrapes)
         rss = rss_mib()
+        full = CollectorRegistry()
+        full.register(registry)
+        full.register(collector)
+        collector_path = timed(lambda: generate_latest(full), max(5, scrapes // 4))
         paths = [c.cache_path for c in lister.containers() if c.cache_path]
 
         def naive() -> None:
@@ -78,7 +100,7 @@ def scenario(containers: int, gpus: int, scrapes: int) -> dict[str, Any]:
                 with open(p, "rb") as f:
                     data = f.read()
                 assert isinstance(parse_region(data, len(data)), RegionSnapshot)
-            generate_latest(registry)
+            generate_latest(full)
 
         baseline = timed(naive, max(5, scrapes // 10))
         lister.close()
@@ -87,6 +109,9 @@ def scenario(containers: int, gpus: int, scrapes: int) -> dict[str, Any]:
         "gpus": gpus,
         "samples": body.count(b"\n") - body.count(b"\n#"),
         "scrape": ours,
+        "scrape_openmetrics": om,
+        "scrape_openmetrics_gzip": prometheus,
+        "collector_path": collector_path,
         "naive_read_every_byte": baseline,
         "rss_mib_after_scrapes": round(rss, 1),
         "rss_mib_before_scrapes": round(base_rss, 1),
@@ -114,6 +139,12 @@ def main() -> int:
         print(
             f"{r['containers']:5d} containers / {r['gpus']} GPUs, {r['samples']} samples: "
             f"scrape median {r['scrape']['median_ms']:.2f} ms p99 {r['scrape']['p99_ms']:.2f} ms | "
+            f"OpenMetrics median {r['scrape_openmetrics']['median_ms']:.2f} ms "
+            f"p99 {r['scrape_openmetrics']['p99_ms']:.2f} ms | "
+            f"+gzip median {r['scrape_openmetrics_gzip']['median_ms']:.2f} ms "
+            f"p99 {r['scrape_openmetrics_gzip']['p99_ms']:.2f} ms | "
+            f"collector path median {r['collector_path']['median_ms']:.2f} ms "
+            f"p99 {r['collector_path']['p99_ms']:.2f} ms | "
             f"naive read-every-byte median {r['naive_read_every_byte']['median_ms']:.2f} ms "
             f"p99 {r['naive_read_every_byte']['p99_ms']:.2f} ms | RSS {r['rss_mib_after_scrapes']} MiB "
             f"(max {r['maxrss_mib']} MiB)"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
 
 from hami.exporter import collector
 from hami.exporter.config import load_config
@@ -15,12 +16,15 @@ from hami.testing.kubeapi import KubeAPIServer
 from hami.testing.simnode import SimNode
 
 STANDARD = ("process_", "python_")
+MIG_ONLY = {"hami_mig_device_info", "MigInfo"}  # served only on a node with MIG allocations
 
 
-def exposed_names(registry: CollectorRegistry) -> set[str]:
-    """Family names as exposed (counters with _total, info with _info), standard collectors left out."""
+def exposed_names(registry: CollectorRegistry, rendered: bytes) -> set[str]:
+    """Family names as /metrics exposes them: the registry's families plus the monitor's own
+    rendered text (counters with _total, info with _info), standard collectors left out."""
     suffix = {"counter": "_total", "info": "_info"}
-    return {m.name + suffix.get(m.type, "") for m in registry.collect() if not m.name.startswith(STANDARD)}
+    families = [*registry.collect(), *text_string_to_metric_families(rendered.decode())]
+    return {m.name + suffix.get(m.type, "") for m in families if not m.name.startswith(STANDARD)}
 
 
 @pytest.mark.parametrize("legacy", [False, True])
@@ -38,7 +42,8 @@ def test_describe_matches_a_running_monitor(tmp_path: Path, legacy: bool) -> Non
     try:
         mon.feedback.tick()
         described = {d.name for d in collector.describe(legacy)}
-        assert exposed_names(registry) == described
+        assert exposed_names(registry, mon.collector.render(openmetrics=False)) == described - MIG_ONLY
+        assert MIG_ONLY & described == (MIG_ONLY if legacy else {"hami_mig_device_info"})
     finally:
         mon.lister.close()
         node.stop()

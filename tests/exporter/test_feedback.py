@@ -1,9 +1,12 @@
 """Each branch of the feedback step (spec §A.9), and the loop against real mapped files."""
 
+import logging
 from pathlib import Path
 
+import pytest
+
 from hami.exporter.discovery import ContainerLister
-from hami.exporter.feedback import FeedbackState, FeedbackWrite, feedback_tick, observe
+from hami.exporter.feedback import FeedbackLoop, FeedbackState, FeedbackWrite, feedback_tick, observe
 from hami.testing.regions import RegionWriter
 
 GPU_A = b"GPU-a".ljust(96, b"\0")
@@ -94,3 +97,30 @@ def test_loop_writes_into_mapped_regions(tmp_path: Path) -> None:
     lister.close()
     for w in writers:
         w.close()
+
+
+def test_mig_apply_lock_pauses_rescan_and_writes(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    d = tmp_path / "containers" / "uid1_main"
+    d.mkdir(parents=True)
+    w = RegionWriter.create(str(d / "x.cache"), "v1.2")
+    w.initialise(["GPU-a"], priority=1)
+    w.set_field("recent_kernel", 3)
+    lock = tmp_path / "hami" / "hami-mig-apply.lock"
+    lister = ContainerLister(str(tmp_path))
+    loop = FeedbackLoop(lister, lambda: None, mig_lock=str(lock))
+    loop.prepare()
+    assert lock.parent.is_dir() and lock.parent.stat().st_mode & 0o777 == 0o755
+    lock.write_text("")
+    with caplog.at_level(logging.INFO):
+        loop.tick()
+        loop.tick()
+        assert loop.paused and lister.containers() == []  # no rescan while repartitioning
+        assert w.get_field("recent_kernel") == 3  # and no write
+        lock.unlink()
+        loop.tick()
+    assert not loop.paused and w.get_field("recent_kernel") == 2
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines.count("MIG apply lock file detected, waiting for lock file to be removed") == 1
+    assert "MIG apply lock file has been removed, restarting watchAndFeedback" in lines
+    lister.close()
+    w.close()

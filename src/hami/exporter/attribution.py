@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hami.core.annotations import POD_DEVICES_ALLOCATED
-from hami.core.devices import PodDevices
+from hami.core.annotations import POD_DEVICES_ALLOCATED, POD_MIG_ALLOCATIONS
+from hami.core.devices import MigAllocation, PodDevices
 from hami.exporter.region.layout import UUID_EXPORT_LEN
 from hami.exporter.region.parse import DeviceUsage, RegionSnapshot
 
@@ -31,6 +31,21 @@ class ContainerView:
     processes: int
     last_kernel_time: int  # 0 = never / unknown
     started: bool  # False: values come from the allocation annotation, usage is 0
+
+
+@dataclass(frozen=True)
+class MigView:
+    """The runtime MIG identity of one container device (``hami_mig_device_info``, spec §B.4)."""
+
+    namespace: str
+    pod: str
+    container: str
+    vdevice_index: int
+    device_uuid: str  # the parent GPU
+    mig_uuid: str
+    profile: str
+    gpu_instance_id: int
+    compute_instance_id: int
 
 
 @dataclass(frozen=True)
@@ -92,13 +107,16 @@ def attribute(
     for pod in pods:
         meta = _meta(pod)
         uid, ns, name = str(meta.get("uid", "")), str(meta.get("namespace", "")), str(meta.get("name", ""))
+        names = _names(pod, "containers")
+        # the annotation is decoded only for a pod with a container that has no region yet
+        idle = any((uid, ctr) not in regions for ctr in names)
         finished = (pod.get("status") or {}).get("phase") in _FINISHED
         try:
-            allocated = {} if finished else allocated_devices(pod, decode)
+            allocated = allocated_devices(pod, decode) if idle and not finished else {}
         except ValueError as err:
             on_decode_error(pod, err)
             allocated = {}
-        for ctr in _names(pod, "containers"):
+        for ctr in names:
             snap = regions.get((uid, ctr))
             if snap is not None:
                 views.append(
@@ -107,6 +125,50 @@ def attribute(
             elif ctr in allocated:
                 views.append(ContainerView(ns, name, ctr, allocated[ctr], 0, 0, False))
     return views
+
+
+def mig_devices(
+    pods: Iterable[Mapping[str, Any]],
+    decode: Callable[[str], list[MigAllocation]],
+    on_error: Callable[[Mapping[str, Any], str], None] = lambda pod, detail: None,
+) -> list[MigView]:
+    """Entries of ``hami.io/vgpu-mig-allocations`` that carry a runtime identity.
+
+    ``containerIndex`` counts init containers first (as the annotation does); an index past the
+    pod's containers, or an annotation that does not decode, is reported and skipped.
+    """
+    out: list[MigView] = []
+    for pod in pods:
+        meta = _meta(pod)
+        text = (meta.get("annotations") or {}).get(POD_MIG_ALLOCATIONS)
+        if not text or (pod.get("status") or {}).get("phase") in _FINISHED:
+            continue
+        try:
+            allocations = decode(str(text))
+        except ValueError as err:
+            on_error(pod, f"failed to decode {POD_MIG_ALLOCATIONS}: {err}")
+            continue
+        names = _names(pod, "initContainers") + _names(pod, "containers")
+        for a in allocations:
+            if not a.mig_uuid or a.gpu_instance_id is None or a.compute_instance_id is None:
+                continue  # placed by the scheduler, not yet created by the device plugin
+            if a.container_index >= len(names):
+                on_error(pod, f"MIG allocation containerIndex {a.container_index} out of range")
+                continue
+            out.append(
+                MigView(
+                    str(meta.get("namespace", "")),
+                    str(meta.get("name", "")),
+                    names[a.container_index],
+                    a.device_index,
+                    a.gpu_uuid,
+                    a.mig_uuid,
+                    a.profile,
+                    a.gpu_instance_id,
+                    a.compute_instance_id,
+                )
+            )
+    return out
 
 
 def label_name(key: str) -> str:

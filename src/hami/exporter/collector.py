@@ -1,4 +1,9 @@
-"""The scrape-time collector: read every region, join pods, read NVML, build the families."""
+"""The scrape-time collector: read every region, join pods, read NVML, build the families.
+
+Two outputs of the same families: ``collect()`` (prometheus_client metrics, for OpenMetrics and
+filtered scrapes) and ``render()`` (text 0.0.4 or OpenMetrics through the cached ``TextRenderer``,
+the fast path ``hami.core.serve`` takes for a scrape in either format).
+"""
 
 from __future__ import annotations
 
@@ -13,14 +18,16 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from hami.core import klog
+from hami.core.codec.mig import decode_mig_allocations
 from hami.core.codec.pod_devices import decode_pod_devices
-from hami.core.devices import PodDevices
+from hami.core.devices import MigAllocation, PodDevices
 from hami.core.kube.metrics import kube_metrics
 from hami.core.serve import build_info
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor
 from hami.exporter import families
-from hami.exporter.attribution import attribute, pod_labels
+from hami.exporter.attribution import attribute, mig_devices, pod_labels
 from hami.exporter.discovery import ContainerLister
+from hami.exporter.exposition import Family, TextRenderer, declared_metric, to_metric
 from hami.exporter.families import Counters, HostDevice, NodeView
 from hami.exporter.region import reasons
 from hami.exporter.region.parse import RegionRejected, RegionSnapshot
@@ -70,6 +77,7 @@ class MonitorCollector(Collector):
         labels_allowlist: Sequence[str] = (),
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.time,
+        decode_mig: Callable[[str], list[MigAllocation]] = decode_mig_allocations,
     ) -> None:
         self.node = node
         self.skips = skips or Tally()
@@ -77,12 +85,15 @@ class MonitorCollector(Collector):
         self._lister = lister
         self._pods = pods
         self._decode = decode
+        self._decode_mig = decode_mig
         self.hosts = hosts
         self._legacy = legacy
         self._allowlist = tuple(labels_allowlist)
         self._clock = clock
         self._duration = collect_duration(registry)
         self._warned: set[str] = set()
+        self._renderer = TextRenderer()
+        self._render_lock = threading.Lock()
 
     def read_regions(self) -> tuple[dict[tuple[str, str], RegionSnapshot], dict[str, int]]:
         """Snapshot every loaded region; count states and skip reasons."""
@@ -99,7 +110,7 @@ class MonitorCollector(Collector):
                     states[snap.state] += 1
                     if snap.reason:
                         met.append(snap.reason)
-                        self._warn_once(c.dirname, snap.detail)
+                        self._warn_once(c.dirname, f"Skipping region of {c.dirname}: {snap.detail}")
                     continue
                 states["ok"] += 1
                 met.extend(snap.issues)
@@ -107,15 +118,18 @@ class MonitorCollector(Collector):
         self.skips.add(met)
         return found, dict(states)
 
-    def _warn_once(self, key: str, detail: str) -> None:
+    def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:
             self._warned.add(key)
-            log.warning("Skipping region of %s: %s", key, detail)
+            log.warning("%s", message)
 
     def _decode_failed(self, pod: Mapping[str, Any], err: Exception) -> None:
-        self._warn_once(
-            str((pod.get("metadata") or {}).get("uid", "")), f"failed to decode pod devices: {err}"
-        )
+        self._pod_error(pod, f"failed to decode pod devices: {err}")
+
+    def _pod_error(self, pod: Mapping[str, Any], detail: str) -> None:
+        meta = pod.get("metadata") or {}
+        where = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        self._warn_once(f"{meta.get('uid', '')}: {detail}", f"Pod {where}: {detail}")
 
     def view(self) -> NodeView:
         found, states = self.read_regions()
@@ -127,24 +141,39 @@ class MonitorCollector(Collector):
             hosts=tuple(self.hosts()),
             containers=tuple(containers),
             pod_labels=tuple(pod_labels(pods, self._allowlist)),
+            migs=tuple(mig_devices(pods, self._decode_mig, self._pod_error)),
             regions=states,
         )
 
-    def collect(self) -> Iterator[Metric]:
-        start = time.perf_counter()
+    def families(self) -> list[Family]:
         view = self.view()
         counters = Counters(self.skips.snapshot(), self.nvml_errors.snapshot())
-        out = [
+        return [
             *families.host_families(view, self._legacy),
             *families.container_families(view, self._legacy),
+            *families.mig_families(view, self._legacy),
             *families.pod_label_families(view),
             *families.self_families(view, counters, reasons.ALL),
         ]
+
+    def collect(self) -> Iterator[Metric]:
+        start = time.perf_counter()
+        out = [to_metric(f) for f in self.families()]
         self._duration.observe(time.perf_counter() - start)
         yield from out
 
+    def render(self, openmetrics: bool) -> bytes:
+        """The same families as ``collect()``, as text 0.0.4 or an OpenMetrics body (no ``# EOF``)."""
+        start = time.perf_counter()
+        built = self.families()
+        with self._render_lock:
+            body = self._renderer.render(built, openmetrics)
+        self._duration.observe(time.perf_counter() - start)
+        return body
+
     def describe(self) -> Iterator[Metric]:
-        return iter(families.describe(self._legacy, pod_labels=bool(self._allowlist)))
+        declared = families.describe(self._legacy, pod_labels=bool(self._allowlist))
+        return iter(declared_metric(f) for f in declared)
 
 
 def describe(legacy: bool = False) -> list[MetricDescriptor]:

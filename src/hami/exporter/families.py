@@ -11,16 +11,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
-from prometheus_client.metrics_core import Metric
-
-from hami.exporter.attribution import ContainerView, PodLabels
+from hami.exporter.attribution import ContainerView, MigView, PodLabels
+from hami.exporter.exposition import Family
 
 ZONE = "vGPU"
-HOST_LABELS = ["node", "device_index", "device_uuid", "device_type", "zone"]
-CTR_LABELS = ["namespace", "pod", "container", "vdevice_index", "device_uuid", "node", "zone"]
-LEGACY_HOST = ["nodeid", "deviceidx", "deviceuuid", "devicetype", "zone"]
-LEGACY_CTR = ["podnamespace", "podname", "ctrname", "vdeviceid", "deviceuuid", "zone"]
+HOST_LABELS = ("node", "device_index", "device_uuid", "device_type", "zone")
+CTR_LABELS = ("namespace", "pod", "container", "vdevice_index", "device_uuid", "node", "zone")
+LEGACY_HOST = ("nodeid", "deviceidx", "deviceuuid", "devicetype", "zone")
+LEGACY_CTR = ("podnamespace", "podname", "ctrname", "vdeviceid", "deviceuuid", "zone")
 REGION_STATES = ("ok", "initialising", "skipped")
 
 
@@ -64,6 +62,7 @@ class NodeView:
     hosts: tuple[HostDevice, ...] = ()
     containers: tuple[ContainerView, ...] = ()
     pod_labels: tuple[PodLabels, ...] = ()
+    migs: tuple[MigView, ...] = ()
     regions: Mapping[str, int] = field(default_factory=dict)  # state -> count
 
 
@@ -73,11 +72,15 @@ class Counters:
     nvml_errors: Mapping[str, int]
 
 
-def _g(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, doc, labels=labels)
+def _g(name: str, doc: str, labels: tuple[str, ...]) -> Family:
+    return Family(name, "gauge", doc, labels)
 
 
-def host_families(view: NodeView, legacy: bool) -> list[Metric]:
+def _c(name: str, doc: str, labels: tuple[str, ...]) -> Family:
+    return Family(name, "counter", doc, labels)
+
+
+def host_families(view: NodeView, legacy: bool) -> list[Family]:
     mem = _g("hami_host_gpu_memory_used_bytes", "GPU device memory usage in bytes", HOST_LABELS)
     total = _g("hami_host_gpu_memory_total_bytes", "GPU device memory size in bytes", HOST_LABELS)
     util = _g("hami_host_gpu_utilization_ratio", "GPU core utilization ratio (0-100)", HOST_LABELS)
@@ -91,24 +94,22 @@ def host_families(view: NodeView, legacy: bool) -> list[Metric]:
     health = _g(
         "hami_host_gpu_health", "1 if the GPU is healthy (no critical Xid seen, NVML answers)", HOST_LABELS
     )
-    xid = CounterMetricFamily(
-        "hami_host_gpu_xid_errors", "Critical Xid events seen since the monitor started", labels=HOST_LABELS
-    )
-    ecc = CounterMetricFamily(
+    xid = _c("hami_host_gpu_xid_errors", "Critical Xid events seen since the monitor started", HOST_LABELS)
+    ecc = _c(
         "hami_host_gpu_ecc_errors",
         "ECC errors since the driver loaded (volatile), by type corrected/uncorrected",
-        labels=[*HOST_LABELS, "type"],
+        (*HOST_LABELS, "type"),
     )
     mig = _g(
         "hami_host_gpu_mig_device_info",
         "MIG instances present on the GPU, from NVML",
-        [*HOST_LABELS, "mig_uuid", "profile", "gpu_instance_id", "compute_instance_id"],
+        (*HOST_LABELS, "mig_uuid", "profile", "gpu_instance_id", "compute_instance_id"),
     )
-    out: list[Metric] = [mem, total, util, mcu, temp, power, health, xid, ecc, mig]
+    out: list[Family] = [mem, total, util, mcu, temp, power, health, xid, ecc, mig]
     lmem = _g("HostGPUMemoryUsage", "GPU device memory usage", LEGACY_HOST)
     lutil = _g("HostCoreUtilization", "GPU core utilization", LEGACY_HOST)
     for h in view.hosts:
-        lv = [view.node, str(h.index), h.uuid, h.type, ZONE]
+        lv = (view.node, str(h.index), h.uuid, h.type, ZONE)
         for fam, value in (
             (mem, h.memory_used),
             (total, h.memory_total),
@@ -118,18 +119,18 @@ def host_families(view: NodeView, legacy: bool) -> list[Metric]:
             (power, h.power_watts),
         ):
             if value is not None:
-                fam.add_metric(lv, value)
-        health.add_metric(lv, 1 if h.healthy else 0)
-        xid.add_metric(lv, h.xid_errors)
+                fam.add(lv, value)
+        health.add(lv, 1 if h.healthy else 0)
+        xid.add(lv, h.xid_errors)
         for kind, count in (("corrected", h.ecc_corrected), ("uncorrected", h.ecc_uncorrected)):
             if count is not None:
-                ecc.add_metric([*lv, kind], count)
+                ecc.add((*lv, kind), count)
         for m in h.migs:
-            mig.add_metric([*lv, m.uuid, m.profile, str(m.gpu_instance_id), str(m.compute_instance_id)], 1)
+            mig.add((*lv, m.uuid, m.profile, str(m.gpu_instance_id), str(m.compute_instance_id)), 1)
         if h.memory_used is not None:
-            lmem.add_metric(lv, h.memory_used)
+            lmem.add(lv, h.memory_used)
         if h.util_gpu is not None:
-            lutil.add_metric(lv, h.util_gpu)
+            lutil.add(lv, h.util_gpu)
     return [*out, lmem, lutil] if legacy else out
 
 
@@ -152,9 +153,10 @@ _CTR = (
 )
 
 
-def container_families(view: NodeView, legacy: bool) -> list[Metric]:
+def container_families(view: NodeView, legacy: bool) -> list[Family]:
     fams = [_g(name, doc, CTR_LABELS) for name, doc, _ in _CTR]
     keys = [key for _, _, key in _CTR]
+    rows = [f.rows for f in fams]  # appended to directly: this loop runs per device per scrape
     elapsed = _g(
         "hami_container_last_kernel_elapsed_seconds",
         "Seconds since last kernel execution in container",
@@ -165,14 +167,14 @@ def container_families(view: NodeView, legacy: bool) -> list[Metric]:
     ldesc = _g(
         "Device_memory_desc_of_container",
         "Container device memory description",
-        [*LEGACY_CTR, "context", "module", "data", "offset"],
+        (*LEGACY_CTR, "context", "module", "data", "offset"),
     )
     lutil = _g("Device_utilization_desc_of_container", "Container device utilization description", LEGACY_CTR)
     lkern = _g("Device_last_kernel_of_container", "Container device last kernel description", LEGACY_CTR)
     for c in view.containers:
         since = max(view.now - c.last_kernel_time, 0.0) if c.last_kernel_time > 0 else None
         for d in c.devices:
-            lv = [c.namespace, c.pod, c.container, str(d.index), d.uuid, view.node, ZONE]
+            lv = (c.namespace, c.pod, c.container, str(d.index), d.uuid, view.node, ZONE)
             values = {
                 "used": d.used_bytes,
                 "limit": d.limit_bytes,
@@ -183,68 +185,96 @@ def container_families(view: NodeView, legacy: bool) -> list[Metric]:
                 "sm_limit": d.sm_limit_percent,
                 "procs": c.processes,
             }
-            for fam, key in zip(fams, keys, strict=True):
-                fam.add_metric(lv, values[key])
+            for out_rows, key in zip(rows, keys, strict=True):
+                out_rows.append((CTR_LABELS, lv, values[key]))
             if since is not None:
-                elapsed.add_metric(lv, since)
+                elapsed.add(lv, since)
             if legacy:
-                llv = [c.namespace, c.pod, c.container, str(d.index), d.uuid, ZONE]
-                lused.add_metric(llv, d.used_bytes)
-                llimit.add_metric(llv, d.limit_bytes)
+                llv = (c.namespace, c.pod, c.container, str(d.index), d.uuid, ZONE)
+                lused.add(llv, d.used_bytes)
+                llimit.add(llv, d.limit_bytes)
                 # HAMi's offset label is total - context - module - data in uint64 (it can wrap)
                 off = (d.used_bytes - d.context_bytes - d.module_bytes - d.buffer_bytes) % 2**64
-                ldesc.add_metric(
-                    [*llv, str(d.context_bytes), str(d.module_bytes), str(d.buffer_bytes), str(off)],
+                ldesc.add(
+                    (*llv, str(d.context_bytes), str(d.module_bytes), str(d.buffer_bytes), str(off)),
                     d.used_bytes,
                 )
-                lutil.add_metric(llv, d.sm_util_percent)
+                lutil.add(llv, d.sm_util_percent)
                 if since is not None:
-                    lkern.add_metric(llv, since)
-    out: list[Metric] = [*fams, elapsed]
+                    lkern.add(llv, since)
+    out: list[Family] = [*fams, elapsed]
     return [*out, lused, llimit, ldesc, lutil, lkern] if legacy else out
 
 
-def self_families(view: NodeView, counters: Counters, reasons: Iterable[str]) -> list[Metric]:
-    regions = _g("hami_monitor_regions", "Container regions by state at this scrape", ["state", "zone"])
+MIG_LABELS = (*CTR_LABELS, "mig_uuid", "profile", "gpu_instance_id", "compute_instance_id")
+LEGACY_MIG = (*LEGACY_CTR, "instanceid")
+
+
+def _mig_defs() -> tuple[Family, Family]:
+    return (
+        _g("hami_mig_device_info", "MIG runtime identity for a container allocation", MIG_LABELS),
+        _g("MigInfo", "Mig device information for container", LEGACY_MIG),
+    )
+
+
+def mig_families(view: NodeView, legacy: bool) -> list[Family]:
+    """``hami_mig_device_info`` (and legacy ``MigInfo``), only on a node with MIG allocations."""
+    if not view.migs:
+        return []
+    info, linfo = _mig_defs()
+    for m in view.migs:
+        base = (m.namespace, m.pod, m.container, str(m.vdevice_index), m.device_uuid)
+        identity = (m.mig_uuid, m.profile, str(m.gpu_instance_id), str(m.compute_instance_id))
+        info.add((*base, view.node, ZONE, *identity), 1)
+        linfo.add((*base, ZONE, str(m.gpu_instance_id)), 1)
+    return [info, linfo] if legacy else [info]
+
+
+def self_families(view: NodeView, counters: Counters, reasons: Iterable[str]) -> list[Family]:
+    regions = _g("hami_monitor_regions", "Container regions by state at this scrape", ("state", "zone"))
     for state in REGION_STATES:
-        regions.add_metric([state, ZONE], view.regions.get(state, 0))
-    skips = CounterMetricFamily(
+        regions.add((state, ZONE), view.regions.get(state, 0))
+    skips = _c(
         "hami_monitor_region_skips",
         "Regions, slots or devices skipped or clamped, by reason",
-        labels=["reason", "zone"],
+        ("reason", "zone"),
     )
     for reason in reasons:
-        skips.add_metric([reason, ZONE], counters.region_skips.get(reason, 0))
-    nvml = CounterMetricFamily(
-        "hami_monitor_nvml_errors", "Failed NVML calls, by call", labels=["call", "zone"]
-    )
+        skips.add((reason, ZONE), counters.region_skips.get(reason, 0))
+    nvml = _c("hami_monitor_nvml_errors", "Failed NVML calls, by call", ("call", "zone"))
     for call, count in sorted(counters.nvml_errors.items()):
-        nvml.add_metric([call, ZONE], count)
+        nvml.add((call, ZONE), count)
     return [regions, skips, nvml]
 
 
-def _pod_labels_family() -> InfoMetricFamily:
-    return InfoMetricFamily(
-        "hami_pod_labels", "Allow-listed pod labels, for joins", labels=["namespace", "pod", "node"]
-    )
+POD_LABELS_BASE = ("namespace", "pod", "node")
 
 
-def pod_label_families(view: NodeView) -> list[Metric]:
+def _pod_labels_family() -> Family:
+    return Family("hami_pod_labels", "info", "Allow-listed pod labels, for joins", POD_LABELS_BASE)
+
+
+def pod_label_families(view: NodeView) -> list[Family]:
     if not view.pod_labels:
         return []
+    base = POD_LABELS_BASE
     info = _pod_labels_family()
     for p in view.pod_labels:
-        info.add_metric([p.namespace, p.pod, view.node], dict(p.labels))
+        names = (*base, *(k for k, _ in p.labels))
+        info.add((p.namespace, p.pod, view.node, *(v for _, v in p.labels)), 1, names)
     return [info]
 
 
-def describe(legacy: bool, pod_labels: bool) -> list[Metric]:
+def describe(legacy: bool, pod_labels: bool) -> list[Family]:
     """Every family a scrape can yield, without samples (``hami_pod_labels`` only with an
     allow-list; its allow-listed label names are added per sample)."""
     empty = NodeView(node="", now=0.0)
+    info, linfo = _mig_defs()
     return [
         *host_families(empty, legacy),
         *container_families(empty, legacy),
+        info,
+        *([linfo] if legacy else []),
         *([_pod_labels_family()] if pod_labels else []),
         *self_families(empty, Counters({}, {}), ()),
     ]

@@ -6,6 +6,7 @@ applies its writes to the mapped files on a 5 s ticker, after rescanning the con
 
 from __future__ import annotations
 
+import os
 import struct
 import threading
 from collections.abc import Callable, Sequence
@@ -19,6 +20,8 @@ from hami.exporter.region.mapped import MappedRegion
 
 log = klog.get_logger(__name__)
 TICK_S = 5.0
+# Created by the device plugin while it repartitions MIG (plugin/lock.go); the monitor mounts /tmp.
+MIG_APPLY_LOCK = "/tmp/hami/hami-mig-apply.lock"
 _I32 = struct.Struct("<i")
 
 Field = Literal["recent_kernel", "utilization_switch"]
@@ -102,22 +105,27 @@ def read_state(key: str, region: MappedRegion) -> tuple[FeedbackState, Layout] |
     layout = region.layout()
     if not isinstance(layout, Layout):
         return None
-    view = region.buffer()
+    table = region.view(layout.off_uuids, UUID_LEN * MAX_DEVICES)
+    tail = region.view(layout.off_proc_num, layout.off_priority + 4 - layout.off_proc_num)
+    if table is None or tail is None:
+        return None
     try:
         uuids = tuple(
-            bytes(view[off : off + UUID_LEN])
-            for off in (layout.off_uuids + UUID_LEN * i for i in range(MAX_DEVICES))
-            if view[off] != 0
+            bytes(table[off : off + UUID_LEN])
+            for off in range(0, UUID_LEN * MAX_DEVICES, UUID_LEN)
+            if table[off] != 0
         )
+        base = layout.off_proc_num
         state = FeedbackState(
             key=key,
-            recent_kernel=_I32.unpack_from(view, layout.off_recent_kernel)[0],
-            priority=_I32.unpack_from(view, layout.off_priority)[0],
-            utilization_switch=_I32.unpack_from(view, layout.off_utilization_switch)[0],
+            recent_kernel=_I32.unpack_from(tail, layout.off_recent_kernel - base)[0],
+            priority=_I32.unpack_from(tail, layout.off_priority - base)[0],
+            utilization_switch=_I32.unpack_from(tail, layout.off_utilization_switch - base)[0],
             uuids=uuids,
         )
     finally:
-        view.release()
+        table.release()
+        tail.release()
     return state, layout
 
 
@@ -142,7 +150,13 @@ def feedback_tick(lister: ContainerLister) -> list[FeedbackWrite]:
 
 
 class FeedbackLoop:
-    """Every ``TICK_S``: rescan the container dirs (``update``), then run the feedback step."""
+    """Every ``TICK_S``: rescan the container dirs (``update``), then run the feedback step.
+
+    While the MIG apply lock file exists the loop is paused (spec §A.9 step 3): no rescan and no
+    write into any region, since the device plugin is repartitioning the GPUs. HAMi watches the
+    lock with fsnotify; checking it on each tick gives the same guarantee, as nothing is written
+    between ticks.
+    """
 
     def __init__(
         self,
@@ -150,15 +164,39 @@ class FeedbackLoop:
         pod_uids: Callable[[], set[str] | None],
         interval_s: float = TICK_S,
         on_update: Callable[[list[str]], None] = lambda errors: None,
+        mig_lock: str = MIG_APPLY_LOCK,
     ) -> None:
         self._on_update = on_update
         self._lister = lister
         self._pod_uids = pod_uids
         self._interval = interval_s
+        self._mig_lock = mig_lock
+        self.paused = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="feedback", daemon=True)
 
+    def prepare(self) -> None:
+        """Create the lock file's directory (0755), as HAMi's monitor does before watching it."""
+        try:
+            os.makedirs(os.path.dirname(self._mig_lock), mode=0o755, exist_ok=True)
+        except OSError as err:
+            log.warning("Failed to create MIG apply lock directory: %s", err)
+
+    def _locked(self) -> bool:
+        if os.path.exists(self._mig_lock):
+            if not self.paused:
+                log.info("Received MIG apply lock file")
+                log.info("MIG apply lock file detected, waiting for lock file to be removed")
+                self.paused = True
+            return True
+        if self.paused:
+            log.info("MIG apply lock file has been removed, restarting watchAndFeedback")
+            self.paused = False
+        return False
+
     def tick(self) -> None:
+        if self._locked():
+            return
         try:
             result = self._lister.update(self._pod_uids())
         except OSError as err:

@@ -25,7 +25,7 @@ from hami.core.serve import Server, build_info, serve_metrics
 from hami.exporter.collector import MonitorCollector, Tally
 from hami.exporter.config import Config, ConfigError, load_config
 from hami.exporter.discovery import ContainerLister
-from hami.exporter.feedback import FeedbackLoop
+from hami.exporter.feedback import MIG_APPLY_LOCK, FeedbackLoop
 from hami.exporter.host import HostReader
 
 log = klog.get_logger("hami.exporter")
@@ -52,6 +52,7 @@ class Monitor:
         ready: Callable[[], bool] = lambda: True,
         registry: CollectorRegistry | None = None,
         nvml_errors: Tally | None = None,
+        mig_lock: str = MIG_APPLY_LOCK,
     ) -> None:
         self.registry = registry or CollectorRegistry()
         self.lister = ContainerLister(cfg.hook_path, cfg.resync_s)
@@ -70,9 +71,9 @@ class Monitor:
             labels_allowlist=cfg.pod_labels_allowlist,
             registry=self.registry,
         )
-        self.registry.register(self.collector)
+        # not registered: /metrics renders it itself (serve's ``exposition``), beside the registry
         build_info("monitor", self.registry)
-        self.feedback = FeedbackLoop(self.lister, pod_uids, on_update=self._on_update)
+        self.feedback = FeedbackLoop(self.lister, pod_uids, on_update=self._on_update, mig_lock=mig_lock)
         self._cfg = cfg
         self._ready = ready
         self.server: Server | None = None
@@ -82,6 +83,7 @@ class Monitor:
 
     def start(self) -> None:
         os.makedirs(os.path.join(self._cfg.hook_path, "containers"), exist_ok=True)
+        self.feedback.prepare()
         self.feedback.tick()  # first scan before the first scrape
         self.feedback.start()
         if self.host is not None:
@@ -93,6 +95,7 @@ class Monitor:
             web_config_file=self._cfg.web_config_file,
             profiling=self._cfg.profiling,
             name="hami-monitor",
+            exposition=self.collector,
         )
         log.info("Serving metrics on %s", self.server.url)
 

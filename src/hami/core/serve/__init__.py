@@ -13,6 +13,7 @@ Component-facing API::
         profiling=args.profiling,                # /debug/pprof/ (hami.core.profiling)
         extra_app=flask_app,                     # optional: serves every other path
         name="hami-monitor",
+        exposition=collector,                    # optional: families rendered by the component
     )
     ...
     server.stop()                                # or `with serve_metrics(...) as server:`
@@ -21,16 +22,18 @@ Component-facing API::
     serve_wsgi(":443", flask_app, web_config=WebConfig(tls=TLSConfig(cert_file=..., key_file=...)))
 
 Endpoints: `/metrics` (prometheus_client exposition; OpenMetrics when the scraper's Accept asks
-for it; gzip when accepted), `/healthz` (200 while the server answers), `/readyz` (200, or 503
-with `not ready: <reason>`; a check that raises counts as not ready). Basic auth, when
-configured, guards every path except /healthz and /readyz so kubelet probes need no
-credentials. `bind` is `HOST:PORT`; an empty host listens on all addresses; port 0 picks a free
-port (`server.port`, `server.url`). TLS certificates are re-read when their files change.
+for it; gzip when accepted; with `exposition`, a plain text-0.0.4 scrape takes the component's own
+rendering of its families and every other request the same families as metrics), `/healthz`
+(200 while the server answers), `/readyz` (200, or 503 with `not ready: <reason>`; a check that
+raises counts as not ready). Basic auth, when configured, guards every path except /healthz and
+/readyz so kubelet probes need no credentials. `bind` is `HOST:PORT`; an empty host listens on
+all addresses; port 0 picks a free port (`server.port`, `server.url`). TLS certificates are
+re-read when their files change.
 """
 
 from __future__ import annotations
 
-from hami.core.serve.app import ReadyCheck, make_app, serve_metrics
+from hami.core.serve.app import Exposition, ReadyCheck, make_app, serve_metrics
 from hami.core.serve.build_info import build_info
 from hami.core.serve.server import Server, parse_bind, serve_wsgi
 from hami.core.serve.webconfig import (
@@ -42,6 +45,6 @@ from hami.core.serve.webconfig import (
 )
 
 __all__ = [
-    "ReadyCheck", "Server", "TLSConfig", "WebConfig", "WebConfigError", "add_web_config_flag",
+    "Exposition", "ReadyCheck", "Server", "TLSConfig", "WebConfig", "WebConfigError", "add_web_config_flag",
     "build_info", "load_web_config", "make_app", "parse_bind", "serve_metrics", "serve_wsgi",
 ]

@@ -74,11 +74,15 @@ class RegionRejected:
     detail: str
 
 
-def detect_layout(buf: Buffer, size: int) -> Layout | RegionRejected:
-    """Pick the layout as HAMi's monitor does: v0 by size window, v1 by size and major == 1."""
+def detect_layout(buf: Buffer, size: int, trust_size: bool = False) -> Layout | RegionRejected:
+    """Pick the layout as HAMi's monitor does: v0 by size window, v1 by size and major == 1.
+
+    ``buf`` holds at least the header; ``size`` is the file's, capped at ``len(buf)`` unless
+    ``trust_size`` (a mapping of the head alone).
+    """
     view = memoryview(buf)
-    avail = min(size, len(view))
-    if avail < HEADER_MIN:
+    avail = size if trust_size else min(size, len(view))
+    if avail < HEADER_MIN or len(view) < HEADER_MIN:
         return RegionRejected("skipped", reasons.FILE_TOO_SMALL, f"cache file size {avail} too small")
     magic = _I32.unpack_from(view, 0)[0]
     if magic == 0:
@@ -157,12 +161,29 @@ def read_slot(
     return reasons.TORN_READ
 
 
-def parse_region(buf: Buffer, size: int, retries: int = SEQ_RETRIES) -> RegionSnapshot | RegionRejected:
-    """Parse the region in ``buf``, of which ``size`` bytes are known to be backed by the file."""
-    layout = detect_layout(buf, size)
-    if isinstance(layout, RegionRejected):
-        return layout
+def parse_region(
+    buf: Buffer,
+    size: int,
+    retries: int = SEQ_RETRIES,
+    *,
+    tail: Buffer | None = None,
+    tail_base: int = 0,
+    layout: Layout | None = None,
+) -> RegionSnapshot | RegionRejected:
+    """Parse the region in ``buf``, of which ``size`` bytes are known to be backed by the file.
+
+    With ``tail``, ``buf`` holds only the head (header and slots) and ``tail`` the file from
+    ``tail_base`` on (``proc_num`` and the fields after it). Slots past the head's end are left
+    for the next read: they were added after the caller sized the head from ``proc_num``.
+    ``layout``, when given, is the caller's ``detect_layout`` of this same buffer and size.
+    """
+    if layout is None:
+        detected = detect_layout(buf, size, trust_size=tail is not None)
+        if isinstance(detected, RegionRejected):
+            return detected
+        layout = detected
     view = memoryview(buf)
+    back = view if tail is None else memoryview(tail)
     device_num = _U64.unpack_from(view, layout.off_device_num)[0]
     if device_num > MAX_DEVICES:
         return RegionRejected(
@@ -170,10 +191,12 @@ def parse_region(buf: Buffer, size: int, retries: int = SEQ_RETRIES) -> RegionSn
         )
     n = int(device_num)
     issues: list[str] = []
-    proc_num = _I32.unpack_from(view, layout.off_proc_num)[0]
+    proc_num = _I32.unpack_from(back, layout.off_proc_num - tail_base)[0]
     if not 0 <= proc_num <= MAX_PROCS:
         issues.append(reasons.PROC_NUM_OUT_OF_RANGE)
         proc_num = min(max(proc_num, 0), MAX_PROCS)
+    if tail is not None:
+        proc_num = min(proc_num, (len(view) - layout.off_procs) // layout.slot_size)
     sums = [0] * (5 * n)
     sm = [0] * n
     processes = 0
@@ -226,14 +249,15 @@ def parse_region(buf: Buffer, size: int, retries: int = SEQ_RETRIES) -> RegionSn
                 sm_util_percent=util_sum,
             )
         )
-    lkt = 0 if layout.off_last_kernel_time is None else _U64.unpack_from(view, layout.off_last_kernel_time)[0]
+    lkt_off = layout.off_last_kernel_time
+    lkt = 0 if lkt_off is None else _U64.unpack_from(back, lkt_off - tail_base)[0]
     return RegionSnapshot(
         version=layout.name,
         devices=tuple(devices),
         processes=processes,
-        priority=_I32.unpack_from(view, layout.off_priority)[0],
-        recent_kernel=_I32.unpack_from(view, layout.off_recent_kernel)[0],
-        utilization_switch=_I32.unpack_from(view, layout.off_utilization_switch)[0],
+        priority=_I32.unpack_from(back, layout.off_priority - tail_base)[0],
+        recent_kernel=_I32.unpack_from(back, layout.off_recent_kernel - tail_base)[0],
+        utilization_switch=_I32.unpack_from(back, layout.off_utilization_switch - tail_base)[0],
         last_kernel_time=lkt,
         issues=tuple(issues),
     )

@@ -1,0 +1,134 @@
+"""The monitor's families as plain data, and a text renderer with cached label sets.
+
+``Family`` is what ``families.py`` builds each scrape. It reaches Prometheus two ways, which must
+agree sample for sample (tests/exporter/test_exposition_fast.py):
+
+- ``to_metric``: a ``prometheus_client`` metric, for the collector path (OpenMetrics, ``name[]``).
+- ``TextRenderer.render``: the bytes ``generate_latest`` (text 0.0.4) or the OpenMetrics one would
+  write for the same families, without their per-line cost: the ``{...}`` label set of a series
+  is escaped and sorted once and reused between scrapes while the series' identity (label names
+  and values) persists; an identity absent from a scrape is dropped from the cache, so it cannot
+  grow without bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.openmetrics.exposition import escape_label_name, escape_metric_name
+from prometheus_client.utils import floatToGoString as _go_float
+
+Kind = Literal["gauge", "counter", "info"]
+go_float: Callable[[float], str] = _go_float  # Go's float formatting, as every exposition writes it
+Labels = tuple[str, ...]
+Row = tuple[Labels, Labels, float]  # label names, label values (same order), value
+
+# Sample-name suffix and text-format type of each kind (prometheus_client's munging).
+_SUFFIX: Final = {"gauge": "", "counter": "_total", "info": "_info"}
+_TEXT_TYPE: Final = {"gauge": "gauge", "counter": "counter", "info": "gauge"}
+
+
+@dataclass
+class Family:
+    name: str  # without the ``_total`` / ``_info`` suffix
+    kind: Kind
+    help: str
+    labels: Labels
+    rows: list[Row] = field(default_factory=list)
+
+    def add(self, values: Labels, value: float, names: Labels | None = None) -> None:
+        """One series; ``names`` only where a row has its own label names (info families)."""
+        self.rows.append((self.labels if names is None else names, values, value))
+
+
+def to_metric(family: Family) -> Metric:
+    metric = Metric(family.name, family.help, family.kind)
+    sample = family.name + _SUFFIX[family.kind]
+    for names, values, value in family.rows:
+        metric.add_sample(sample, dict(zip(names, values, strict=True)), value)
+    return metric
+
+
+def declared_metric(family: Family) -> Metric:
+    """The family without samples but with its label names, for ``describe()``."""
+    labels = list(family.labels)
+    if family.kind == "counter":
+        return CounterMetricFamily(family.name, family.help, labels=labels)
+    if family.kind == "info":
+        return InfoMetricFamily(family.name, family.help, labels=labels)
+    return GaugeMetricFamily(family.name, family.help, labels=labels)
+
+
+def escape_value(value: str) -> str:
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+def label_set(names: Sequence[str], values: Sequence[str]) -> str:
+    """``{a="x",b="y"}`` sorted by name, as generate_latest writes it (``""`` when empty)."""
+    pairs = sorted(dict(zip(names, values, strict=True)).items())
+    if not pairs:
+        return ""
+    return "{" + ",".join(f'{escape_label_name(k)}="{escape_value(v)}"' for k, v in pairs) + "}"
+
+
+def _header(f: Family, openmetrics: bool) -> str:
+    if openmetrics:  # the family's own name and type; the help escapes quotes too
+        name, doc = escape_metric_name(f.name), escape_value(f.help)
+        return f"# HELP {name} {doc}\n# TYPE {name} {f.kind}\n"
+    name = escape_metric_name(f.name + _SUFFIX[f.kind])
+    doc = f.help.replace("\\", r"\\").replace("\n", r"\n")
+    return f"# HELP {name} {doc}\n# TYPE {name} {_TEXT_TYPE[f.kind]}\n"
+
+
+class TextRenderer:
+    """Renders families as text format 0.0.4, or as the body of OpenMetrics 1.0.0 (legacy name
+    escaping, no ``# EOF``); not thread-safe (the caller serialises scrapes).
+
+    The two formats differ only in the HELP/TYPE lines: sample lines and label sets are shared.
+    """
+
+    def __init__(self) -> None:
+        self._sets: dict[Labels, dict[Labels, str]] = {}  # names -> values -> "{...}"
+        self._headers: dict[tuple[str, Kind, str, bool], str] = {}
+
+    @property
+    def cached_series(self) -> int:
+        return sum(len(v) for v in self._sets.values())
+
+    def render(self, families: Iterable[Family], openmetrics: bool = False) -> bytes:
+        previous, current = self._sets, dict[Labels, dict[Labels, str]]()
+        headers: dict[tuple[str, Kind, str, bool], str] = {}
+        numbers: dict[int, str] = {}  # ints only: floats keep -0.0 and NaN apart
+        out: list[str] = []
+        for f in families:
+            key = (f.name, f.kind, f.help, openmetrics)
+            header = self._headers.get(key) or _header(f, openmetrics)
+            headers[key] = header
+            out.append(header)
+            sample = escape_metric_name(f.name + _SUFFIX[f.kind])
+            last: Labels | None = None
+            now: dict[Labels, str] = {}
+            before: dict[Labels, str] = {}
+            for names, values, value in f.rows:
+                if names is not last:
+                    last = names
+                    now = current.setdefault(names, {})
+                    before = previous.get(names, {})
+                labels = now.get(values)
+                if labels is None:
+                    labels = before.get(values)
+                    if labels is None:
+                        labels = label_set(names, values)
+                    now[values] = labels
+                if type(value) is int:
+                    text = numbers.get(value)
+                    if text is None:
+                        text = numbers[value] = go_float(value)
+                else:
+                    text = go_float(value)
+                out.append(f"{sample}{labels} {text}\n")
+        self._sets, self._headers = current, headers
+        return "".join(out).encode("utf-8")

@@ -1,0 +1,135 @@
+"""The cached text renderer writes exactly what prometheus_client writes for the same families."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.openmetrics.exposition import generate_latest as om_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from hami.exporter import families
+from hami.exporter.attribution import ContainerView, MigView, PodLabels
+from hami.exporter.exposition import Family, TextRenderer, to_metric
+from hami.exporter.families import Counters, HostDevice, MigIdentity, NodeView
+from hami.exporter.region import reasons
+from hami.exporter.region.parse import DeviceUsage
+
+# Label values with everything the format escapes, plus non-ASCII and empty strings.
+text = st.text(alphabet=st.sampled_from(['a', 'Z', '0', '-', '"', "\\", "\n", " ", "é", "漢", "{", "}", "="]),
+               max_size=8)
+count = st.one_of(st.integers(0, 2**64 - 1), st.integers(-(2**31), 2**31))
+number = st.one_of(count, st.floats(allow_nan=True, allow_infinity=True))
+
+
+def device(index: int) -> st.SearchStrategy[DeviceUsage]:
+    return st.builds(
+        DeviceUsage, index=st.just(index), uuid=text, limit_bytes=count, sm_limit_percent=count,
+        used_bytes=count, context_bytes=count, module_bytes=count, buffer_bytes=count,
+        offset_bytes=count, sm_util_percent=count,
+    )
+
+
+containers = st.builds(
+    ContainerView,
+    namespace=text, pod=text, container=text,
+    devices=st.integers(0, 3).flatmap(lambda n: st.tuples(*(device(i) for i in range(n)))),
+    processes=count, last_kernel_time=st.integers(0, 2_000_000_000), started=st.booleans(),
+)
+hosts = st.builds(
+    HostDevice, index=st.integers(0, 15), uuid=text, type=text,
+    memory_used=st.none() | count, memory_total=st.none() | count, util_gpu=st.none() | count,
+    util_memory=st.none() | count, temperature=st.none() | count,
+    power_watts=st.none() | st.floats(allow_nan=False), ecc_corrected=st.none() | count,
+    ecc_uncorrected=st.none() | count, xid_errors=st.integers(0, 100), healthy=st.booleans(),
+    migs=st.lists(st.builds(MigIdentity, uuid=text, profile=text, gpu_instance_id=st.integers(0, 14),
+                            compute_instance_id=st.integers(0, 7)), max_size=2).map(tuple),
+)
+label_names = st.sampled_from(["label_app", "label_team", "label_a_b", "label_x"])
+pod_labels = st.builds(
+    PodLabels, namespace=text, pod=text,
+    labels=st.dictionaries(label_names, text, max_size=3).map(lambda d: tuple(sorted(d.items()))),
+)
+views = st.builds(
+    NodeView, node=text, now=st.floats(0, 2e9),
+    hosts=st.lists(hosts, max_size=3).map(tuple),
+    containers=st.lists(containers, max_size=4).map(tuple),
+    pod_labels=st.lists(pod_labels, max_size=3).map(tuple),
+    migs=st.lists(st.builds(MigView, namespace=text, pod=text, container=text,
+                            vdevice_index=st.integers(0, 15), device_uuid=text, mig_uuid=text, profile=text,
+                            gpu_instance_id=st.integers(0, 14), compute_instance_id=st.integers(0, 7)),
+                  max_size=2).map(tuple),
+    regions=st.dictionaries(st.sampled_from(["ok", "initialising", "skipped"]), st.integers(0, 9)),
+)
+tallies = st.dictionaries(st.sampled_from(reasons.ALL), st.integers(0, 10**6))
+
+
+def build(view: NodeView, legacy: bool, skips: dict[str, int]) -> list[Family]:
+    return [
+        *families.host_families(view, legacy),
+        *families.container_families(view, legacy),
+        *families.mig_families(view, legacy),
+        *families.pod_label_families(view),
+        *families.self_families(view, Counters(skips, {"nvmlDeviceGetPowerUsage": 3}), reasons.ALL),
+    ]
+
+
+class Fixed:
+    def __init__(self, fams: list[Family]) -> None:
+        self.fams = fams
+
+    def collect(self) -> Iterator[Metric]:
+        return iter([to_metric(f) for f in self.fams])
+
+
+def reference(fams: list[Family], openmetrics: bool = False) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Fixed(fams))
+    if openmetrics:
+        return om_latest(registry).removesuffix(b"# EOF\n")
+    return generate_latest(registry)
+
+
+def parsed(body: bytes) -> list[tuple[str, str, str, list[tuple[str, tuple[tuple[str, str], ...], str]]]]:
+    # values compared as text so that NaN equals NaN
+    return [
+        (f.name, f.type, f.documentation,
+         [(s.name, tuple(sorted(s.labels.items())), repr(s.value)) for s in f.samples])
+        for f in text_string_to_metric_families(body.decode())
+    ]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(first=views, second=views, legacy=st.booleans(), skips=tallies)
+def test_renderer_matches_collector_path(first: NodeView, second: NodeView, legacy: bool,
+                                         skips: dict[str, int]) -> None:
+    renderer = TextRenderer()
+    for view in (first, second, first):  # a warm cache, then identities that changed, then back
+        fams = build(view, legacy, skips)
+        body = renderer.render(fams)
+        expected = reference(fams)
+        assert parsed(body) == parsed(expected)
+        assert body == expected
+        assert renderer.render(fams, openmetrics=True) == reference(fams, openmetrics=True)
+
+
+def _ctr(pod: str, uuid: str = "GPU-1") -> ContainerView:
+    dev = DeviceUsage(0, uuid, 1 << 30, 100, 5, 1, 1, 1, 0, 3)
+    return ContainerView("ns", pod, "main", (dev,), 1, 0, True)
+
+
+def test_cache_follows_series_identity() -> None:
+    renderer = TextRenderer()
+    before = NodeView("n1", 0.0, containers=(_ctr("a"), _ctr("b")))
+    renderer.render(families.container_families(before, False))
+    assert renderer.cached_series == 2
+    # pod b replaced by c: b's label set is dropped, c's rendered fresh with its own values
+    after = NodeView("n1", 0.0, containers=(_ctr("a"), _ctr("c", 'GPU-"2"')))
+    body = renderer.render(families.container_families(after, False)).decode()
+    assert renderer.cached_series == 2
+    assert 'pod="b"' not in body
+    assert 'device_uuid="GPU-\\"2\\"",namespace="ns",node="n1",pod="c"' in body
+    assert body.encode() == reference(families.container_families(after, False))
