@@ -46,15 +46,18 @@ class AlertingRules(RuleBase):
                 description="{{ $value }} pods requesting HAMi resources have been Pending for more than "
                 f"{self.f['scheduler_pending_pods']} (hami_scheduler_pending_pods).",
             ),
+            # The monitor exports usage above the limit as the limit (a skip with reason
+            # usage_over_limit) and flags the container device in hami_vgpu_memory_over_limit.
             self.alert(
                 "HAMiVGPUMemoryOverLimit",
-                f"hami_vgpu_memory_used_bytes{{{mon}}} > (hami_vgpu_memory_limit_bytes{{{mon}}} > 0)",
+                f"hami_vgpu_memory_limit_bytes{{{mon}}}\n  and on ({CONTAINER_KEYS}, device_uuid)\n"
+                f"  hami_vgpu_memory_over_limit{{{mon}}} == 1",
                 "vgpu_memory_over_limit",
                 "warning",
                 summary="A container uses more GPU memory than its vGPU limit.",
-                description=f"{who} uses {{{{ $value | humanize1024 }}}}B on device {{{{ "
-                f"$labels.device_uuid }}}}, more "
-                "than its vGPU memory limit: HAMi-core is not enforcing the limit.",
+                description=f"{who} uses more GPU memory on device {{{{ $labels.device_uuid }}}} than "
+                "its vGPU memory limit of {{ $value | humanize1024 }}B: "
+                "HAMi-core is not enforcing the limit.",
             ),
             self.alert(
                 "HAMiVGPUCoreOverLimit",

@@ -215,11 +215,36 @@ def test_init_error_and_yaml_spec(tmp_path: Path) -> None:
         ({"devices": [{"uuid": "a", "memory_mib": 1}, {"uuid": "a", "memory_mib": 1}]}, "duplicate uuid"),
         ({"devices": [{"memory_mib": 1, "processes": [3]}]}, r"processes\[0\]"),
         ({"init_error": "BROKEN"}, "init_error"),
+        ({"devices": [{"memory_mib": 1}], "events": [{"device": 1, "xid": 79}]}, r"events\[0\]\.device"),
+        ({"devices": [{"memory_mib": 1}], "events": [{"device": 0}]}, r"events\[0\]\.xid"),
+        ({"devices": [{"memory_mib": 1}], "events": [{"device": 0, "xid": 79, "every_seconds": 0}]}, "every"),
+        ({"devices": [{"memory_mib": 1}], "events": ["soon"]}, r"events\[0\]: expected a mapping"),
     ],
 )
 def test_spec_errors_name_the_key(spec: Any, message: str) -> None:
     with pytest.raises(FakeSpecError, match=message):
         FakeNvml(spec)
+
+
+def test_scheduled_events_from_the_spec_drive_a_fake_held_elsewhere(tmp_path: Path) -> None:
+    """A process holding the fake (the device plugin) gets Xids from its spec file, on a schedule."""
+    path = tmp_path / "node.yaml"
+    path.write_text(
+        "devices:\n  - {uuid: GPU-a, memory_mib: 1}\n  - {uuid: GPU-b, memory_mib: 1}\n"
+        "events:\n  - {after_seconds: 0, device: 1, xid: 79, every_seconds: 0.05}\n"
+        "  - {after_seconds: 0, device: 0, xid: 48}\n"
+    )
+    nvml = FakeNvml(path)
+    events = nvml.event_set()
+    events.register(nvml.device(1), EVENT_XID_CRITICAL)  # GPU-a is not registered: its Xid is not seen
+    got = []
+    while len(got) < 3:  # the repeat delivers again and again; a bounded wait each time
+        ev = events.wait(30_000)
+        assert ev is not None, "no scheduled event within 30 s"
+        got.append((ev.device_uuid, ev.event_type, ev.xid))
+    assert got == [("GPU-b", EVENT_XID_CRITICAL, 79)] * 3
+    nvml.close()
+    assert nvml._scheduler is not None and not nvml._scheduler.is_alive()
 
 
 # ---- RealNvml bookkeeping, over a stand-in library (there is no driver on CI machines) ----

@@ -29,6 +29,12 @@ def test_tuning_inputs_and_device_series_follow_the_state() -> None:
         )
         == 0
     )
+    for result in ("success", "failure"):
+        count = {"node": "n1", "result": result}
+        assert registry.get_sample_value("hami_deviceplugin_allocate_duration_seconds_count", count) == 0
+    # a device's health events start at 0 too: the first Xid is an increase, not a new series at 1
+    event = {"node": "n1", "device_uuid": "GPU-a", "event": "xid_critical"}
+    assert registry.get_sample_value("hami_deviceplugin_health_events_total", event) == 0
 
 
 def test_health_event_labels_are_bounded() -> None:

@@ -73,7 +73,9 @@ def build(view: NodeView, legacy: bool, skips: dict[str, int]) -> list[Family]:
         *families.container_families(view, legacy),
         *families.mig_families(view, legacy),
         *families.pod_label_families(view),
-        *families.self_families(view, Counters(skips, {"nvmlDeviceGetPowerUsage": 3}), reasons.ALL),
+        *families.self_families(
+            view, Counters(skips, {"nvmlDeviceGetPowerUsage": 3}), reasons.ALL, ("nvmlDeviceGetCount",)
+        ),
     ]
 
 

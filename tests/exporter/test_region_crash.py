@@ -137,6 +137,14 @@ def test_usage_over_limit_is_clamped_and_counted() -> None:
     writer.change_memory(0, 0, MEM_DATA, 2 << 30)
     s = snap(buf)
     assert s.devices[0].used_bytes == 1 << 30 and s.issues == (reasons.USAGE_OVER_LIMIT,)
+    assert s.devices[0].over_limit and not s.devices[1].over_limit
+
+
+def test_usage_at_the_limit_is_not_over_it() -> None:
+    writer, buf = region()
+    writer.change_memory(0, 0, MEM_DATA, (1 << 30) - 1000)  # the slot already holds 1000 bytes
+    s = snap(buf)
+    assert s.devices[0].used_bytes == 1 << 30 and not s.devices[0].over_limit and s.issues == ()
 
 
 def test_underflowed_usage_is_clamped() -> None:
@@ -145,6 +153,7 @@ def test_underflowed_usage_is_clamped() -> None:
     writer.change_memory(0, 1, MEM_DATA, -1)
     s = snap(buf)
     assert s.devices[1].used_bytes == 1 << 30 and reasons.USAGE_OVER_LIMIT in s.issues
+    assert s.devices[1].over_limit
 
 
 def test_sm_over_100_clamped() -> None:

@@ -45,18 +45,6 @@ COMPONENTS = tuple(c for c in (MONITOR, SCHEDULER, DEVICE_PLUGIN) if installed(c
 WAIT_S = 120.0  # every bounded wait: generous for a loaded 2-core machine
 LAST_GPU = cluster.gpu_uuid(0, 3)
 
-# Dashboard queries that cannot return data against the daemons as built (reported to the lead).
-KNOWN_EMPTY = {
-    # the monitor's own metrics carry no `node` label, the dashboard filters them by node
-    ("hami-device-plugin.json", "Collection latency"),
-    ("hami-device-plugin.json", "Shared regions by state"),
-    ("hami-device-plugin.json", "Region skips by reason"),
-    ("hami-device-plugin.json", "NVML errors by call"),
-    # only the device plugin's own NVML raises health events; the fake cannot be reached across processes
-    ("hami-node-device.json", "Health events"),
-}
-
-
 def poll(check: Callable[[], T | None], what: str, timeout: float = WAIT_S) -> T:
     deadline = time.monotonic() + timeout
     while True:
@@ -147,7 +135,7 @@ def test_every_dashboard_panel_query_returns_data(stack: Stack) -> None:
 
     def settled() -> bool:
         nonlocal last
-        last = {k: v for k, v in _empty_queries(stack).items() if k not in KNOWN_EMPTY}
+        last = _empty_queries(stack)
         return not last
 
     try:
@@ -156,13 +144,6 @@ def test_every_dashboard_panel_query_returns_data(stack: Stack) -> None:
         pytest.fail(
             "panels without data:\n" + "\n".join(f"  {d} / {p}: {e}" for (d, p), e in sorted(last.items()))
         )
-
-
-@pytest.mark.xfail(strict=True, reason="known gaps between the dashboards and the daemons (see KNOWN_EMPTY)")
-def test_known_empty_panels_are_still_empty(stack: Stack) -> None:
-    need(MONITOR, SCHEDULER, DEVICE_PLUGIN)
-    empty = _empty_queries(stack)
-    assert not (KNOWN_EMPTY & set(empty)), "fixed: remove these from KNOWN_EMPTY"
 
 
 def _alert_fires(stack: Stack, name: str, labels: dict[str, str]) -> Callable[[], bool]:
@@ -219,11 +200,6 @@ def test_scenario_fires_its_alert_and_alertmanager_receives_it(
     poll(_alertmanager_has(stack, alert, labels), f"{alert}{labels} active in Alertmanager ({scenario})")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the monitor exports a usage above the limit as the limit (region skip usage_over_limit), "
-    "so hami_vgpu_memory_used_bytes > limit never holds",
-)
 def test_over_limit_container_fires_vgpu_memory_over_limit(stack: Stack) -> None:
     need(MONITOR)
     poll(
@@ -231,11 +207,21 @@ def test_over_limit_container_fires_vgpu_memory_over_limit(stack: Stack) -> None
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hami_scheduler_node_lock_expired_total{reason} is created at the first expiry (value 1), so "
-    "increase() sees no change: the extender should export its reasons at 0 from the start",
-)
+def test_device_plugin_sees_the_scheduled_xid_and_marks_the_gpu_unhealthy(stack: Stack) -> None:
+    """The plugin's own fake NVML raises the XIDs its spec schedules (it lives in the plugin's process)."""
+    need(DEVICE_PLUGIN)
+    job = 'job="hami-device-plugin"'
+    xids = f'hami_deviceplugin_health_events_total{{{job}, device_uuid="{LAST_GPU}", event="xid_critical"}}'
+    poll(
+        lambda: prometheus(stack).query(xids + " > 0"),
+        "the device plugin to count the scheduled XID",
+    )
+    unhealthy = poll(
+        lambda: prometheus(stack).query(f"hami_device_health{{{job}}} == 0"), "the plugin's unhealthy GPU"
+    )
+    assert {s["metric"]["device_uuid"] for s in unhealthy} == {LAST_GPU}
+
+
 def test_broken_expired_lock_fires_node_lock_expired(stack: Stack) -> None:
     need(SCHEDULER)
     has_counter = "hami_scheduler_node_lock_expired_total"

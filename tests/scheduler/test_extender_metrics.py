@@ -18,6 +18,7 @@ from tests.scheduler.extender_env import (
     running,
 )
 
+from hami.scheduler import events
 from hami.scheduler.daemon import Extender
 from hami.testing.kubeapi import KubeAPIServer
 
@@ -137,6 +138,29 @@ def test_legacy_names_only_with_the_flag(kube_api: KubeAPIServer) -> None:
         names = {f.name for f in text_string_to_metric_families(metrics_text(ext))}
     assert "hami_gpu_memory_limit_bytes" in names
     assert not names & {"GPUDeviceMemoryLimit", "nodeGPUOverview", "QuotaUsed", "vGPUCoreAllocated"}
+
+
+def test_a_fresh_extender_exports_every_bounded_label_value_at_zero(kube_api: KubeAPIServer) -> None:
+    """increase() over a series born at its first event sees nothing: HAMiNodeLockExpired and every
+    rate() by reason need the series at 0 before anything happens."""
+    kube_api.store.put(gpu_node("n1"))
+    with running(kube_api) as ext:
+        samples = _samples(metrics_text(ext))
+    counters = {
+        "hami_scheduler_node_lock_expired_total": ("cause", {"expired", "owner_gone"}),
+        "hami_scheduler_events_total": ("reason", {events.FILTERING_FAILED, events.FILTERING_SUCCEED,
+                                                   events.BINDING_FAILED, events.BINDING_SUCCEED}),
+        "hami_scheduler_filter_failures_total": (
+            "reason", {"CardInsufficientMemory", "NodeInsufficientDevice", "NodeUnregistered", "Other"}
+        ),
+        "hami_scheduler_decode_errors_total": ("source", {"node_register", "pod_devices"}),
+        "hami_scheduler_filter_duration_seconds_count": ("result", {"fit", "unschedulable", "error"}),
+        "hami_scheduler_bind_duration_seconds_count": ("result", {"success", "error", "not_leader"}),
+        "hami_scheduler_bind_phase_duration_seconds_count": ("phase", {"node_lock", "patch_pod", "bind"}),
+    }
+    for name, (label, values) in counters.items():
+        for value in values:
+            assert _value(samples, name, **{label: value}) == 0.0, (name, value)
 
 
 # Names promtool's "_count suffix" lint flags that are fixed by contract: HAMi's own §7.1 family,

@@ -28,6 +28,7 @@ HEALTH_EVENTS = (
     "not_supported",  # too old for health checks: stays healthy
 )
 REGISTER_RESULTS = ("success", "unchanged", "failure")
+ALLOCATE_RESULTS = ("success", "failure")
 
 
 class PluginMetrics:
@@ -94,6 +95,9 @@ class PluginMetrics:
             ["node"],
             registry=registry,
         )
+        # every bounded label value at 0 from the start, so that increase() sees the first event
+        for result in ALLOCATE_RESULTS:
+            self.allocate_duration.labels(node, result)
         for reason in REASONS:
             self.allocate_errors.labels(node, reason)
         for result in REGISTER_RESULTS:
@@ -105,10 +109,13 @@ class PluginMetrics:
         self.core_scaling.labels(self.node).set(cfg.device_core_scaling)
 
     def set_devices(self, devices: Sequence[DeviceInfo]) -> None:
-        """Replaces the per-device health series so removed GPUs disappear."""
+        """Replaces the per-device health series so removed GPUs disappear; a device's health-event
+        counters start at 0 (HAMiGPUDeviceUnhealthy-style increase() needs the 0)."""
         self.device_health.clear()
         for dev in devices:
             self.device_health.labels(self.node, dev.id, str(dev.index), dev.type).set(1 if dev.health else 0)
+            for event in HEALTH_EVENTS:
+                self.health_events.labels(self.node, dev.id, event)
 
     def health_event(self, uuid: str, event: str) -> None:
         if event not in HEALTH_EVENTS:  # label values stay a bounded set

@@ -29,6 +29,7 @@ from hami.exporter.attribution import attribute, mig_devices, pod_labels
 from hami.exporter.discovery import ContainerLister
 from hami.exporter.exposition import Family, TextRenderer, declared_metric, to_metric
 from hami.exporter.families import Counters, HostDevice, NodeView
+from hami.exporter.host import NVML_CALLS
 from hami.exporter.region import reasons
 from hami.exporter.region.parse import RegionRejected, RegionSnapshot
 
@@ -37,13 +38,16 @@ log = klog.get_logger(__name__)
 COLLECT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 
-def collect_duration(registry: CollectorRegistry | None) -> Histogram:
-    return Histogram(
+def collect_duration(registry: CollectorRegistry | None, node: str) -> Histogram:
+    """The collection latency of this node's monitor (``node``: the contract's join key)."""
+    family = Histogram(
         "hami_monitor_collect_duration_seconds",
         "Time to read every region, join pods and read NVML for one scrape",
+        ("node",),
         buckets=COLLECT_BUCKETS,
         registry=registry,
     )
+    return family.labels(node)
 
 
 class Tally:
@@ -90,7 +94,7 @@ class MonitorCollector(Collector):
         self._legacy = legacy
         self._allowlist = tuple(labels_allowlist)
         self._clock = clock
-        self._duration = collect_duration(registry)
+        self._duration = collect_duration(registry, node)
         self._warned: set[str] = set()
         self._renderer = TextRenderer()
         self._render_lock = threading.Lock()
@@ -153,7 +157,7 @@ class MonitorCollector(Collector):
             *families.container_families(view, self._legacy),
             *families.mig_families(view, self._legacy),
             *families.pod_label_families(view),
-            *families.self_families(view, counters, reasons.ALL),
+            *families.self_families(view, counters, reasons.ALL, NVML_CALLS),
         ]
 
     def collect(self) -> Iterator[Metric]:

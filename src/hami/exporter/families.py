@@ -138,6 +138,12 @@ _CTR = (
     # name, help, value of (container, device)
     ("hami_vgpu_memory_used_bytes", "vGPU device memory usage in bytes (HAMi-core accounting)", "used"),
     ("hami_vgpu_memory_limit_bytes", "vGPU device memory limit in bytes (0 = unlimited)", "limit"),
+    (
+        "hami_vgpu_memory_over_limit",
+        "1 while the container's device memory use exceeds its vGPU limit "
+        "(hami_vgpu_memory_used_bytes then reads the limit), else 0",
+        "over",
+    ),
     ("hami_container_device_memory_bytes", "Container device memory usage in bytes", "used"),
     ("hami_container_device_utilization_ratio", "Container device SM utilization ratio (0-100)", "sm"),
     ("hami_vgpu_memory_context_bytes", "Container device memory context size in bytes", "context"),
@@ -178,6 +184,7 @@ def container_families(view: NodeView, legacy: bool) -> list[Family]:
             values = {
                 "used": d.used_bytes,
                 "limit": d.limit_bytes,
+                "over": 1 if d.over_limit else 0,
                 "sm": d.sm_util_percent,
                 "context": d.context_bytes,
                 "module": d.module_bytes,
@@ -230,20 +237,26 @@ def mig_families(view: NodeView, legacy: bool) -> list[Family]:
     return [info, linfo] if legacy else [info]
 
 
-def self_families(view: NodeView, counters: Counters, reasons: Iterable[str]) -> list[Family]:
-    regions = _g("hami_monitor_regions", "Container regions by state at this scrape", ("state", "zone"))
+def self_families(
+    view: NodeView, counters: Counters, reasons: Iterable[str], calls: Iterable[str] = ()
+) -> list[Family]:
+    """The monitor's own health; node-scoped, so every series carries ``node`` (contract rule 4).
+    Every skip reason and every NVML call in ``calls`` is exported from the start, at 0 until met."""
+    regions = _g(
+        "hami_monitor_regions", "Container regions by state at this scrape", ("state", "node", "zone")
+    )
     for state in REGION_STATES:
-        regions.add((state, ZONE), view.regions.get(state, 0))
+        regions.add((state, view.node, ZONE), view.regions.get(state, 0))
     skips = _c(
         "hami_monitor_region_skips",
         "Regions, slots or devices skipped or clamped, by reason",
-        ("reason", "zone"),
+        ("reason", "node", "zone"),
     )
     for reason in reasons:
-        skips.add((reason, ZONE), counters.region_skips.get(reason, 0))
-    nvml = _c("hami_monitor_nvml_errors", "Failed NVML calls, by call", ("call", "zone"))
-    for call, count in sorted(counters.nvml_errors.items()):
-        nvml.add((call, ZONE), count)
+        skips.add((reason, view.node, ZONE), counters.region_skips.get(reason, 0))
+    nvml = _c("hami_monitor_nvml_errors", "Failed NVML calls, by call", ("call", "node", "zone"))
+    for call in sorted({*calls, *counters.nvml_errors}):
+        nvml.add((call, view.node, ZONE), counters.nvml_errors.get(call, 0))
     return [regions, skips, nvml]
 
 

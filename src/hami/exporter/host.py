@@ -20,6 +20,28 @@ from hami.exporter.families import HostDevice, MigIdentity, registered_type
 log = klog.get_logger(__name__)
 IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})  # application errors, never a GPU fault
 T = TypeVar("T")
+# Every NVML call the monitor makes (its own and through ``hami.core.nvml``'s MIG walk): the bounded
+# label set of hami_monitor_nvml_errors_total{call}, exported at 0 from the start so that increase()
+# sees a first failure.
+NVML_CALLS = (
+    "nvmlInit",
+    "nvmlDeviceGetCount",
+    "nvmlDeviceGetHandleByIndex",
+    "nvmlDeviceGetUUID",
+    "nvmlDeviceGetName",
+    "nvmlDeviceGetMemoryInfo",
+    "nvmlDeviceGetUtilizationRates",
+    "nvmlDeviceGetPowerUsage",
+    "nvmlDeviceGetTemperature",
+    "nvmlDeviceGetTotalEccErrors",
+    "nvmlDeviceGetMaxMigDeviceCount",
+    "nvmlDeviceGetMigDeviceHandleByIndex",
+    "nvmlDeviceGetGpuInstanceId",
+    "nvmlDeviceGetComputeInstanceId",
+    "nvmlEventSetCreate",
+    "nvmlDeviceRegisterEvents",
+    "nvmlEventSetWait",
+)
 
 
 def mig_profile(name: str) -> str:

@@ -45,6 +45,23 @@ KNOWN_CODES: Final = frozenset(
 )
 
 
+# The bounded label values of the request-path families. Each is exported at 0 from start-up, so
+# that increase()/rate() see the first event (a series born at 1 has no increase).
+FILTER_RESULTS: Final = ("fit", "unschedulable", "passthrough", "error")
+BIND_RESULTS: Final = ("success", "error", "not_leader")
+BIND_PHASES: Final = ("node_lock", "patch_pod", "bind")
+FAILURE_REASONS: Final = (*sorted(KNOWN_CODES), *_PLAIN_REASONS.values(), "Other")
+EVENT_REASONS: Final = ("FilteringFailed", "FilteringSucceed", "BindingFailed", "BindingSucceed")
+LOCK_EXPIRY_CAUSES: Final = ("expired", "owner_gone")
+DECODE_SOURCES: Final = (
+    "node_register",
+    "node_pair_score",
+    "node_cordon",
+    "pod_devices",
+    "pod_mig_allocations",
+)
+
+
 def failure_codes(reason: str) -> list[str]:
     """The bounded reason labels one rejected node counts under (one per reason type)."""
     parsed = [code if code in KNOWN_CODES else "Other" for code in r.parse_reason(reason)]
@@ -139,3 +156,15 @@ class SchedulerMetrics:
             "Node patches made by register passes (handshake writes and deletes).",
             registry=registry,
         )
+        # api_errors{operation,reason} is left out: its reason carries the HTTP status code.
+        for family, values in (
+            (self.filter_duration, FILTER_RESULTS),
+            (self.bind_duration, BIND_RESULTS),
+            (self.bind_phase_duration, BIND_PHASES),
+            (self.filter_failures, FAILURE_REASONS),
+            (self.events, EVENT_REASONS),
+            (self.node_lock_expired, LOCK_EXPIRY_CAUSES),
+            (self.decode_errors, DECODE_SOURCES),
+        ):
+            for value in values:
+                family.labels(value)

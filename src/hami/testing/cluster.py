@@ -91,6 +91,9 @@ def devices(node_index: int, gpus: int) -> list[DeviceInfo]:
     ]
 
 
+XID_FALLEN_OFF_BUS = 79  # the critical Xid the scenarios raise on the last GPU
+
+
 def fake_nvml_spec(gpus: int) -> dict[str, Any]:
     """The FakeNvml description of sim-node's GPUs (same UUIDs as its register annotation)."""
     return {

@@ -100,7 +100,8 @@ def banner(stack: Stack, skipped: list[str]) -> str:
         f"  pod scenarios/{cluster.PENDING}: stays Pending",
         f"  pod scenarios/{cluster.OVERLIMIT.name}: uses more than its vGPU memory limit",
         f"  pod notebooks/{cluster.IDLE.name}: no kernel for two hours (idle vGPU)",
-        f"  GPU {cluster.gpu_uuid(0, stack.opts.gpus - 1)}: XID 79 every {stack.opts.xid_every:.0f}s",
+        f"  GPU {cluster.gpu_uuid(0, stack.opts.gpus - 1)}: XID 79 every {stack.opts.xid_every:.0f}s"
+        " (monitor and device plugin)",
         "",
     ]
     lines += [f"Logs: {stack.procs.log_dir}", ""]

@@ -36,7 +36,7 @@ from hami.testing.regions import MEM_DATA
 from hami.testing.simnode import MIB, SimContainer, SimNode
 
 log = klog.get_logger("hami.testing.simhost")
-XID_FALLEN_OFF_BUS = 79
+XID_FALLEN_OFF_BUS = cluster.XID_FALLEN_OFF_BUS
 OVERLIMIT_FACTOR = 1.5
 IDLE_FOR_S = 7200
 

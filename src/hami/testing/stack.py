@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from hami.testing import cluster, promconfig
+from hami.testing import cluster, dashqueries, promconfig
 from hami.testing.processes import ProcessGroup, StartError, http_ok, log_contains, port_problem, wait_until
 from hami.testing.prometheus import PROMETHEUS
 
@@ -152,6 +152,8 @@ class Stack:
                 self.running.append(component)
             self._start_alertmanager()
             self._start_prometheus()
+            if SCHEDULER in self.opts.components:
+                self._start_kube_scheduler()
         except BaseException:
             self.stop()
             raise
@@ -217,6 +219,18 @@ class Stack:
         self.procs.python("scheduler", "hami.scheduler", args)
         self._wait(self.url(SCHEDULER) + "/metrics", "the scheduler extender's metrics")
         self._wait(self.url("extender") + "/healthz", "the scheduler extender")
+
+    def _start_kube_scheduler(self) -> None:
+        """Pods are scheduled only once Prometheus holds the extender's counters at 0, as in a cluster
+        whose scheduler ran before anything happened: the lock broken at the first bind on
+        locked-node is then an increase (HAMiNodeLockExpired), not a series born at 1."""
+        expired = "hami_scheduler_node_lock_expired_total"
+        wait_until(
+            lambda: bool(dashqueries.Prometheus(self.url("prometheus")).query(expired)),
+            self.opts.ready_timeout,
+            "Prometheus's first scrape of the scheduler extender",
+            self.procs.check_alive,
+        )
         args = [
             "--api", self.kube_url,
             "--extender", self.url("extender"),
@@ -226,9 +240,21 @@ class Stack:
         self.procs.python("kube-scheduler", "hami.testing.kubesched", args)
 
     def fake_nvml_spec_path(self) -> Path:
+        """The device plugin's fake NVML; its spec schedules the Xids simhost injects into the
+        monitor's fake (the plugin's fake lives in the plugin's process)."""
         path = self.work / "fake-nvml.yaml"
         if not path.exists():
-            path.write_text(yaml.safe_dump(cluster.fake_nvml_spec(self.opts.gpus), sort_keys=False))
+            spec = cluster.fake_nvml_spec(self.opts.gpus)
+            if self.opts.xid_every > 0:
+                spec["events"] = [
+                    {
+                        "after_seconds": self.opts.xid_every,
+                        "device": self.opts.gpus - 1,
+                        "xid": cluster.XID_FALLEN_OFF_BUS,
+                        "every_seconds": self.opts.xid_every,
+                    }
+                ]
+            path.write_text(yaml.safe_dump(spec, sort_keys=False))
         return path
 
     def _start_deviceplugin(self) -> None:

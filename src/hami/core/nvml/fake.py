@@ -4,12 +4,15 @@ Behaves like the library where callers can tell: ``INVALID_ARGUMENT`` for a bad 
 ``NOT_FOUND`` for an unknown UUID, ``UNINITIALIZED`` after ``close``, ``NOT_SUPPORTED`` for
 calls a GPU lacks (``unsupported`` in the spec, MIG on a non-MIG GPU, unsupported event types),
 ``TIMEOUT`` from an empty event wait (reported as ``None``). Failures can be injected per call
-and per device with ``fail``.
+and per device with ``fail``; Xids with ``inject_xid``, or from the spec's ``events`` schedule (a
+thread raises them on time), which is how a fake held by another process is driven.
 """
 
 from __future__ import annotations
 
+import heapq
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -28,7 +31,7 @@ from hami.core.nvml.api import (
     Utilization,
     XidEvent,
 )
-from hami.core.nvml.fake_spec import FakeGpu, FakeNode, load_spec
+from hami.core.nvml.fake_spec import FakeEvent, FakeGpu, FakeNode, load_spec
 
 _MUTABLE = frozenset(f.name for f in fields(FakeGpu))
 
@@ -55,6 +58,24 @@ class FakeNvml:
         if self.node.init_error is not None:
             raise NvmlError("nvmlInit", self.node.init_error, "fake node without a usable driver")
         self._open = True
+        self._closed = threading.Event()
+        self._scheduler: threading.Thread | None = None
+        if self.node.events:
+            self._scheduler = threading.Thread(
+                target=self._run_schedule, args=(self.node.events,), name="fake-nvml-events", daemon=True
+            )
+            self._scheduler.start()
+
+    def _run_schedule(self, events: list[FakeEvent]) -> None:
+        """Raise the spec's scheduled Xids on time until ``close``."""
+        start = time.monotonic()
+        due = [(start + e.after_seconds, i, e) for i, e in enumerate(events)]
+        heapq.heapify(due)
+        while due and not self._closed.wait(max(due[0][0] - time.monotonic(), 0.0)):
+            at, i, event = heapq.heappop(due)
+            self.inject_xid(event.device, event.xid)
+            if event.every_seconds is not None:
+                heapq.heappush(due, (at + event.every_seconds, i, event))
 
     # ---- test and simulator controls ----
 
@@ -157,6 +178,9 @@ class FakeNvml:
             self._open = False
             for es in self._event_sets:
                 es._wake()
+        self._closed.set()
+        if self._scheduler is not None and self._scheduler is not threading.current_thread():
+            self._scheduler.join(5)
 
     def __enter__(self) -> Self:
         return self

@@ -24,6 +24,10 @@ devices:
       enabled: true
       instances:
         - {uuid: MIG-..., profile: 1g.5gb, gpu_instance_id: 7, compute_instance_id: 0, memory_mib: 4864}
+events:                            # optional: critical Xids the fake raises on its own, so a process
+                                   # that holds the fake (a device plugin) can be driven from outside
+  - {after_seconds: 5, device: 3, xid: 79}                     # once, 5 s after nvmlInit
+  - {after_seconds: 5, device: 3, xid: 79, every_seconds: 5}   # then again every 5 s
 ```
 """
 
@@ -75,12 +79,24 @@ class FakeGpu:
         )
 
 
+@dataclass(frozen=True)
+class FakeEvent:
+    """A critical Xid raised on GPU ``device`` (index) ``after_seconds`` after nvmlInit, and then every
+    ``every_seconds`` (None: once)."""
+
+    after_seconds: float
+    device: int
+    xid: int
+    every_seconds: float | None = None
+
+
 @dataclass
 class FakeNode:
     gpus: list[FakeGpu]
     driver_version: str = "550.54.15"
     cuda_driver_version: int = 12040
     init_error: str | None = None
+    events: list[FakeEvent] = field(default_factory=list)
 
 
 def _get(d: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str, default: Any = None) -> Any:
@@ -166,6 +182,22 @@ def _gpu(i: int, d: Any) -> FakeGpu:
     return gpu
 
 
+def _event(i: int, d: Any, gpus: int) -> FakeEvent:
+    where = f"events[{i}]"
+    d = _mapping(d, where)
+    after = _get(d, "after_seconds", (int, float), where, 0)
+    every = _get(d, "every_seconds", (int, float), where)
+    device = _get(d, "device", int, where, -1)
+    xid = _get(d, "xid", int, where, -1)
+    if after < 0 or (every is not None and every <= 0):
+        raise FakeSpecError(f"{where}: after_seconds must be >= 0 and every_seconds > 0")
+    if not 0 <= device < gpus:
+        raise FakeSpecError(f"{where}.device: index {device} outside [0, {gpus})")
+    if xid < 0:
+        raise FakeSpecError(f"{where}.xid: a non-negative Xid is required")
+    return FakeEvent(float(after), device, xid, None if every is None else float(every))
+
+
 def load_spec(spec: dict[str, Any] | str | Path) -> FakeNode:
     """Build the node from a dict or a YAML file path."""
     if isinstance(spec, (str, Path)):
@@ -189,4 +221,5 @@ def load_spec(spec: dict[str, Any] | str | Path) -> FakeNode:
         driver_version=_get(data, "driver_version", str, "spec", "550.54.15"),
         cuda_driver_version=_get(data, "cuda_driver_version", int, "spec", 12040),
         init_error=init_error,
+        events=[_event(i, e, len(gpus)) for i, e in enumerate(_get(data, "events", list, "spec", []))],
     )

@@ -53,6 +53,9 @@ class DeviceUsage:
     buffer_bytes: int  # data_size; HAMi calls it buffer
     offset_bytes: int
     sm_util_percent: int  # Σ device_util[i].sm_util, clamped to 100
+    # Σ used > limit > 0, used_bytes clamped. A flag, not the excess: an underflowed (wrapped) u64
+    # sum also lands here, and its "excess" would be garbage.
+    over_limit: bool = False
 
 
 @dataclass(frozen=True)
@@ -225,7 +228,8 @@ def parse_region(
             continue
         context, module, data, offset, total = sums[5 * d : 5 * d + 5]
         limit = limits[d]
-        if 0 < limit < total:
+        over = 0 < limit < total
+        if over:
             issues.append(reasons.USAGE_OVER_LIMIT)
             total = limit
         util_sum = sm[d]
@@ -247,6 +251,7 @@ def parse_region(
                 buffer_bytes=data,
                 offset_bytes=offset,
                 sm_util_percent=util_sum,
+                over_limit=over,
             )
         )
     lkt_off = layout.off_last_kernel_time
