@@ -37,19 +37,53 @@ class Busy:
             self.loops += 1
 
 
-# Runs before the module's server fixture starts tracemalloc.
-def test_heap_without_tracing_is_a_clear_error() -> None:
-    from hami.core.profiling.heap import heap_profile
+def test_heap_window_traces_only_while_profiling() -> None:
+    """An idle `--profiling` daemon pays nothing: tracemalloc runs only inside a heap window."""
+    from hami.core.profiling import heap
 
     if tracemalloc.is_tracing():
-        pytest.skip("tracemalloc already running in this process")
-    with pytest.raises(RuntimeError, match="--profiling"):
-        heap_profile("inuse_space")
+        pytest.skip("tracemalloc already running in this process (PYTHONTRACEMALLOC)")
+    srv = serve_metrics("127.0.0.1:0", CollectorRegistry(), profiling=True)
+    try:
+        assert not tracemalloc.is_tracing()
+        windows: list[float] = []
+
+        def wait(seconds: float) -> None:
+            assert tracemalloc.is_tracing()
+            windows.append(seconds)
+            kept.append(bytearray(1 << 20))
+
+        kept: list[bytearray] = []
+        data = heap.heap_profile("inuse_space", wait=wait)
+        assert windows == [heap.DEFAULT_WINDOW_S]
+        assert gzip.decompress(data)
+        assert not tracemalloc.is_tracing()
+        heap.heap_profile("inuse_space", seconds=2, wait=wait)
+        assert windows[-1] == 2 and not tracemalloc.is_tracing()
+    finally:
+        srv.stop()
+
+
+def test_heap_windows_do_not_nest() -> None:
+    from hami.core.profiling import heap
+
+    if tracemalloc.is_tracing():
+        pytest.skip("tracemalloc already running in this process (PYTHONTRACEMALLOC)")
+    inner: list[BaseException] = []
+
+    def wait(_: float) -> None:
+        try:
+            heap.heap_profile("inuse_space", wait=lambda _s: None)
+        except heap.HeapProfileBusy as e:
+            inner.append(e)
+
+    heap.heap_profile("inuse_space", seconds=1, wait=wait)
+    assert len(inner) == 1 and "already being taken" in str(inner[0])
+    assert not tracemalloc.is_tracing()
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
-    was_tracing = tracemalloc.is_tracing()
     busy = Busy()
     srv = serve_metrics("127.0.0.1:0", CollectorRegistry(), profiling=True)
     busy.thread.start()
@@ -59,8 +93,6 @@ def server() -> Iterator[Server]:
         busy.stop.set()
         busy.thread.join(10)
         srv.stop()
-        if not was_tracing:
-            tracemalloc.stop()
 
 
 @pytest.fixture(scope="module")
@@ -82,8 +114,8 @@ def pprof(go_env: dict[str, str], *args: str) -> str:
 
 @pytest.mark.parametrize("path, kind", [
     ("profile?seconds=2", "Type: cpu"),
-    ("heap", "Type: inuse_space"),
-    ("allocs", "Type: alloc_space"),
+    ("heap?seconds=2", "Type: inuse_space"),
+    ("allocs?seconds=2", "Type: alloc_space"),
     ("goroutine", "Type: goroutine"),
 ])
 def test_go_tool_pprof_reads_our_profiles(server: Server, go_env: dict[str, str], path: str,
@@ -145,7 +177,7 @@ def test_one_cpu_profile_at_a_time(server: Server) -> None:
 
 
 def test_profile_answer_is_gzipped_proto(server: Server) -> None:
-    r = requests.get(f"{server.url}/debug/pprof/heap", timeout=60)
+    r = requests.get(f"{server.url}/debug/pprof/heap?seconds=1", timeout=60)
     assert r.headers["Content-Type"] == "application/octet-stream"
     # requests does not undo Content-Encoding we never set: the body itself is gzip (magic 1f 8b).
     assert r.content[:2] == b"\x1f\x8b"

@@ -14,10 +14,11 @@ Component-facing API::
 
     from hami.core.profiling import add_profiling_flag
     add_profiling_flag(parser)                       # --profiling (default off)
-    serve_metrics(..., profiling=args.profiling)     # mounts /debug/pprof/, starts tracemalloc
+    serve_metrics(..., profiling=args.profiling)     # mounts /debug/pprof/
 
-`start_profiling()` and `make_pprof_app()` are what `hami.core.serve` uses; call them directly
-only to mount pprof on another WSGI server.
+Nothing runs until a profile is asked for: CPU samples and tracemalloc (heap/allocs) are on only
+for the request's window, so `--profiling` costs nothing while idle. `make_pprof_app()` is what
+`hami.core.serve` mounts; use it directly only to mount pprof on another WSGI server.
 """
 
 from __future__ import annotations
@@ -25,18 +26,13 @@ from __future__ import annotations
 import argparse
 
 from hami.core.profiling.app import PPROF_PREFIX, make_pprof_app
-from hami.core.profiling.heap import start_tracing
 
-__all__ = ["PPROF_PREFIX", "add_profiling_flag", "make_pprof_app", "start_profiling"]
+__all__ = ["PPROF_PREFIX", "add_profiling_flag", "make_pprof_app"]
 
 
 def add_profiling_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--profiling", action="store_true", default=False,
-        help="serve /debug/pprof/ (CPU, heap, allocs, goroutine) and trace allocations with tracemalloc",
+        help="serve /debug/pprof/ (CPU, heap, allocs, goroutine); tracing runs only while a profile is taken",
     )
 
-
-def start_profiling() -> None:
-    """Start allocation tracing (idempotent); CPU and thread profiles need no set-up."""
-    start_tracing()

@@ -24,10 +24,10 @@ StartResponse = Callable[..., Any]
 WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
 
 PROFILES = {
-    "allocs": "Python allocations by stack (tracemalloc); ?seconds=N for growth over N seconds",
+    "allocs": "Python allocations by stack, traced for ?seconds=N (default 10) (tracemalloc)",
     "cmdline": "The command line of the running program",
     "goroutine": "Stack traces of all threads (?debug=1 grouped text, ?debug=2 every thread)",
-    "heap": "Live Python memory by allocating stack (tracemalloc); ?seconds=N for growth",
+    "heap": "Live Python memory allocated during ?seconds=N (default 10), by stack (tracemalloc)",
     "profile": "CPU profile; ?seconds=N (default 30), then `go tool pprof` it",
 }
 

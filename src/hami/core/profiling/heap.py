@@ -2,17 +2,20 @@
 
 Sample types, as Go's heap profile: `alloc_objects/count`, `alloc_space/bytes`,
 `inuse_objects/count`, `inuse_space/bytes`. tracemalloc keeps only blocks that are still alive, so
-a plain snapshot has alloc_* equal to inuse_* (`heap` shows inuse_space, `allocs` alloc_space by
-default). With `?seconds=N` the answer is the growth over N seconds: blocks allocated during the
-window and still alive at its end (negative growth is dropped), as Go's delta profiles; for
-growth between two arbitrary points use `go tool pprof -base old.pb.gz new.pb.gz`.
+alloc_* equals inuse_* (`heap` shows inuse_space, `allocs` alloc_space by default).
+
+Tracing is on only while a profile is taken: Python has no sampling allocator, and tracing every
+allocation with a 32-frame stack made a busy daemon ~50x more expensive. So a request traces for
+`?seconds=N` (default `DEFAULT_WINDOW_S`) and answers the blocks allocated in that window and still
+alive at its end, as Go's delta profiles. To see every live block since start-up instead, run the
+daemon with `PYTHONTRACEMALLOC=32`: while tracemalloc already traces, a plain request is a full
+snapshot and `?seconds=N` the growth over N seconds (negative growth dropped). For growth between
+two arbitrary points use `go tool pprof -base old.pb.gz new.pb.gz`.
 
 The snapshot is taken here; grouping, naming and encoding run in a child process
 (`heap_encode`), because every allocation made while tracemalloc traces costs a 32-frame stack
 capture, which made building the profile in-process 10-20x slower.
 
-tracemalloc is started by `start_profiling()` (i.e. `--profiling`): it costs memory per traced
-block and slows allocation, which is why profiling is opt-in.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -30,24 +34,41 @@ import hami
 
 TRACE_FRAMES = 32  # frames kept per allocation (Go keeps 32 too)
 ENCODE_TIMEOUT_S = 120
+DEFAULT_WINDOW_S = 10
+
+_window = threading.Lock()
 
 
-def start_tracing() -> None:
-    if not tracemalloc.is_tracing():
-        tracemalloc.start(TRACE_FRAMES)
+class HeapProfileBusy(RuntimeError):
+    """Another heap/allocs window is open; tracing windows do not nest."""
 
 
 def heap_profile(default_sample_type: str, seconds: float = 0,
                  wait: Callable[[float], None] = time.sleep) -> bytes:
-    """Gzipped profile.proto of live allocations, or of their growth over `seconds` if positive."""
-    if not tracemalloc.is_tracing():
-        raise RuntimeError("tracemalloc is not tracing; start the daemon with --profiling")
+    """Gzipped profile.proto of the allocations of a traced window (see the module docstring)."""
+    if not _window.acquire(blocking=False):
+        raise HeapProfileBusy("a heap or allocs profile is already being taken")
+    try:
+        return _profile(default_sample_type, seconds, wait)
+    finally:
+        _window.release()
+
+
+def _profile(default_sample_type: str, seconds: float, wait: Callable[[float], None]) -> bytes:
     time_nanos = time.time_ns()
+    started_here = not tracemalloc.is_tracing()
+    window = (seconds or DEFAULT_WINDOW_S) if started_here else seconds
     with tempfile.TemporaryDirectory(prefix="hami-heap-") as tmp:
-        if seconds > 0:
-            tracemalloc.take_snapshot().dump(os.path.join(tmp, "before"))
-            wait(seconds)
-        tracemalloc.take_snapshot().dump(os.path.join(tmp, "after"))
+        if started_here:
+            tracemalloc.start(TRACE_FRAMES)
+        try:
+            if window > 0 and not started_here:
+                tracemalloc.take_snapshot().dump(os.path.join(tmp, "before"))
+            wait(window)
+            tracemalloc.take_snapshot().dump(os.path.join(tmp, "after"))
+        finally:
+            if started_here:
+                tracemalloc.stop()
         modules = {f: name for name, m in list(sys.modules.items())
                    if isinstance(f := getattr(m, "__file__", None), str)}
         with open(os.path.join(tmp, "modules.json"), "w", encoding="utf-8") as out:
@@ -57,7 +78,7 @@ def heap_profile(default_sample_type: str, seconds: float = 0,
         env["PYTHONPATH"] = os.pathsep.join([src_root, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         done = subprocess.run(
             [sys.executable, "-m", "hami.core.profiling.heap_encode", tmp, default_sample_type,
-             str(time_nanos), str(int(seconds * 1e9))],
+             str(time_nanos), str(int(window * 1e9))],
             capture_output=True, env=env, timeout=ENCODE_TIMEOUT_S, check=False,
         )
     if done.returncode != 0:

@@ -13,7 +13,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import exposition as openmetrics
 
 from hami.core import klog
-from hami.core.profiling import PPROF_PREFIX, make_pprof_app, start_profiling
+from hami.core.profiling import PPROF_PREFIX, make_pprof_app
 from hami.core.serve.server import Environ, Server, StartResponse, WSGIApp, serve_wsgi
 from hami.core.serve.webconfig import WebConfig
 
@@ -161,7 +161,5 @@ def serve_metrics(
     exposition: Exposition | None = None,
 ) -> Server:
     """Start the daemon's HTTP server (see the package docstring)."""
-    if profiling:
-        start_profiling()
     app = make_app(registry, ready, profiling, extra_app, exposition)
     return serve_wsgi(bind, app, web_config=web_config, web_config_file=web_config_file, name=name)
