@@ -167,30 +167,35 @@ def idle_tick(metrics_url: str, ticks: int) -> tuple[float, float]:
     def spent(s: dict[str, dict[Any, float]]) -> float:
         return total(s, "hami_scheduler_register_duration_seconds_sum")
 
+    def after(count: float, timeout: float) -> dict[str, dict[Any, float]]:
+        # Scrapes are polled slowly: each one is a large render in the extender.
+        deadline = time.monotonic() + timeout
+        while (s := scrape(metrics_url)) and passes(s) < count:
+            if time.monotonic() > deadline:
+                raise AssertionError("timed out waiting for register passes")
+            time.sleep(0.5)
+        return s
+
     # Start right after a pass, so the window holds whole passes and the writes between them.
-    first = passes(scrape(metrics_url))
-    s0 = wait_until(lambda: (s := scrape(metrics_url)) and passes(s) > first and s, timeout=60, what="pass")
-    s1 = wait_until(
-        lambda: (s := scrape(metrics_url)) and passes(s) >= passes(s0) + ticks and s,
-        timeout=30 * ticks + 30,
-        what="idle passes",
-    )
+    s0 = after(passes(scrape(metrics_url)) + 1, 60)
+    s1 = after(passes(s0) + ticks, 30 * ticks + 30)
     n = passes(s1) - passes(s0)
     calls = total(s1, "rest_client_requests_total") - total(s0, "rest_client_requests_total")
     return calls / n, (spent(s1) - spent(s0)) / n
 
 
-def drained(metrics_url: str, settle: float = 1.0, timeout: float = 60.0) -> dict[str, dict[Any, float]]:
-    """Metrics once the extender's request count has stopped moving (its event queue is empty)."""
-    last = scrape(metrics_url)
+def quiet(pid: int, settle: float = 0.5, timeout: float = 60.0) -> None:
+    """Wait until ``pid`` stops using CPU (the extender's event queue has drained). Polling its
+    /metrics instead would cost it far more CPU than the events: one scrape renders every
+    per-device series of the cluster."""
     deadline = time.monotonic() + timeout
+    last = cpu_seconds(pid)
     while time.monotonic() < deadline:
         time.sleep(settle)
-        now = scrape(metrics_url)
-        if total(now, "rest_client_requests_total") == total(last, "rest_client_requests_total"):
-            return now
+        now = cpu_seconds(pid)
+        if now - last < 0.02:
+            return
         last = now
-    return last
 
 
 def load(
@@ -335,9 +340,10 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.monotonic()
             filter_s, bind_s, retries = load(ext_url, api_url, names, pods, args.clients)
             wall = time.monotonic() - t0
-            bench_cpu = cpu_seconds(os.getpid()) - cpu0["bench"]  # its scrapes below are not load
-            after = drained(metrics_url)
+            bench_cpu = cpu_seconds(os.getpid()) - cpu0["bench"]
+            quiet(extender.proc.pid)
             cpu = {k: cpu_seconds(p) - cpu0[k] for k, p in pids.items()} | {"bench": bench_cpu}
+            after = scrape(metrics_url)
             if finish is not None:
                 finish()
         finally:
