@@ -60,11 +60,15 @@ UNTRACED = (
 )
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process so far (all its threads)."""
+def cpu_times(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process so far (all its threads)."""
     with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
         fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
+
+
+def cpu_seconds(pid: int) -> float:
+    return sum(cpu_times(pid))
 
 
 class Child:
@@ -336,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
             pids = {"extender": extender.proc.pid, "kubeapi": emulator.proc.pid, "bench": os.getpid()}
             before = scrape(metrics_url)
             cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
+            sys0 = cpu_times(extender.proc.pid)[1]
             finish = profile_in_background(metrics_url, args.pprof, args.pprof_out) if args.pprof else None
             t0 = time.monotonic()
             filter_s, bind_s, retries = load(ext_url, api_url, names, pods, args.clients)
@@ -343,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
             bench_cpu = cpu_seconds(os.getpid()) - cpu0["bench"]
             quiet(extender.proc.pid)
             cpu = {k: cpu_seconds(p) - cpu0[k] for k, p in pids.items()} | {"bench": bench_cpu}
+            ext_sys = cpu_times(extender.proc.pid)[1] - sys0
             after = scrape(metrics_url)
             if finish is not None:
                 finish()
@@ -371,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     print("CPU ms per pod: " + ", ".join(f"{k} {c / n * 1000:.2f}" for k, c in cpu.items())
           + f"; total {sum(cpu.values()) / n * 1000:.2f} (wall ms per pod {wall / n * 1000:.2f}, "
           f"{os.cpu_count()} CPUs)")
+    print(f"extender CPU per pod: {(cpu['extender'] - ext_sys) / n * 1000:.2f} ms user, "
+          f"{ext_sys / n * 1000:.2f} ms system")
     print(f"extender alone on one core: {n / cpu['extender']:.0f} pods/s")
     return 0
 
