@@ -1,57 +1,137 @@
 """End-to-end extender throughput: pods/s through POST /filter + POST /bind over HTTP, and the API
-calls one idle register tick costs, against the Kubernetes API emulator.
+calls one idle register tick costs, with the emulator and the extender in their own processes.
 
 Run: PYTHONPATH=src python bench/bench_extender.py [--nodes 1000] [--pods 400] [--clients 8]
+     [--pprof SECONDS --pprof-out FILE] [--in-process: the older single-process variant]
 
-The cluster is ``--nodes`` nodes × 8 GPUs (T4, split 10). Each client takes pods from a queue and
-does what kube-scheduler does: filter over every node name, then bind to the chosen node. A
-simulated device plugin drops the node lock right after a successful bind (as Allocate would);
-a bind that meets a held lock is retried with a new filter, as kube-scheduler retries. Figures:
-pods/s (wall clock from the first filter to the last bind), filter and bind latency percentiles,
-API requests per pod, CPU per pod (the whole process, and the extender's threads alone: everything
-shares one GIL, so pods/s is bounded by 1 / process CPU per pod), and API calls per idle register
-tick (from the emulator's request log).
+The Kubernetes API emulator (``python -m hami.testing.kubeapi``) and the extender
+(``python -m hami.scheduler``) run as child processes; this process seeds ``--nodes`` nodes × 8 GPUs
+(T4, split 10) and ``--pods`` pods through the emulator's HTTP API, then runs the load clients.
+Each client takes pods from a queue and does what kube-scheduler does: filter over every node
+name, then bind to the chosen node. A simulated device plugin drops the node lock with one merge
+patch right after a successful bind (as Allocate would); a bind that meets a held lock is retried
+with a new filter, as kube-scheduler retries.
+
+Figures: pods/s (wall clock from the first filter to the last bind), filter and bind latency
+percentiles seen by the clients, the extender's API requests per pod (its own
+``rest_client_requests_total``, events included, counted once its event queue has drained), API
+calls per idle register tick (requests between two full register passes once every handshake is
+written), and each process's CPU seconds per pod from /proc/<pid>/stat. With ``--pprof N`` the
+extender runs with ``--profiling`` and an N-second CPU profile is taken during the load
+(read it with ``go tool pprof -top FILE``).
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
+import json
+import os
 import queue
-import statistics
+import re
+import subprocess
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # Run from the repository root: the cluster builders are shared with the tests.
 from tests.scheduler.extender_env import gpu_node, gpu_pod, wait_until
 
-from hami.core.kube.options import KubeOptions
-from hami.scheduler.daemon import Extender, Options
-from hami.scheduler.filter import FilterConfig
-from hami.testing.kubeapi import KubeAPIServer
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+EMULATOR_UP = re.compile(r"kubeapi emulator serving on (\S+)")
+EXTENDER_UP = re.compile(r"hami-scheduler extender on (\S+), metrics on (\S+) ")
+LOCK = "hami.io/mutex.lock"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+# With --pprof the extender runs with --profiling but without tracemalloc, which that flag starts
+# for heap profiles: tracing every allocation would multiply the CPU per pod being measured.
+UNTRACED = (
+    "import sys, hami.core.profiling as p; p.start_tracing = lambda: None; "
+    "from hami.scheduler.main import main; sys.exit(main())"
+)
 
-# Threads of the extender (cheroot workers, informers, register loop, event recorder); the rest of
-# the process is the emulator and the simulated kube-scheduler clients.
-EXTENDER_THREADS = ("CP Server Thread", "informer-", "register", "events-", "hami-scheduler")
+
+def cpu_times(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process so far (all its threads)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
 
 
-def thread_cpu() -> dict[int, tuple[str, float]]:
-    """CPU seconds used so far by each live thread, with its name."""
-    out: dict[int, tuple[str, float]] = {}
-    for t in threading.enumerate():
-        if t.ident is None:
-            continue
-        try:
-            out[t.ident] = (t.name, time.clock_gettime(time.pthread_getcpuclockid(t.ident)))
-        except OSError:
-            continue  # exited meanwhile
+def cpu_seconds(pid: int) -> float:
+    return sum(cpu_times(pid))
+
+
+class Child:
+    """A child process whose output goes to a log file; ``wait_for`` finds a line in it."""
+
+    def __init__(self, name: str, args: list[str], workdir: Path) -> None:
+        self.name = name
+        self.log = workdir / f"{name}.log"
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]))
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, *args], stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env
+            )
+
+    def wait_for(self, pattern: re.Pattern[str], timeout: float = 120) -> re.Match[str]:
+        def found() -> re.Match[str] | None:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited:\n{self.log.read_text(errors='replace')[-3000:]}")
+            return pattern.search(self.log.read_text(errors="replace"))
+
+        match: re.Match[str] = wait_until(found, timeout=timeout, what=f"{self.name} up")
+        return match
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+class Conn:
+    """One keep-alive HTTP/1.1 connection (cheaper per request than ``requests``)."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        self.conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=60)
+
+    def call(self, method: str, path: str, body: bytes, content_type: str = "application/json") -> Any:
+        self.conn.request(method, path, body=body, headers={"Content-Type": content_type})
+        reply = self.conn.getresponse()
+        data = reply.read()
+        if reply.status >= 300:
+            raise RuntimeError(f"{method} {path}: {reply.status} {data[:300]!r}")
+        return json.loads(data)
+
+
+def scrape(metrics_url: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    """Sample values of the extender's /metrics by sample name and labels."""
+    text = requests.get(f"{metrics_url}/metrics", timeout=30).text
+    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
     return out
+
+
+def total(sample: dict[str, dict[Any, float]], name: str, **labels: str) -> float:
+    return sum(
+        v for k, v in sample.get(name, {}).items() if all(dict(k).get(n) == x for n, x in labels.items())
+    )
 
 
 def pct(values: list[float], p: float) -> float:
@@ -59,145 +139,247 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p * len(ordered)))] * 1000
 
 
-def main() -> int:
+def seed(api_url: str, nodes: int, pods: int) -> tuple[list[str], list[dict[str, Any]]]:
+    conn = Conn(api_url)
+    names = [f"node-{i:04d}" for i in range(nodes)]
+    for name in names:
+        conn.call("POST", "/api/v1/nodes", json.dumps(gpu_node(name, gpus=8, mem=15360)).encode())
+    created = [
+        conn.call(
+            "POST",
+            "/api/v1/namespaces/default/pods",
+            json.dumps(gpu_pod(f"p{i}", mem=2048, cores=10)).encode(),
+        )
+        for i in range(pods)
+    ]
+    return names, created
+
+
+def handshakes_written(api_url: str, count: int) -> bool:
+    items = requests.get(f"{api_url}/api/v1/nodes", timeout=60).json()["items"]
+    return len(items) == count and all(
+        (i["metadata"].get("annotations") or {}).get("hami.io/node-handshake") for i in items
+    )
+
+
+def idle_tick(metrics_url: str, ticks: int) -> tuple[float, float]:
+    """(API calls per full register pass, seconds per pass) over ``ticks`` idle passes."""
+
+    def passes(s: dict[str, dict[Any, float]]) -> float:
+        return total(s, "hami_scheduler_register_duration_seconds_count")
+
+    def spent(s: dict[str, dict[Any, float]]) -> float:
+        return total(s, "hami_scheduler_register_duration_seconds_sum")
+
+    def after(count: float, timeout: float) -> dict[str, dict[Any, float]]:
+        # Scrapes are polled slowly: each one is a large render in the extender.
+        deadline = time.monotonic() + timeout
+        while (s := scrape(metrics_url)) and passes(s) < count:
+            if time.monotonic() > deadline:
+                raise AssertionError("timed out waiting for register passes")
+            time.sleep(0.5)
+        return s
+
+    # Start right after a pass, so the window holds whole passes and the writes between them.
+    s0 = after(passes(scrape(metrics_url)) + 1, 60)
+    s1 = after(passes(s0) + ticks, 30 * ticks + 30)
+    n = passes(s1) - passes(s0)
+    calls = total(s1, "rest_client_requests_total") - total(s0, "rest_client_requests_total")
+    return calls / n, (spent(s1) - spent(s0)) / n
+
+
+def quiet(pid: int, settle: float = 0.5, timeout: float = 60.0) -> None:
+    """Wait until ``pid`` stops using CPU (the extender's event queue has drained). Polling its
+    /metrics instead would cost it far more CPU than the events: one scrape renders every
+    per-device series of the cluster."""
+    deadline = time.monotonic() + timeout
+    last = cpu_seconds(pid)
+    while time.monotonic() < deadline:
+        time.sleep(settle)
+        now = cpu_seconds(pid)
+        if now - last < 0.02:
+            return
+        last = now
+
+
+def load(
+    ext_url: str, api_url: str, names: list[str], pods: list[dict[str, Any]], clients: int
+) -> tuple[list[float], list[float], int]:
+    """Filter + bind every pod with ``clients`` threads; (filter s, bind s, lock retries)."""
+    names_json = json.dumps(names).encode()
+    unlock = json.dumps({"metadata": {"annotations": {LOCK: None}}}).encode()
+    work: queue.Queue[dict[str, Any]] = queue.Queue()
+    for p in pods:
+        work.put(p)
+    filter_s: list[float] = []
+    bind_s: list[float] = []
+    retries = [0]
+    guard = threading.Lock()
+    failures: list[BaseException] = []
+
+    def client() -> None:
+        ext, api = Conn(ext_url), Conn(api_url)
+        while True:
+            try:
+                pod = work.get_nowait()
+            except queue.Empty:
+                return
+            meta = pod["metadata"]
+            body = b'{"Pod":' + json.dumps(pod).encode() + b',"NodeNames":' + names_json + b"}"
+            binding = json.dumps(
+                {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"]}
+            ).encode()[:-1]
+            while True:
+                t = time.monotonic()
+                node = ext.call("POST", "/filter", body)["NodeNames"][0]
+                t2 = time.monotonic()
+                error = ext.call("POST", "/bind", binding + b',"Node":' + json.dumps(node).encode() + b"}")
+                t3 = time.monotonic()
+                with guard:
+                    filter_s.append(t2 - t)
+                    bind_s.append(t3 - t2)
+                if not error["Error"]:
+                    api.call("PATCH", f"/api/v1/nodes/{node}", unlock, "application/merge-patch+json")
+                    break
+                with guard:
+                    retries[0] += 1
+
+    def guarded() -> None:
+        try:
+            client()
+        except BaseException as err:  # surface a client's failure instead of a short count
+            failures.append(err)
+
+    threads = [threading.Thread(target=guarded, name="bench-client") for _ in range(clients)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    if failures:
+        raise failures[0]
+    return filter_s, bind_s, retries[0]
+
+
+def profile_in_background(metrics_url: str, seconds: int, out: Path) -> Callable[[], None]:
+    """Start fetching a CPU profile now; the returned callable waits for it and saves it."""
+    box: list[bytes] = []
+    th = threading.Thread(
+        target=lambda: box.append(
+            requests.get(f"{metrics_url}/debug/pprof/profile?seconds={seconds}", timeout=seconds + 60).content
+        ),
+        daemon=True,
+    )
+    th.start()
+
+    def finish() -> None:
+        th.join(seconds + 90)
+        if box:
+            out.write_bytes(box[0])
+            print(f"CPU profile ({seconds}s) saved: go tool pprof -top {out}")
+
+    return finish
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--pods", type=int, default=400)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--node-policy", default="spread")
-    parser.add_argument("--kube-qps", type=float, default=-1.0, help="-1: no client-side limit")
-    parser.add_argument("--kube-burst", type=int, default=100)
-    args = parser.parse_args()
+    parser.add_argument("--idle-ticks", type=int, default=1, help="idle register passes (15 s each)")
+    parser.add_argument("--pprof", type=int, default=0, help="CPU profile seconds during the load")
+    parser.add_argument("--pprof-out", type=Path, default=Path("extender.pprof"))
+    parser.add_argument("-v", type=int, default=0, help="the extender's log verbosity")
+    parser.add_argument("--in-process", action="store_true", help="the single-process variant")
+    args, rest = parser.parse_known_args(argv)
+    if args.in_process:
+        from bench.bench_extender_inprocess import main as in_process
 
-    with KubeAPIServer() as api:
-        names = [f"node-{i:04d}" for i in range(args.nodes)]
-        for name in names:
-            api.store.put(gpu_node(name, gpus=8, mem=15360))
-        pods = [api.store.put(gpu_pod(f"p{i}", mem=2048, cores=10)) for i in range(args.pods)]
-        opts = Options(
-            http_bind="127.0.0.1:0",
-            metrics_bind="127.0.0.1:0",
-            kube=KubeOptions(qps=args.kube_qps, burst=args.kube_burst, host=api.url, timeout=30),
-            filter=FilterConfig(node_policy=args.node_policy),
-            register_tick=3600,
-            http_threads=32,
-        )
-        ext = Extender(opts)
-        started = time.monotonic()
-        ext.start()
-        wait_until(ext.state.synced.is_set, timeout=300, what="sync")
-        wait_until(lambda: len(ext.state.pod_informer.list()) >= args.pods, timeout=60, what="pods")
-        print(
-            f"cluster: {args.nodes} nodes x 8 GPUs, {args.pods} pods; "
-            f"synced in {time.monotonic() - started:.1f}s"
-        )
+        return in_process([a for a in (argv or sys.argv[1:]) if a != "--in-process"])
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
 
-        # Idle register tick: every handshake already written and seen by the cache.
-        wait_until(
-            lambda: all(
-                (ext.state.get_node(n) or {})
-                .get("metadata", {})
-                .get("annotations", {})
-                .get("hami.io/node-handshake")
-                for n in names
-            ),
-            timeout=120,
-            what="handshakes",
-        )
-        ext.register.run_once()
-        api.requests.clear()
-        ticks = 5
-        t0 = time.monotonic()
-        for _ in range(ticks):
-            ext.register.run_once()
-        tick_s = (time.monotonic() - t0) / ticks
-        print(
-            f"idle register tick: {len(api.requests.records) / ticks:.1f} API calls/tick, "
-            f"{tick_s * 1000:.1f} ms/tick"
-        )
+    with tempfile.TemporaryDirectory(prefix="bench-extender-") as tmp:
+        workdir = Path(tmp)
+        kubeconfig = workdir / "kubeconfig"
+        children: list[Child] = []
+        try:
+            emulator = Child(
+                "kubeapi",
+                ["-m", "hami.testing.kubeapi", "--port=0", f"--kubeconfig={kubeconfig}", "--history=20000"],
+                workdir,
+            )
+            children.append(emulator)
+            api_url = emulator.wait_for(EMULATOR_UP).group(1)
+            started = time.monotonic()
+            names, pods = seed(api_url, args.nodes, args.pods)
+            print(f"cluster: {args.nodes} nodes x 8 GPUs, {args.pods} pods; seeded over HTTP in "
+                  f"{time.monotonic() - started:.1f}s")
+            flags = [
+                f"--kubeconfig={kubeconfig}", "--http_bind=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0",
+                "--kube-qps=-1", f"--node-scheduler-policy={args.node_policy}", f"-v={args.v}",
+            ]
+            command = ["-m", "hami.scheduler", *flags]
+            if args.pprof:
+                command = ["-c", UNTRACED, *flags, "--profiling"]
+            started = time.monotonic()
+            extender = Child("extender", command, workdir)
+            children.append(extender)
+            found = extender.wait_for(EXTENDER_UP)
+            ext_url, metrics_url = found.group(1), found.group(2)
+            wait_until(
+                lambda: requests.get(f"{metrics_url}/readyz", timeout=10).ok, timeout=300, what="ready"
+            )
+            wait_until(lambda: handshakes_written(api_url, args.nodes), timeout=300, what="handshakes")
+            print(f"extender: ready and every handshake written in {time.monotonic() - started:.1f}s")
+            if args.idle_ticks > 0:
+                calls, seconds = idle_tick(metrics_url, args.idle_ticks)
+                print(f"idle register tick: {calls:.1f} API calls/tick, {seconds * 1000:.1f} ms/tick "
+                      f"({args.idle_ticks} full passes)")
 
-        assert ext.http is not None
-        base = ext.http.url
-        work: queue.Queue[dict[str, Any]] = queue.Queue()
-        for p in pods:
-            work.put(p)
-        filter_s: list[float] = []
-        bind_s: list[float] = []
-        retries = [0]
-        lock = threading.Lock()
+            pids = {"extender": extender.proc.pid, "kubeapi": emulator.proc.pid, "bench": os.getpid()}
+            before = scrape(metrics_url)
+            cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
+            sys0 = cpu_times(extender.proc.pid)[1]
+            finish = profile_in_background(metrics_url, args.pprof, args.pprof_out) if args.pprof else None
+            t0 = time.monotonic()
+            filter_s, bind_s, retries = load(ext_url, api_url, names, pods, args.clients)
+            wall = time.monotonic() - t0
+            bench_cpu = cpu_seconds(os.getpid()) - cpu0["bench"]
+            quiet(extender.proc.pid)
+            cpu = {k: cpu_seconds(p) - cpu0[k] for k, p in pids.items()} | {"bench": bench_cpu}
+            ext_sys = cpu_times(extender.proc.pid)[1] - sys0
+            after = scrape(metrics_url)
+            if finish is not None:
+                finish()
+        finally:
+            for child in reversed(children):
+                child.stop()
 
-        def client() -> None:
-            session = requests.Session()
-            while True:
-                try:
-                    pod = work.get_nowait()
-                except queue.Empty:
-                    return
-                meta = pod["metadata"]
-                while True:
-                    t = time.monotonic()
-                    reply = session.post(
-                        f"{base}/filter", json={"Pod": pod, "NodeNames": names}, timeout=60
-                    ).json()
-                    t2 = time.monotonic()
-                    node = reply["NodeNames"][0]
-                    error = session.post(
-                        f"{base}/bind",
-                        json={
-                            "PodName": meta["name"],
-                            "PodNamespace": meta["namespace"],
-                            "PodUID": meta["uid"],
-                            "Node": node,
-                        },
-                        timeout=60,
-                    ).json()["Error"]
-                    t3 = time.monotonic()
-                    with lock:
-                        filter_s.append(t2 - t)
-                        bind_s.append(t3 - t2)
-                    if not error:
-                        stored = api.store.get("nodes", node)
-                        if stored is not None and stored["metadata"]["annotations"].pop(
-                            "hami.io/mutex.lock", None
-                        ):
-                            api.store.put(stored)
-                        break
-                    with lock:
-                        retries[0] += 1
-
-        api.requests.clear()
-        threads = [threading.Thread(target=client, name="bench-client") for _ in range(args.clients)]
-        cpu0, process0 = thread_cpu(), time.process_time()
-        t0 = time.monotonic()
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        wall = time.monotonic() - t0
-        process_cpu = time.process_time() - process0
-        extender_cpu = sum(
-            cpu - cpu0.get(ident, (name, 0.0))[1]
-            for ident, (name, cpu) in thread_cpu().items()
-            if name.startswith(EXTENDER_THREADS)
-        )
-        calls = len(api.requests.records)
-        ext.stop()
-        print(
-            f"end-to-end: {args.pods / wall:.0f} pods/s ({args.pods} pods in {wall:.2f}s, "
-            f"{args.clients} clients, "
-            f"node policy {args.node_policy}, kube-qps {args.kube_qps:g}), {retries[0]} lock retries"
-        )
-        print(
-            f"filter latency ms: p50 {pct(filter_s, 0.5):.1f} p99 {pct(filter_s, 0.99):.1f}; "
-            f"bind latency ms: p50 {pct(bind_s, 0.5):.1f} p99 {pct(bind_s, 0.99):.1f}; "
-            f"mean filter {statistics.fmean(filter_s) * 1000:.1f}"
-        )
-        print(f"API requests: {calls / args.pods:.1f} per pod (incl. events)")
-        print(
-            f"CPU per pod: {process_cpu / args.pods * 1000:.1f} ms in the process "
-            f"(one GIL: emulator, clients and extender), {extender_cpu / args.pods * 1000:.1f} ms "
-            f"in the extender's threads"
-        )
+    n = args.pods
+    print(f"end-to-end: {n / wall:.0f} pods/s ({n} pods in {wall:.2f}s, {args.clients} clients, "
+          f"node policy {args.node_policy}), {retries} lock retries")
+    print(f"filter latency ms: p50 {pct(filter_s, 0.5):.1f} p99 {pct(filter_s, 0.99):.1f}; "
+          f"bind latency ms: p50 {pct(bind_s, 0.5):.1f} p99 {pct(bind_s, 0.99):.1f}")
+    by_verb = {
+        verb: (total(after, "rest_client_requests_total", method=verb)
+               - total(before, "rest_client_requests_total", method=verb)) / n
+        for verb in ("GET", "POST", "PATCH", "PUT", "DELETE")
+    }
+    events = {
+        r: total(after, "hami_kube_events_total", result=r)
+        - total(before, "hami_kube_events_total", result=r)
+        for r in ("created", "aggregated", "dropped", "error")
+    }
+    print(f"extender API requests per pod: {sum(by_verb.values()):.2f} ("
+          + ", ".join(f"{v} {c:.2f}" for v, c in by_verb.items() if c) + "); events per pod: "
+          + ", ".join(f"{r} {c / n:.2f}" for r, c in events.items() if c))
+    print("CPU ms per pod: " + ", ".join(f"{k} {c / n * 1000:.2f}" for k, c in cpu.items())
+          + f"; total {sum(cpu.values()) / n * 1000:.2f} (wall ms per pod {wall / n * 1000:.2f}, "
+          f"{os.cpu_count()} CPUs)")
+    print(f"extender CPU per pod: {(cpu['extender'] - ext_sys) / n * 1000:.2f} ms user, "
+          f"{ext_sys / n * 1000:.2f} ms system")
+    print(f"extender alone on one core: {n / cpu['extender']:.0f} pods/s")
     return 0
 
 

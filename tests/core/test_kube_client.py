@@ -138,3 +138,28 @@ def test_kubeconfig_from_environment_reaches_the_server(
     finally:
         api.close()
 
+
+
+def test_token_refresh_before_each_request_keeps_the_proxy_chosen_at_start(
+    kube_api: KubeAPIServer, registry: CollectorRegistry, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The kubeconfig loader's refresh hook re-assigns the host before every request; that must
+    # not re-read the proxy environment each time (it scans all of os.environ, per request).
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(kube_api.kubeconfig()))
+    kube_api.store.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
+    monkeypatch.delenv("HTTP_PROXY", raising=False)
+    monkeypatch.delenv("http_proxy", raising=False)
+    api = new_api_client(KubeOptions(kubeconfig=str(path)), registry=registry)
+    try:
+        assert api.configuration.refresh_api_key_hook is not None
+        assert api.configuration.proxy is None
+        monkeypatch.setenv("http_proxy", "http://proxy.invalid:3128")
+        assert raw.request_json(api, "GET", "/api/v1/nodes/n1")["metadata"]["name"] == "n1"
+        assert api.configuration.proxy is None
+        assert api.configuration.host == kube_api.url
+        api.configuration.host = "http://127.0.0.1:1"  # a different host is still taken
+        assert api.configuration.proxy == "http://proxy.invalid:3128"
+    finally:
+        api.close()

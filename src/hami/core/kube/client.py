@@ -121,9 +121,24 @@ def _go_duration(seconds: float) -> str:
     return f"{seconds * 1000:.0f}ms"
 
 
+class _Configuration(k8s.Configuration):  # type: ignore[misc]
+    """A ``Configuration`` on which assigning ``host`` its current value is a no-op.
+
+    The kubeconfig and in-cluster loaders install a token refresh hook that re-assigns ``host``
+    before every request, and the client's ``host`` setter re-reads the proxy settings from the
+    whole environment each time (in a pod: every service's variables), all on the hot path.
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        unchanged = self.__dict__.get("server_index", 0) is None and self.__dict__.get("_base_path") == value
+        if name == "host" and unchanged:
+            return
+        super().__setattr__(name, value)
+
+
 def load_configuration(opts: KubeOptions) -> Any:
     """A ``kubernetes.client.Configuration`` from the host, a kubeconfig file, or the pod's account."""
-    cfg = k8s.Configuration()
+    cfg = _Configuration()
     if opts.host:
         cfg.host = opts.host.rstrip("/")
         return cfg
