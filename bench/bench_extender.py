@@ -52,12 +52,6 @@ EMULATOR_UP = re.compile(r"kubeapi emulator serving on (\S+)")
 EXTENDER_UP = re.compile(r"hami-scheduler extender on (\S+), metrics on (\S+) ")
 LOCK = "hami.io/mutex.lock"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-# With --pprof the extender runs with --profiling but without tracemalloc, which that flag starts
-# for heap profiles: tracing every allocation would multiply the CPU per pod being measured.
-UNTRACED = (
-    "import sys, hami.core.profiling as p; p.start_tracing = lambda: None; "
-    "from hami.scheduler.main import main; sys.exit(main())"
-)
 
 
 def cpu_times(pid: int) -> tuple[float, float]:
@@ -319,9 +313,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"--kubeconfig={kubeconfig}", "--http_bind=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0",
                 "--kube-qps=-1", f"--node-scheduler-policy={args.node_policy}", f"-v={args.v}",
             ]
-            command = ["-m", "hami.scheduler", *flags]
-            if args.pprof:
-                command = ["-c", UNTRACED, *flags, "--profiling"]
+            # --profiling costs nothing until a profile is taken (tracemalloc only inside heap windows)
+            command = ["-m", "hami.scheduler", *flags, *(["--profiling"] if args.pprof else [])]
             started = time.monotonic()
             extender = Child("extender", command, workdir)
             children.append(extender)
