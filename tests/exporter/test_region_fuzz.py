@@ -1,6 +1,7 @@
 """Property test of the parser: corrupted regions never raise and never yield out-of-range values.
 
-CI runs a bounded number of examples; ``HAMI_FUZZ_EXAMPLES=100000`` runs the long mode.
+CI runs a bounded number of examples; ``HAMI_FUZZ_EXAMPLES=100000`` (with pytest's ``--timeout=0``)
+runs the long mode.
 """
 
 import os
