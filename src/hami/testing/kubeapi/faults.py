@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,6 +107,7 @@ class Request:
     content_type: str
     status: int
     watch: bool
+    at: float = field(default_factory=time.monotonic)  # when it was answered (time.monotonic)
 
 
 class RequestLog:

@@ -22,6 +22,7 @@ class _HTTPServer(ThreadingHTTPServer):
 
     daemon_threads = False  # server_close() joins every handler thread
     block_on_close = True
+    request_queue_size = 128  # concurrent clients must not wait on SYN retransmits
     emulator: KubeAPIServer
 
     def __init__(self, address: tuple[str, int], emulator: KubeAPIServer) -> None:
@@ -185,7 +186,7 @@ class KubeAPIServer:
         if self._httpd is not None:
             raise RuntimeError("KubeAPIServer already started")
         self._httpd = _HTTPServer((self.host, self._requested_port), self)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1},
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
                                         name=f"kubeapi-{self.port}", daemon=True)
         self._thread.start()
         return self
