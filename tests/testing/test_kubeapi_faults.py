@@ -78,6 +78,15 @@ def test_dropped_watch_stream(kube_client: client.ApiClient, kube_api: KubeAPISe
             seen.append(event["object"].metadata.name)
     assert seen == ["a"]
     assert len(v1.list_node().items) == 2  # drop_watch leaves plain requests alone
+    # A cut right away, and one while the stream idles after its last event.
+    kube_api.faults.add(drop_watch=True)
+    kube_api.faults.add(drop_watch=True, after_events=2)
+    for expected in ([], ["a", "b"]):
+        seen.clear()
+        with pytest.raises(urllib3.exceptions.ProtocolError):
+            for event in watch.Watch().stream(v1.list_node, timeout_seconds=30):
+                seen.append(event["object"].metadata.name)
+        assert seen == expected
     names = [e["object"].metadata.name for e in watch.Watch().stream(v1.list_node, timeout_seconds=1)]
     assert names == ["a", "b"]
 
