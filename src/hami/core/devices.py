@@ -58,3 +58,21 @@ class ContainerDevice:
 # Per container (init containers first, then regular), the devices it holds.
 ContainerDevices = tuple[ContainerDevice, ...]
 PodDevices = tuple[ContainerDevices, ...]
+
+
+@dataclass(frozen=True)
+class MigAllocation:
+    """One entry of ``hami.io/vgpu-mig-allocations``: a MIG placement chosen for a container device.
+
+    The scheduler fills the first five fields; the device plugin adds the runtime identity
+    (``mig_uuid``, ``gpu_instance_id``, ``compute_instance_id``: all three or none).
+    """
+
+    container_index: int  # init containers first, then regular containers
+    device_index: int
+    gpu_uuid: str
+    profile: str
+    placement: MigPlacement
+    mig_uuid: str = ""
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None

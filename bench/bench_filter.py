@@ -1,0 +1,116 @@
+"""Filter latency for one pod over 100, 1,000 and 5,000 nodes × 8 GPUs with realistic usage.
+
+Run: PYTHONPATH=src python bench/bench_filter.py [--rounds N]
+
+Usage is drawn once per cluster (seeded): ~60 % of cards carry 1–4 shared pods (4–16 GiB, 10–30 %
+cores), 10 % hold an exclusive pod, the rest are idle, 2 % are unhealthy. Three figures per size:
+
+- steady: the extender's steady state. Each round filters a shareable pod (1 GPU, 4 GiB, 20 %
+  cores, default policies), commits the reservation (the chosen node's view is rebuilt next time)
+  and drops the previous round's pod, so usage stays realistic and one node changes per round.
+- new shape: every round asks for a different amount of memory, so no per-node verdict is reused
+  (views stay warm): the cost of fitting every node from scratch.
+- cold: one filter with every node view rebuilt (after a restart or a full resync).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from hami.core.devices import DeviceInfo
+from hami.scheduler.filter import FilterConfig, commit, filter_pod
+from hami.scheduler.nodes import NodeState
+from hami.scheduler.usage import DeviceShare, PodAllocation, UsageIndex
+
+A100 = "NVIDIA A100-SXM4-80GB"
+
+
+def bench_pod(uid: str, mem: int) -> dict[str, Any]:
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(mem), "nvidia.com/gpucores": "20"}
+    return {"metadata": {"uid": uid, "namespace": "default", "name": uid},
+            "spec": {"containers": [{"name": "c", "resources": {"limits": limits}}]}}
+
+
+def cluster(n_nodes: int, seed: int = 7) -> tuple[list[NodeState], UsageIndex]:
+    rng = random.Random(seed)
+    nodes: list[NodeState] = []
+    index = UsageIndex()
+    pod = 0
+    for n in range(n_nodes):
+        name = f"node-{n:05d}"
+        devs = tuple(
+            DeviceInfo(id=f"GPU-{n:05d}-{i}", index=i, count=10, devmem=81920, devcore=100, type=A100,
+                       numa=i // 4, mode="hami-core", health=rng.random() > 0.02)
+            for i in range(8)
+        )
+        nodes.append(NodeState(name, devs))
+        for d in devs:
+            roll = rng.random()
+            shares: list[tuple[int, int]] = []
+            if roll < 0.1:
+                shares = [(81920 // 2, 100)]
+            elif roll < 0.7:
+                shares = [(rng.choice((4096, 8192, 16384)), rng.choice((10, 20, 30)))
+                          for _ in range(rng.randint(1, 4))]
+            for mem, cores in shares:
+                pod += 1
+                share = (DeviceShare(d.id, mem, cores),)
+                index.add(PodAllocation(f"p{pod}", "default", f"p{pod}", name, share))
+    return nodes, index
+
+
+def percentiles(samples: list[float]) -> tuple[float, float]:
+    samples = sorted(samples)
+    return statistics.median(samples), samples[min(len(samples) - 1, int(len(samples) * 0.99))]
+
+
+def timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def measure(n_nodes: int, rounds: int) -> dict[str, float]:
+    cfg = FilterConfig()
+    nodes, index = cluster(n_nodes)
+    cold = timed(lambda: filter_pod(bench_pod("warmup", 4096), nodes, index, None, cfg))
+    steady: list[float] = []
+    previous: str | None = None
+    for i in range(rounds):
+        pod = bench_pod(f"steady-{i}", 4096)
+        start = time.perf_counter()
+        result = filter_pod(pod, nodes, index, None, cfg)
+        steady.append(time.perf_counter() - start)
+        commit(result, index, None)
+        if previous is not None:
+            index.remove(previous)
+        previous = f"steady-{i}"
+    shapes = [timed(lambda i=i: filter_pod(bench_pod(f"shape-{i}", 1000 + i), nodes, index, None, cfg))
+              for i in range(rounds)]
+    s50, s99 = percentiles(steady)
+    n50, n99 = percentiles(shapes)
+    return {"steady p50": s50, "steady p99": s99, "shape p50": n50, "shape p99": n99, "cold": cold}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="HAMi filter latency")
+    parser.add_argument("--rounds", type=int, default=200)
+    args = parser.parse_args()
+    print("times in ms; per-node cost in µs from the p50s")
+    print(f"{'nodes':>6} {'GPUs':>6} {'steady p50':>11} {'steady p99':>11} {'shape p50':>10} "
+          f"{'shape p99':>10} {'cold':>8} {'µs/node steady':>15} {'µs/node shape':>14}")
+    for n in (100, 1000, 5000):
+        rounds = args.rounds if n <= 1000 else max(20, args.rounds // 4)
+        m = measure(n, rounds)
+        print(f"{n:>6} {n * 8:>6} {m['steady p50'] * 1e3:>11.2f} {m['steady p99'] * 1e3:>11.2f} "
+              f"{m['shape p50'] * 1e3:>10.2f} {m['shape p99'] * 1e3:>10.2f} {m['cold'] * 1e3:>8.1f} "
+              f"{m['steady p50'] / n * 1e6:>15.2f} {m['shape p50'] / n * 1e6:>14.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,9 @@
+"""Wire codecs for HAMi v2.10 annotations (spec/scheduler.md §1–§2).
+
+Every decoder takes text and returns data from ``hami.core.devices``; on malformed input it raises
+``CodecError`` and nothing else.
+"""
+
+from hami.core.codec.errors import CodecError
+
+__all__ = ["CodecError"]

@@ -1,0 +1,103 @@
+"""NVML access for the monitor and the device plugin: one small interface, two backends.
+
+``open_nvml()`` returns an initialised session (``nvmlInit`` exactly once per session object,
+``nvmlShutdown`` on ``close``). Every failing call raises ``NvmlError(call, code)`` where ``call`` is
+the NVML function name, so a caller can skip one series and count ``hami_*_nvml_errors_total{call}``.
+
+NVML calls covered (method → NVML function):
+
+- session: ``nvmlInit`` / ``nvmlShutdown``; ``device_count`` → ``nvmlDeviceGetCount``;
+  ``device`` → ``nvmlDeviceGetHandleByIndex``; ``device_by_uuid`` → ``nvmlDeviceGetHandleByUUID``
+  (+ ``nvmlDeviceGetIndex``); ``driver_version`` → ``nvmlSystemGetDriverVersion``;
+  ``cuda_driver_version`` → ``nvmlSystemGetCudaDriverVersion``.
+- device (discovery, §C.3/§C.4): ``uuid`` → ``nvmlDeviceGetUUID``; ``name`` → ``nvmlDeviceGetName``;
+  ``pci_bus_id`` → ``nvmlDeviceGetPciInfo``; ``numa_node_id`` → ``nvmlDeviceGetNumaNodeId``;
+  ``minor_number`` → ``nvmlDeviceGetMinorNumber``;
+  ``cuda_compute_capability`` → ``nvmlDeviceGetCudaComputeCapability``.
+- device (monitor metrics, §B.2 and the metrics contract): ``memory_info`` → ``nvmlDeviceGetMemoryInfo``;
+  ``utilization_rates`` → ``nvmlDeviceGetUtilizationRates`` (gpu and memory-controller);
+  ``temperature`` → ``nvmlDeviceGetTemperature`` (GPU sensor); ``power_usage`` → ``nvmlDeviceGetPowerUsage``;
+  ``total_ecc_errors`` → ``nvmlDeviceGetTotalEccErrors``;
+  ``compute_running_processes`` → ``nvmlDeviceGetComputeRunningProcesses``.
+- MIG (§C.8, ``hami_mig_device_info``): ``mig_mode`` → ``nvmlDeviceGetMigMode``; ``mig_devices`` →
+  ``nvmlDeviceGetMaxMigDeviceCount``, ``nvmlDeviceGetMigDeviceHandleByIndex``, ``nvmlDeviceGetGpuInstanceId``,
+  ``nvmlDeviceGetComputeInstanceId`` (+ UUID, name and memory of each MIG device).
+- health (§C.9): ``supported_event_types`` → ``nvmlDeviceGetSupportedEventTypes``; ``event_set`` →
+  ``nvmlEventSetCreate``; ``register`` → ``nvmlDeviceRegisterEvents``; ``wait`` → ``nvmlEventSetWait``
+  (a TIMEOUT is ``None``); ``close`` → ``nvmlEventSetFree``.
+
+Not covered: GPU-instance profile placements for dynamic MIG partitioning, NVLink/P2P topology,
+clocks, fan speed, per-process utilisation samples.
+
+Backends: ``hami.core.nvml.real`` (pynvml) and ``hami.core.nvml.fake`` (``FakeNvml``). Select with
+``open_nvml(kind)``; with ``kind="auto"`` the environment decides: ``HAMI_NVML=fake`` plus
+``HAMI_FAKE_NVML_SPEC=<yaml>`` give the fake, anything else the real library.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from hami.core.nvml.api import (
+    EVENT_DOUBLE_BIT_ECC,
+    EVENT_SINGLE_BIT_ECC,
+    EVENT_XID_CRITICAL,
+    HEALTH_EVENTS,
+    NO_INSTANCE,
+    MemoryInfo,
+    MigDeviceInfo,
+    Nvml,
+    NvmlDevice,
+    NvmlError,
+    NvmlEventSet,
+    ProcessInfo,
+    Utilization,
+    XidEvent,
+)
+
+ENV_KIND = "HAMI_NVML"
+ENV_FAKE_SPEC = "HAMI_FAKE_NVML_SPEC"
+
+__all__ = [
+    "ENV_FAKE_SPEC",
+    "ENV_KIND",
+    "EVENT_DOUBLE_BIT_ECC",
+    "EVENT_SINGLE_BIT_ECC",
+    "EVENT_XID_CRITICAL",
+    "HEALTH_EVENTS",
+    "NO_INSTANCE",
+    "MemoryInfo",
+    "MigDeviceInfo",
+    "Nvml",
+    "NvmlDevice",
+    "NvmlError",
+    "NvmlEventSet",
+    "ProcessInfo",
+    "Utilization",
+    "XidEvent",
+    "open_nvml",
+]
+
+
+def open_nvml(kind: Literal["auto", "real", "fake"] = "auto", fake_spec: str | Path | None = None) -> Nvml:
+    """An initialised NVML session. Raises ``NvmlError(call="nvmlInit")`` when NVML cannot start,
+    and ``ValueError`` for a bad ``kind`` or a fake without a spec."""
+    if kind == "auto":
+        env = os.environ.get(ENV_KIND, "real").strip().lower() or "real"
+        if env not in ("real", "fake", "auto"):
+            raise ValueError(f"{ENV_KIND}={env!r}: want 'real' or 'fake'")
+        kind = "fake" if env == "fake" else "real"
+    if kind == "fake":
+        from hami.core.nvml.fake import FakeNvml
+
+        spec = fake_spec if fake_spec is not None else os.environ.get(ENV_FAKE_SPEC)
+        if not spec:
+            raise ValueError(f"the fake NVML needs a spec: pass fake_spec or set {ENV_FAKE_SPEC}")
+        return FakeNvml(spec)
+    if kind == "real":
+        from hami.core.nvml.real import RealNvml
+
+        return RealNvml()
+    raise ValueError(f"unknown NVML kind {kind!r}: want 'auto', 'real' or 'fake'")

@@ -1,0 +1,149 @@
+"""The NVML interface both backends implement, its data types and its one error type."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Protocol, Self
+
+# NVML return codes (nvml.h), by name, so errors compare the same on every backend.
+RETURN_CODES: dict[int, str] = {
+    1: "UNINITIALIZED",
+    2: "INVALID_ARGUMENT",
+    3: "NOT_SUPPORTED",
+    4: "NO_PERMISSION",
+    5: "ALREADY_INITIALIZED",
+    6: "NOT_FOUND",
+    7: "INSUFFICIENT_SIZE",
+    8: "INSUFFICIENT_POWER",
+    9: "DRIVER_NOT_LOADED",
+    10: "TIMEOUT",
+    11: "IRQ_ISSUE",
+    12: "LIBRARY_NOT_FOUND",
+    13: "FUNCTION_NOT_FOUND",
+    14: "CORRUPTED_INFOROM",
+    15: "GPU_IS_LOST",
+    16: "RESET_REQUIRED",
+    17: "OPERATING_SYSTEM",
+    18: "LIB_RM_VERSION_MISMATCH",
+    19: "IN_USE",
+    20: "MEMORY",
+    21: "NO_DATA",
+    22: "VGPU_ECC_NOT_SUPPORTED",
+    23: "INSUFFICIENT_RESOURCES",
+    24: "FREQ_NOT_SUPPORTED",
+    25: "ARGUMENT_VERSION_MISMATCH",
+    26: "DEPRECATED",
+    27: "NOT_READY",
+    28: "GPU_NOT_FOUND",
+    29: "INVALID_STATE",
+    999: "UNKNOWN",
+}
+CODE_NAMES = frozenset(RETURN_CODES.values())
+
+# nvmlEventType* bits.
+EVENT_SINGLE_BIT_ECC = 0x1
+EVENT_DOUBLE_BIT_ECC = 0x2
+EVENT_PSTATE = 0x4
+EVENT_XID_CRITICAL = 0x8
+# HAMi's health checker registers these, masked by nvmlDeviceGetSupportedEventTypes.
+HEALTH_EVENTS = EVENT_XID_CRITICAL | EVENT_DOUBLE_BIT_ECC | EVENT_SINGLE_BIT_ECC
+# GPU/compute instance id in an event that is not tied to a MIG instance.
+NO_INSTANCE = 0xFFFFFFFF
+
+
+class NvmlError(Exception):
+    """A failed NVML call. ``call`` is the NVML function name, ``code`` the return code's name
+    (``"NOT_SUPPORTED"``) or, for a code this table does not know, its number."""
+
+    def __init__(self, call: str, code: int | str, detail: str = "") -> None:
+        if isinstance(code, int):
+            code = RETURN_CODES.get(code, code)
+        self.call = call
+        self.code: int | str = code
+        self.detail = detail
+        super().__init__(f"{call} failed: {code}" + (f" ({detail})" if detail else ""))
+
+
+@dataclass(frozen=True)
+class MemoryInfo:
+    total: int  # bytes
+    free: int
+    used: int
+
+
+@dataclass(frozen=True)
+class Utilization:
+    gpu: int  # percent of time a kernel ran, 0-100
+    memory: int  # percent of time device memory was read or written, 0-100
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    pid: int
+    used_memory: int | None  # bytes; None where NVML reports "not available"
+
+
+@dataclass(frozen=True)
+class MigDeviceInfo:
+    index: int  # slot on the parent GPU
+    uuid: str  # MIG-...
+    name: str
+    gpu_instance_id: int
+    compute_instance_id: int
+    memory: MemoryInfo
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    """One event from ``nvmlEventSetWait`` (``xid`` is ``eventData``: the Xid for Xid events)."""
+
+    device_uuid: str
+    event_type: int
+    xid: int
+    gpu_instance_id: int = NO_INSTANCE
+    compute_instance_id: int = NO_INSTANCE
+
+
+class NvmlDevice(Protocol):
+    """A handle from ``nvmlDeviceGetHandleByIndex``/``ByUUID``. Every method raises ``NvmlError``."""
+
+    @property
+    def index(self) -> int: ...
+    def uuid(self) -> str: ...
+    def name(self) -> str: ...
+    def memory_info(self) -> MemoryInfo: ...
+    def utilization_rates(self) -> Utilization: ...
+    def temperature(self) -> int: ...  # GPU core sensor, °C
+    def power_usage(self) -> int: ...  # milliwatts
+    def pci_bus_id(self) -> str: ...  # "00000000:3B:00.0"
+    def numa_node_id(self) -> int: ...
+    def minor_number(self) -> int: ...  # /dev/nvidia<minor>
+    def cuda_compute_capability(self) -> tuple[int, int]: ...
+    def compute_running_processes(self) -> list[ProcessInfo]: ...
+    def total_ecc_errors(self, uncorrected: bool, aggregate: bool = False) -> int: ...
+    def mig_mode(self) -> tuple[bool, bool]: ...  # (current, pending)
+    def mig_devices(self) -> list[MigDeviceInfo]: ...  # [] when MIG is off or unsupported
+    def supported_event_types(self) -> int: ...
+
+
+class NvmlEventSet(Protocol):
+    def register(self, device: NvmlDevice, event_types: int) -> None: ...
+    def wait(self, timeout_ms: int) -> XidEvent | None: ...  # None on timeout
+    def close(self) -> None: ...
+
+
+class Nvml(Protocol):
+    """An initialised NVML session: ``nvmlInit`` once when opened, ``nvmlShutdown`` once on ``close``."""
+
+    def device_count(self) -> int: ...
+    def device(self, index: int) -> NvmlDevice: ...
+    def device_by_uuid(self, uuid: str) -> NvmlDevice: ...
+    def driver_version(self) -> str: ...
+    def cuda_driver_version(self) -> int: ...  # e.g. 12040
+    def event_set(self) -> NvmlEventSet: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None: ...

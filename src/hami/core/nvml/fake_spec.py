@@ -1,0 +1,192 @@
+"""The fake NVML's node description (a dict, or a YAML file) and its mutable per-GPU state.
+
+```yaml
+driver_version: "550.54.15"        # optional
+cuda_driver_version: 12040         # optional
+init_error: LIBRARY_NOT_FOUND      # optional: nvmlInit fails with this code (a node without a driver)
+devices:
+  - uuid: GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec
+    name: Tesla V100-PCIE-32GB
+    memory_mib: 32768              # or memory_bytes
+    memory_used_mib: 0             # optional
+    pci_bus_id: "00000000:3B:00.0" # optional, derived from the index
+    numa: 0
+    minor: 0                       # optional, defaults to the index
+    compute_capability: [7, 0]
+    utilization: {gpu: 0, memory: 0}
+    temperature: 40
+    power_mw: 50000
+    ecc: {corrected: 0, uncorrected: 0}
+    supported_events: 11           # optional bit mask, default Xid | single- and double-bit ECC
+    unsupported: [nvmlDeviceGetPowerUsage]  # calls that answer NOT_SUPPORTED on this GPU
+    processes: [{pid: 1234, used_mib: 1024}]
+    mig:                           # present = MIG-capable; enabled toggles MIG mode
+      enabled: true
+      instances:
+        - {uuid: MIG-..., profile: 1g.5gb, gpu_instance_id: 7, compute_instance_id: 0, memory_mib: 4864}
+```
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hami.core.nvml.api import CODE_NAMES, HEALTH_EVENTS, MemoryInfo, MigDeviceInfo, ProcessInfo
+
+MIB = 1 << 20
+
+
+class FakeSpecError(ValueError):
+    """The fake node description is malformed; the message names the key."""
+
+
+@dataclass
+class FakeGpu:
+    """Mutable state of one fake GPU; change it under ``FakeNvml.lock`` (or with ``FakeNvml.update``)."""
+
+    uuid: str
+    name: str
+    memory_total: int  # bytes
+    memory_used: int = 0
+    pci_bus_id: str = ""
+    numa: int = 0
+    minor: int = 0
+    compute_capability: tuple[int, int] = (8, 0)
+    utilization_gpu: int = 0
+    utilization_memory: int = 0
+    temperature: int = 35
+    power_mw: int = 60000
+    ecc_corrected: int = 0
+    ecc_uncorrected: int = 0
+    supported_events: int = HEALTH_EVENTS
+    unsupported: frozenset[str] = frozenset()
+    processes: list[ProcessInfo] = field(default_factory=list)
+    mig_capable: bool = False
+    mig_enabled: bool = False
+    mig_instances: list[MigDeviceInfo] = field(default_factory=list)
+
+    def memory(self) -> MemoryInfo:
+        return MemoryInfo(
+            total=self.memory_total, free=self.memory_total - self.memory_used, used=self.memory_used
+        )
+
+
+@dataclass
+class FakeNode:
+    gpus: list[FakeGpu]
+    driver_version: str = "550.54.15"
+    cuda_driver_version: int = 12040
+    init_error: str | None = None
+
+
+def _get(d: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str, default: Any = None) -> Any:
+    value = d.get(key, default)
+    if value is None and default is None:
+        return None
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+        raise FakeSpecError(f"{where}.{key}: expected {kind}, got {value!r}")
+    return value
+
+
+def _mapping(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise FakeSpecError(f"{where}: expected a mapping, got {value!r}")
+    return value
+
+
+def _bytes(d: dict[str, Any], stem: str, where: str, default: int | None = None) -> int | None:
+    if f"{stem}_bytes" in d:
+        return int(_get(d, f"{stem}_bytes", int, where))
+    if f"{stem}_mib" in d:
+        return int(_get(d, f"{stem}_mib", int, where)) * MIB
+    return default
+
+
+def _gpu(i: int, d: Any) -> FakeGpu:
+    where = f"devices[{i}]"
+    d = _mapping(d, where)
+    total = _bytes(d, "memory", where)
+    if total is None or total <= 0:
+        raise FakeSpecError(f"{where}: memory_mib or memory_bytes (> 0) is required")
+    used = _bytes(d, "memory_used", where, 0) or 0
+    if not 0 <= used <= total:
+        raise FakeSpecError(f"{where}: memory used {used} outside [0, {total}]")
+    util = _get(d, "utilization", dict, where, {})
+    ecc = _get(d, "ecc", dict, where, {})
+    cc = _get(d, "compute_capability", list, where, [8, 0])
+    procs = [
+        ProcessInfo(
+            pid=_get(_mapping(p, f"{where}.processes[{j}]"), "pid", int, f"{where}.processes[{j}]", 0),
+            used_memory=_bytes(p, "used", f"{where}.processes[{j}]"),
+        )
+        for j, p in enumerate(_get(d, "processes", list, where, []))
+    ]
+    gpu = FakeGpu(
+        uuid=_get(d, "uuid", str, where, f"GPU-{i:08x}-0000-0000-0000-000000000000"),
+        name=_get(d, "name", str, where, "NVIDIA A100-SXM4-40GB"),
+        memory_total=total,
+        memory_used=used,
+        pci_bus_id=_get(d, "pci_bus_id", str, where, f"00000000:{0x1A + i:02X}:00.0"),
+        numa=_get(d, "numa", int, where, 0),
+        minor=_get(d, "minor", int, where, i),
+        compute_capability=(int(cc[0]), int(cc[1])),
+        utilization_gpu=_get(util, "gpu", int, f"{where}.utilization", 0),
+        utilization_memory=_get(util, "memory", int, f"{where}.utilization", 0),
+        temperature=_get(d, "temperature", int, where, 35),
+        power_mw=_get(d, "power_mw", int, where, 60000),
+        ecc_corrected=_get(ecc, "corrected", int, f"{where}.ecc", 0),
+        ecc_uncorrected=_get(ecc, "uncorrected", int, f"{where}.ecc", 0),
+        supported_events=_get(d, "supported_events", int, where, HEALTH_EVENTS),
+        unsupported=frozenset(str(c) for c in _get(d, "unsupported", list, where, [])),
+        processes=procs,
+    )
+    mig = _get(d, "mig", dict, where)
+    if mig is not None:
+        gpu.mig_capable = True
+        gpu.mig_enabled = bool(mig.get("enabled", False))
+        for j, raw in enumerate(_get(mig, "instances", list, f"{where}.mig", [])):
+            at = f"{where}.mig.instances[{j}]"
+            m = _mapping(raw, at)
+            mem = _bytes(m, "memory", at, 0) or 0
+            profile = _get(m, "profile", str, at, "1g.5gb")
+            gpu.mig_instances.append(
+                MigDeviceInfo(
+                    index=j,
+                    uuid=_get(m, "uuid", str, at, f"MIG-{i:04x}{j:04x}-0000-0000-0000-000000000000"),
+                    name=f"{gpu.name} MIG {profile}",
+                    gpu_instance_id=_get(m, "gpu_instance_id", int, at, j + 1),
+                    compute_instance_id=_get(m, "compute_instance_id", int, at, 0),
+                    memory=MemoryInfo(total=mem, free=mem, used=0),
+                )
+            )
+    return gpu
+
+
+def load_spec(spec: dict[str, Any] | str | Path) -> FakeNode:
+    """Build the node from a dict or a YAML file path."""
+    if isinstance(spec, (str, Path)):
+        try:
+            data = yaml.safe_load(Path(spec).read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise FakeSpecError(f"cannot read fake NVML spec {spec}: {exc}") from None
+    else:
+        data = spec
+    if not isinstance(data, dict):
+        raise FakeSpecError(f"fake NVML spec must be a mapping, got {type(data).__name__}")
+    devices = _get(data, "devices", list, "spec", [])
+    gpus = [_gpu(i, d) for i, d in enumerate(devices)]
+    init_error = _get(data, "init_error", str, "spec")
+    if init_error is not None and init_error not in CODE_NAMES:
+        raise FakeSpecError(f"spec.init_error: unknown NVML return code {init_error!r}")
+    if len({g.uuid for g in gpus}) != len(gpus):
+        raise FakeSpecError("spec.devices: duplicate uuid")
+    return FakeNode(
+        gpus=gpus,
+        driver_version=_get(data, "driver_version", str, "spec", "550.54.15"),
+        cuda_driver_version=_get(data, "cuda_driver_version", int, "spec", 12040),
+        init_error=init_error,
+    )

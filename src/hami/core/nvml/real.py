@@ -1,0 +1,250 @@
+"""NVML through ``pynvml`` (nvidia-ml-py): ``nvmlInit`` once per ``RealNvml``, ``nvmlShutdown`` on close."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import pynvml
+
+from hami.core.nvml.api import (
+    MemoryInfo,
+    MigDeviceInfo,
+    NvmlDevice,
+    NvmlError,
+    ProcessInfo,
+    Utilization,
+    XidEvent,
+)
+
+T = TypeVar("T")
+
+_INIT_HINT = "is the NVIDIA driver installed and libnvidia-ml.so.1 on the library path?"
+
+
+def _code(exc: pynvml.NVMLError) -> int:
+    return int(getattr(exc, "value", 999))
+
+
+class _Session:
+    """Guards every call: after ``close`` calls fail as NVML does when uninitialised."""
+
+    def __init__(self) -> None:
+        self.open = False
+        self.lock = threading.Lock()
+
+    def call(self, name: str, fn: Callable[..., T], *args: Any) -> T:
+        if not self.open:
+            raise NvmlError(name, "UNINITIALIZED", "this NVML session is closed")
+        try:
+            return fn(*args)
+        except pynvml.NVMLError as exc:
+            raise NvmlError(name, _code(exc), str(exc)) from None
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class RealDevice:
+    def __init__(self, session: _Session, handle: Any, index: int) -> None:
+        self._s = session
+        self._h = handle
+        self._index = index
+
+    @property
+    def index(self) -> int:
+        return self._index
+
+    @property
+    def handle(self) -> Any:
+        return self._h
+
+    def uuid(self) -> str:
+        return _text(self._s.call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, self._h))
+
+    def name(self) -> str:
+        return _text(self._s.call("nvmlDeviceGetName", pynvml.nvmlDeviceGetName, self._h))
+
+    def memory_info(self) -> MemoryInfo:
+        m = self._s.call("nvmlDeviceGetMemoryInfo", pynvml.nvmlDeviceGetMemoryInfo, self._h)
+        return MemoryInfo(total=int(m.total), free=int(m.free), used=int(m.used))
+
+    def utilization_rates(self) -> Utilization:
+        u = self._s.call("nvmlDeviceGetUtilizationRates", pynvml.nvmlDeviceGetUtilizationRates, self._h)
+        return Utilization(gpu=int(u.gpu), memory=int(u.memory))
+
+    def temperature(self) -> int:
+        call = pynvml.nvmlDeviceGetTemperature
+        return int(self._s.call("nvmlDeviceGetTemperature", call, self._h, pynvml.NVML_TEMPERATURE_GPU))
+
+    def power_usage(self) -> int:
+        return int(self._s.call("nvmlDeviceGetPowerUsage", pynvml.nvmlDeviceGetPowerUsage, self._h))
+
+    def pci_bus_id(self) -> str:
+        info = self._s.call("nvmlDeviceGetPciInfo", pynvml.nvmlDeviceGetPciInfo, self._h)
+        return _text(info.busId)
+
+    def numa_node_id(self) -> int:
+        return int(self._s.call("nvmlDeviceGetNumaNodeId", pynvml.nvmlDeviceGetNumaNodeId, self._h))
+
+    def minor_number(self) -> int:
+        return int(self._s.call("nvmlDeviceGetMinorNumber", pynvml.nvmlDeviceGetMinorNumber, self._h))
+
+    def cuda_compute_capability(self) -> tuple[int, int]:
+        call = pynvml.nvmlDeviceGetCudaComputeCapability
+        major, minor = self._s.call("nvmlDeviceGetCudaComputeCapability", call, self._h)
+        return int(major), int(minor)
+
+    def compute_running_processes(self) -> list[ProcessInfo]:
+        call = pynvml.nvmlDeviceGetComputeRunningProcesses
+        procs = self._s.call("nvmlDeviceGetComputeRunningProcesses", call, self._h)
+        return [ProcessInfo(pid=int(p.pid), used_memory=_bytes_or_none(p.usedGpuMemory)) for p in procs]
+
+    def total_ecc_errors(self, uncorrected: bool, aggregate: bool = False) -> int:
+        kind = (
+            pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+            if uncorrected
+            else pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED
+        )
+        counter = pynvml.NVML_AGGREGATE_ECC if aggregate else pynvml.NVML_VOLATILE_ECC
+        call = pynvml.nvmlDeviceGetTotalEccErrors
+        return int(self._s.call("nvmlDeviceGetTotalEccErrors", call, self._h, kind, counter))
+
+    def mig_mode(self) -> tuple[bool, bool]:
+        current, pending = self._s.call("nvmlDeviceGetMigMode", pynvml.nvmlDeviceGetMigMode, self._h)
+        return bool(current), bool(pending)
+
+    def mig_devices(self) -> list[MigDeviceInfo]:
+        try:
+            if not self.mig_mode()[0]:
+                return []
+        except NvmlError as exc:
+            if exc.code == "NOT_SUPPORTED":
+                return []
+            raise
+        count = self._s.call("nvmlDeviceGetMaxMigDeviceCount", pynvml.nvmlDeviceGetMaxMigDeviceCount, self._h)
+        out = []
+        for slot in range(int(count)):
+            try:
+                mig = self._s.call(
+                    "nvmlDeviceGetMigDeviceHandleByIndex",
+                    pynvml.nvmlDeviceGetMigDeviceHandleByIndex,
+                    self._h,
+                    slot,
+                )
+            except NvmlError as exc:
+                if exc.code == "NOT_FOUND":  # an empty slot
+                    continue
+                raise
+            dev = RealDevice(self._s, mig, slot)
+            gi = self._s.call("nvmlDeviceGetGpuInstanceId", pynvml.nvmlDeviceGetGpuInstanceId, mig)
+            ci = self._s.call("nvmlDeviceGetComputeInstanceId", pynvml.nvmlDeviceGetComputeInstanceId, mig)
+            out.append(MigDeviceInfo(slot, dev.uuid(), dev.name(), int(gi), int(ci), dev.memory_info()))
+        return out
+
+    def supported_event_types(self) -> int:
+        call = pynvml.nvmlDeviceGetSupportedEventTypes
+        return int(self._s.call("nvmlDeviceGetSupportedEventTypes", call, self._h))
+
+
+def _bytes_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _address(handle: Any) -> int | None:
+    return ctypes.cast(handle, ctypes.c_void_p).value
+
+
+class RealEventSet:
+    def __init__(self, session: _Session) -> None:
+        self._s = session
+        self._set = session.call("nvmlEventSetCreate", pynvml.nvmlEventSetCreate)
+        self._uuids: dict[int | None, str] = {}
+        self._closed = False
+
+    def register(self, device: NvmlDevice, event_types: int) -> None:
+        if not isinstance(device, RealDevice):
+            raise NvmlError(
+                "nvmlDeviceRegisterEvents", "INVALID_ARGUMENT", "not a device of this NVML session"
+            )
+        call = pynvml.nvmlDeviceRegisterEvents
+        self._s.call("nvmlDeviceRegisterEvents", call, device.handle, event_types, self._set)
+        self._uuids[_address(device.handle)] = device.uuid()
+
+    def wait(self, timeout_ms: int) -> XidEvent | None:
+        try:
+            data = self._s.call("nvmlEventSetWait", pynvml.nvmlEventSetWait, self._set, timeout_ms)
+        except NvmlError as exc:
+            if exc.code == "TIMEOUT":
+                return None
+            raise
+        uuid = self._uuids.get(_address(data.device), "")
+        return XidEvent(
+            uuid,
+            int(data.eventType),
+            int(data.eventData),
+            int(data.gpuInstanceId),
+            int(data.computeInstanceId),
+        )
+
+    def close(self) -> None:
+        if not self._closed and self._s.open:
+            self._closed = True
+            self._s.call("nvmlEventSetFree", pynvml.nvmlEventSetFree, self._set)
+
+
+class RealNvml:
+    """``nvmlInit`` here, once; ``NvmlError(call="nvmlInit")`` when the driver or library is missing."""
+
+    def __init__(self) -> None:
+        self._s = _Session()
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            raise NvmlError("nvmlInit", _code(exc), f"{exc}; {_INIT_HINT}") from None
+        self._s.open = True
+
+    def device_count(self) -> int:
+        return int(self._s.call("nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount))
+
+    def device(self, index: int) -> RealDevice:
+        if index < 0:
+            raise NvmlError("nvmlDeviceGetHandleByIndex", "INVALID_ARGUMENT", f"index {index}")
+        handle = self._s.call("nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, index)
+        return RealDevice(self._s, handle, index)
+
+    def device_by_uuid(self, uuid: str) -> RealDevice:
+        handle = self._s.call("nvmlDeviceGetHandleByUUID", pynvml.nvmlDeviceGetHandleByUUID, uuid)
+        index = self._s.call("nvmlDeviceGetIndex", pynvml.nvmlDeviceGetIndex, handle)
+        return RealDevice(self._s, handle, int(index))
+
+    def driver_version(self) -> str:
+        return _text(self._s.call("nvmlSystemGetDriverVersion", pynvml.nvmlSystemGetDriverVersion))
+
+    def cuda_driver_version(self) -> int:
+        return int(self._s.call("nvmlSystemGetCudaDriverVersion", pynvml.nvmlSystemGetCudaDriverVersion))
+
+    def event_set(self) -> RealEventSet:
+        return RealEventSet(self._s)
+
+    def close(self) -> None:
+        with self._s.lock:
+            if not self._s.open:
+                return
+            self._s.open = False
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError as exc:
+            raise NvmlError("nvmlShutdown", _code(exc), str(exc)) from None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

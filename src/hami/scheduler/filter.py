@@ -1,0 +1,153 @@
+"""``filter_pod``: HAMi's live Filter (§4.1–§4.2) as a pure function over decoded state.
+
+The extender calls it with the candidate nodes, the usage index and the quota manager, then
+applies the verdict with ``commit`` (drop the pod's previous reservation, record the new one)
+before patching the pod. Nothing here does I/O or mutates its inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hami.core.devices import PodDevices
+from hami.scheduler import reasons as r
+from hami.scheduler.device_config import NvidiaConfig
+from hami.scheduler.fit import PodContext, fit_node, fits_quickly
+from hami.scheduler.nodes import NodeState, NodeView
+from hami.scheduler.policy import (
+    DEFAULT_GPU_POLICY,
+    DEFAULT_NODE_POLICY,
+    ScoringWeightsError,
+    parse_gpu_policy,
+    parse_scoring_weights,
+    pick_node,
+)
+from hami.scheduler.quota import QuotaManager
+from hami.scheduler.requests import pod_options, pod_requests
+from hami.scheduler.usage import PodAllocation, UsageIndex, collapse_init_containers, quota_usage
+
+
+@dataclass(frozen=True)
+class FilterConfig:
+    nvidia: NvidiaConfig = field(default_factory=NvidiaConfig)
+    node_policy: str = DEFAULT_NODE_POLICY  # --node-scheduler-policy
+    gpu_policy: str = DEFAULT_GPU_POLICY  # --gpu-scheduler-policy
+
+
+@dataclass(frozen=True)
+class FilterResult:
+    """The verdict for one pod.
+
+    ``requested`` False means the pod asks for no HAMi device: the extender passes the node
+    names through untouched. Otherwise ``node`` is the chosen node (None when nothing fits) and
+    ``devices`` the pod's devices there (one entry per container, init first); ``fits`` lists
+    every fitting node with its score in HAMi's sorted order (chosen last); ``failed`` maps each
+    other node to its reason string; ``error`` is set when the pod itself is invalid. Devices are
+    placed only on the chosen node: HAMi computes and then discards them for the others.
+    """
+
+    requested: bool
+    node: str | None = None
+    devices: PodDevices = ()
+    fits: tuple[tuple[str, float], ...] = ()
+    failed: Mapping[str, str] = field(default_factory=dict)
+    error: str | None = None
+    reservation: PodAllocation | None = None
+    replaced: PodAllocation | None = None  # the pod's previous reservation, dropped by commit
+
+    def events(self, requested_nodes: int) -> list[tuple[str, str]]:
+        """(type, message) of the FilteringSucceed/FilteringFailed events HAMi records."""
+        if self.error is not None:
+            return [("Warning", self.error)]
+        if self.node is not None:
+            return [("Normal", r.fit_message(self.node, requested_nodes, self.fits))]
+        found = [("Warning", m) for m in r.failure_events(self.failed)]
+        return [*found, ("Warning", r.no_fit_message(requested_nodes))]
+
+
+def _identity(pod: Mapping[str, Any]) -> tuple[str, str, str]:
+    meta = pod.get("metadata")
+    if not isinstance(meta, Mapping):
+        return "", "", ""
+    return str(meta.get("uid", "")), str(meta.get("namespace", "")), str(meta.get("name", ""))
+
+
+def filter_pod(
+    pod: Mapping[str, Any],
+    nodes: Sequence[NodeState],
+    usage: UsageIndex,
+    quotas: QuotaManager | None,
+    config: FilterConfig,
+    *,
+    unregistered: Iterable[str] = (),
+) -> FilterResult:
+    """Choose a node and devices for ``pod`` among ``nodes`` (names in ``unregistered`` fail)."""
+    reqs, n_init = pod_requests(pod, config.nvidia)
+    if not any(req is not None for req in reqs):
+        return FilterResult(requested=False)
+    uid, namespace, name = _identity(pod)
+    options = pod_options(pod)
+    try:
+        weights = parse_scoring_weights(options.scoring_weights)
+    except ScoringWeightsError as err:
+        return FilterResult(requested=True, error=f"calcScore failed {err} for pod {name}")
+    previous = usage.get(uid) if uid else None
+    credit = (0, 0)
+    if previous is not None and previous.namespace == namespace:
+        credit = quota_usage(previous.shares)
+    ctx = PodContext(
+        reqs=reqs, n_init=n_init, options=options,
+        policy=parse_gpu_policy(options.gpu_policy or config.gpu_policy),
+        weights=weights, namespace=namespace,
+        quota=quotas if quotas is not None and quotas.limited(namespace) else None,
+        quota_credit=credit,
+    )
+    failed: dict[str, str] = dict.fromkeys(unregistered, r.NODE_UNREGISTERED)
+    fits: list[tuple[str, float]] = []
+    fitting: dict[str, NodeView] = {}
+    allocations: dict[str, PodDevices] = {}
+    view = usage.view
+    quick = ctx.order_free
+    for node in nodes:
+        nv = view(node, previous)
+        if quick:
+            verdict = fits_quickly(nv, ctx)
+            if verdict is not True:
+                failed[node.name] = str(verdict)
+                continue
+        else:
+            placed = fit_node(nv, ctx)
+            if isinstance(placed, str):
+                failed[node.name] = placed
+                continue
+            allocations[node.name] = placed
+        fits.append((node.name, nv.score))
+        fitting[node.name] = nv
+    if not fits:
+        return FilterResult(requested=True, failed=failed, replaced=previous)
+    ranked = pick_node(options.node_policy or config.node_policy, fits)
+    chosen = ranked[-1][0]
+    devices = allocations.get(chosen)
+    if devices is None:
+        placed = fit_node(fitting[chosen], ctx)
+        assert not isinstance(placed, str), "a node that passed the quick check must place the pod"
+        devices = placed
+    reservation = PodAllocation(uid, namespace, name, chosen, collapse_init_containers(devices, n_init))
+    return FilterResult(
+        requested=True, node=chosen, devices=devices, fits=tuple(ranked),
+        failed=failed, reservation=reservation, replaced=previous,
+    )
+
+
+def commit(result: FilterResult, usage: UsageIndex, quotas: QuotaManager | None) -> None:
+    """Apply a verdict: drop the pod's previous reservation and record the new one (§4.1 steps 3, 9)."""
+    if result.replaced is not None:
+        usage.remove(result.replaced.uid)
+        if quotas is not None:
+            quotas.remove_usage(result.replaced.namespace, result.replaced.shares)
+    if result.reservation is not None:
+        usage.add(result.reservation)
+        if quotas is not None:
+            quotas.add_usage(result.reservation.namespace, result.reservation.shares)

@@ -1,0 +1,83 @@
+"""Nodes as the fit sees them: registered devices plus current usage, flattened once per change.
+
+A ``NodeView`` is built from a ``NodeState`` and the node's usage and then reused by every filter
+call until either changes (``UsageIndex.view`` caches it), so the per-call hot path only reads
+flat per-device fields and the precomputed node score.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from hami.core.devices import MODE_MIG, DeviceInfo
+from hami.scheduler.score import node_score
+
+
+@dataclass(frozen=True, eq=False)
+class NodeState:
+    """A registered node: its NVIDIA devices (``hami.io/node-nvidia-register``) and cordoned UUIDs."""
+
+    name: str
+    devices: tuple[DeviceInfo, ...]
+    cordoned: frozenset[str] = field(default_factory=frozenset)
+
+
+class Dev:
+    """One device of a view; the fields Fit reads, without attribute indirection."""
+
+    __slots__ = (
+        "cordoned", "count", "health", "id", "index", "mig", "mode", "numa", "pair_score", "totalcore",
+        "totalmem", "type",
+    )
+
+    def __init__(self, info: DeviceInfo, cordoned: bool) -> None:
+        self.id = info.id
+        self.index = info.index
+        self.count = info.count
+        self.totalmem = info.devmem
+        self.totalcore = info.devcore
+        self.type = info.type
+        self.numa = info.numa
+        self.mode = info.mode
+        self.health = info.health
+        self.cordoned = cordoned
+        self.mig = info.mode == MODE_MIG
+        self.pair_score = info.pair_score
+
+
+class NodeView:
+    """Devices and usage of one node; the usage tuples are never mutated (Fit copies them)."""
+
+    __slots__ = (
+        "any_mig", "avail", "devs", "indexes", "memo", "name", "node", "numas", "nvidia", "score", "ucores",
+        "umem", "used",
+    )
+
+    def __init__(self, node: NodeState, usage: Mapping[str, Sequence[int]] | None) -> None:
+        self.node = node
+        self.name = node.name
+        self.devs = tuple(Dev(d, d.id in node.cordoned) for d in node.devices)
+        # HAMi hands Fit only the devices whose model names the vendor ("nvidia", case-insensitive).
+        self.nvidia = tuple(i for i, d in enumerate(self.devs) if "nvidia" in d.type.lower())
+        self.numas = tuple(d.numa for d in self.devs)
+        self.indexes = tuple(d.index for d in self.devs)
+        self.any_mig = any(self.devs[i].mig for i in self.nvidia)
+        zero = (0, 0, 0)
+        per_dev = [(usage.get(d.id, zero) if usage else zero) for d in self.devs]
+        self.used = tuple(u[0] for u in per_dev)
+        self.umem = tuple(u[1] for u in per_dev)
+        self.ucores = tuple(u[2] for u in per_dev)
+        # Cards that pass Fit's request-independent checks (health, cordon, MIG, split count).
+        self.avail = tuple(
+            i for i in self.nvidia
+            if self.devs[i].health and not self.devs[i].cordoned and not self.devs[i].mig
+            and self.used[i] < self.devs[i].count
+        )
+        # Verdicts per request shape; lives exactly as long as this view (i.e. until usage changes).
+        self.memo: dict[str, bool | str] = {}
+        self.score = node_score(
+            used=sum(self.used), count=sum(d.count for d in self.devs),
+            usedcores=sum(self.ucores), totalcore=sum(d.totalcore for d in self.devs),
+            usedmem=sum(self.umem), totalmem=sum(d.totalmem for d in self.devs),
+        )

@@ -1,0 +1,204 @@
+"""Device requests from pod specs (§3.2–§3.4): per-container requests and the user annotations.
+
+Pods are the API's JSON as plain dicts. Every resource lookup is "limits first, then requests",
+and a quantity counts only when it is an exact int64, as in HAMi ``GenerateResourceRequests``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from hami.core import annotations as ann
+from hami.scheduler.device_config import NvidiaConfig
+from hami.scheduler.quantity import int_quantity
+
+VENDOR: Final = ann.VENDOR_NVIDIA
+PERCENT_UNSET: Final = 101  # HAMi's sentinel for "no gpumem-percentage"
+_MAX_INT32: Final = 2**31 - 1
+_TRUE: Final = frozenset({"1", "t", "T", "TRUE", "true", "True"})  # Go strconv.ParseBool
+
+
+@dataclass(frozen=True)
+class ContainerRequest:
+    """HAMi ``ContainerDeviceRequest`` for NVIDIA: ``nums`` cards, each with memory and cores."""
+
+    nums: int
+    memreq: int = 0  # MiB per card, already multiplied by memoryFactor
+    mem_percentage: int = PERCENT_UNSET
+    coresreq: int = 0
+    type: str = VENDOR
+
+
+@dataclass(frozen=True)
+class PodOptions:
+    """The user annotations of §3.4, parsed once per pod."""
+
+    use_types: tuple[str, ...] = ()  # upper-cased, trimmed, empties dropped
+    nouse_types: tuple[str, ...] = ()
+    use_uuids: frozenset[str] = frozenset()
+    nouse_uuids: frozenset[str] = frozenset()
+    numa_bind: bool = False
+    vgpu_mode: str | None = None
+    node_policy: str | None = None
+    gpu_policy: str | None = None
+    scoring_weights: str | None = None
+
+    @property
+    def filters_type(self) -> bool:
+        return bool(self.use_types or self.nouse_types or self.vgpu_mode is not None)
+
+    @property
+    def filters_uuid(self) -> bool:
+        return bool(self.use_uuids or self.nouse_uuids)
+
+    def type_ok(self, model: str, mode: str) -> bool:
+        """HAMi ``CheckType`` + ``AllocateMode``: substring match on the upper-cased model."""
+        upper = model.upper()
+        if self.use_types and not any(t in upper for t in self.use_types):
+            return False
+        if any(t in upper for t in self.nouse_types):
+            return False
+        return self.vgpu_mode is None or mode in self.vgpu_mode
+
+    def uuid_ok(self, uuid: str) -> bool:
+        """HAMi ``CheckUUID``: exact match against the use/nouse lists."""
+        if self.use_uuids and uuid not in self.use_uuids:
+            return False
+        return uuid not in self.nouse_uuids
+
+
+def _resource(resources: Mapping[str, Any], name: str) -> object | None:
+    for section in ("limits", "requests"):
+        values = resources.get(section)
+        if isinstance(values, Mapping) and name in values:
+            found: object = values[name]
+            return found
+    return None
+
+
+def container_request(container: Mapping[str, Any], cfg: NvidiaConfig) -> ContainerRequest | None:
+    """The container's NVIDIA request, or None when it asks for no GPU (or asks in a form HAMi ignores)."""
+    resources = container.get("resources")
+    if not isinstance(resources, Mapping):
+        return None
+    nums = int_quantity(_resource(resources, cfg.resource_count_name))
+    if nums is None or nums <= 0:
+        return None
+    factor = cfg.factor
+    memnum = 0
+    raw_mem = _resource(resources, cfg.resource_memory_name) if cfg.resource_memory_name else None
+    if raw_mem is not None:
+        mem = int_quantity(raw_mem)
+        # HAMi drops the whole request when gpumem is not a small exact integer (e.g. "16Gi").
+        if mem is None or mem < 0 or mem > _MAX_INT32 // factor:
+            return None
+        memnum = mem * factor
+    percentage = PERCENT_UNSET
+    pct = int_quantity(_resource(resources, cfg.resource_memory_percentage_name))
+    if pct is not None:
+        if pct > 100:
+            percentage = 100
+        elif pct > 0:
+            percentage = pct
+    if percentage == PERCENT_UNSET and memnum == 0:
+        if cfg.default_memory != 0:
+            memnum = cfg.default_memory
+        else:
+            percentage = 100
+    cores = cfg.default_cores
+    raw_cores = int_quantity(_resource(resources, cfg.resource_core_name))
+    if raw_cores is not None:
+        cores = raw_cores
+    return ContainerRequest(nums=nums, memreq=memnum, mem_percentage=percentage, coresreq=cores)
+
+
+def _containers(spec: Mapping[str, Any], key: str) -> Sequence[Mapping[str, Any]]:
+    items = spec.get(key)
+    return items if isinstance(items, list) else []
+
+
+Requests = tuple[ContainerRequest | None, ...]
+
+
+def pod_requests(pod: Mapping[str, Any], cfg: NvidiaConfig) -> tuple[Requests, int]:
+    """Requests per container, init containers first (HAMi ``Resourcereqs``), and the init count."""
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping):
+        return (), 0
+    init = _containers(spec, "initContainers")
+    regular = _containers(spec, "containers")
+    reqs = tuple(container_request(c, cfg) for c in (*init, *regular))
+    return reqs, len(init)
+
+
+def webhook_limits(container: Mapping[str, Any], cfg: NvidiaConfig) -> dict[str, int]:
+    """Limits HAMi's admission webhook injects (§3.3, §8): ``defaultGPUNum`` and exclusive cores.
+
+    ``nvidia.com/gpu: 1`` alone becomes an exclusive card (gpucores 100); a gpumem request or a
+    percentage below 100 stays shareable. The scheduler reads pods after this mutation.
+    """
+    resources = container.get("resources")
+    if not isinstance(resources, Mapping):
+        return {}
+    limits = resources.get("limits")
+    limits = limits if isinstance(limits, Mapping) else {}
+    out: dict[str, int] = {}
+    has_gpu = _resource(resources, cfg.resource_count_name) is not None
+    if cfg.resource_count_name not in limits and cfg.default_gpu_num > 0:
+        others = (cfg.resource_core_name, cfg.resource_memory_name, cfg.resource_memory_percentage_name)
+        if any(name and name in limits for name in others):
+            out[cfg.resource_count_name] = cfg.default_gpu_num
+            has_gpu = True
+    if has_gpu and _resource(resources, cfg.resource_core_name) is None:
+        pct_raw = _resource(resources, cfg.resource_memory_percentage_name)
+        if pct_raw is not None:
+            exclusive = int_quantity(pct_raw) == 100
+        else:
+            exclusive = not cfg.resource_memory_name or _resource(resources, cfg.resource_memory_name) is None
+        if exclusive:
+            out[cfg.resource_core_name] = 100
+    return out
+
+
+def _split_types(value: str | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    return tuple(part.strip().upper() for part in value.split(",") if part.strip())
+
+
+def _split_uuids(value: str | None) -> frozenset[str]:
+    if value is None:
+        return frozenset()
+    return frozenset(part.strip() for part in value.split(",") if part.strip())
+
+
+def pod_options(pod: Mapping[str, Any]) -> PodOptions:
+    """Parse the pod's §3.4 annotations."""
+    meta = pod.get("metadata")
+    raw = meta.get("annotations") if isinstance(meta, Mapping) else None
+    annos: Mapping[str, str] = raw if isinstance(raw, Mapping) else {}
+    return PodOptions(
+        use_types=_split_types(annos.get(ann.POD_USE_GPUTYPE)),
+        nouse_types=_split_types(annos.get(ann.POD_NOUSE_GPUTYPE)),
+        use_uuids=_split_uuids(annos.get(ann.POD_USE_GPUUUID)),
+        nouse_uuids=_split_uuids(annos.get(ann.POD_NOUSE_GPUUUID)),
+        numa_bind=annos.get(ann.POD_NUMA_BIND, "") in _TRUE,
+        vgpu_mode=annos.get(ann.POD_VGPU_MODE),
+        node_policy=annos.get(ann.POD_NODE_SCHEDULER_POLICY),
+        gpu_policy=annos.get(ann.POD_GPU_SCHEDULER_POLICY),
+        scoring_weights=annos.get(ann.POD_DEVICE_SCORING_WEIGHTS),
+    )
+
+
+def pod_quota_demand(reqs: Sequence[ContainerRequest | None], n_init: int) -> tuple[int, int]:
+    """Webhook quota pre-check demand (§8 step 6): max(Σ app, max init) for memory and cores.
+
+    Percentage-only requests count 0 memory here, as in HAMi.
+    """
+    app_mem = sum(r.memreq * r.nums for r in reqs[n_init:] if r is not None)
+    app_cores = sum(r.coresreq * r.nums for r in reqs[n_init:] if r is not None)
+    init_mem = max((r.memreq * r.nums for r in reqs[:n_init] if r is not None), default=0)
+    init_cores = max((r.coresreq * r.nums for r in reqs[:n_init] if r is not None), default=0)
+    return max(app_mem, init_mem), max(app_cores, init_cores)

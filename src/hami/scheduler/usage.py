@@ -1,0 +1,151 @@
+"""Node usage from the pods' allocation annotations (§6.2) and the init-container collapse (§6.3).
+
+Input is already decoded: each pod's ``PodDevices`` (``hami.io/vgpu-devices-allocated``, one entry
+per container, init containers first) plus its identity. ``UsageIndex`` keeps per-node, per-UUID
+totals incrementally and caches one ``NodeView`` per node until that node's usage changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from hami.core.devices import PodDevices
+from hami.scheduler.nodes import NodeState, NodeView
+
+
+@dataclass(frozen=True)
+class DeviceShare:
+    """What one pod holds on one GPU after the collapse: ``slots`` counts toward the split count."""
+
+    uuid: str
+    usedmem: int
+    usedcores: int
+    slots: int = 1
+
+
+@dataclass(frozen=True)
+class PodAllocation:
+    """A pod's reservation on a node (HAMi ``PodInfo``), shares sorted by UUID."""
+
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    shares: tuple[DeviceShare, ...]
+
+
+def collapse_init_containers(
+    devices: PodDevices, n_init: int, app_only: bool = False,
+) -> tuple[DeviceShare, ...]:
+    """HAMi ``CollapseInitContainerUsage`` (or ``AppContainersOnlyDeviceUsage`` with ``app_only``).
+
+    Init containers run one after another, so per UUID they need the max of their memory and
+    cores; app containers run together, so they need the sum. The pod holds the larger of the two.
+    """
+    init: dict[str, tuple[int, int]] = {}
+    app: dict[str, tuple[int, int, int]] = {}
+    for idx, container in enumerate(devices):
+        is_init = idx < n_init
+        if is_init and app_only:
+            continue
+        for d in container:
+            if is_init:
+                m, c = init.get(d.uuid, (0, 0))
+                init[d.uuid] = (max(m, d.usedmem), max(c, d.usedcores))
+            else:
+                m, c, s = app.get(d.uuid, (0, 0, 0))
+                app[d.uuid] = (m + d.usedmem, c + d.usedcores, s + 1)
+    shares = []
+    for uuid in sorted(init.keys() | app.keys()):
+        im, ic = init.get(uuid, (0, 0))
+        am, ac, slots = app.get(uuid, (0, 0, 0))
+        shares.append(DeviceShare(uuid, max(im, am), max(ic, ac), max(slots, 1)))
+    return tuple(shares)
+
+
+def quota_usage(shares: Iterable[DeviceShare]) -> tuple[int, int]:
+    """Memory and cores a pod counts against its namespace's quota (HAMi ``countPodDevices``)."""
+    mem = cores = 0
+    for s in shares:
+        mem += s.usedmem
+        cores += s.usedcores
+    return mem, cores
+
+
+class UsageIndex:
+    """Per-node device usage of all reserved or running GPU pods; not thread-safe (callers lock)."""
+
+    def __init__(self) -> None:
+        self._pods: dict[str, PodAllocation] = {}
+        self._nodes: dict[str, dict[str, list[int]]] = {}
+        self._views: dict[str, NodeView] = {}
+
+    def add(self, alloc: PodAllocation) -> bool:
+        """Record a pod's reservation (replacing an older one); True when the pod was new."""
+        old = self._pods.pop(alloc.uid, None)
+        if old is not None:
+            self._apply(old, -1)
+        self._pods[alloc.uid] = alloc
+        self._apply(alloc, 1)
+        return old is None
+
+    def remove(self, uid: str) -> PodAllocation | None:
+        old = self._pods.pop(uid, None)
+        if old is not None:
+            self._apply(old, -1)
+        return old
+
+    def get(self, uid: str) -> PodAllocation | None:
+        return self._pods.get(uid)
+
+    def pods(self) -> Iterator[PodAllocation]:
+        return iter(self._pods.values())
+
+    def node_usage(self, node: str) -> dict[str, tuple[int, int, int]]:
+        """UUID -> (slots used, MiB used, cores used) on one node."""
+        return {uuid: (u[0], u[1], u[2]) for uuid, u in self._nodes.get(node, {}).items()}
+
+    def view(self, node: NodeState, without: PodAllocation | None = None) -> NodeView:
+        """The node's view, cached until its usage or its ``NodeState`` object changes.
+
+        ``without`` leaves one pod's reservation out (a re-filter of that pod); such views are
+        built fresh and not cached.
+        """
+        if without is not None and without.node == node.name:
+            usage = self._nodes.get(node.name, {})
+            adjusted = {uuid: list(u) for uuid, u in usage.items()}
+            for s in without.shares:
+                u = adjusted.get(s.uuid)
+                if u is not None:
+                    u[0] -= max(s.slots, 1)
+                    u[1] -= s.usedmem
+                    u[2] -= s.usedcores
+            return NodeView(node, adjusted)
+        cached = self._views.get(node.name)
+        if cached is not None and cached.node is node:
+            return cached
+        fresh = NodeView(node, self._nodes.get(node.name))
+        self._views[node.name] = fresh
+        return fresh
+
+    def _apply(self, alloc: PodAllocation, sign: int) -> None:
+        usage = self._nodes.setdefault(alloc.node, {})
+        for s in alloc.shares:
+            u = usage.setdefault(s.uuid, [0, 0, 0])
+            u[0] += sign * max(s.slots, 1)
+            u[1] += sign * s.usedmem
+            u[2] += sign * s.usedcores
+            if u == [0, 0, 0]:
+                del usage[s.uuid]
+        if not usage:
+            del self._nodes[alloc.node]
+        self._views.pop(alloc.node, None)
+
+
+def compute_usage(allocations: Iterable[PodAllocation]) -> UsageIndex:
+    """A usage index over a set of pods (HAMi ``getNodesUsage`` for a snapshot)."""
+    index = UsageIndex()
+    for alloc in allocations:
+        index.add(alloc)
+    return index

@@ -1,0 +1,226 @@
+"""One contract for every NVML backend: the fake always, the real library where NVML initialises."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hami.core.nvml import EVENT_XID_CRITICAL, HEALTH_EVENTS, Nvml, NvmlError, open_nvml
+from hami.core.nvml.fake import FakeNvml
+from hami.core.nvml.real import RealNvml
+
+SPEC: dict[str, Any] = {
+    "driver_version": "550.54.15",
+    "devices": [
+        {
+            "uuid": "GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec",
+            "name": "Tesla V100-PCIE-32GB",
+            "memory_mib": 32768,
+            "memory_used_mib": 1024,
+            "numa": 0,
+            "compute_capability": [7, 0],
+            "utilization": {"gpu": 37, "memory": 12},
+            "temperature": 41,
+            "power_mw": 53000,
+            "processes": [{"pid": 4242, "used_mib": 1000}],
+        },
+        {
+            "uuid": "GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448",
+            "name": "NVIDIA A100-SXM4-40GB",
+            "memory_mib": 40960,
+            "numa": 1,
+            "mig": {
+                "enabled": True,
+                "instances": [
+                    {
+                        "uuid": "MIG-aaaa",
+                        "profile": "1g.5gb",
+                        "gpu_instance_id": 7,
+                        "compute_instance_id": 0,
+                        "memory_mib": 4864,
+                    }
+                ],
+            },
+        },
+    ],
+}
+ABSENT_UUID = "GPU-00000000-0000-0000-0000-000000000000"
+
+
+def _real() -> Nvml:
+    try:
+        return RealNvml()
+    except NvmlError as exc:
+        pytest.skip(f"real NVML does not initialise on this machine: {exc}")
+
+
+@pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.gpu)])
+def nvml(request: pytest.FixtureRequest) -> Iterator[Nvml]:
+    session = FakeNvml(SPEC) if request.param == "fake" else _real()
+    yield session
+    session.close()
+
+
+def _devices(nvml: Nvml) -> list[int]:
+    n = nvml.device_count()
+    assert n >= 0
+    if n == 0:
+        pytest.skip("no GPUs")
+    return list(range(n))
+
+
+def test_driver_versions(nvml: Nvml) -> None:
+    assert nvml.driver_version().count(".") >= 1
+    assert nvml.cuda_driver_version() >= 1000
+
+
+def test_identity_and_lookup(nvml: Nvml) -> None:
+    uuids = set()
+    for i in _devices(nvml):
+        dev = nvml.device(i)
+        assert dev.index == i
+        uuid = dev.uuid()
+        assert uuid.startswith("GPU-")
+        uuids.add(uuid)
+        assert dev.name()
+        assert nvml.device_by_uuid(uuid).index == i
+        assert dev.pci_bus_id().count(":") == 2
+        major, _minor = dev.cuda_compute_capability()
+        assert major >= 3
+        assert dev.minor_number() >= 0
+    assert len(uuids) == nvml.device_count()
+
+
+def test_bad_index_and_unknown_uuid(nvml: Nvml) -> None:
+    for index in (nvml.device_count(), -1, 1 << 20):
+        with pytest.raises(NvmlError) as info:
+            nvml.device(index)
+        assert (info.value.call, info.value.code) == ("nvmlDeviceGetHandleByIndex", "INVALID_ARGUMENT")
+    with pytest.raises(NvmlError) as info:
+        nvml.device_by_uuid(ABSENT_UUID)
+    assert info.value.call == "nvmlDeviceGetHandleByUUID"
+    assert info.value.code in ("NOT_FOUND", "INVALID_ARGUMENT")
+
+
+def _or_unsupported(fn: Any) -> Any:
+    try:
+        return fn()
+    except NvmlError as exc:
+        assert exc.code == "NOT_SUPPORTED", exc
+        return None
+
+
+def test_monitor_readings(nvml: Nvml) -> None:
+    for i in _devices(nvml):
+        dev = nvml.device(i)
+        mem = _or_unsupported(dev.memory_info)
+        if mem is not None:
+            assert mem.total > 0 and 0 <= mem.used <= mem.total and 0 <= mem.free <= mem.total
+        util = _or_unsupported(dev.utilization_rates)
+        if util is not None:
+            assert 0 <= util.gpu <= 100 and 0 <= util.memory <= 100
+        temp = _or_unsupported(dev.temperature)
+        assert temp is None or 0 < temp < 130
+        power = _or_unsupported(dev.power_usage)
+        assert power is None or power >= 0
+        for uncorrected in (False, True):
+            ecc = _or_unsupported(functools.partial(dev.total_ecc_errors, uncorrected))
+            assert ecc is None or ecc >= 0
+        for proc in dev.compute_running_processes():
+            assert proc.pid > 0 and (proc.used_memory is None or proc.used_memory >= 0)
+
+
+def test_mig_identity(nvml: Nvml) -> None:
+    for i in _devices(nvml):
+        dev = nvml.device(i)
+        migs = dev.mig_devices()
+        mode = _or_unsupported(dev.mig_mode)
+        if mode is None or not mode[0]:
+            assert migs == []
+        for m in migs:
+            assert m.uuid.startswith("MIG-") and m.gpu_instance_id >= 0 and m.compute_instance_id >= 0
+
+
+def test_event_set_times_out_with_none(nvml: Nvml) -> None:
+    events = nvml.event_set()
+    try:
+        for i in _devices(nvml):
+            dev = nvml.device(i)
+            supported = _or_unsupported(dev.supported_event_types)
+            if supported:
+                events.register(dev, HEALTH_EVENTS & supported)
+        got = events.wait(10)
+        # An idle GPU has no Xid in 10 ms; any event that does come must be well formed.
+        assert got is None or got.event_type & HEALTH_EVENTS
+    finally:
+        events.close()
+
+
+def test_closed_session_answers_uninitialized(nvml: Nvml) -> None:
+    n = nvml.device_count()
+    dev = nvml.device(0) if n else None
+    nvml.close()
+    nvml.close()  # idempotent
+    with pytest.raises(NvmlError) as info:
+        nvml.device_count()
+    assert (info.value.call, info.value.code) == ("nvmlDeviceGetCount", "UNINITIALIZED")
+    if dev is not None:
+        with pytest.raises(NvmlError) as info:
+            dev.uuid()
+        assert (info.value.call, info.value.code) == ("nvmlDeviceGetUUID", "UNINITIALIZED")
+
+
+def test_xid_registration_on_a_supporting_device(nvml: Nvml) -> None:
+    dev = nvml.device(_devices(nvml)[0])
+    supported = _or_unsupported(dev.supported_event_types)
+    if supported is None or supported & EVENT_XID_CRITICAL == 0:
+        pytest.skip("device reports no Xid events")
+    events = nvml.event_set()
+    try:
+        events.register(dev, EVENT_XID_CRITICAL)
+    finally:
+        events.close()
+
+
+# ---- what runs on every machine ----
+
+
+def test_real_backend_without_driver_fails_at_init() -> None:
+    try:
+        session = open_nvml("real")
+    except NvmlError as exc:
+        assert exc.call == "nvmlInit"
+        assert exc.code in ("LIBRARY_NOT_FOUND", "DRIVER_NOT_LOADED", "NO_PERMISSION", "UNKNOWN")
+        assert str(exc).startswith(f"nvmlInit failed: {exc.code}")
+        assert "NVIDIA driver" in str(exc)
+    else:
+        session.close()
+        pytest.skip("NVML initialises here: this machine has a driver")
+
+
+def test_open_nvml_selects_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = tmp_path / "node.yaml"
+    spec.write_text("devices:\n  - {uuid: GPU-x, name: Tesla T4, memory_mib: 15360}\n")
+    monkeypatch.setenv("HAMI_NVML", "fake")
+    monkeypatch.setenv("HAMI_FAKE_NVML_SPEC", str(spec))
+    with open_nvml() as nvml:
+        assert isinstance(nvml, FakeNvml)
+        assert nvml.device(0).name() == "Tesla T4"
+        assert nvml.device(0).memory_info().total == 15360 << 20
+    monkeypatch.delenv("HAMI_FAKE_NVML_SPEC")
+    with pytest.raises(ValueError, match="HAMI_FAKE_NVML_SPEC"):
+        open_nvml()
+    with open_nvml("fake", spec) as nvml:
+        assert nvml.device_count() == 1
+    monkeypatch.setenv("HAMI_NVML", "bogus")
+    with pytest.raises(ValueError, match="HAMI_NVML"):
+        open_nvml()
+    monkeypatch.setenv("HAMI_NVML", "real")
+    try:
+        open_nvml().close()
+    except NvmlError as exc:
+        assert exc.call == "nvmlInit"

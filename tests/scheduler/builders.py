@@ -1,0 +1,75 @@
+"""Small builders for scheduler tests: devices, nodes, pods, usage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hami.core.devices import DeviceInfo
+from hami.scheduler.nodes import NodeState
+from hami.scheduler.usage import DeviceShare, PodAllocation, UsageIndex
+
+
+def dev(uuid: str, mem: int = 8000, *, count: int = 10, cores: int = 100, type: str = "NVIDIA",
+        numa: int = 0, health: bool = True, index: int = 0, mode: str = "hami-core",
+        pair: dict[str, int] | None = None) -> DeviceInfo:
+    return DeviceInfo(id=uuid, index=index, count=count, devmem=mem, devcore=cores, type=type, numa=numa,
+                      mode=mode, health=health, device_vendor="NVIDIA", pair_score=pair or {})
+
+
+def node(name: str, *devices: DeviceInfo, cordoned: tuple[str, ...] = ()) -> NodeState:
+    return NodeState(name, tuple(devices), frozenset(cordoned))
+
+
+def res(gpu: int | str | None = 1, mem: int | str | None = None, cores: int | str | None = None,
+        pct: int | str | None = None) -> dict[str, Any]:
+    limits: dict[str, Any] = {}
+    for key, value in (("nvidia.com/gpu", gpu), ("nvidia.com/gpumem", mem), ("nvidia.com/gpucores", cores),
+                       ("nvidia.com/gpumem-percentage", pct)):
+        if value is not None:
+            limits[key] = str(value)
+    return {"resources": {"limits": limits}}
+
+
+def pod(*containers: dict[str, Any], init: tuple[dict[str, Any], ...] = (),
+        annotations: dict[str, str] | None = None, uid: str = "uid-1", namespace: str = "default",
+        name: str = "p1") -> dict[str, Any]:
+    def named(prefix: str, items: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
+        return [{"name": f"{prefix}{i}", **c} for i, c in enumerate(items)]
+
+    return {
+        "metadata": {"uid": uid, "namespace": namespace, "name": name, "annotations": annotations or {}},
+        "spec": {"initContainers": named("init", init), "containers": named("c", containers)},
+    }
+
+
+def usage(*entries: tuple[str, str, int, int, int], namespace: str = "other") -> UsageIndex:
+    """Usage from (node, uuid, slots, MiB, cores) entries, one holder pod per entry."""
+    index = UsageIndex()
+    for i, (node_name, uuid, slots, mem, cores) in enumerate(entries):
+        index.add(PodAllocation(f"holder-{i}", namespace, f"holder-{i}", node_name,
+                                (DeviceShare(uuid, mem, cores, slots),)))
+    return index
+
+
+def fit_one(devices: tuple[DeviceInfo, ...], container: dict[str, Any], *,
+            used: tuple[tuple[str, int, int, int], ...] = (), annotations: dict[str, str] | None = None,
+            gpu_policy: str = "spread", cordoned: tuple[str, ...] = ()) -> list[str] | str:
+    """NVIDIA ``Fit`` alone (no node-level count check): chosen UUIDs in order, or the reason."""
+    from hami.scheduler.device_config import NvidiaConfig
+    from hami.scheduler.fit import PodContext, fit_devices
+    from hami.scheduler.policy import parse_gpu_policy, parse_scoring_weights
+    from hami.scheduler.requests import container_request, pod_options
+
+    the_pod = pod(container, annotations=annotations)
+    req = container_request(container, NvidiaConfig())
+    assert req is not None
+    options = pod_options(the_pod)
+    ctx = PodContext(reqs=(req,), n_init=0, options=options,
+                     policy=parse_gpu_policy(options.gpu_policy or gpu_policy),
+                     weights=parse_scoring_weights(options.scoring_weights), namespace="default", quota=None)
+    state = node("n", *devices, cordoned=cordoned)
+    view = usage(*(("n", *u) for u in used)).view(state)
+    picks = fit_devices(view, (view.used, view.umem, view.ucores), req, ctx, ())
+    if isinstance(picks, str):
+        return picks
+    return [view.devs[p].id for p, _, _ in picks]
