@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 
 from hami.testing.kubeapi import KubeAPIServer
@@ -242,6 +242,16 @@ def test_namespaces_and_discovery(kube_client: client.ApiClient) -> None:
     groups = {g.name for g in client.ApisApi(kube_client).get_api_versions().groups}
     assert groups == {"coordination.k8s.io", "events.k8s.io"}
     assert {r.name for r in client.CoordinationV1Api(kube_client).get_api_resources().resources} == {"leases"}
+    health = kube_client.call_api("GET", kube_client.configuration.host + "/readyz")
+    health.read()
+    assert health.status == 200
+
+
+def test_dynamic_client_discovers_and_serves(kube_client: client.ApiClient) -> None:
+    leases = dynamic.DynamicClient(kube_client).resources.get(api_version="coordination.k8s.io/v1",
+                                                             kind="Lease")
+    leases.create(namespace="kube-system", body={"metadata": {"name": "l"}, "spec": {"holderIdentity": "a"}})
+    assert [x.metadata.name for x in leases.get(namespace="kube-system").items] == ["l"]
 
 
 def test_direct_store_access(kube_client: client.ApiClient, kube_api: KubeAPIServer) -> None:

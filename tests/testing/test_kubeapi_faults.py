@@ -6,8 +6,10 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import urllib3
@@ -78,6 +80,15 @@ def test_dropped_watch_stream(kube_client: client.ApiClient, kube_api: KubeAPISe
             seen.append(event["object"].metadata.name)
     assert seen == ["a"]
     assert len(v1.list_node().items) == 2  # drop_watch leaves plain requests alone
+    # A cut right away, and one while the stream idles after its last event.
+    kube_api.faults.add(drop_watch=True)
+    kube_api.faults.add(drop_watch=True, after_events=2)
+    for expected in ([], ["a", "b"]):
+        seen.clear()
+        with pytest.raises(urllib3.exceptions.ProtocolError):
+            for event in watch.Watch().stream(v1.list_node, timeout_seconds=30):
+                seen.append(event["object"].metadata.name)
+        assert seen == expected
     names = [e["object"].metadata.name for e in watch.Watch().stream(v1.list_node, timeout_seconds=1)]
     assert names == ["a", "b"]
 
@@ -142,3 +153,24 @@ def test_standalone_command_writes_a_kubeconfig(tmp_path: Path) -> None:
             proc.kill()
         proc.wait()
     assert proc.returncode == 0
+
+
+def test_wait_helpers(kube_client: client.ApiClient, kube_api: KubeAPIServer) -> None:
+    v1 = client.CoreV1Api(kube_client)
+    v1.create_namespaced_pod("default", {"metadata": {"name": "p"}, "spec": {"containers": []}})
+    kube_api.requests.wait_for(method="POST", path="/pods$")
+    with pytest.raises(TimeoutError, match="0 of 1 requests"):
+        kube_api.requests.wait_for(method="DELETE", timeout=0.05)
+
+    def bound(pod: dict[str, Any] | None) -> bool:
+        return bool(pod and pod["spec"].get("nodeName"))
+
+    with pytest.raises(TimeoutError, match="condition not met"):
+        kube_api.store.wait_for("pods", "p", "default", bound, timeout=0.05)
+    binder = threading.Thread(target=lambda: v1.create_namespaced_pod_binding(
+        "p", "default", {"metadata": {"name": "p"}, "target": {"name": "n"}}, _preload_content=False))
+    binder.start()
+    pod = kube_api.store.wait_for("pods", "p", "default", bound)
+    binder.join(timeout=10)
+    assert pod is not None and pod["spec"]["nodeName"] == "n"
+    assert kube_api.store.wait_for("pods", "gone", "default", lambda obj: obj is None) is None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -29,13 +28,6 @@ def _summary(events: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return [(e["type"], e["raw_object"]["metadata"].get("name", "")) for e in events]
 
 
-def _wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
-
-
 def test_watch_without_rv_starts_with_current_state_then_changes(
     kube_client: client.ApiClient, kube_api: KubeAPIServer
 ) -> None:
@@ -47,7 +39,7 @@ def test_watch_without_rv_starts_with_current_state_then_changes(
     assert (first["type"], first["object"].metadata.name) == ("ADDED", "a")
 
     def writer() -> None:
-        _wait_for(lambda: kube_api.requests.count(method="GET", path="/api/v1/nodes", watch="true") == 1)
+        kube_api.requests.wait_for(method="GET", path="/api/v1/nodes", watch="true")
         v1.create_node({"metadata": {"name": "b"}})
         v1.patch_node("a", {"metadata": {"labels": {"x": "1"}}})
         v1.delete_node("b")
@@ -200,7 +192,7 @@ def test_server_stop_ends_watches_cleanly() -> None:
 
         thread = threading.Thread(target=run)
         thread.start()
-        _wait_for(lambda: server.requests.count(watch="true") == 1)
+        server.requests.wait_for(watch="true")
         server.stop()
         thread.join(timeout=10)
         assert not thread.is_alive()

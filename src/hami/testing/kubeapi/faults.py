@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,18 +107,31 @@ class Request:
     content_type: str
     status: int
     watch: bool
+    at: float = field(default_factory=time.monotonic)  # when it was answered (time.monotonic)
 
 
 class RequestLog:
     """`server.requests`: every request served (discovery included), in arrival order."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._records: list[Request] = []
 
     def add(self, record: Request) -> None:
         with self._lock:
             self._records.append(record)
+            self._lock.notify_all()
+
+    def wait_for(self, method: str | None = None, path: str | None = None, count: int = 1,
+                 timeout: float = 10.0, **query: Any) -> None:
+        """Block until `count(method, path, **query) >= count`; TimeoutError after `timeout` seconds.
+
+        E.g. `wait_for(path=r"/api/v1/pods$", watch="true")`: the component's informer is watching.
+        """
+        with self._lock:
+            if not self._lock.wait_for(lambda: self._count(method, path, query) >= count, timeout):
+                raise TimeoutError(f"{self._count(method, path, query)} of {count} requests "
+                                   f"{method or '*'} {path or '*'} {query or ''} after {timeout}s")
 
     def clear(self) -> None:
         with self._lock:
@@ -131,9 +145,13 @@ class RequestLog:
     def count(self, method: str | None = None, path: str | None = None, **query: Any) -> int:
         """Requests with this method (any if None), a path matching the regex `path` (searched),
         and these query parameters (e.g. `watch="true"`)."""
+        with self._lock:
+            return self._count(method, path, query)
+
+    def _count(self, method: str | None, path: str | None, query: dict[str, Any]) -> int:
         pattern = re.compile(path) if path is not None else None
         return sum(
-            1 for r in self.records
+            1 for r in self._records
             if (method is None or r.method == method.upper())
             and (pattern is None or pattern.search(r.path))
             and all(r.query.get(k) == str(v) for k, v in query.items())

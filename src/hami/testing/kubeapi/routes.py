@@ -42,6 +42,8 @@ def discovery(segments: list[str], server_address: str) -> dict[str, Any] | None
     match segments:
         case ["version"]:
             return VERSION
+        case ["healthz" | "livez" | "readyz"]:
+            return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 200}
         case ["api"]:
             return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
                 {"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}]}

@@ -99,6 +99,29 @@ class Store:
         except errors.ApiError:
             return None
 
+    def wait_for(
+        self,
+        resource: str,
+        name: str,
+        namespace: str = "",
+        condition: Callable[[Obj | None], bool] = lambda obj: obj is not None,
+        timeout: float = 10.0,
+    ) -> Obj | None:
+        """Block until `condition(object or None)` holds; returns that state; TimeoutError otherwise.
+
+        E.g. `wait_for("pods", "p", "default", lambda p: bool(p and p["spec"].get("nodeName")))`.
+        """
+        rtype = _rtype(resource)
+        key = (namespace if rtype.namespaced else "", name)
+
+        def current() -> Obj | None:
+            return self._objects[rtype.key].get(key)
+
+        with self._cond:
+            if not self._cond.wait_for(lambda: condition(copy.deepcopy(current())), timeout):
+                raise TimeoutError(f"{rtype.key} {namespace}/{name}: condition not met in {timeout}s")
+            return copy.deepcopy(current())
+
     def compact(self) -> None:
         """Forget the whole watch history: every watch from an older resourceVersion gets 410."""
         with self._cond:
