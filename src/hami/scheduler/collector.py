@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from datetime import datetime
+from typing import NamedTuple
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -56,7 +57,25 @@ def _scheduler_families() -> tuple[GaugeMetricFamily, ...]:
     return (leader, synced, pending, states, ages, held)
 
 
-def _allocation_families() -> tuple[tuple[GaugeMetricFamily, ...], list[GaugeMetricFamily]]:
+class _Allocation(NamedTuple):
+    """HAMi's §7.1 families under their current names, in exposition order."""
+
+    split: GaugeMetricFamily
+    mem_limit: GaugeMetricFamily
+    core_limit: GaugeMetricFamily
+    mem_alloc: GaugeMetricFamily
+    shared: GaugeMetricFamily
+    core_alloc: GaugeMetricFamily
+    overview: GaugeMetricFamily
+    mem_ratio: GaugeMetricFamily
+    mig_info: GaugeMetricFamily
+    q_used: GaugeMetricFamily
+    q_limit: GaugeMetricFamily
+    v_mem: GaugeMetricFamily
+    v_core: GaugeMetricFamily
+
+
+def _allocation_families() -> tuple[_Allocation, list[GaugeMetricFamily]]:
     """HAMi's §7.1 families, current names and the pre-2.9 ones, without samples."""
     split = _g(
         "hami_gpu_split_count",
@@ -155,20 +174,9 @@ def _allocation_families() -> tuple[tuple[GaugeMetricFamily, ...], list[GaugeMet
             ["nodeid", "deviceuuid", "deviceidx", "migname", "zone"],
         ),
     ]
-    current = (
-        split,
-        mem_limit,
-        core_limit,
-        mem_alloc,
-        shared,
-        core_alloc,
-        overview,
-        mem_ratio,
-        mig_info,
-        q_used,
-        q_limit,
-        v_mem,
-        v_core,
+    current = _Allocation(
+        split, mem_limit, core_limit, mem_alloc, shared, core_alloc, overview, mem_ratio, mig_info,
+        q_used, q_limit, v_mem, v_core,
     )
     return current, legacy
 
@@ -219,22 +227,7 @@ class StateCollector(Collector):
         yield from (leader, synced, pending, states, ages, held)
 
     def _allocations(self) -> Iterator[GaugeMetricFamily]:
-        current, legacy = _allocation_families()
-        (
-            split,
-            mem_limit,
-            core_limit,
-            mem_alloc,
-            shared,
-            core_alloc,
-            overview,
-            mem_ratio,
-            mig_info,
-            q_used,
-            q_limit,
-            v_mem,
-            v_core,
-        ) = current
+        f, legacy = _allocation_families()
         with self.state.lock:
             for name, node in self.state.nodes.items():
                 usage = self.state.usage.node_usage(name)
@@ -242,17 +235,17 @@ class StateCollector(Collector):
                     used, umem, ucores = usage.get(d.id, (0, 0, 0))
                     idx = str(d.index)
                     base = [name, d.id, idx, d.type, ZONE]
-                    split.add_metric(base, float(d.count))
-                    mem_limit.add_metric(base, float(d.devmem * MIB))
-                    core_limit.add_metric(base, float(d.devcore))
-                    mem_alloc.add_metric([name, d.id, idx, str(d.devcore), d.type, ZONE], float(umem * MIB))
-                    shared.add_metric(base, float(used))
-                    core_alloc.add_metric(base, float(ucores))
-                    overview.add_metric(
+                    f.split.add_metric(base, float(d.count))
+                    f.mem_limit.add_metric(base, float(d.devmem * MIB))
+                    f.core_limit.add_metric(base, float(d.devcore))
+                    f.mem_alloc.add_metric([name, d.id, idx, str(d.devcore), d.type, ZONE], float(umem * MIB))
+                    f.shared.add_metric(base, float(used))
+                    f.core_alloc.add_metric(base, float(ucores))
+                    f.overview.add_metric(
                         [name, d.id, idx, str(d.devcore), str(d.devmem), d.type, ZONE], float(umem * MIB)
                     )
                     if d.devmem > 0:
-                        mem_ratio.add_metric(base, umem / d.devmem)
+                        f.mem_ratio.add_metric(base, umem / d.devmem)
                     if self.legacy:
                         lb = [name, d.id, idx, d.type, ZONE]
                         legacy[0].add_metric(lb, float(d.devmem * MIB))
@@ -269,23 +262,23 @@ class StateCollector(Collector):
                             legacy[6].add_metric([name, d.id, idx, ZONE], umem / d.devmem)
             for ns, rname, entry in self.state.quotas.items():
                 limit = str(entry.limit) if entry.limit_set else "0"
-                q_used.add_metric([ns, rname, limit, ZONE], float(entry.used))
+                f.q_used.add_metric([ns, rname, limit, ZONE], float(entry.used))
                 if entry.limit_set:
-                    q_limit.add_metric([ns, rname, ZONE], float(entry.limit))
+                    f.q_limit.add_metric([ns, rname, ZONE], float(entry.limit))
                 if self.legacy:
                     legacy[7].add_metric([ns, rname, limit, ZONE], float(entry.used))
             for alloc in self.state.usage.pods():
-                self._mig_instances(alloc, mig_info, legacy[10])
+                self._mig_instances(alloc, f.mig_info, legacy[10])
                 for share in alloc.shares:
                     if not share.uuid:
                         continue
                     labels = [alloc.namespace, alloc.node, alloc.name, "0", share.uuid]
-                    v_mem.add_metric([*labels, ZONE], float(share.usedmem * MIB))
-                    v_core.add_metric([*labels, ZONE], float(share.usedcores))
+                    f.v_mem.add_metric([*labels, ZONE], float(share.usedmem * MIB))
+                    f.v_core.add_metric([*labels, ZONE], float(share.usedcores))
                     if self.legacy:
                         legacy[8].add_metric([*labels, ZONE], float(share.usedmem * MIB))
                         legacy[9].add_metric([*labels, ZONE], float(share.usedcores))
-        yield from current
+        yield from f
         if self.legacy:
             yield from legacy
 

@@ -147,3 +147,13 @@ class Nvml(Protocol):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None: ...
+
+
+def mig_enabled(device: NvmlDevice) -> bool:
+    """Whether MIG is on now; a GPU without MIG support (NOT_SUPPORTED) simply has it off."""
+    try:
+        return device.mig_mode()[0]
+    except NvmlError as exc:
+        if exc.code == "NOT_SUPPORTED":
+            return False
+        raise

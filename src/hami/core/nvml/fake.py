@@ -30,6 +30,7 @@ from hami.core.nvml.api import (
     ProcessInfo,
     Utilization,
     XidEvent,
+    mig_enabled,
 )
 from hami.core.nvml.fake_spec import FakeEvent, FakeGpu, FakeNode, load_spec
 
@@ -250,13 +251,8 @@ class FakeDevice:
         return gpu.mig_enabled, gpu.mig_enabled
 
     def mig_devices(self) -> list[MigDeviceInfo]:
-        try:
-            if not self.mig_mode()[0]:
-                return []
-        except NvmlError as exc:
-            if exc.code == "NOT_SUPPORTED":
-                return []
-            raise
+        if not mig_enabled(self):
+            return []
         gpu = self._gpu("nvmlDeviceGetMaxMigDeviceCount")
         out = []
         for mig in gpu.mig_instances:

@@ -18,6 +18,7 @@ from hami.core.nvml.api import (
     ProcessInfo,
     Utilization,
     XidEvent,
+    mig_enabled,
 )
 
 T = TypeVar("T")
@@ -119,13 +120,8 @@ class RealDevice:
         return bool(current), bool(pending)
 
     def mig_devices(self) -> list[MigDeviceInfo]:
-        try:
-            if not self.mig_mode()[0]:
-                return []
-        except NvmlError as exc:
-            if exc.code == "NOT_SUPPORTED":
-                return []
-            raise
+        if not mig_enabled(self):
+            return []
         count = self._s.call("nvmlDeviceGetMaxMigDeviceCount", pynvml.nvmlDeviceGetMaxMigDeviceCount, self._h)
         out = []
         for slot in range(int(count)):
