@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import socket
 import sys
 import tempfile
 import threading
@@ -58,6 +59,9 @@ class Watcher:
             return  # closed by close()
 
     def close(self) -> None:
+        if self.conn.sock is not None:  # wakes the reader (closing first would wait for its lock)
+            self.conn.sock.shutdown(socket.SHUT_RDWR)
+        self.thread.join(10)
         self.conn.close()
 
 

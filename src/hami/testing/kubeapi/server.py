@@ -145,11 +145,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.watches += 1
         events = stream(emulator.store, watch, emulator.stopping.is_set, emulator.bookmark_interval)
         try:
-            for event in events if drop_after != 0 else ():
-                line = json.dumps(event).encode() + b"\n"
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+            for ready in events if drop_after != 0 else ():
+                batch = ready if drop_after is None else ready[:drop_after - sent]
+                data = b"".join(batch)
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                 self.wfile.flush()
-                sent += 1
+                sent += len(batch)
                 if drop_after is not None and sent >= drop_after:
                     break
             if drop_after is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import copy
+import json
 import random
 import threading
 import uuid
@@ -15,6 +16,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any
 
 from hami.testing.kubeapi import errors
@@ -35,6 +37,11 @@ class Change:
     obj: Obj
     old: Obj | None  # the previous state, so selector watches can see objects leave their view
 
+    @cached_property
+    def obj_json(self) -> bytes:
+        """`obj` as JSON, encoded once for all the watches that send it (stored objects never change)."""
+        return json.dumps(self.obj).encode()
+
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -46,7 +53,11 @@ def _rtype(resource: str | ResourceType) -> ResourceType:
 
 class Store:
     def __init__(self, history: int = 1000) -> None:
-        self._cond = threading.Condition()
+        lock = threading.RLock()
+        self._cond = threading.Condition(lock)  # any change: `wait_for`
+        # One condition per resource, so a change wakes only the watches of its resource.
+        self._changed = {r.key: threading.Condition(lock) for r in RESOURCES}
+        self._latest = dict.fromkeys(self._changed, 0)  # the last rv that changed each resource
         self._rv = 0
         self._objects: dict[str, dict[tuple[str, str], Obj]] = {r.key: {} for r in RESOURCES}
         self._history: deque[Change] = deque(maxlen=history)
@@ -239,18 +250,29 @@ class Store:
         with self._cond:
             if rv < self._compacted:
                 raise errors.expired(rv, self._compacted + 1)
-            found = [c for c in self._history if c.rv > rv and c.resource == resource]
+            found: builtins.list[Change] = []
+            if self._latest[resource] > rv:
+                # Newest first, stopping at `rv`: a watch that keeps up reads only what is new.
+                for change in reversed(self._history):
+                    if change.rv <= rv:
+                        break
+                    if change.resource == resource:
+                        found.append(change)
+                found.reverse()
             return found, max(rv, self._rv)
 
-    def wait_for_change(self, rv: int, timeout: float) -> None:
-        """Block until the global resourceVersion passes `rv`, the store closes, or `timeout`."""
-        with self._cond:
-            self._cond.wait_for(lambda: self._rv > rv or self.closed, timeout)
+    def wait_for_change(self, rv: int, resource: str, timeout: float) -> None:
+        """Block until `resource` changes after `rv`, the store closes, or `timeout`."""
+        changed = self._changed[resource]
+        with changed:
+            changed.wait_for(lambda: self._latest[resource] > rv or self.closed, timeout)
 
     def close(self) -> None:
         with self._cond:
             self.closed = True
             self._cond.notify_all()
+            for changed in self._changed.values():
+                changed.notify_all()
 
     # -- internals -------------------------------------------------------------------------------
 
@@ -332,6 +354,8 @@ class Store:
         if self._history.maxlen is not None and len(self._history) == self._history.maxlen:
             self._compacted = self._history[0].rv
         self._history.append(change)
+        self._latest[change.resource] = change.rv
+        self._changed[change.resource].notify_all()
         self._cond.notify_all()
 
 

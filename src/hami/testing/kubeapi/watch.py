@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -50,18 +51,19 @@ class WatchRequest:
         in_ns = self.namespace is None or obj.get("metadata", {}).get("namespace") == self.namespace
         return in_ns and self.match(obj)
 
-    def translate(self, change: Change) -> Event | None:
-        """What this watcher sees: objects moving in or out of its selector are ADDED / DELETED."""
+    def translate(self, change: Change) -> str | None:
+        """The event type this watcher sees, if any: objects moving in or out of its selector are
+        ADDED / DELETED."""
         was = change.type != "ADDED" and self.visible(change.old)
         now = self.visible(change.obj)
         if change.type == "DELETED":
-            return _event("DELETED", change.obj) if now else None
+            return "DELETED" if now else None
         if was and now:
-            return _event("MODIFIED", change.obj)
+            return "MODIFIED"
         if now:
-            return _event("ADDED", change.obj)
+            return "ADDED"
         if was:
-            return _event("DELETED", change.obj)
+            return "DELETED"
         return None
 
     def bookmark(self, rv: int, initial_end: bool = False) -> Event:
@@ -72,12 +74,13 @@ class WatchRequest:
                                                "metadata": meta}}
 
 
-def _event(kind: str, obj: Obj) -> Event:
-    return {"type": kind, "object": obj}
+def encode(event: Event) -> bytes:
+    """One line of the stream, as json.dumps writes it."""
+    return json.dumps(event).encode() + b"\n"
 
 
-def error_event(err: errors.ApiError) -> Event:
-    return {"type": "ERROR", "object": err.status()}
+def _line(kind: str, obj_json: bytes) -> bytes:
+    return b'{"type": "%s", "object": %s}\n' % (kind.encode(), obj_json)
 
 
 def stream(
@@ -86,8 +89,9 @@ def stream(
     stopping: Callable[[], bool],
     bookmark_interval: float,
     poll: float = 0.2,
-) -> Iterator[Event]:
-    """The events for one watch, ending at timeoutSeconds, on server stop, or after a 410 ERROR.
+) -> Iterator[list[bytes]]:
+    """The event lines for one watch, in batches of what is ready at once (a batch is one write);
+    ends at timeoutSeconds, on server stop, or after a 410 ERROR.
 
     rv "" or "0" (and sendInitialEvents=true) start with synthetic ADDED events for the current
     state; any other rv replays the retained history after it, or yields one ERROR 410 Expired.
@@ -95,10 +99,11 @@ def stream(
     deadline = None if req.timeout is None else time.monotonic() + req.timeout
     if req.resource_version in ("", "0") or req.send_initial:
         items, rv = store.snapshot(req.rtype, req.namespace, req.match)
-        for item in items:
-            yield _event("ADDED", item)
+        initial = [encode({"type": "ADDED", "object": item}) for item in items]
         if req.send_initial:
-            yield req.bookmark(rv, initial_end=True)
+            initial.append(encode(req.bookmark(rv, initial_end=True)))
+        if initial:
+            yield initial
     else:
         rv = int(req.resource_version)
     last_bookmark = time.monotonic()
@@ -106,18 +111,21 @@ def stream(
         try:
             changes, rv_now = store.changes_since(rv, req.rtype.key)
         except errors.ApiError as err:
-            yield error_event(err)
+            yield [encode({"type": "ERROR", "object": err.status()})]
             return
+        lines = []
         for change in changes:
-            event = req.translate(change)
-            if event is not None:
-                yield event
+            kind = req.translate(change)
+            if kind is not None:
+                lines.append(_line(kind, change.obj_json))
+        if lines:
+            yield lines
         rv = rv_now
         now = time.monotonic()
         if deadline is not None and now >= deadline:
             return
         if req.bookmarks and now - last_bookmark >= bookmark_interval:
             last_bookmark = now
-            yield req.bookmark(rv)
+            yield [encode(req.bookmark(rv))]
         wait = poll if deadline is None else min(poll, deadline - now)
-        store.wait_for_change(rv, max(wait, 0.0))
+        store.wait_for_change(rv, req.rtype.key, max(wait, 0.0))
