@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import socket
+import socketserver
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import time
+from email.utils import formatdate
+from http import HTTPStatus
 from types import TracebackType
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl
 
 from hami.testing.kubeapi import errors, routes
 from hami.testing.kubeapi.faults import Fault, Faults, Request, RequestLog
@@ -18,9 +22,10 @@ from hami.testing.kubeapi.store import Store
 from hami.testing.kubeapi.watch import WatchRequest, stream
 
 
-class _HTTPServer(ThreadingHTTPServer):
+class _HTTPServer(socketserver.ThreadingTCPServer):
     """Tracks open connections so that `stop()` can end keep-alive and watch connections."""
 
+    allow_reuse_address = True  # a fixed --port can be reused right after a restart
     daemon_threads = False  # server_close() joins every handler thread
     block_on_close = True
     request_queue_size = 128  # concurrent clients must not wait on SYN retransmits
@@ -57,40 +62,72 @@ class _HTTPServer(ThreadingHTTPServer):
                 conn.shutdown(socket.SHUT_RDWR)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    # Headers and body go out in separate writes; with Nagle on, keep-alive requests stall ~40 ms.
+class _Handler(socketserver.StreamRequestHandler):
+    """HTTP/1.1 with keep-alive, parsed by hand: http.server's email-based header parsing and its
+    per-line header writes cost more CPU than serving most requests does."""
+
+    # Small writes (headers, watch chunks) must not wait for ACKs: with Nagle on they stall ~40 ms.
     disable_nagle_algorithm = True
     server: _HTTPServer
+    close_connection: bool
 
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: tests read `server.requests` instead of stderr."""
+    def handle(self) -> None:
+        self.close_connection = False
+        while not self.close_connection:
+            self._handle_one()
 
-    def do_GET(self) -> None:
-        self._handle("GET")
+    def _handle_one(self) -> None:
+        line = self.rfile.readline(_MAX_LINE + 1)
+        if not line:
+            self.close_connection = True  # the client closed the connection
+            return
+        words = line.split()
+        if len(words) != 3 or not words[2].startswith(b"HTTP/1.") or len(line) > _MAX_LINE:
+            self._refuse(400, f"bad request line {line[:200]!r}")
+            return
+        method, target, version = (w.decode("latin-1") for w in words)
+        headers: dict[str, str] = {}
+        for _ in range(_MAX_HEADERS):
+            field = self.rfile.readline(_MAX_LINE + 1)
+            if field in (b"\r\n", b"\n", b""):
+                break
+            name, _, value = field.decode("latin-1").partition(":")
+            headers[name.strip().lower()] = value.strip()
+        else:
+            self._refuse(431, "too many request headers")
+            return
+        connection = headers.get("connection", "").lower()
+        self.close_connection = connection == "close" or (
+            version == "HTTP/1.0" and connection != "keep-alive")
+        if "transfer-encoding" in headers:
+            self._refuse(411, "a request body needs Content-Length")
+            return
+        length = headers.get("content-length", "0")
+        if not length.isdigit():
+            self._refuse(400, f"bad Content-Length {length!r}")
+            return
+        if headers.get("expect", "").lower() == "100-continue":
+            self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        body = self.rfile.read(int(length))
+        if method not in _METHODS:
+            self._refuse(501, f"unsupported method {method!r}")
+            return
+        self._handle(method, target, headers, body)
 
-    def do_POST(self) -> None:
-        self._handle("POST")
+    def _refuse(self, status: int, message: str) -> None:
+        """A request that cannot be read on: answer it, unlogged, and close the connection."""
+        self.close_connection = True
+        self._send(status, json.dumps(errors.ApiError(status, message).status()).encode(), {})
 
-    def do_PUT(self) -> None:
-        self._handle("PUT")
-
-    def do_PATCH(self) -> None:
-        self._handle("PATCH")
-
-    def do_DELETE(self) -> None:
-        self._handle("DELETE")
-
-    def _handle(self, method: str) -> None:
+    def _handle(self, method: str, target: str, headers: dict[str, str], body: bytes) -> None:
         emulator = self.server.emulator
-        url = urlsplit(self.path)
-        query = dict(parse_qsl(url.query, keep_blank_values=True))
-        content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        path, _, raw_query = target.partition("?")
+        query = dict(parse_qsl(raw_query, keep_blank_values=True)) if raw_query else {}
+        content_type = headers.get("content-type", "").split(";")[0].strip().lower()
         watching = method == "GET" and query.get("watch") in ("true", "1")
-        record = {"method": method, "path": url.path, "query": query, "content_type": content_type,
-                  "watch": watching}
-        fault = emulator.faults.take(method, url.path, watching)
+        record: dict[str, Any] = {"method": method, "path": path, "query": query,
+                                  "content_type": content_type, "watch": watching}
+        fault = emulator.faults.take(method, path, watching)
         if fault is not None and fault.delay > 0 and emulator.stopping.wait(fault.delay):
             self.close_connection = True
             return
@@ -98,7 +135,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if fault is not None and fault.status is not None:
                 raise errors.ApiError(fault.status, fault.message or f"injected fault: HTTP {fault.status}")
-            segments = [s for s in url.path.split("/") if s]
+            segments = [s for s in path.split("/") if s]
             document = routes.discovery(segments, f"{emulator.host}:{emulator.port}")
             if document is not None:
                 if method != "GET":
@@ -118,27 +155,24 @@ class _Handler(BaseHTTPRequestHandler):
             status, reply = err.code, err.status()
         except Exception as exc:  # a bug in the emulator must reach the test as a 500, not a hang
             status, reply = 500, errors.ApiError(500, f"emulator error: {exc!r}").status()
-        self._reply(status, reply, record, extra)
+        emulator.requests.add(Request(status=status, **record))
+        self._send(status, reply if isinstance(reply, bytes) else json.dumps(reply).encode(), extra)
 
-    def _reply(self, status: int, body: dict[str, Any], record: dict[str, Any],
-               headers: dict[str, str] | None = None) -> None:
-        self.server.emulator.requests.add(Request(status=status, **record))
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        for key, value in (headers or {}).items():
-            self.send_header(key, value)
-        self.end_headers()
-        self.wfile.write(data)
+    def _head(self, status: int, headers: dict[str, str]) -> bytes:
+        lines = [f"HTTP/1.1 {status} {_PHRASES.get(status, '')}", "Content-Type: application/json",
+                 f"Date: {_http_date()}", *(f"{k}: {v}" for k, v in headers.items())]
+        if self.close_connection:
+            lines.append("Connection: close")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+    def _send(self, status: int, data: bytes, headers: dict[str, str]) -> None:
+        # Head and body in one write: one segment for the client to wait for.
+        self.wfile.write(self._head(status, {**headers, "Content-Length": str(len(data))}) + data)
 
     def _stream(self, watch: WatchRequest, record: dict[str, Any], fault: Fault | None) -> None:
         emulator = self.server.emulator
         emulator.requests.add(Request(status=200, **record))
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
+        self.wfile.write(self._head(200, {"Transfer-Encoding": "chunked"}))
         drop_after = fault.after_events if fault is not None and fault.drop_watch else None
         sent = 0
         with self.server.watches_done:
@@ -149,7 +183,6 @@ class _Handler(BaseHTTPRequestHandler):
                 batch = ready if drop_after is None else ready[:drop_after - sent]
                 data = b"".join(batch)
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-                self.wfile.flush()
                 sent += len(batch)
                 if drop_after is not None and sent >= drop_after:
                     break
@@ -164,6 +197,22 @@ class _Handler(BaseHTTPRequestHandler):
             with self.server.watches_done:
                 self.server.watches -= 1
                 self.server.watches_done.notify_all()
+
+
+_MAX_LINE = 65536
+_MAX_HEADERS = 100
+_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
+_PHRASES = {s.value: s.phrase for s in HTTPStatus}
+
+
+@functools.lru_cache(maxsize=1)
+def _format_date(second: int) -> str:
+    return formatdate(second, usegmt=True)
+
+
+def _http_date() -> str:
+    """The Date header, formatted once a second."""
+    return _format_date(int(time.time()))
 
 
 class KubeAPIServer:
