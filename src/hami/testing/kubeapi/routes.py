@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import copy
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -127,10 +128,9 @@ def list_reply(store: Store, route: Route, query: dict[str, str]) -> Obj:
         items = items[:limit]
         state = {"rv": rv, "start": _item_key(items[-1])}
         meta["continue"] = base64.urlsafe_b64encode(json.dumps(state).encode()).decode()
-    for item in items:  # the real API leaves these off list items
-        item.pop("apiVersion", None)
-        item.pop("kind", None)
-    return {"apiVersion": rtype.api_version, "kind": rtype.list_kind, "metadata": meta, "items": items}
+    # The real API leaves apiVersion and kind off list items (copies: stored objects never change).
+    bare = [{k: v for k, v in item.items() if k not in ("apiVersion", "kind")} for item in items]
+    return {"apiVersion": rtype.api_version, "kind": rtype.list_kind, "metadata": meta, "items": bare}
 
 
 def patch(store: Store, route: Route, content_type: str, body: bytes) -> Obj:
@@ -179,7 +179,8 @@ def bind(store: Store, route: Route, body: bytes) -> Obj:
     if not node:
         raise errors.invalid("Binding", name, "target.name", "Required value")
 
-    def assign(pod: Obj) -> Obj:
+    def assign(stored: Obj) -> Obj:
+        pod = copy.deepcopy(stored)
         if pod["metadata"].get("deletionTimestamp"):
             raise errors.conflict("pods/binding", "", name, f"pod {name} is being deleted, cannot be "
                                   "assigned to a host")

@@ -1,21 +1,26 @@
 """The emulator's state: objects by resource, one global resourceVersion, a bounded watch history.
 
-All methods are thread-safe. Objects are plain JSON dicts; callers always get deep copies, so a
-test holding an object cannot change the store behind the server's back.
+All methods are thread-safe. Objects are plain JSON dicts. A stored object is never changed in
+place: a write stores a new dict, which may share unchanged parts with the old one, so readers
+can encode objects outside the lock and history entries stay as they were. The fixture methods
+(`put`, `get`, `list`, `remove`, `wait_for`) hand out deep copies, so a test cannot change the
+store behind the server's back; the API methods the HTTP layer uses return the stored objects
+themselves, which their callers only read (copying every object served cost more than serving).
 """
 
 from __future__ import annotations
 
 import builtins
 import copy
+import functools
 import json
 import random
 import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 
@@ -44,7 +49,12 @@ class Change:
 
 
 def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _timestamp(int(time.time()))
+
+
+@functools.lru_cache(maxsize=1)
+def _timestamp(second: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second))
 
 
 def _rtype(resource: str | ResourceType) -> ResourceType:
@@ -100,13 +110,14 @@ class Store:
         self, resource: str, namespace: str | None = None, label_selector: str = "", field_selector: str = ""
     ) -> builtins.list[Obj]:
         rtype = _rtype(resource)
-        return self.snapshot(rtype, namespace, combined(rtype, label_selector, field_selector))[0]
+        items = self.snapshot(rtype, namespace, combined(rtype, label_selector, field_selector))[0]
+        return copy.deepcopy(items)
 
     def remove(self, resource: str, name: str, namespace: str = "") -> Obj | None:
         """Delete without preconditions; None when it was not there."""
         rtype = _rtype(resource)
         try:
-            return self.delete(rtype, namespace, name)
+            return copy.deepcopy(self.delete(rtype, namespace, name))
         except errors.ApiError:
             return None
 
@@ -146,7 +157,7 @@ class Store:
     ) -> tuple[builtins.list[Obj], int]:
         with self._cond:
             items = [
-                copy.deepcopy(obj) for (ns, _), obj in sorted(self._objects[rtype.key].items())
+                obj for (ns, _), obj in sorted(self._objects[rtype.key].items())
                 if (namespace is None or ns == namespace) and match(obj)
             ]
             return items, self._rv
@@ -156,9 +167,10 @@ class Store:
             found = self._objects[rtype.key].get((namespace, name))
             if found is None:
                 raise errors.not_found(rtype.plural, rtype.group, name)
-            return copy.deepcopy(found)
+            return found
 
     def create(self, rtype: ResourceType, namespace: str, obj: Obj) -> Obj:
+        """POST; takes `obj` over (the caller must not use it afterwards)."""
         new = self._checked_body(rtype, namespace, obj, None)
         meta = new["metadata"]
         if not meta.get("name") and meta.get("generateName"):
@@ -180,12 +192,13 @@ class Store:
         with self._cond:
             if key in self._objects[rtype.key]:
                 raise errors.already_exists(rtype.plural, rtype.group, meta["name"])
-            return copy.deepcopy(self._commit(rtype, key, new, None))
+            return self._commit(rtype, key, new, None)
 
     def update(
         self, rtype: ResourceType, namespace: str, name: str, obj: Obj, subresource: str = ""
     ) -> Obj:
-        """PUT: replaces the object; a non-empty metadata.resourceVersion must be the current one."""
+        """PUT: replaces the object; a non-empty metadata.resourceVersion must be the current one.
+        Takes `obj` over, as `create` does."""
         body = self._checked_body(rtype, namespace, obj, name)
         return self.modify(rtype, namespace, name, lambda _current: body, subresource)
 
@@ -197,7 +210,8 @@ class Store:
         change: Callable[[Obj], Obj],
         subresource: str = "",
     ) -> Obj:
-        """Read-modify-write under the lock; `change` gets a copy of the current object.
+        """Read-modify-write under the lock; `change` gets the stored object and returns a new one
+        without changing its argument (the patch functions only copy what they change).
 
         The resourceVersion the changed object carries is a precondition, as in the real API: a PUT
         body or a merge patch that sets metadata.resourceVersion fails with 409 when it is stale.
@@ -207,7 +221,7 @@ class Store:
             current = self._objects[rtype.key].get(key)
             if current is None:
                 raise errors.not_found(rtype.plural, rtype.group, name)
-            new = change(copy.deepcopy(current))
+            new = change(current)
             meta = new.get("metadata")
             if not isinstance(meta, dict):
                 raise errors.invalid(rtype.kind, name, "metadata", "Required value")
@@ -221,8 +235,8 @@ class Store:
                 raise errors.invalid(rtype.kind, name, "metadata.uid", "field is immutable")
             new = self._keep_server_fields(rtype, current, new, subresource)
             if new == current:
-                return copy.deepcopy(current)  # a no-op write does not bump resourceVersion
-            return copy.deepcopy(self._commit(rtype, key, new, current))
+                return current  # a no-op write does not bump resourceVersion
+            return self._commit(rtype, key, new, current)
 
     def delete(self, rtype: ResourceType, namespace: str, name: str, precondition_rv: str = "") -> Obj:
         key = (namespace, name)
@@ -238,10 +252,9 @@ class Store:
                 )
             del self._objects[rtype.key][key]
             self._rv += 1
-            gone = copy.deepcopy(current)
-            gone["metadata"]["resourceVersion"] = str(self._rv)
+            gone = {**current, "metadata": {**current["metadata"], "resourceVersion": str(self._rv)}}
             self._record(Change(self._rv, "DELETED", rtype.key, gone, current))
-            return copy.deepcopy(gone)
+            return gone
 
     # -- watch support ---------------------------------------------------------------------------
 
@@ -287,7 +300,7 @@ class Store:
     def _checked_body(rtype: ResourceType, namespace: str, obj: Any, url_name: str | None) -> Obj:
         if not isinstance(obj, dict):
             raise errors.bad_request(f"the body of the request is not a {rtype.kind} object")
-        new = copy.deepcopy(obj)
+        new = obj
         meta = new.get("metadata")
         if meta is None:
             meta = new["metadata"] = {}
@@ -314,8 +327,10 @@ class Store:
 
         A write to the main resource keeps the stored status and a write to `status` changes only
         status, as the real API does for types with a status subresource; `binding` changes both.
+        Copies the levels it changes (`new` may share them with the stored object).
         """
-        meta = new["metadata"]
+        new = {**new}
+        meta = new["metadata"] = {**new["metadata"]}
         for field in ("uid", "creationTimestamp", "deletionTimestamp", "generation"):
             if field in current["metadata"]:
                 meta[field] = current["metadata"][field]
@@ -327,7 +342,7 @@ class Store:
         new["apiVersion"], new["kind"] = rtype.api_version, rtype.kind
         meta["resourceVersion"] = current["metadata"]["resourceVersion"]
         if subresource == "status":
-            merged = copy.deepcopy(current)
+            merged = {**current, "metadata": {**current["metadata"]}}
             if "status" in new:
                 merged["status"] = new["status"]
             else:
