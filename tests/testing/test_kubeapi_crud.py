@@ -266,6 +266,22 @@ def test_direct_store_access(kube_client: client.ApiClient, kube_api: KubeAPISer
     assert kube_api.store.get("nodes", "n") is None
 
 
+def test_store_hands_out_copies(kube_client: client.ApiClient, kube_api: KubeAPIServer) -> None:
+    """What a test gives to or gets from the fixture methods is its own: changing it changes
+    nothing in the store (the server shares stored objects internally)."""
+    given = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "labels": {"a": "1"}}}
+    got = [kube_api.store.put(given)]
+    got += [kube_api.store.get("nodes", "n"), *kube_api.store.list("nodes")]  # type: ignore[list-item]
+    got.append(kube_api.store.wait_for("nodes", "n"))  # type: ignore[arg-type]
+    for obj in [given, *got]:
+        obj["metadata"]["labels"]["a"] = "changed"
+        obj["metadata"]["resourceVersion"] = "0"
+    served = client.CoreV1Api(kube_client).read_node("n")
+    assert served.metadata.labels == {"a": "1"} and served.metadata.resource_version != "0"
+    removed = kube_api.store.remove("nodes", "n")
+    assert removed is not None and removed["metadata"]["labels"] == {"a": "1"}
+
+
 def test_list_pages_with_limit_and_continue(kube_client: client.ApiClient, kube_api: KubeAPIServer) -> None:
     for i in range(5):
         kube_api.store.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"n{i}"}})

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import requests
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
@@ -197,3 +198,52 @@ def test_server_stop_ends_watches_cleanly() -> None:
         thread.join(timeout=10)
         assert not thread.is_alive()
         assert outcome == [[]]  # a clean end of stream: no events, no protocol error
+
+
+def test_history_keeps_each_version_as_written(kube_api: KubeAPIServer) -> None:
+    """A replayed event shows the object as it was written: no write changes a stored object in
+    place, whichever parts of it the write leaves alone. Each HTTP write follows a `store.put`,
+    whose object nothing has encoded yet, so a write that changed it would show in the replay."""
+    http = requests.Session()
+    pods = f"{kube_api.url}/api/v1/namespaces/default/pods"
+    pod = f"{pods}/p"
+    rv = http.get(pods, timeout=5).json()["metadata"]["resourceVersion"]
+    written: list[dict[str, Any]] = []
+
+    def put(step: int) -> None:
+        base: dict[str, Any] = written[-1] if written else {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "image": "x"}]}}
+        labels = {**base["metadata"].get("labels", {}), "step": str(step)}
+        written.append(kube_api.store.put({**base, "metadata": {**base["metadata"], "labels": labels}}))
+
+    def check(reply: requests.Response) -> None:
+        assert reply.status_code in (200, 201), reply.text
+        written.append(reply.json() if reply.json()["kind"] == "Pod" else http.get(pod, timeout=5).json())
+
+    def patch(url: str, body: Any, content_type: str) -> requests.Response:
+        return http.patch(url, data=json.dumps(body), headers={"Content-Type": content_type}, timeout=5)
+
+    writes: list[Callable[[], requests.Response]] = [
+        lambda: patch(pod, {"spec": {"activeDeadlineSeconds": 5}}, "application/merge-patch+json"),
+        lambda: patch(f"{pod}/status", {"status": {"phase": "Running"}}, "application/merge-patch+json"),
+        lambda: patch(pod, [{"op": "add", "path": "/spec/priority", "value": 2}],
+                      "application/json-patch+json"),
+        lambda: patch(pod, {"spec": {"containers": [{"name": "c", "image": "y"}]}},
+                      "application/strategic-merge-patch+json"),
+        lambda: http.post(f"{pod}/binding", json={"metadata": {"name": "p"}, "target": {"name": "n1"}},
+                          timeout=5),
+        lambda: http.put(pod, json={**written[-1], "metadata": {**written[-1]["metadata"], "labels": {}}},
+                         timeout=5),
+        lambda: http.delete(pod, timeout=5),
+    ]
+    for step, write in enumerate(writes):
+        put(step)
+        check(write())
+
+    stream = http.get(pods, params={"watch": "1", "resourceVersion": rv, "timeoutSeconds": "1"}, timeout=10)
+    events = [json.loads(line) for line in stream.text.splitlines()]
+    assert [e["type"] for e in events] == ["ADDED"] + ["MODIFIED"] * 12 + ["DELETED"]
+    assert [e["object"] for e in events] == written
+    versions = [int(obj["metadata"]["resourceVersion"]) for obj in written]
+    assert versions == sorted(set(versions))

@@ -12,7 +12,7 @@ from hami.testing.kubeapi import errors, resources
 from hami.testing.kubeapi.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
 from hami.testing.kubeapi.resources import BY_PATH, ResourceType
 from hami.testing.kubeapi.selectors import combined
-from hami.testing.kubeapi.store import Obj, Store
+from hami.testing.kubeapi.store import Change, Obj, Store
 
 VERSION = {
     "major": "1", "minor": "31", "gitVersion": "v1.31.0", "gitCommit": "hami-kubeapi-emulator",
@@ -114,7 +114,8 @@ def list_reply(store: Store, route: Route, query: dict[str, str]) -> Obj:
     """A list; `limit` pages it with a `continue` token (pages show the live state, ordered by key)."""
     rtype = route.rtype
     match = combined(rtype, query.get("labelSelector", ""), query.get("fieldSelector", ""))
-    items, rv = store.snapshot(rtype, route.namespace, match)
+    entries, rv = store.snapshot(rtype, route.namespace, match)
+    items = [entry.obj for entry in entries]
     if query.get("continue"):
         rv, start = _decode_continue(query["continue"])
         items = [item for item in items if _item_key(item) > start]
@@ -133,7 +134,7 @@ def list_reply(store: Store, route: Route, query: dict[str, str]) -> Obj:
     return {"apiVersion": rtype.api_version, "kind": rtype.list_kind, "metadata": meta, "items": bare}
 
 
-def patch(store: Store, route: Route, content_type: str, body: bytes) -> Obj:
+def patch(store: Store, route: Route, content_type: str, body: bytes) -> Change:
     document = _json(body)
     name = route.name or ""
     if content_type == JSON_PATCH:
@@ -206,8 +207,9 @@ def bind(store: Store, route: Route, body: bytes) -> Obj:
 
 
 def serve(store: Store, method: str, route: Route, *, query: dict[str, str], content_type: str,
-          body: bytes) -> tuple[int, Obj]:
-    """Every verb except watch; returns (HTTP status, JSON body) or raises `errors.ApiError`."""
+          body: bytes) -> tuple[int, Obj | bytes]:
+    """Every verb except watch; returns (HTTP status, JSON body, as an object or encoded) or raises
+    `errors.ApiError`."""
     rtype, ns, name = route.rtype, route.ns, route.name
     if route.subresource == "bindings" and method == "POST":
         return 201, bind(store, route, body)
@@ -220,7 +222,7 @@ def serve(store: Store, method: str, route: Route, *, query: dict[str, str], con
             if rtype.namespaced and route.namespace is None:
                 raise errors.ApiError(405, "the server does not allow this method on the requested "
                                       "resource", "MethodNotAllowed")
-            return 201, store.create(rtype, ns, _json(body))
+            return 201, store.create(rtype, ns, _json(body)).obj_json
         if method == "DELETE":
             reply = list_reply(store, route, query)
             for item in reply["items"]:
@@ -230,18 +232,18 @@ def serve(store: Store, method: str, route: Route, *, query: dict[str, str], con
         if method == "POST":
             return 201, bind(store, route, body)
     elif method == "GET":
-        return 200, store.read(rtype, ns, name)
+        return 200, store.read(rtype, ns, name).obj_json
     elif method == "PUT":
-        return 200, store.update(rtype, ns, name, _json(body), route.subresource)
+        return 200, store.update(rtype, ns, name, _json(body), route.subresource).obj_json
     elif method == "PATCH":
-        return 200, patch(store, route, content_type, body)
+        return 200, patch(store, route, content_type, body).obj_json
     elif method == "DELETE" and not route.subresource:
         options = _json(body) or {}
         precondition = (options.get("preconditions") or {}).get("resourceVersion") or ""
         gone = store.delete(rtype, ns, name, str(precondition))
         if rtype.key in _RETURN_DELETED:
-            return 200, gone
-        details = {"name": name, "kind": rtype.plural, "uid": gone["metadata"]["uid"]}
+            return 200, gone.obj_json
+        details = {"name": name, "kind": rtype.plural, "uid": gone.obj["metadata"]["uid"]}
         if rtype.group:
             details["group"] = rtype.group
         return 200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",

@@ -132,6 +132,7 @@ class _Handler(socketserver.StreamRequestHandler):
             self.close_connection = True
             return
         extra: dict[str, str] = {}
+        reply: dict[str, Any] | bytes  # bytes: already encoded
         try:
             if fault is not None and fault.status is not None:
                 raise errors.ApiError(fault.status, fault.message or f"injected fault: HTTP {fault.status}")

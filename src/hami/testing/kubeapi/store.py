@@ -4,8 +4,10 @@ All methods are thread-safe. Objects are plain JSON dicts. A stored object is ne
 place: a write stores a new dict, which may share unchanged parts with the old one, so readers
 can encode objects outside the lock and history entries stay as they were. The fixture methods
 (`put`, `get`, `list`, `remove`, `wait_for`) hand out deep copies, so a test cannot change the
-store behind the server's back; the API methods the HTTP layer uses return the stored objects
-themselves, which their callers only read (copying every object served cost more than serving).
+store behind the server's back; the API methods the HTTP layer uses return `Change`s holding the
+stored objects themselves, which their callers only read (copying every object served cost more
+than serving it). Each stored object is kept as the change that made it what it is, so its JSON is
+encoded at most once for the write's reply, the watches and later reads alike.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # the apiserver's generateName alph
 
 @dataclass(frozen=True)
 class Change:
-    """One entry of the watch history: what happened to which object at which resourceVersion."""
+    """One write: what happened to which object at which resourceVersion. The watch history is a
+    sequence of these, and the store keeps each object as the change that made it what it is."""
 
     rv: int
     type: str  # ADDED, MODIFIED or DELETED
@@ -69,7 +72,7 @@ class Store:
         self._changed = {r.key: threading.Condition(lock) for r in RESOURCES}
         self._latest = dict.fromkeys(self._changed, 0)  # the last rv that changed each resource
         self._rv = 0
-        self._objects: dict[str, dict[tuple[str, str], Obj]] = {r.key: {} for r in RESOURCES}
+        self._objects: dict[str, dict[tuple[str, str], Change]] = {r.key: {} for r in RESOURCES}
         self._history: deque[Change] = deque(maxlen=history)
         self._compacted = 0  # every change with rv <= this has left the history
         self.closed = False
@@ -94,30 +97,31 @@ class Store:
             meta.setdefault("namespace", "default")
         key = (meta.get("namespace", ""), meta["name"])
         with self._cond:
-            old = self._objects[rtype.key].get(key)
+            entry = self._objects[rtype.key].get(key)
+            old = None if entry is None else entry.obj
             if old is not None:
                 meta.setdefault("uid", old["metadata"]["uid"])
                 meta.setdefault("creationTimestamp", old["metadata"]["creationTimestamp"])
-            return copy.deepcopy(self._commit(rtype, key, new, old))
+            return copy.deepcopy(self._commit(rtype, key, new, old).obj)
 
     def get(self, resource: str, name: str, namespace: str = "") -> Obj | None:
         rtype = _rtype(resource)
         with self._cond:
             found = self._objects[rtype.key].get((namespace if rtype.namespaced else "", name))
-            return copy.deepcopy(found)
+            return None if found is None else copy.deepcopy(found.obj)
 
     def list(
         self, resource: str, namespace: str | None = None, label_selector: str = "", field_selector: str = ""
     ) -> builtins.list[Obj]:
         rtype = _rtype(resource)
         items = self.snapshot(rtype, namespace, combined(rtype, label_selector, field_selector))[0]
-        return copy.deepcopy(items)
+        return [copy.deepcopy(item.obj) for item in items]
 
     def remove(self, resource: str, name: str, namespace: str = "") -> Obj | None:
         """Delete without preconditions; None when it was not there."""
         rtype = _rtype(resource)
         try:
-            return copy.deepcopy(self.delete(rtype, namespace, name))
+            return copy.deepcopy(self.delete(rtype, namespace, name).obj)
         except errors.ApiError:
             return None
 
@@ -137,7 +141,8 @@ class Store:
         key = (namespace if rtype.namespaced else "", name)
 
         def current() -> Obj | None:
-            return self._objects[rtype.key].get(key)
+            found = self._objects[rtype.key].get(key)
+            return None if found is None else found.obj
 
         with self._cond:
             if not self._cond.wait_for(lambda: condition(copy.deepcopy(current())), timeout):
@@ -154,22 +159,22 @@ class Store:
 
     def snapshot(
         self, rtype: ResourceType, namespace: str | None, match: Matcher
-    ) -> tuple[builtins.list[Obj], int]:
+    ) -> tuple[builtins.list[Change], int]:
         with self._cond:
             items = [
-                obj for (ns, _), obj in sorted(self._objects[rtype.key].items())
-                if (namespace is None or ns == namespace) and match(obj)
+                entry for (ns, _), entry in sorted(self._objects[rtype.key].items())
+                if (namespace is None or ns == namespace) and match(entry.obj)
             ]
             return items, self._rv
 
-    def read(self, rtype: ResourceType, namespace: str, name: str) -> Obj:
+    def read(self, rtype: ResourceType, namespace: str, name: str) -> Change:
         with self._cond:
             found = self._objects[rtype.key].get((namespace, name))
             if found is None:
                 raise errors.not_found(rtype.plural, rtype.group, name)
             return found
 
-    def create(self, rtype: ResourceType, namespace: str, obj: Obj) -> Obj:
+    def create(self, rtype: ResourceType, namespace: str, obj: Obj) -> Change:
         """POST; takes `obj` over (the caller must not use it afterwards)."""
         new = self._checked_body(rtype, namespace, obj, None)
         meta = new["metadata"]
@@ -196,7 +201,7 @@ class Store:
 
     def update(
         self, rtype: ResourceType, namespace: str, name: str, obj: Obj, subresource: str = ""
-    ) -> Obj:
+    ) -> Change:
         """PUT: replaces the object; a non-empty metadata.resourceVersion must be the current one.
         Takes `obj` over, as `create` does."""
         body = self._checked_body(rtype, namespace, obj, name)
@@ -209,7 +214,7 @@ class Store:
         name: str,
         change: Callable[[Obj], Obj],
         subresource: str = "",
-    ) -> Obj:
+    ) -> Change:
         """Read-modify-write under the lock; `change` gets the stored object and returns a new one
         without changing its argument (the patch functions only copy what they change).
 
@@ -218,9 +223,10 @@ class Store:
         """
         key = (namespace, name)
         with self._cond:
-            current = self._objects[rtype.key].get(key)
-            if current is None:
+            entry = self._objects[rtype.key].get(key)
+            if entry is None:
                 raise errors.not_found(rtype.plural, rtype.group, name)
+            current = entry.obj
             new = change(current)
             meta = new.get("metadata")
             if not isinstance(meta, dict):
@@ -235,15 +241,16 @@ class Store:
                 raise errors.invalid(rtype.kind, name, "metadata.uid", "field is immutable")
             new = self._keep_server_fields(rtype, current, new, subresource)
             if new == current:
-                return current  # a no-op write does not bump resourceVersion
+                return entry  # a no-op write does not bump resourceVersion
             return self._commit(rtype, key, new, current)
 
-    def delete(self, rtype: ResourceType, namespace: str, name: str, precondition_rv: str = "") -> Obj:
+    def delete(self, rtype: ResourceType, namespace: str, name: str, precondition_rv: str = "") -> Change:
         key = (namespace, name)
         with self._cond:
-            current = self._objects[rtype.key].get(key)
-            if current is None:
+            entry = self._objects[rtype.key].get(key)
+            if entry is None:
                 raise errors.not_found(rtype.plural, rtype.group, name)
+            current = entry.obj
             if precondition_rv and precondition_rv != current["metadata"]["resourceVersion"]:
                 raise errors.conflict(
                     rtype.plural, rtype.group, name,
@@ -253,8 +260,7 @@ class Store:
             del self._objects[rtype.key][key]
             self._rv += 1
             gone = {**current, "metadata": {**current["metadata"], "resourceVersion": str(self._rv)}}
-            self._record(Change(self._rv, "DELETED", rtype.key, gone, current))
-            return gone
+            return self._record(Change(self._rv, "DELETED", rtype.key, gone, current))
 
     # -- watch support ---------------------------------------------------------------------------
 
@@ -355,23 +361,27 @@ class Store:
                 new.pop("status", None)
         return new
 
-    def _commit(self, rtype: ResourceType, key: tuple[str, str], new: Obj, old: Obj | None) -> Obj:
+    def _commit(self, rtype: ResourceType, key: tuple[str, str], new: Obj, old: Obj | None) -> Change:
         self._rv += 1
-        new["metadata"]["resourceVersion"] = str(self._rv)
-        new["metadata"].setdefault("uid", str(uuid.uuid4()))
-        new["metadata"].setdefault("creationTimestamp", _now())
+        meta = new["metadata"]
+        meta["resourceVersion"] = str(self._rv)
+        if "uid" not in meta:  # not setdefault: a uuid4 costs more than the rest of a commit
+            meta["uid"] = str(uuid.uuid4())
+        if "creationTimestamp" not in meta:
+            meta["creationTimestamp"] = _now()
         new["apiVersion"], new["kind"] = rtype.api_version, rtype.kind
-        self._objects[rtype.key][key] = new
-        self._record(Change(self._rv, "MODIFIED" if old else "ADDED", rtype.key, new, old))
-        return new
+        change = Change(self._rv, "MODIFIED" if old else "ADDED", rtype.key, new, old)
+        self._objects[rtype.key][key] = change
+        return self._record(change)
 
-    def _record(self, change: Change) -> None:
+    def _record(self, change: Change) -> Change:
         if self._history.maxlen is not None and len(self._history) == self._history.maxlen:
             self._compacted = self._history[0].rv
         self._history.append(change)
         self._latest[change.resource] = change.rv
         self._changed[change.resource].notify_all()
         self._cond.notify_all()
+        return change
 
 
 __all__ = ["Change", "Obj", "Store"]

@@ -99,7 +99,7 @@ def stream(
     deadline = None if req.timeout is None else time.monotonic() + req.timeout
     if req.resource_version in ("", "0") or req.send_initial:
         items, rv = store.snapshot(req.rtype, req.namespace, req.match)
-        initial = [encode({"type": "ADDED", "object": item}) for item in items]
+        initial = [_line("ADDED", item.obj_json) for item in items]
         if req.send_initial:
             initial.append(encode(req.bookmark(rv, initial_end=True)))
         if initial:
