@@ -19,7 +19,7 @@ from urllib.parse import parse_qsl
 from hami.testing.kubeapi import errors, routes
 from hami.testing.kubeapi.faults import Fault, Faults, Request, RequestLog
 from hami.testing.kubeapi.store import Store
-from hami.testing.kubeapi.watch import WatchRequest, stream
+from hami.testing.kubeapi.watch import Feed, WatchRequest
 
 
 class _HTTPServer(socketserver.ThreadingTCPServer):
@@ -175,25 +175,12 @@ class _Handler(socketserver.StreamRequestHandler):
         emulator.requests.add(Request(status=200, **record))
         self.wfile.write(self._head(200, {"Transfer-Encoding": "chunked"}))
         drop_after = fault.after_events if fault is not None and fault.drop_watch else None
-        sent = 0
         with self.server.watches_done:
             self.server.watches += 1
-        events = stream(emulator.store, watch, emulator.stopping.is_set, emulator.bookmark_interval)
         try:
-            for ready in events if drop_after != 0 else ():
-                batch = ready if drop_after is None else ready[:drop_after - sent]
-                data = b"".join(batch)
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-                sent += len(batch)
-                if drop_after is not None and sent >= drop_after:
-                    break
-            if drop_after is not None:
-                self.close_connection = True
-                self.connection.shutdown(socket.SHUT_RDWR)  # no closing chunk: the client sees a cut
-                return
-            self.wfile.write(b"0\r\n\r\n")
-        except OSError:
-            self.close_connection = True  # the client went away
+            feed = Feed(watch, self.connection, drop_after)
+            if not feed.run(emulator.store, emulator.stopping.is_set, emulator.bookmark_interval):
+                self.close_connection = True  # cut by a fault, or the client went away
         finally:
             with self.server.watches_done:
                 self.server.watches -= 1

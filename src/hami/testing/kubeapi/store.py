@@ -13,6 +13,7 @@ encoded at most once for the write's reply, the watches and later reads alike.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import copy
 import functools
 import json
@@ -21,10 +22,10 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol
 
 from hami.testing.kubeapi import errors
 from hami.testing.kubeapi.resources import RESOURCES, ResourceType, resolve
@@ -60,17 +61,28 @@ def _timestamp(second: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second))
 
 
+class Follower(Protocol):
+    """A watch, as the store sees it (`watch.Feed`)."""
+
+    def offer(self, change: Change) -> None:
+        """A change of the followed resource; called with the store's lock held, in rv order."""
+
+    def pump(self) -> None:
+        """Called after each write of the followed resource, outside the lock."""
+
+    def wake(self) -> None:
+        """The store closed."""
+
+
 def _rtype(resource: str | ResourceType) -> ResourceType:
     return resource if isinstance(resource, ResourceType) else resolve(resource)
 
 
 class Store:
     def __init__(self, history: int = 1000) -> None:
-        lock = threading.RLock()
-        self._cond = threading.Condition(lock)  # any change: `wait_for`
-        # One condition per resource, so a change wakes only the watches of its resource.
-        self._changed = {r.key: threading.Condition(lock) for r in RESOURCES}
-        self._latest = dict.fromkeys(self._changed, 0)  # the last rv that changed each resource
+        self._cond = threading.Condition()  # notified on every change, for `wait_for`
+        # The watches of each resource; replaced, never changed, so writers read it without the lock.
+        self._followers: dict[str, tuple[Follower, ...]] = {r.key: () for r in RESOURCES}
         self._rv = 0
         self._objects: dict[str, dict[tuple[str, str], Change]] = {r.key: {} for r in RESOURCES}
         self._history: deque[Change] = deque(maxlen=history)
@@ -96,7 +108,7 @@ class Store:
         if rtype.namespaced:
             meta.setdefault("namespace", "default")
         key = (meta.get("namespace", ""), meta["name"])
-        with self._cond:
+        with self._write(rtype.key):
             entry = self._objects[rtype.key].get(key)
             old = None if entry is None else entry.obj
             if old is not None:
@@ -194,7 +206,7 @@ class Store:
         elif rtype.key == "namespaces":
             new["status"] = {"phase": "Active"}
         key = (namespace, meta["name"])
-        with self._cond:
+        with self._write(rtype.key):
             if key in self._objects[rtype.key]:
                 raise errors.already_exists(rtype.plural, rtype.group, meta["name"])
             return self._commit(rtype, key, new, None)
@@ -222,7 +234,7 @@ class Store:
         body or a merge patch that sets metadata.resourceVersion fails with 409 when it is stale.
         """
         key = (namespace, name)
-        with self._cond:
+        with self._write(rtype.key):
             entry = self._objects[rtype.key].get(key)
             if entry is None:
                 raise errors.not_found(rtype.plural, rtype.group, name)
@@ -246,7 +258,7 @@ class Store:
 
     def delete(self, rtype: ResourceType, namespace: str, name: str, precondition_rv: str = "") -> Change:
         key = (namespace, name)
-        with self._cond:
+        with self._write(rtype.key):
             entry = self._objects[rtype.key].get(key)
             if entry is None:
                 raise errors.not_found(rtype.plural, rtype.group, name)
@@ -270,28 +282,39 @@ class Store:
             if rv < self._compacted:
                 raise errors.expired(rv, self._compacted + 1)
             found: builtins.list[Change] = []
-            if self._latest[resource] > rv:
-                # Newest first, stopping at `rv`: a watch that keeps up reads only what is new.
-                for change in reversed(self._history):
-                    if change.rv <= rv:
-                        break
-                    if change.resource == resource:
-                        found.append(change)
-                found.reverse()
+            # Newest first, stopping at `rv`: a recent rv reads only what is new, not the history.
+            for change in reversed(self._history):
+                if change.rv <= rv:
+                    break
+                if change.resource == resource:
+                    found.append(change)
+            found.reverse()
             return found, max(rv, self._rv)
 
-    def wait_for_change(self, rv: int, resource: str, timeout: float) -> None:
-        """Block until `resource` changes after `rv`, the store closes, or `timeout`."""
-        changed = self._changed[resource]
-        with changed:
-            changed.wait_for(lambda: self._latest[resource] > rv or self.closed, timeout)
+    def follow(self, resource: str, follower: Follower, start: Callable[[], None]) -> None:
+        """Runs `start` (which reads what the watch begins with), then offers `follower` every
+        later change of `resource`, with nothing committed in between; `start`'s errors propagate
+        and nothing is followed."""
+        with self._cond:
+            start()
+            self._followers[resource] = (*self._followers[resource], follower)
+
+    def unfollow(self, resource: str, follower: Follower) -> None:
+        with self._cond:
+            self._followers[resource] = tuple(f for f in self._followers[resource] if f is not follower)
+
+    def at_rv(self, use: Callable[[int], None]) -> None:
+        """Calls `use(the current resourceVersion)` with nothing committed meanwhile."""
+        with self._cond:
+            use(self._rv)
 
     def close(self) -> None:
         with self._cond:
             self.closed = True
             self._cond.notify_all()
-            for changed in self._changed.values():
-                changed.notify_all()
+            followers = [f for group in self._followers.values() for f in group]
+        for follower in followers:
+            follower.wake()
 
     # -- internals -------------------------------------------------------------------------------
 
@@ -374,12 +397,21 @@ class Store:
         self._objects[rtype.key][key] = change
         return self._record(change)
 
+    @contextlib.contextmanager
+    def _write(self, resource: str) -> Iterator[None]:
+        """The lock for a write to `resource`; after it, outside the lock, the writing thread
+        sends what the write changed to the watches that can take it without blocking."""
+        with self._cond:
+            yield
+        for follower in self._followers[resource]:
+            follower.pump()
+
     def _record(self, change: Change) -> Change:
         if self._history.maxlen is not None and len(self._history) == self._history.maxlen:
             self._compacted = self._history[0].rv
         self._history.append(change)
-        self._latest[change.resource] = change.rv
-        self._changed[change.resource].notify_all()
+        for follower in self._followers[change.resource]:
+            follower.offer(change)
         self._cond.notify_all()
         return change
 
