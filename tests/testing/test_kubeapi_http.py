@@ -80,6 +80,12 @@ def test_http10_keep_alive_stays_open(conn: socket.socket) -> None:
         assert read_reply(conn, buffer).status == 200
 
 
+def test_empty_lines_between_requests_are_ignored(conn: socket.socket) -> None:
+    conn.sendall(b"\r\nGET /version HTTP/1.1\r\n\r\n\r\nGET /version HTTP/1.1\r\n\r\n")
+    buffer = bytearray()
+    assert [read_reply(conn, buffer).status for _ in range(2)] == [200, 200]
+
+
 def test_expect_100_continue_gets_the_interim_reply(conn: socket.socket) -> None:
     body = json.dumps({"metadata": {"name": "n"}}).encode()
     conn.sendall(b"POST /api/v1/nodes HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n"
@@ -91,6 +97,7 @@ def test_expect_100_continue_gets_the_interim_reply(conn: socket.socket) -> None
 
 @pytest.mark.parametrize("raw, status", [
     (b"NONSENSE\r\n\r\n", 400),
+    (b"GET /" + b"x" * 70000 + b" HTTP/1.1\r\n\r\n", 414),
     (b"GET /version SPDY/3\r\n\r\n", 400),
     (b"GET /version HTTP/1.1\r\nContent-Length: x\r\n\r\n", 400),
     (b"POST /api/v1/nodes HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 411),

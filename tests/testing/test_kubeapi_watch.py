@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -247,3 +248,50 @@ def test_history_keeps_each_version_as_written(kube_api: KubeAPIServer) -> None:
     assert [e["object"] for e in events] == written
     versions = [int(obj["metadata"]["resourceVersion"]) for obj in written]
     assert versions == sorted(set(versions))
+
+
+def _chunked_lines(body: bytes) -> tuple[list[bytes], bytes]:
+    """The lines in the complete chunks of `body`, and what is left of it."""
+    lines: list[bytes] = []
+    while b"\r\n" in body:
+        size_line, _, rest = body.partition(b"\r\n")
+        size = int(size_line, 16)
+        if len(rest) < size + 2:
+            break
+        lines += rest[:size].splitlines()
+        body = rest[size + 2:]
+    return lines, body
+
+
+def test_a_watch_that_does_not_read_holds_up_no_write(kube_api: KubeAPIServer) -> None:
+    """Writers hand a watch what its socket takes without blocking; the watch's own thread writes
+    the rest once the client reads again, in order and complete."""
+    http = requests.Session()
+    nodes = f"{kube_api.url}/api/v1/nodes"
+    rv = http.get(nodes, timeout=5).json()["metadata"]["resourceVersion"]
+    with socket.socket() as stalled:
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: a small window
+        stalled.settimeout(10)
+        stalled.connect((kube_api.host, kube_api.port))
+        stalled.sendall(f"GET /api/v1/nodes?watch=1&resourceVersion={rv} HTTP/1.1\r\n\r\n".encode())
+        kube_api.requests.wait_for(path="/api/v1/nodes$", watch="1")
+        big = "x" * 100_000  # 100 writes of this are far more than the socket buffers hold
+        for i in range(100):
+            node = {"metadata": {"name": "n", "annotations": {"big": big, "i": str(i)}}}
+            reply = (http.put(f"{nodes}/n", json=node, timeout=5) if i
+                     else http.post(nodes, json=node, timeout=5))
+            assert reply.status_code in (200, 201), reply.text
+        received = b""
+        while b"\r\n\r\n" not in received:
+            received += stalled.recv(65536)
+        head, _, body = received.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200") and b"Transfer-Encoding: chunked" in head
+        lines: list[bytes] = []
+        while len(lines) < 100:
+            chunk = stalled.recv(1 << 20)
+            assert chunk, "the watch ended early"
+            more, body = _chunked_lines(body + chunk)
+            lines += more
+    events = [json.loads(line) for line in lines]
+    assert [e["type"] for e in events] == ["ADDED"] + ["MODIFIED"] * 99
+    assert [e["object"]["metadata"]["annotations"]["i"] for e in events] == [str(i) for i in range(100)]

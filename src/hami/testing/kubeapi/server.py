@@ -81,8 +81,13 @@ class _Handler(socketserver.StreamRequestHandler):
         if not line:
             self.close_connection = True  # the client closed the connection
             return
+        if line in (b"\r\n", b"\n"):
+            return  # an empty line before a request is to be ignored (RFC 9112 section 2.2)
+        if len(line) > _MAX_LINE:
+            self._refuse(414, "request line too long")
+            return
         words = line.split()
-        if len(words) != 3 or not words[2].startswith(b"HTTP/1.") or len(line) > _MAX_LINE:
+        if len(words) != 3 or not words[2].startswith(b"HTTP/1."):
             self._refuse(400, f"bad request line {line[:200]!r}")
             return
         method, target, version = (w.decode("latin-1") for w in words)
@@ -248,8 +253,8 @@ class KubeAPIServer:
         self.stopping.set()
         self.store.close()
         self._httpd.shutdown()
-        # Watch handlers see `stopping` within one poll and write their closing chunk; a handler
-        # stuck writing to a client that stopped reading is cut after the bounded wait.
+        # Closing the store wakes every watch, which writes its closing chunk; a watch stuck
+        # writing to a client that stopped reading is cut after the bounded wait.
         with self._httpd.watches_done:
             self._httpd.watches_done.wait_for(lambda: self._httpd is None or self._httpd.watches == 0, 5.0)
         self._httpd.close_connections()
