@@ -119,9 +119,11 @@ def test_dry_run_errors_passthrough_and_malformed_nodes(kube_api: KubeAPIServer)
 
         cpu = gpu_pod("cpu", mem=None)
         cpu["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1"}}
-        reply = _dry_run(ext, cpu, [gpu_node("t")])
-        # HAMi answers args.NodeNames (null here) before looking at Nodes.
-        assert (reply["Nodes"], reply["NodeNames"], reply["Error"]) == (None, None, "")
+        sent = gpu_node("t")
+        reply = _dry_run(ext, cpu, [sent])
+        # Every node sent comes back: NodeNames echoed (null here), as HAMi; Nodes too, unlike HAMi.
+        assert (reply["NodeNames"], reply["Error"]) == (None, "")
+        assert reply["Nodes"]["items"] == [sent]
         assert _dry_run(ext, cpu, [gpu_node("t")], names=["t"])["NodeNames"] == ["t"]
 
         for nodes in ([], {"items": "x"}, {"items": [1]}):

@@ -102,13 +102,15 @@ def test_invalid_scoring_weights_are_an_error() -> None:
     assert reply["Error"].startswith("calcScore failed invalid hami.io/device-scoring-weights annotation")
 
 
-def test_pod_without_hami_resources_echoes_node_names_like_hami() -> None:
+def test_pod_without_hami_resources_echoes_every_node_sent() -> None:
     pod = gpu_pod("cpu", mem=None)
     pod["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1"}}
-    reply, outcome = _sim(pod, [gpu_node("t")])
+    reply, outcome = _sim(pod, [gpu_node("t"), gpu_node("u")])
     assert outcome == "passthrough"
-    # §4.1 step 1 returns args.NodeNames: null for a caller that only sent Nodes.
-    assert (reply["Nodes"], reply["NodeNames"], reply["FailedNodes"]) == (None, None, None)
+    # §4.1 step 1 returns args.NodeNames (null for a caller that only sent Nodes); Nodes is echoed
+    # too, or that caller would read "fits nowhere".
+    assert (reply["NodeNames"], reply["FailedNodes"]) == (None, None)
+    assert [n["metadata"]["name"] for n in reply["Nodes"]["items"]] == ["t", "u"]
     assert _sim(pod, [gpu_node("t")], names=["t"])[0]["NodeNames"] == ["t"]
 
 

@@ -80,10 +80,11 @@ def _result(
     }
 
 
-def passthrough(names: Sequence[str] | None) -> Obj:
-    """§4.1 step 1, as HAMi answers it: ``NodeNames`` echoed (null for a caller that sent only
-    ``Nodes``), ``Nodes`` null."""
-    return _result(names=names)
+def passthrough(names: Sequence[str] | None, nodes: Sequence[Mapping[str, Any]]) -> Obj:
+    """§4.1 step 1: ``NodeNames`` echoed as HAMi does, and (deliberately unlike HAMi, which
+    answers ``Nodes`` null) the ``Nodes`` sent: a ``nodeCacheCapable: false`` caller reads only
+    ``Nodes``, and would otherwise take a pod without HAMi resources to fit nowhere."""
+    return _result({"metadata": {}, "items": [dict(n) for n in nodes]}, names=names)
 
 
 def simulate_filter(
@@ -112,7 +113,7 @@ def simulate_filter(
         objects.setdefault(name, node)
     result = filter_pod(pod, states, UsageIndex(), quotas, config, unregistered=unregistered)
     if not result.requested:
-        return passthrough(names), "passthrough"
+        return passthrough(names, nodes), "passthrough"
     if result.error is not None:
         return _result(error=result.error), "error"
     if result.node is None:
@@ -132,7 +133,7 @@ def serve(
         reqs, _ = pod_requests(pod, service.config.nvidia)
         if not any(req is not None for req in reqs):
             outcome = "passthrough"
-            return passthrough(names)
+            return passthrough(names, nodes)
         if not service.state.synced.wait(service.sync_wait):
             return _result(error=NOT_SYNCED)
         with service.state.lock:
