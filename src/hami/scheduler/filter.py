@@ -111,23 +111,25 @@ def filter_pod(
     fits: list[tuple[str, float]] = []
     fitting: dict[str, NodeView] = {}
     allocations: dict[str, Placed] = {}
-    view = usage.view
     quick = ctx.order_free
-    for node in nodes:
-        nv = view(node, previous)
+    shape = ctx.shape
+    for nv in usage.views(nodes, previous):
         if quick:
-            verdict = fits_quickly(nv, ctx)
+            # The memo hit is inlined: this loop runs once per node on every filter call.
+            verdict = nv.memo.get(shape)
+            if verdict is None:
+                verdict = fits_quickly(nv, ctx)
             if verdict is not True:
-                failed[node.name] = str(verdict)
+                failed[nv.name] = str(verdict)
                 continue
         else:
             placed = fit_node(nv, ctx)
             if isinstance(placed, str):
-                failed[node.name] = placed
+                failed[nv.name] = placed
                 continue
-            allocations[node.name] = placed
-        fits.append((node.name, nv.score))
-        fitting[node.name] = nv
+            allocations[nv.name] = placed
+        fits.append((nv.name, nv.score))
+        fitting[nv.name] = nv
     if not fits:
         return FilterResult(requested=True, failed=failed, replaced=previous)
     ranked = pick_node(options.node_policy or config.node_policy, fits)

@@ -103,7 +103,15 @@ def no_fit_message(requested_nodes: int) -> str:
 def fit_message(node: str, requested_nodes: int, scores: Iterable[tuple[str, float]]) -> str:
     """The FilteringSucceed event of §4.1 step 10; ``scores`` in HAMi's sorted order."""
     listed = list(scores)
-    items = ",".join(f"{name}:{score:.2f}" for name, score in listed)
+    # Scores repeat a lot across nodes (idle ones are all 0): format each distinct value once.
+    texts: dict[float, str] = {}
+    parts = []
+    for name, score in listed:
+        text = texts.get(score)
+        if text is None:
+            text = texts[score] = f"{score:.2f}"
+        parts.append(f"{name}:{text}")
+    items = ",".join(parts)
     unfit = requested_nodes - len(listed)
     return f"find fit node({node}), {unfit} nodes not fit, {len(listed)} nodes fit({items})"
 
