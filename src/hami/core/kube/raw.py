@@ -124,14 +124,25 @@ def request_json(
 ) -> Any:
     """Send one request and decode its JSON answer."""
     response = send(api_client, method, path, query=query, body=body, content_type=content_type)
-    try:
-        data = response.read()
-    except TRANSPORT_ERRORS as exc:
-        raise errors.from_exception(exc) from exc
+    data = _read(response)
     try:
         return json.loads(data) if data else None
     except ValueError as exc:
         raise errors.ApiError(response.status, "BadJSON", f"undecodable response body: {exc}") from exc
+
+
+def call(api_client: Any, method: str, path: str, *, body: Any = None, content_type: str = JSON) -> None:
+    """Send one request whose answer is not needed (an event write: the server echoes the whole
+    object back); the body is read, so the connection is reused, but not decoded."""
+    _read(send(api_client, method, path, body=body, content_type=content_type))
+
+
+def _read(response: Any) -> bytes:
+    try:
+        data: bytes = response.read()
+    except TRANSPORT_ERRORS as exc:
+        raise errors.from_exception(exc) from exc
+    return data
 
 
 def iter_lines(response: Any, chunk: int = 65536) -> Iterator[bytes]:
