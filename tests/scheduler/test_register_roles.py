@@ -165,6 +165,7 @@ def test_a_node_change_revisits_only_that_node(kube_api: KubeAPIServer) -> None:
 
 def test_the_caches_are_frozen_before_the_extender_reports_synced(kube_api: KubeAPIServer) -> None:
     kube_api.store.put(gpu_node("n1"))
+    threshold = gc.get_threshold()
     gc.unfreeze()
     try:
         with running(kube_api, gc_freeze=True) as ext:
@@ -173,3 +174,4 @@ def test_the_caches_are_frozen_before_the_extender_reports_synced(kube_api: Kube
             assert node is not None and not any(o is node for o in gc.get_objects())
     finally:
         gc.unfreeze()
+        gc.set_threshold(*threshold)

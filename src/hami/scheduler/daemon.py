@@ -114,7 +114,7 @@ class Extender:
     def _synced(self) -> None:
         # The caches are complete now and live as long as the daemon: out of the GC's sight.
         if self.opts.gc_freeze:
-            heap.freeze("the first full register pass")
+            heap.settle("the first full register pass")
 
     def start(self) -> None:
         self.state.start()
