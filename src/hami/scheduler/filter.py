@@ -55,6 +55,7 @@ class FilterResult:
     devices: PodDevices = ()
     mig: tuple[MigAllocation, ...] = ()
     fits: tuple[tuple[str, float], ...] = ()
+    fit_labels: tuple[str, ...] = ()  # "<node>:<score>" in the order of ``fits``, for the event
     failed: Mapping[str, str] = field(default_factory=dict)
     error: str | None = None
     reservation: PodAllocation | None = None
@@ -65,7 +66,7 @@ class FilterResult:
         if self.error is not None:
             return [("Warning", self.error)]
         if self.node is not None:
-            return [("Normal", r.fit_message(self.node, requested_nodes, self.fits))]
+            return [("Normal", r.fit_message(self.node, requested_nodes, self.fit_labels))]
         found = [("Warning", m) for m in r.failure_events(self.failed)]
         return [*found, ("Warning", r.no_fit_message(requested_nodes))]
 
@@ -146,6 +147,7 @@ def filter_pod(
     )
     return FilterResult(
         requested=True, node=chosen, devices=devices, mig=mig, fits=tuple(ranked),
+        fit_labels=tuple([fitting[name].label for name, _ in ranked]),
         failed=failed, reservation=reservation, replaced=previous,
     )
 
