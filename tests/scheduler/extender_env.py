@@ -89,6 +89,7 @@ def opts_for(api: KubeAPIServer, **overrides: Any) -> Options:
         metrics_bind="127.0.0.1:0",
         kube=KubeOptions(qps=-1, host=api.url, timeout=5.0),
         register_tick=0.2,
+        gc_freeze=False,  # a freeze in the shared test process would keep every test's cycles alive
     )
     return replace(base, **overrides)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 from tests.scheduler.extender_env import filter_pod, gpu_node, gpu_pod, running, wait_until
@@ -160,3 +161,17 @@ def test_a_node_change_revisits_only_that_node(kube_api: KubeAPIServer) -> None:
         kube_api.store.remove("nodes", "n2")
         wait_until(lambda: "n2" not in ext.state.nodes and "n2" not in ext.state.records, what="n2 forgotten")
         assert _register_passes(ext) == passes  # no full pass over every node was needed
+
+
+def test_the_caches_are_frozen_before_the_extender_reports_synced(kube_api: KubeAPIServer) -> None:
+    kube_api.store.put(gpu_node("n1"))
+    threshold = gc.get_threshold()
+    gc.unfreeze()
+    try:
+        with running(kube_api, gc_freeze=True) as ext:
+            assert gc.get_freeze_count() > 0
+            node = ext.state.get_node("n1")
+            assert node is not None and not any(o is node for o in gc.get_objects())
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)

@@ -1,19 +1,24 @@
 """The mutating webhook over HTTP (§8): quota denial, gpumem-percentage, controller-runtime's
-AdmissionReview shapes, schedulerName rewrite, and pods without HAMi resources left alone."""
+AdmissionReview shapes, schedulerName rewrite, pods without HAMi resources left alone, and the
+device config's gpuCorePolicy / runtimeClassName / overwriteEnv applied through the API server."""
 
 from __future__ import annotations
 
 import base64
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
+from kubernetes import client
 from tests.scheduler.extender_env import gpu_pod, running, url, wait_until
 
 from hami.scheduler.daemon import Extender
+from hami.scheduler.main import build_parser, options
 from hami.testing.kubeapi import KubeAPIServer
+from hami.testing.kubeapi.patch import json_patch as apply_json_patch
 
 V1 = "admission.k8s.io/v1"
 V1BETA1 = "admission.k8s.io/v1beta1"
@@ -62,9 +67,8 @@ def _patch(reply: dict[str, Any]) -> list[dict[str, Any]]:
     return ops
 
 
-def _limits_after(ops: list[dict[str, Any]]) -> dict[str, str]:
-    [containers] = [op["value"] for op in ops if op["path"] == "/spec/containers"]
-    limits: dict[str, str] = containers[0]["resources"]["limits"]
+def _limits_after(pod: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, str]:
+    limits: dict[str, str] = apply_json_patch(pod, ops)["spec"]["containers"][0]["resources"]["limits"]
     return limits
 
 
@@ -118,10 +122,10 @@ def test_gpumem_percentage_defaults_the_gpu_count_and_stays_shareable_below_100(
     limits = pod["spec"]["containers"][0]["resources"]["limits"]
     del limits["nvidia.com/gpu"]
     limits["nvidia.com/gpumem-percentage"] = "50"
-    after = _limits_after(_patch(_review(ext, pod)))
+    after = _limits_after(pod, _patch(_review(ext, pod)))
     assert after == {"nvidia.com/gpumem-percentage": "50", "nvidia.com/gpu": "1"}
     limits["nvidia.com/gpumem-percentage"] = "100"  # a whole card's memory: exclusive cores
-    after = _limits_after(_patch(_review(ext, pod)))
+    after = _limits_after(pod, _patch(_review(ext, pod)))
     assert after["nvidia.com/gpucores"] == "100"
 
 
@@ -171,3 +175,52 @@ def test_pod_without_containers_is_denied(ext: Extender) -> None:
     pod = gpu_pod("empty")
     pod["spec"]["containers"] = []
     assert _review(ext, pod) == _denied(V1, "r1", 403, "pod has no containers")
+
+
+DEVICE_CONFIG = """\
+nvidia:
+  resourceCountName: nvidia.com/gpu
+  defaultGPUNum: 1
+  gpuCorePolicy: force
+  runtimeClassName: nvidia
+  overwriteEnv: true
+"""
+
+
+def test_device_config_webhook_fields_reach_the_pod_through_the_api_server(
+    kube_api: KubeAPIServer, kube_client: client.ApiClient, tmp_path: Path
+) -> None:
+    """--device-config-file → /webhook → the answered JSON patch applied by the API server."""
+    config = tmp_path / "device-config.yaml"
+    config.write_text(DEVICE_CONFIG)
+    opts = options(build_parser().parse_args(["--device-config-file", str(config)]))
+    pod = gpu_pod("mixed", mem=None)
+    pod["spec"]["containers"][0]["env"] = [{"name": "A", "value": "a"}]
+    pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem-percentage"] = "50"
+    pod["spec"]["containers"].append({"name": "sidecar", "image": "x"})
+    pod["spec"]["initContainers"] = [{"name": "setup", "image": "x"}]
+    cpu_only = gpu_pod("cpu", mem=None)
+    cpu_only["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1"}}
+    core = client.CoreV1Api(kube_client)
+    with running(kube_api, scheduler_name="hami-scheduler", filter=opts.filter) as ext:
+        for original in (pod, cpu_only):
+            stored = kube_api.store.put(original)
+            ops = _patch(_review(ext, stored))
+            core.patch_namespaced_pod(stored["metadata"]["name"], "default", ops)
+    got = kube_api.store.get("pods", "mixed", "default")
+    assert got is not None
+    spec = got["spec"]
+    assert (spec["schedulerName"], spec["runtimeClassName"]) == ("hami-scheduler", "nvidia")
+
+    def env(c: dict[str, Any]) -> list[tuple[str, str]]:
+        return [(e["name"], e["value"]) for e in c.get("env", [])]
+
+    gpu, sidecar = spec["containers"]
+    assert env(gpu) == [("A", "a"), ("GPU_CORE_UTILIZATION_POLICY", "force")]
+    assert gpu["resources"]["limits"] == {"nvidia.com/gpumem-percentage": "50", "nvidia.com/gpu": "1"}
+    hidden = [("GPU_CORE_UTILIZATION_POLICY", "force"), ("NVIDIA_VISIBLE_DEVICES", "none")]
+    assert env(sidecar) == hidden and env(spec["initContainers"][0]) == hidden
+    plain = kube_api.store.get("pods", "cpu", "default")
+    assert plain is not None
+    assert env(plain["spec"]["containers"][0]) == hidden
+    assert "runtimeClassName" not in plain["spec"] and "schedulerName" not in plain["spec"]

@@ -8,7 +8,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from hami.core import klog
+from hami.core import heap, klog
 from hami.core.kube.client import new_api_client
 from hami.core.kube.events import EventRecorder
 from hami.core.kube.options import KubeOptions
@@ -53,6 +53,7 @@ class Options:
     pod_namespace: str = ""
     register_tick: float = TICK_SECONDS
     http_threads: int = 16
+    gc_freeze: bool = True  # see hami.core.heap; off where many daemons share one process (tests)
 
 
 class Extender:
@@ -84,6 +85,7 @@ class Extender:
             self.api,
             is_leader=self.leader.is_leader,
             on_node_gone=self.locker.forget,
+            on_synced=self._synced,
             roles=roles,
         )
         self.recorder = EventRecorder(
@@ -108,6 +110,11 @@ class Extender:
         )
         self.http: Server | None = None
         self.metrics_server: Server | None = None
+
+    def _synced(self) -> None:
+        # The caches are complete now and live as long as the daemon: out of the GC's sight.
+        if self.opts.gc_freeze:
+            heap.settle("the first full register pass")
 
     def start(self) -> None:
         self.state.start()

@@ -1,4 +1,6 @@
-"""The part of HAMi's device-config YAML (``--device-config-file``) that requests and fit need (§3.1).
+"""The part of HAMi's device-config YAML (``--device-config-file``) the scheduler uses (§3.1): what
+requests and fit need, and the admission webhook's ``gpuCorePolicy``, ``runtimeClassName`` and
+``overwriteEnv`` (§8).
 
 The loader is pure: it takes the already-parsed YAML document (a dict) and returns a frozen config;
 reading the file is the caller's job.
@@ -10,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hami.core import annotations as ann
+
+DEFAULT_CORE_POLICY = "default"
 
 
 class DeviceConfigError(ValueError):
@@ -27,6 +31,13 @@ class NvidiaConfig:
     default_cores: int = 0
     default_gpu_num: int = 1
     memory_factor: int = 1  # 0 in the YAML is treated as 1, like HAMi
+    # Webhook only (§8). ``gpu_core_policy`` other than "default" (HAMi-core knows "force" and
+    # "disable") becomes env GPU_CORE_UTILIZATION_POLICY; ``runtime_class_name`` is set on pods with
+    # HAMi resources that name none; ``overwrite_env`` gives containers without HAMi resources
+    # NVIDIA_VISIBLE_DEVICES=none.
+    gpu_core_policy: str = DEFAULT_CORE_POLICY
+    runtime_class_name: str = ""
+    overwrite_env: bool = False
 
     @property
     def factor(self) -> int:
@@ -39,6 +50,8 @@ _STR_FIELDS = {
     "resourceMemoryPercentageName": "resource_memory_percentage_name",
     "resourceCoreName": "resource_core_name",
     "resourcePriorityName": "resource_priority_name",
+    "gpuCorePolicy": "gpu_core_policy",
+    "runtimeClassName": "runtime_class_name",
 }
 _INT_FIELDS = {
     "defaultMemory": "default_memory",
@@ -46,6 +59,7 @@ _INT_FIELDS = {
     "defaultGPUNum": "default_gpu_num",
     "memoryFactor": "memory_factor",
 }
+_BOOL_FIELDS = {"overwriteEnv": "overwrite_env"}
 
 
 def load_nvidia_config(document: Mapping[str, object] | None) -> NvidiaConfig:
@@ -60,7 +74,7 @@ def load_nvidia_config(document: Mapping[str, object] | None) -> NvidiaConfig:
         return NvidiaConfig()
     if not isinstance(section, Mapping):
         raise DeviceConfigError(f"device config: 'nvidia' must be a mapping, got {type(section).__name__}")
-    values: dict[str, str | int] = {}
+    values: dict[str, str | int | bool] = {}
     for key, attr in _STR_FIELDS.items():
         raw = section.get(key)
         if raw is None:
@@ -76,5 +90,12 @@ def load_nvidia_config(document: Mapping[str, object] | None) -> NvidiaConfig:
             raise DeviceConfigError(f"device config: nvidia.{key} must be an integer, got {raw!r}")
         if raw < 0:
             raise DeviceConfigError(f"device config: nvidia.{key} must not be negative, got {raw}")
+        values[attr] = raw
+    for key, attr in _BOOL_FIELDS.items():
+        raw = section.get(key)
+        if raw is None:
+            continue
+        if not isinstance(raw, bool):
+            raise DeviceConfigError(f"device config: nvidia.{key} must be true or false, got {raw!r}")
         values[attr] = raw
     return NvidiaConfig(**values)  # type: ignore[arg-type]

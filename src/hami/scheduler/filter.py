@@ -55,6 +55,7 @@ class FilterResult:
     devices: PodDevices = ()
     mig: tuple[MigAllocation, ...] = ()
     fits: tuple[tuple[str, float], ...] = ()
+    fit_labels: tuple[str, ...] = ()  # "<node>:<score>" in the order of ``fits``, for the event
     failed: Mapping[str, str] = field(default_factory=dict)
     error: str | None = None
     reservation: PodAllocation | None = None
@@ -65,7 +66,7 @@ class FilterResult:
         if self.error is not None:
             return [("Warning", self.error)]
         if self.node is not None:
-            return [("Normal", r.fit_message(self.node, requested_nodes, self.fits))]
+            return [("Normal", r.fit_message(self.node, requested_nodes, self.fit_labels))]
         found = [("Warning", m) for m in r.failure_events(self.failed)]
         return [*found, ("Warning", r.no_fit_message(requested_nodes))]
 
@@ -111,23 +112,25 @@ def filter_pod(
     fits: list[tuple[str, float]] = []
     fitting: dict[str, NodeView] = {}
     allocations: dict[str, Placed] = {}
-    view = usage.view
     quick = ctx.order_free
-    for node in nodes:
-        nv = view(node, previous)
+    shape = ctx.shape
+    for nv in usage.views(nodes, previous):
         if quick:
-            verdict = fits_quickly(nv, ctx)
+            # The memo hit is inlined: this loop runs once per node on every filter call.
+            verdict = nv.memo.get(shape)
+            if verdict is None:
+                verdict = fits_quickly(nv, ctx)
             if verdict is not True:
-                failed[node.name] = str(verdict)
+                failed[nv.name] = str(verdict)
                 continue
         else:
             placed = fit_node(nv, ctx)
             if isinstance(placed, str):
-                failed[node.name] = placed
+                failed[nv.name] = placed
                 continue
-            allocations[node.name] = placed
-        fits.append((node.name, nv.score))
-        fitting[node.name] = nv
+            allocations[nv.name] = placed
+        fits.append((nv.name, nv.score))
+        fitting[nv.name] = nv
     if not fits:
         return FilterResult(requested=True, failed=failed, replaced=previous)
     ranked = pick_node(options.node_policy or config.node_policy, fits)
@@ -144,6 +147,7 @@ def filter_pod(
     )
     return FilterResult(
         requested=True, node=chosen, devices=devices, mig=mig, fits=tuple(ranked),
+        fit_labels=tuple([fitting[name].label for name, _ in ranked]),
         failed=failed, reservation=reservation, replaced=previous,
     )
 

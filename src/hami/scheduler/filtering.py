@@ -20,6 +20,7 @@ from hami.scheduler import reasons as r
 from hami.scheduler.events import PodEvents
 from hami.scheduler.filter import FilterConfig, FilterResult, commit, filter_pod
 from hami.scheduler.metrics import failure_codes
+from hami.scheduler.nodes import NodeState
 from hami.scheduler.register import error_reason
 from hami.scheduler.requests import pod_requests
 from hami.scheduler.state import ClusterState, meta_field
@@ -66,8 +67,15 @@ class FilterService:
             return {"Error": NOT_SYNCED}, "error"
         log.v(5).info("filter pod %s/%s over %d nodes", meta_field(pod, "namespace"), name, len(names))
         with self.state.lock:
-            nodes = [self.state.nodes[n] for n in names if n in self.state.nodes]
-            unregistered = [n for n in names if n not in self.state.nodes]
+            known = self.state.nodes
+            nodes: list[NodeState] = []
+            unregistered: list[str] = []
+            for n in names:
+                node = known.get(n)
+                if node is None:
+                    unregistered.append(n)
+                else:
+                    nodes.append(node)
             result = filter_pod(
                 pod, nodes, self.state.usage, self.state.quotas, self.config, unregistered=unregistered
             )

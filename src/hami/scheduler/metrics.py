@@ -48,6 +48,9 @@ KNOWN_CODES: Final = frozenset(
 # The bounded label values of the request-path families. Each is exported at 0 from start-up, so
 # that increase()/rate() see the first event (a series born at 1 has no increase).
 FILTER_RESULTS: Final = ("fit", "unschedulable", "passthrough", "error")
+# Dry runs (ExtenderArgs with Nodes, §9.3) are timed under these; they count no failures.
+SIMULATED: Final = "simulated_"
+SIMULATED_FILTER_RESULTS: Final = tuple(SIMULATED + result for result in FILTER_RESULTS)
 BIND_RESULTS: Final = ("success", "error", "not_leader")
 BIND_PHASES: Final = ("node_lock", "patch_pod", "bind")
 FAILURE_REASONS: Final = (*sorted(KNOWN_CODES), *_PLAIN_REASONS.values(), "Other")
@@ -76,7 +79,8 @@ class SchedulerMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.filter_duration = Histogram(
             "hami_scheduler_filter_duration_seconds",
-            "Latency of /filter requests, by result (fit, unschedulable, passthrough, error).",
+            "Latency of /filter requests, by result (fit, unschedulable, passthrough, error; dry runs "
+            "for nodeCacheCapable: false callers under the same values prefixed simulated_).",
             ["result"],
             buckets=LATENCY_BUCKETS,
             registry=registry,
@@ -97,13 +101,14 @@ class SchedulerMetrics:
         )
         self.filter_failures = Counter(
             "hami_scheduler_filter_failures_total",
-            "Nodes rejected by /filter, per reason code (spec §4.8); one count per node and reason type.",
+            "Nodes rejected by /filter, per reason code (spec §4.8); one count per node and reason type "
+            "(dry runs not counted).",
             ["reason"],
             registry=registry,
         )
         self.pods_unschedulable = Counter(
             "hami_scheduler_pods_unschedulable_total",
-            "Filter calls for which no node fitted the pod.",
+            "Filter calls for which no node fitted the pod (dry runs not counted).",
             registry=registry,
         )
         self.events = Counter(
@@ -158,7 +163,7 @@ class SchedulerMetrics:
         )
         # api_errors{operation,reason} is left out: its reason carries the HTTP status code.
         for family, values in (
-            (self.filter_duration, FILTER_RESULTS),
+            (self.filter_duration, FILTER_RESULTS + SIMULATED_FILTER_RESULTS),
             (self.bind_duration, BIND_RESULTS),
             (self.bind_phase_duration, BIND_PHASES),
             (self.filter_failures, FAILURE_REASONS),

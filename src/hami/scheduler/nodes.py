@@ -58,8 +58,8 @@ class NodeView:
     """Devices and usage of one node; the usage tuples are never mutated (Fit copies them)."""
 
     __slots__ = (
-        "any_mig", "avail", "devs", "indexes", "memo", "name", "node", "numas", "nvidia", "score", "ucores",
-        "umem", "used",
+        "any_mig", "avail", "devs", "indexes", "label", "memo", "name", "node", "numas", "nvidia", "score",
+        "ucores", "umem", "used",
     )
 
     def __init__(
@@ -97,6 +97,8 @@ class NodeView:
             usedcores=sum(self.ucores), totalcore=sum(d.totalcore for d in self.devs),
             usedmem=sum(self.umem), totalmem=sum(d.totalmem for d in self.devs),
         )
+        # "<node>:<score>" as the FilteringSucceed event lists it, formatted once per view.
+        self.label = f"{self.name}:{self.score:.2f}"
 
 
 def _mig_health(

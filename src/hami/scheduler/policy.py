@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Final
 
 from hami.core import annotations as ann
@@ -131,9 +132,5 @@ def pick_node(policy: str, fits: Sequence[tuple[str, float]]) -> list[tuple[str,
     spread sorts by descending score (lowest chosen), everything else ascending (highest chosen).
     HAMi breaks ties by goroutine timing; here the node listed first in the request wins.
     """
-    # Plain tuples sort in C; the index (never equal) keeps names out of the comparison.
-    if policy == SPREAD:
-        ranked = sorted([(score, i, name) for i, (name, score) in enumerate(fits)], reverse=True)
-        return [(name, score) for score, _, name in ranked]
-    ranked = sorted([(score, -i, name) for i, (name, score) in enumerate(fits)])
-    return [(name, score) for score, _, name in ranked]
+    # A stable sort of the reversed list puts, among equal scores, the node listed first last.
+    return sorted(reversed(fits), key=itemgetter(1), reverse=policy == SPREAD)

@@ -8,7 +8,7 @@ extender's FailedNodes values, which kube-scheduler then folds into ``0/N nodes 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 CARD_TYPE_MISMATCH: Final = "CardTypeMismatch"
@@ -100,12 +100,11 @@ def no_fit_message(requested_nodes: int) -> str:
     return f"no available node, {requested_nodes} nodes do not meet"
 
 
-def fit_message(node: str, requested_nodes: int, scores: Iterable[tuple[str, float]]) -> str:
-    """The FilteringSucceed event of §4.1 step 10; ``scores`` in HAMi's sorted order."""
-    listed = list(scores)
-    items = ",".join(f"{name}:{score:.2f}" for name, score in listed)
-    unfit = requested_nodes - len(listed)
-    return f"find fit node({node}), {unfit} nodes not fit, {len(listed)} nodes fit({items})"
+def fit_message(node: str, requested_nodes: int, labels: Sequence[str]) -> str:
+    """The FilteringSucceed event of §4.1 step 10; ``labels`` ("<node>:<score %.2f>") in HAMi's
+    sorted order."""
+    unfit = requested_nodes - len(labels)
+    return f"find fit node({node}), {unfit} nodes not fit, {len(labels)} nodes fit({','.join(labels)})"
 
 
 def unschedulable_message(failed_nodes: Mapping[str, str], all_nodes: int) -> str:

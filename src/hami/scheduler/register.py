@@ -73,6 +73,7 @@ class Register:
         is_leader: Callable[[], bool] = lambda: True,
         now: Callable[[], datetime] = lambda: datetime.now().astimezone(),
         on_node_gone: Callable[[str], None] = lambda _n: None,
+        on_synced: Callable[[], None] = lambda: None,
         roles: RoleLabels | None = None,
     ) -> None:
         self.state = state
@@ -80,6 +81,7 @@ class Register:
         self.is_leader = is_leader
         self.now = now
         self.on_node_gone = on_node_gone
+        self.on_synced = on_synced
         self.roles = roles
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -103,7 +105,9 @@ class Register:
             self._forget(name)
         if leader and self.roles is not None:
             self.roles.reconcile()
-        self.state.synced.set()
+        if not self.state.synced.is_set():
+            self.on_synced()
+            self.state.synced.set()
         self.state.metrics.register_duration.observe(time.monotonic() - started)
 
     def run_nodes(self, names: set[str]) -> None:

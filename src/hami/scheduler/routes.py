@@ -16,6 +16,7 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
 from hami.core import klog
+from hami.scheduler import simulate
 from hami.scheduler.bind import BindArgs, Binder
 from hami.scheduler.filtering import FilterService
 from hami.scheduler.state import ClusterState
@@ -79,17 +80,20 @@ def make_app(state: ClusterState, filters: FilterService, binder: Binder, webhoo
         if pod is None:
             return _json({"Error": "extender args missing pod"})
         names = field(args, "NodeNames")
-        if names is None:
-            nodes = field(args, "Nodes")
-            items = field(nodes, "Items") if isinstance(nodes, Mapping) else None
-            names = [(i.get("metadata") or {}).get("name", "") for i in items or [] if isinstance(i, Mapping)]
         if (
             not isinstance(pod, dict)
-            or not isinstance(names, list)
-            or not set(map(type, names)) <= {str}
+            or not isinstance(names, list | None)
+            or not set(map(type, names or [])) <= {str}
         ):
             return _bad_request("Pod must be an object and NodeNames a list of strings")
-        return _json(filters.filter(pod, names))
+        nodes = field(args, "Nodes")
+        if nodes is not None:  # §4.1 step 2: a nodeCacheCapable: false caller gets a dry run (§9.3)
+            try:
+                items = simulate.node_items(nodes)
+            except ValueError as err:
+                return _bad_request(str(err))
+            return _json(simulate.serve(filters, pod, items, names))
+        return _json(filters.filter(pod, names or []))
 
     @app.post("/bind")
     def _bind() -> Response:

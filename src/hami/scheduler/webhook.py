@@ -1,10 +1,13 @@
 """The mutating admission webhook (§8): AdmissionReview v1 or v1beta1 in, a JSON patch out.
 
 ``admit`` is pure: it takes the decoded AdmissionReview and returns the response review.
-Implemented from HAMi's NVIDIA ``MutateAdmission``: gpumem-percentage validation, priority env,
-``defaultGPUNum`` and exclusive-core defaulting, ``NVIDIA_VISIBLE_DEVICES=none`` is not injected
-(HAMi's ``overwriteEnv`` is off by default), privileged containers denied, scheduler name set,
-quota pre-check.
+Implemented from HAMi's NVIDIA ``MutateAdmission``, per container (init containers first) in
+HAMi's order: gpumem-percentage validation, ``CUDA_TASK_PRIORITY`` env, ``GPU_CORE_UTILIZATION_POLICY``
+env (every container, GPU or not, when ``gpuCorePolicy`` is not ``default``), ``defaultGPUNum`` and
+exclusive-core defaulting, the pod's ``runtimeClassName``, and ``NVIDIA_VISIBLE_DEVICES=none`` for
+containers without HAMi resources when ``overwriteEnv`` is on. Then privileged containers are denied,
+the scheduler name is set and the quota is pre-checked. Env entries are appended like HAMi does (a
+user's entry of the same name stays; the last definition wins in the container).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hami.scheduler.device_config import NvidiaConfig
+from hami.scheduler.device_config import DEFAULT_CORE_POLICY, NvidiaConfig
 from hami.scheduler.quota import QuotaManager
 from hami.scheduler.requests import container_request, int_quantity, pod_quota_demand, webhook_limits
 
@@ -41,7 +44,12 @@ def _escape(key: str) -> str:
 
 
 def json_patch(old: Any, new: Any, path: str = "") -> list[Obj]:
-    """RFC 6902 operations turning ``old`` into ``new`` (objects recursed, lists replaced whole)."""
+    """RFC 6902 operations turning ``old`` into ``new``.
+
+    Objects are recursed; a list that keeps or grows its length is recursed element-wise and its
+    new tail added by index (an env entry appended to a container is one ``add``); a list that
+    shrinks is replaced whole.
+    """
     if isinstance(old, dict) and isinstance(new, dict):
         ops: list[Obj] = []
         for key in old:
@@ -53,19 +61,30 @@ def json_patch(old: Any, new: Any, path: str = "") -> list[Obj]:
             elif old[key] != value:
                 ops.extend(json_patch(old[key], value, f"{path}/{_escape(key)}"))
         return ops
+    if isinstance(old, list) and isinstance(new, list) and len(new) >= len(old):
+        ops = []
+        for i, (before, after) in enumerate(zip(old, new, strict=False)):
+            ops.extend(json_patch(before, after, f"{path}/{i}"))
+        for i in range(len(old), len(new)):
+            ops.append({"op": "add", "path": f"{path}/{i}", "value": new[i]})
+        return ops
     if old == new:
         return []
     return [{"op": "replace", "path": path, "value": new}]
 
 
-def _set_env(container: Obj, name: str, value: str) -> None:
-    env = container.setdefault("env", [])
-    env[:] = [e for e in env if not (isinstance(e, Mapping) and e.get("name") == name)]
+def _add_env(container: Obj, name: str, value: str) -> None:
+    env = container.get("env")
+    if env is None:
+        env = container["env"] = []
+    elif not isinstance(env, list):
+        raise AdmissionError(f"container {container.get('name', '')}: env is not a list")
     env.append({"name": name, "value": value})
 
 
-def _mutate_container(container: Obj, cfg: NvidiaConfig) -> bool:
-    """HAMi NVIDIA ``MutateAdmission`` for one container; True when it has GPU resources."""
+def _mutate_container(container: Obj, spec: Obj, cfg: NvidiaConfig) -> bool:
+    """HAMi NVIDIA ``MutateAdmission`` for one container (``spec`` is the pod's, for its
+    runtimeClassName); True when the container has HAMi resources."""
     raw_resources = container.get("resources")
     resources: Obj = raw_resources if isinstance(raw_resources, dict) else {}
     raw_limits, raw_requests = resources.get("limits"), resources.get("requests")
@@ -82,13 +101,20 @@ def _mutate_container(container: Obj, cfg: NvidiaConfig) -> bool:
                     "must be an integer between 0 and 100"
                 )
     if cfg.resource_priority_name in limits:
-        _set_env(container, "CUDA_TASK_PRIORITY", str(limits[cfg.resource_priority_name]))
+        _add_env(container, "CUDA_TASK_PRIORITY", str(limits[cfg.resource_priority_name]))
+    if cfg.gpu_core_policy and cfg.gpu_core_policy != DEFAULT_CORE_POLICY:
+        _add_env(container, "GPU_CORE_UTILIZATION_POLICY", cfg.gpu_core_policy)
     added = webhook_limits(container, cfg)
     if added:
         new_limits = dict(limits)
         new_limits.update({k: str(v) for k, v in added.items()})
         container.setdefault("resources", {})["limits"] = new_limits
-    return cfg.resource_count_name in (container.get("resources") or {}).get("limits", {}) or bool(added)
+    has_resource = cfg.resource_count_name in limits or bool(added)
+    if has_resource and spec.get("runtimeClassName") is None and cfg.runtime_class_name:
+        spec["runtimeClassName"] = cfg.runtime_class_name
+    if not has_resource and cfg.overwrite_env:
+        _add_env(container, "NVIDIA_VISIBLE_DEVICES", "none")
+    return has_resource
 
 
 def _response(
@@ -123,11 +149,13 @@ def admit(review: Any, cfg: WebhookConfig, quotas: QuotaManager | None) -> Obj:
         raise AdmissionError("body is not an AdmissionReview with a request")
     request = review["request"]
     pod = request.get("object")
-    if not isinstance(pod, Mapping) or not isinstance(pod.get("spec"), Mapping):
+    spec = pod.get("spec") if isinstance(pod, Mapping) else None
+    if not isinstance(pod, Mapping) or not isinstance(spec, Mapping | None):
         raise AdmissionError("AdmissionReview request.object is not a Pod")
-    spec = pod["spec"]
-    containers = spec.get("containers")
-    if not isinstance(containers, list) or not containers:
+    containers = (spec or {}).get("containers")
+    if not isinstance(containers, list | None):
+        raise AdmissionError("AdmissionReview request.object spec.containers is not a list")
+    if spec is None or not containers:  # Go decodes a missing spec as an empty one
         return _response(review, False, "pod has no containers", 403)
     current = spec.get("schedulerName")
     if (
@@ -143,7 +171,9 @@ def admit(review: Any, cfg: WebhookConfig, quotas: QuotaManager | None) -> Obj:
     everything += [c for c in mspec["containers"] if isinstance(c, dict)]
     for container in everything:
         try:
-            has_resource = _mutate_container(container, cfg.nvidia) or has_resource
+            has_resource = _mutate_container(container, mspec, cfg.nvidia) or has_resource
+        except AdmissionError:
+            raise
         except ValueError as err:
             return _response(review, False, str(err), 500)
     if not has_resource:
@@ -155,9 +185,10 @@ def admit(review: Any, cfg: WebhookConfig, quotas: QuotaManager | None) -> Obj:
         mspec["schedulerName"] = cfg.scheduler_name
         if mspec.get("nodeName"):
             return _response(review, False, "pod has node assigned", 403)
-    if quotas is not None:
+    nvidia = cfg.nvidia
+    if quotas is not None and (nvidia.resource_memory_name or nvidia.resource_core_name):
         init = [c for c in (mspec.get("initContainers") or []) if isinstance(c, dict)]
-        reqs = tuple(container_request(c, cfg.nvidia) for c in everything)
+        reqs = tuple(container_request(c, nvidia) for c in everything)
         mem, cores = pod_quota_demand(reqs, len(init))
         namespace = str((pod.get("metadata") or {}).get("namespace") or request.get("namespace") or "")
         if (mem or cores) and not quotas.fits(namespace, mem, cores):

@@ -13,9 +13,11 @@ is one HTTP attempt, and a timeout is not silently multiplied (client-go does no
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import threading
+from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -29,6 +31,7 @@ from hami.core import klog
 from hami.core.kube.metrics import ERROR_CODE, KubeMetrics, kube_metrics
 from hami.core.kube.options import KubeOptions
 from hami.core.kube.ratelimit import Clock, SystemClock, TokenBucket, effective_limits
+from hami.core.kube.transport import HttpTransport, Response, Timeout, UnsupportedConfiguration
 
 log = klog.get_logger(__name__)
 
@@ -51,9 +54,14 @@ class LimitedRESTClient(rest.RESTClientObject):  # type: ignore[misc]
         limiter: TokenBucket | None,
         metrics: KubeMetrics,
         timeout: float | None,
+        *,
         clock: Clock | None = None,
+        transport: HttpTransport | None = None,
     ) -> None:
         super().__init__(configuration)
+        self.transport = transport
+        self._base_url = configuration.host
+        self._netloc = urlsplit(configuration.host).netloc
         self.clock: Clock = clock or SystemClock()
         self.limiter = limiter
         self.metrics = metrics
@@ -70,22 +78,44 @@ class LimitedRESTClient(rest.RESTClientObject):  # type: ignore[misc]
         post_params: Any = None,
         _request_timeout: Any = None,
     ) -> Any:
-        verb = method.upper()
-        host = urlsplit(url).netloc
-        # As in client-go, the request latency includes the limiter wait; it ends at the
-        # response headers (the body is read later, by the caller; a watch is a long body).
-        start = self.clock.monotonic()
-        self._throttle(verb, host, url)
+        """The generated client's REST call (typed APIs), over urllib3."""
         timeout = self.timeout if _request_timeout is None else _request_timeout
-        code = ERROR_CODE
-        try:
+        with self._measured(method.upper(), urlsplit(url).netloc, url) as outcome:
             response = super().request(
                 method, url, headers=headers, body=body, post_params=post_params,
                 _request_timeout=timeout,
             )
-            code = str(response.status)
+            outcome.append(response.status)
             return response
+
+    def send(self, method: str, target: str, headers: Mapping[str, str], body: bytes | None,
+             timeout: Timeout = None) -> Response:
+        """One request over the lean transport (``raw`` uses it): ``target`` is the path and query."""
+        assert self.transport is not None, "send() needs the lean transport"
+        with self._measured(method, self._netloc, self._base_url + target) as outcome:
+            response = self.transport.request(
+                method, target, headers, body, self.timeout if timeout is None else timeout
+            )
+            outcome.append(response.status)
+            return response
+
+    def close(self) -> None:
+        super().close()
+        if self.transport is not None:
+            self.transport.close()
+
+    @contextlib.contextmanager
+    def _measured(self, verb: str, host: str, url: str) -> Iterator[list[int]]:
+        """Throttle, then time and count one request; the body appends the status it got."""
+        # As in client-go, the request latency includes the limiter wait; it ends at the
+        # response headers (the body is read later, by the caller; a watch is a long body).
+        start = self.clock.monotonic()
+        self._throttle(verb, host, url)
+        outcome: list[int] = []
+        try:
+            yield outcome
         finally:
+            code = str(outcome[0]) if outcome else ERROR_CODE
             self.metrics.request_duration.labels(verb, host).observe(self.clock.monotonic() - start)
             self.metrics.requests.labels(code, verb, host).inc()
 
@@ -184,6 +214,12 @@ def new_api_client(
     metrics.burst.set(opts.burst if limits is None else limits[1])
     api = k8s.ApiClient(cfg)
     api.rest_client.close()
-    api.rest_client = LimitedRESTClient(cfg, limiter, metrics, opts.timeout or None, clock)
+    try:
+        transport: HttpTransport | None = HttpTransport(cfg)
+    except UnsupportedConfiguration as why:
+        log.v(2).info("kube client: %s; every request goes through urllib3", why)
+        transport = None
+    api.rest_client = LimitedRESTClient(cfg, limiter, metrics, opts.timeout or None,
+                                        clock=clock, transport=transport)
     api.user_agent = opts.user_agent
     return api

@@ -170,8 +170,7 @@ class EventRecorder:
             path = raw.resource_path("", "v1", "events", namespace=seen.namespace, name=seen.name)
             patch = {"count": bumped.count, "lastTimestamp": now, "message": ev.message}
             try:
-                raw.request_json(self.api_client, "PATCH", path, body=patch,
-                                 content_type=raw.STRATEGIC_MERGE_PATCH)
+                raw.call(self.api_client, "PATCH", path, body=patch, content_type=raw.STRATEGIC_MERGE_PATCH)
             except errors.NotFound:
                 self._create(ev, bumped, now)
             else:
@@ -213,7 +212,7 @@ class EventRecorder:
         path = raw.resource_path("", "v1", "events", namespace=seen.namespace)
         # AlreadyExists: it is there; client-go does not retry that either.
         with contextlib.suppress(errors.Conflict):
-            raw.request_json(self.api_client, "POST", path, body=body)
+            raw.call(self.api_client, "POST", path, body=body)
         self._metrics.events.labels("created").inc()
 
     def _log_once(self, reason: str, message: str) -> None:

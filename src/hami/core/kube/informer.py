@@ -26,7 +26,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import urllib3
 from prometheus_client import CollectorRegistry
 
 from hami.core import klog
@@ -243,7 +242,7 @@ class Informer:
             for line in raw.iter_lines(response):
                 if self._handle_line(line):
                     events += 1
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
+        except raw.TRANSPORT_ERRORS as exc:
             if not self._stop.is_set():
                 raise errors.from_exception(exc) from exc
         finally:

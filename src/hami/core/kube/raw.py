@@ -1,25 +1,33 @@
 """JSON requests on an ``ApiClient`` that keep objects as plain dicts.
 
-Used by the informer, the patch helpers and the event recorder: they go through the client's REST
-layer (limiter, metrics, timeout, auth) but skip the model classes, so what comes back is the
-API's JSON, and errors are the typed ones of ``errors``.
+Every daemon reaches the API server through here: the informer, the patch helpers, the event
+recorder, the scheduler's binds. Requests go through the client's REST layer (limiter, metrics,
+timeout, auth) but skip the model classes, so what comes back is the API's JSON, and errors are
+the typed ones of ``errors``.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 from collections.abc import Iterator, Sequence
 from typing import Any
+from urllib.parse import quote, urlencode
 
 import urllib3
 
 from hami.core.kube import errors
+from hami.core.kube.client import LimitedRESTClient
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
 Query = Sequence[tuple[str, str]]
+
+# What sending or reading can raise when no usable response came back, on either path
+# (http.client's protocol errors are not OSErrors).
+TRANSPORT_ERRORS = (OSError, http.client.HTTPException, urllib3.exceptions.HTTPError)
 
 
 def resource_path(group: str, version: str, plural: str, namespace: str | None = None,
@@ -42,10 +50,48 @@ def send(
     content_type: str = JSON,
     timeout: Any = None,
 ) -> Any:
-    """Send one request; return the open ``RESTResponse`` (2xx only) without reading its body.
+    """Send one request; return the open response (2xx only) without reading its body.
 
     Raises the typed ``ApiError`` for an error status and ``TransportError`` when no response came.
+    A client from ``new_api_client`` sends over its lean transport; any other ``ApiClient`` (a
+    plain one, or ours behind a proxy) through the generated client and urllib3.
     """
+    rest = getattr(api_client, "rest_client", None)
+    if isinstance(rest, LimitedRESTClient) and rest.transport is not None:
+        response = _send_lean(api_client, rest, method, path, query=query, body=body,
+                              content_type=content_type, timeout=timeout)
+    else:
+        response = _send_generic(api_client, method, path, query=query, body=body,
+                                 content_type=content_type, timeout=timeout)
+    if not 200 <= response.status <= 299:
+        try:
+            data = response.read()
+        except TRANSPORT_ERRORS:
+            data = b""
+        raise errors.from_status(response.status, data, response.reason or "")
+    return response
+
+
+def _send_lean(api_client: Any, rest: LimitedRESTClient, method: str, path: str, *, query: Query,
+               body: Any, content_type: str, timeout: Any) -> Any:
+    headers = dict(api_client.default_headers)
+    headers["Accept"] = JSON
+    auth = api_client.configuration.auth_settings().get("BearerToken")
+    if auth and auth.get("value"):
+        headers[auth["key"]] = auth["value"]
+    data: bytes | None = None
+    if body is not None:
+        headers["Content-Type"] = content_type
+        data = body if isinstance(body, bytes) else json.dumps(body, separators=(",", ":")).encode()
+    target = quote(path) + ("?" + urlencode(list(query)) if query else "")
+    try:
+        return rest.send(method, target, headers, data, timeout)
+    except TRANSPORT_ERRORS as exc:
+        raise errors.from_exception(exc) from exc
+
+
+def _send_generic(api_client: Any, method: str, path: str, *, query: Query, body: Any,
+                  content_type: str, timeout: Any) -> Any:
     headers = {"Accept": JSON}
     if body is not None:
         headers["Content-Type"] = content_type
@@ -58,20 +104,13 @@ def send(
         auth_settings=["BearerToken"],
     )
     try:
-        response = api_client.call_api(*params, _request_timeout=timeout)
-    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        return api_client.call_api(*params, _request_timeout=timeout)
+    except TRANSPORT_ERRORS as exc:
         raise errors.from_exception(exc) from exc
     except Exception as exc:
         if getattr(exc, "status", None) is not None:  # ApiException from the REST layer
             raise errors.from_exception(exc) from exc
         raise
-    if not 200 <= response.status <= 299:
-        try:
-            data = response.read()
-        except (urllib3.exceptions.HTTPError, OSError):
-            data = b""
-        raise errors.from_status(response.status, data, response.reason or "")
-    return response
 
 
 def request_json(
@@ -85,14 +124,25 @@ def request_json(
 ) -> Any:
     """Send one request and decode its JSON answer."""
     response = send(api_client, method, path, query=query, body=body, content_type=content_type)
-    try:
-        data = response.read()
-    except (urllib3.exceptions.HTTPError, OSError) as exc:
-        raise errors.from_exception(exc) from exc
+    data = _read(response)
     try:
         return json.loads(data) if data else None
     except ValueError as exc:
         raise errors.ApiError(response.status, "BadJSON", f"undecodable response body: {exc}") from exc
+
+
+def call(api_client: Any, method: str, path: str, *, body: Any = None, content_type: str = JSON) -> None:
+    """Send one request whose answer is not needed (an event write: the server echoes the whole
+    object back); the body is read, so the connection is reused, but not decoded."""
+    _read(send(api_client, method, path, body=body, content_type=content_type))
+
+
+def _read(response: Any) -> bytes:
+    try:
+        data: bytes = response.read()
+    except TRANSPORT_ERRORS as exc:
+        raise errors.from_exception(exc) from exc
+    return data
 
 
 def iter_lines(response: Any, chunk: int = 65536) -> Iterator[bytes]:
