@@ -80,6 +80,19 @@ def test_http10_keep_alive_stays_open(conn: socket.socket) -> None:
         assert read_reply(conn, buffer).status == 200
 
 
+def test_absolute_form_and_fragments_name_the_same_resource(conn: socket.socket,
+                                                            kube_api: KubeAPIServer) -> None:
+    kube_api.store.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "labels": {"a": "1"}}})
+    conn.sendall(b"GET http://apiserver.invalid:6443/api/v1/nodes?labelSelector=a%3D1 HTTP/1.1\r\n\r\n"
+                 b"GET /api/v1/nodes/n#status HTTP/1.1\r\n\r\n")
+    buffer = bytearray()
+    listed, got = read_reply(conn, buffer), read_reply(conn, buffer)
+    assert [item["metadata"]["name"] for item in json.loads(listed.body)["items"]] == ["n"]
+    assert json.loads(got.body)["metadata"]["name"] == "n"
+    assert [(r.path, r.query) for r in kube_api.requests.records] == [
+        ("/api/v1/nodes", {"labelSelector": "a=1"}), ("/api/v1/nodes/n", {})]
+
+
 def test_empty_lines_between_requests_are_ignored(conn: socket.socket) -> None:
     conn.sendall(b"\r\nGET /version HTTP/1.1\r\n\r\n\r\nGET /version HTTP/1.1\r\n\r\n")
     buffer = bytearray()

@@ -14,7 +14,7 @@ from email.utils import formatdate
 from http import HTTPStatus
 from types import TracebackType
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlsplit
 
 from hami.testing.kubeapi import errors, routes
 from hami.testing.kubeapi.faults import Fault, Faults, Request, RequestLog
@@ -126,7 +126,10 @@ class _Handler(socketserver.StreamRequestHandler):
 
     def _handle(self, method: str, target: str, headers: dict[str, str], body: bytes) -> None:
         emulator = self.server.emulator
-        path, _, raw_query = target.partition("?")
+        if not target.startswith("/"):  # absolute form, as clients send it to a proxy
+            parts = urlsplit(target)
+            target = f"{parts.path or '/'}?{parts.query}"
+        path, _, raw_query = target.partition("#")[0].partition("?")
         query = dict(parse_qsl(raw_query, keep_blank_values=True)) if raw_query else {}
         content_type = headers.get("content-type", "").split(";")[0].strip().lower()
         watching = method == "GET" and query.get("watch") in ("true", "1")
