@@ -25,13 +25,13 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Protocol
+from typing import Protocol
 
 from hami.testing.kubeapi import errors
+from hami.testing.kubeapi.objects import Obj, checked_body, keep_server_fields, type_of
 from hami.testing.kubeapi.resources import RESOURCES, ResourceType, resolve
 from hami.testing.kubeapi.selectors import Matcher, combined
 
-Obj = dict[str, Any]
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # the apiserver's generateName alphabet
 
 
@@ -100,7 +100,7 @@ class Store:
 
     def put(self, obj: Obj, resource: str | None = None) -> Obj:
         """Create or replace `obj` as given (status included); fills uid/timestamp/rv; emits a change."""
-        rtype = _rtype(resource) if resource else self._type_of(obj)
+        rtype = _rtype(resource) if resource else type_of(obj)
         new = copy.deepcopy(obj)
         meta = new.setdefault("metadata", {})
         if not meta.get("name"):
@@ -188,7 +188,7 @@ class Store:
 
     def create(self, rtype: ResourceType, namespace: str, obj: Obj) -> Change:
         """POST; takes `obj` over (the caller must not use it afterwards)."""
-        new = self._checked_body(rtype, namespace, obj, None)
+        new = checked_body(rtype, namespace, obj, None)
         meta = new["metadata"]
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + "".join(random.choices(_NAME_CHARS, k=5))
@@ -216,7 +216,7 @@ class Store:
     ) -> Change:
         """PUT: replaces the object; a non-empty metadata.resourceVersion must be the current one.
         Takes `obj` over, as `create` does."""
-        body = self._checked_body(rtype, namespace, obj, name)
+        body = checked_body(rtype, namespace, obj, name)
         return self.modify(rtype, namespace, name, lambda _current: body, subresource)
 
     def modify(
@@ -251,7 +251,7 @@ class Store:
                 raise errors.invalid(rtype.kind, name, "metadata.name", "field is immutable")
             if meta.get("uid", current["metadata"]["uid"]) != current["metadata"]["uid"]:
                 raise errors.invalid(rtype.kind, name, "metadata.uid", "field is immutable")
-            new = self._keep_server_fields(rtype, current, new, subresource)
+            new = keep_server_fields(rtype, current, new, subresource)
             if new == current:
                 return entry  # a no-op write does not bump resourceVersion
             return self._commit(rtype, key, new, current)
@@ -317,72 +317,6 @@ class Store:
             follower.wake()
 
     # -- internals -------------------------------------------------------------------------------
-
-    @staticmethod
-    def _type_of(obj: Obj) -> ResourceType:
-        for r in RESOURCES:
-            if r.kind == obj.get("kind") and r.api_version == obj.get("apiVersion"):
-                return r
-        raise ValueError(f"no resource for apiVersion={obj.get('apiVersion')!r} kind={obj.get('kind')!r}")
-
-    @staticmethod
-    def _checked_body(rtype: ResourceType, namespace: str, obj: Any, url_name: str | None) -> Obj:
-        if not isinstance(obj, dict):
-            raise errors.bad_request(f"the body of the request is not a {rtype.kind} object")
-        new = obj
-        meta = new.get("metadata")
-        if meta is None:
-            meta = new["metadata"] = {}
-        if not isinstance(meta, dict):
-            raise errors.bad_request("metadata must be an object")
-        if url_name is not None and meta.get("name") != url_name:
-            raise errors.bad_request(
-                f"the name of the object ({meta.get('name')}) does not match the name on the URL ({url_name})"
-            )
-        if rtype.namespaced:
-            if meta.get("namespace", namespace) != namespace:
-                raise errors.bad_request(
-                    "the namespace of the provided object does not match the namespace sent on the request"
-                )
-            meta["namespace"] = namespace
-        else:
-            meta.pop("namespace", None)
-        new["apiVersion"], new["kind"] = rtype.api_version, rtype.kind
-        return new
-
-    @staticmethod
-    def _keep_server_fields(rtype: ResourceType, current: Obj, new: Obj, subresource: str) -> Obj:
-        """Fields a write cannot change: server-set metadata, and status/spec split by subresource.
-
-        A write to the main resource keeps the stored status and a write to `status` changes only
-        status, as the real API does for types with a status subresource; `binding` changes both.
-        Copies the levels it changes (`new` may share them with the stored object).
-        """
-        new = {**new}
-        meta = new["metadata"] = {**new["metadata"]}
-        for field in ("uid", "creationTimestamp", "deletionTimestamp", "generation"):
-            if field in current["metadata"]:
-                meta[field] = current["metadata"][field]
-            else:
-                meta.pop(field, None)
-        meta["namespace"] = current["metadata"].get("namespace")
-        if not rtype.namespaced:
-            meta.pop("namespace")
-        new["apiVersion"], new["kind"] = rtype.api_version, rtype.kind
-        meta["resourceVersion"] = current["metadata"]["resourceVersion"]
-        if subresource == "status":
-            merged = {**current, "metadata": {**current["metadata"]}}
-            if "status" in new:
-                merged["status"] = new["status"]
-            else:
-                merged.pop("status", None)
-            return merged
-        if not subresource and "status" in rtype.subresources:
-            if "status" in current:
-                new["status"] = current["status"]
-            else:
-                new.pop("status", None)
-        return new
 
     def _commit(self, rtype: ResourceType, key: tuple[str, str], new: Obj, old: Obj | None) -> Change:
         self._rv += 1
