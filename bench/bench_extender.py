@@ -16,7 +16,8 @@ Figures: pods/s (wall clock from the first filter to the last bind), filter and 
 percentiles seen by the clients, the extender's API requests per pod (its own
 ``rest_client_requests_total``, events included, counted once its event queue has drained), API
 calls per idle register tick (requests between two full register passes once every handshake is
-written), and each process's CPU seconds per pod from /proc/<pid>/stat. With ``--pprof N`` the
+written), each process's CPU seconds per pod from /proc/<pid>/stat, and what one full /metrics
+scrape of the extender costs at this cluster size (its per-device series). With ``--pprof N`` the
 extender runs with ``--profiling`` and an N-second CPU profile is taken during the load
 (read it with ``go tool pprof -top FILE``).
 """
@@ -342,7 +343,11 @@ def main(argv: list[str] | None = None) -> int:
             quiet(extender.proc.pid)
             cpu = {k: cpu_seconds(p) - cpu0[k] for k, p in pids.items()} | {"bench": bench_cpu}
             ext_sys = cpu_times(extender.proc.pid)[1] - sys0
+            scrape_cpu = cpu_seconds(extender.proc.pid)
+            t_scrape = time.monotonic()
             after = scrape(metrics_url)
+            scrape_wall = time.monotonic() - t_scrape
+            scrape_cpu = cpu_seconds(extender.proc.pid) - scrape_cpu
             if finish is not None:
                 finish()
         finally:
@@ -373,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"extender CPU per pod: {(cpu['extender'] - ext_sys) / n * 1000:.2f} ms user, "
           f"{ext_sys / n * 1000:.2f} ms system")
     print(f"extender alone on one core: {n / cpu['extender']:.0f} pods/s")
+    series = sum(len(v) for v in after.values())
+    print(f"one /metrics scrape: {series} samples, {scrape_wall * 1000:.0f} ms wall "
+          f"(parsing included), extender CPU {scrape_cpu * 1000:.0f} ms")
     return 0
 
 

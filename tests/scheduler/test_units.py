@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any
 
 import pytest
@@ -147,10 +148,10 @@ def test_device_order(row: tuple[str, str, bool, list[float], list[int], list[in
 def test_node_policy_and_default_score() -> None:
     """node_policy_test TestLess / TestComputeDefaultScore."""
     fits = [("a", 3.0), ("b", 8.0), ("c", 5.0)]
-    assert pick_node("binpack", fits)[-1][0] == "b"
-    assert pick_node("spread", fits)[-1][0] == "a"
-    assert pick_node("anything", fits)[-1][0] == "b"
-    assert pick_node("binpack", [("x", 1.0), ("y", 1.0)])[-1][0] == "x"
+    assert pick_node("binpack", fits, itemgetter(1))[-1][0] == "b"
+    assert pick_node("spread", fits, itemgetter(1))[-1][0] == "a"
+    assert pick_node("anything", fits, itemgetter(1))[-1][0] == "b"
+    assert pick_node("binpack", [("x", 1.0), ("y", 1.0)], itemgetter(1))[-1][0] == "x"
     assert node_score(used=5, count=10, usedcores=50, totalcore=100, usedmem=4000, totalmem=8000) == 15.0
     assert node_score(used=5, count=0, usedcores=50, totalcore=100, usedmem=4000, totalmem=8000) == 0.0
 

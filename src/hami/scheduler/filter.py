@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from hami.core.devices import MigAllocation, PodDevices
@@ -78,6 +79,9 @@ def _identity(pod: Mapping[str, Any]) -> tuple[str, str, str]:
     return str(meta.get("uid", "")), str(meta.get("namespace", "")), str(meta.get("name", ""))
 
 
+_score = attrgetter("score")
+
+
 def filter_pod(
     pod: Mapping[str, Any],
     nodes: Sequence[NodeState],
@@ -109,8 +113,7 @@ def filter_pod(
         quota_credit=credit,
     )
     failed: dict[str, str] = dict.fromkeys(unregistered, r.NODE_UNREGISTERED)
-    fits: list[tuple[str, float]] = []
-    fitting: dict[str, NodeView] = {}
+    fitting: list[NodeView] = []
     allocations: dict[str, Placed] = {}
     quick = ctx.order_free
     shape = ctx.shape
@@ -129,25 +132,24 @@ def filter_pod(
                 failed[nv.name] = placed
                 continue
             allocations[nv.name] = placed
-        fits.append((nv.name, nv.score))
-        fitting[nv.name] = nv
-    if not fits:
+        fitting.append(nv)
+    if not fitting:
         return FilterResult(requested=True, failed=failed, replaced=previous)
-    ranked = pick_node(options.node_policy or config.node_policy, fits)
-    chosen = ranked[-1][0]
-    placement = allocations.get(chosen)
+    ranked = pick_node(options.node_policy or config.node_policy, fitting, _score)
+    best = ranked[-1]
+    placement = allocations.get(best.name)
     if placement is None:
-        placed = fit_node(fitting[chosen], ctx)
+        placed = fit_node(best, ctx)
         assert not isinstance(placed, str), "a node that passed the quick check must place the pod"
         placement = placed
     devices, mig = placement
     reservation = PodAllocation(
-        uid, namespace, name, chosen, collapse_init_containers(devices, n_init),
+        uid, namespace, name, best.name, collapse_init_containers(devices, n_init),
         mig, unreserved(devices, mig),
     )
     return FilterResult(
-        requested=True, node=chosen, devices=devices, mig=mig, fits=tuple(ranked),
-        fit_labels=tuple([fitting[name].label for name, _ in ranked]),
+        requested=True, node=best.name, devices=devices, mig=mig,
+        fits=tuple([(nv.name, nv.score) for nv in ranked]), fit_labels=tuple([nv.label for nv in ranked]),
         failed=failed, reservation=reservation, replaced=previous,
     )
 

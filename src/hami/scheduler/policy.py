@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from operator import itemgetter
-from typing import Final
+from typing import Final, TypeVar
 
 from hami.core import annotations as ann
 
@@ -15,6 +14,8 @@ SPREAD: Final = "spread"
 MUTEX: Final = "mutex"
 TOPOLOGY_AWARE: Final = "topology-aware"
 NUMA: Final = "numa"
+
+T = TypeVar("T")
 
 DEFAULT_NODE_POLICY: Final = BINPACK
 DEFAULT_GPU_POLICY: Final = SPREAD
@@ -126,11 +127,12 @@ def device_sort_key(
     return lambda i: (-scores[i], numas[i])
 
 
-def pick_node(policy: str, fits: Sequence[tuple[str, float]]) -> list[tuple[str, float]]:
+def pick_node(policy: str, fits: Sequence[T], score: Callable[[T], float]) -> list[T]:
     """Fitting nodes in HAMi's sorted order (§4.8); the chosen node is the LAST one.
 
-    spread sorts by descending score (lowest chosen), everything else ascending (highest chosen).
-    HAMi breaks ties by goroutine timing; here the node listed first in the request wins.
+    ``score`` reads a node's score from an element of ``fits``. spread sorts by
+    descending score (lowest chosen), everything else ascending (highest chosen). HAMi breaks ties
+    by goroutine timing; here the node listed first in the request wins.
     """
     # A stable sort of the reversed list puts, among equal scores, the node listed first last.
-    return sorted(reversed(fits), key=itemgetter(1), reverse=policy == SPREAD)
+    return sorted(reversed(fits), key=score, reverse=policy == SPREAD)
