@@ -317,7 +317,8 @@ class StateCollector(Collector):
 
 def describe(legacy: bool = False) -> list[MetricDescriptor]:
     """The extender's metric descriptors, declared in the order ``Extender`` declares them
-    (docs/metrics.md); the scrape-time state families come last, as the daemon registers them."""
+    (docs/metrics.md); the scrape-time state families come last (a scrape serves them first: they
+    are rendered beside the registry, not registered on it)."""
     registry = DescribingRegistry()
     build_info("scheduler", registry)
     SchedulerMetrics(registry)
