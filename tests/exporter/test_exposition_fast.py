@@ -11,9 +11,9 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics.exposition import generate_latest as om_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from hami.core.serve.families import Family, TextRenderer, to_metric
 from hami.exporter import families
 from hami.exporter.attribution import ContainerView, MigView, PodLabels
-from hami.exporter.exposition import Family, TextRenderer, to_metric
 from hami.exporter.families import Counters, HostDevice, MigIdentity, NodeView
 from hami.exporter.region import reasons
 from hami.exporter.region.parse import DeviceUsage

@@ -24,10 +24,10 @@ from hami.core.devices import MigAllocation, PodDevices
 from hami.core.kube.metrics import kube_metrics
 from hami.core.serve import build_info
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor
+from hami.core.serve.families import Family, TextRenderer, declared_metric, to_metric
 from hami.exporter import families
 from hami.exporter.attribution import attribute, mig_devices, pod_labels
 from hami.exporter.discovery import ContainerLister
-from hami.exporter.exposition import Family, TextRenderer, declared_metric, to_metric
 from hami.exporter.families import Counters, HostDevice, NodeView
 from hami.exporter.host import NVML_CALLS
 from hami.exporter.region import reasons

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from hami.core.serve.families import Family
 from hami.exporter.attribution import ContainerView, MigView, PodLabels
-from hami.exporter.exposition import Family
 
 ZONE = "vGPU"
 HOST_LABELS = ("node", "device_index", "device_uuid", "device_type", "zone")

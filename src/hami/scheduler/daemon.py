@@ -101,7 +101,8 @@ class Extender:
             is_leader=self.leader.is_leader,
             lock_retry_timeout=opts.node_lock_retry_timeout,
         )
-        self.registry.register(StateCollector(self.state, self.leader.is_leader, opts.legacy_metrics))
+        # not registered: /metrics renders it itself (serve's ``exposition``), beside the registry
+        self.collector = StateCollector(self.state, self.leader.is_leader, opts.legacy_metrics)
         self.app = make_app(
             self.state,
             self.filters,
@@ -136,6 +137,7 @@ class Extender:
             profiling=self.opts.profiling,
             ready=lambda: (self.state.synced.is_set(), "cache not synced"),
             name="hami-scheduler-metrics",
+            exposition=self.collector,
         )
 
     def stop(self) -> None:

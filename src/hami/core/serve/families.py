@@ -1,7 +1,8 @@
-"""The monitor's families as plain data, and a text renderer with cached label sets.
+"""Metric families as plain data, and a text renderer with cached label sets.
 
-``Family`` is what ``families.py`` builds each scrape. It reaches Prometheus two ways, which must
-agree sample for sample (tests/exporter/test_exposition_fast.py):
+A component builds ``Family`` rows each scrape (the monitor's per-container series, the extender's
+per-device ones). They reach Prometheus two ways, which must agree sample for sample
+(tests/exporter/test_exposition_fast.py, tests/scheduler/test_collector_exposition.py):
 
 - ``to_metric``: a ``prometheus_client`` metric, for the collector path (OpenMetrics, ``name[]``).
 - ``TextRenderer.render``: the bytes ``generate_latest`` (text 0.0.4) or the OpenMetrics one would

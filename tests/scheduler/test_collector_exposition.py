@@ -1,0 +1,125 @@
+"""The extender's state families render exactly as prometheus_client renders the same families, and
+/metrics serves them on both paths (rendered text, and the collector path for ``name[]``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+import requests
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OM_TYPE
+from prometheus_client.openmetrics.exposition import generate_latest as om_latest
+from prometheus_client.parser import text_string_to_metric_families
+from tests.scheduler.extender_env import (
+    bind_pod,
+    create_pod,
+    filter_pod,
+    gpu_node,
+    gpu_pod,
+    running,
+    wait_until,
+)
+from tests.scheduler.test_extender_mig import mig_node
+
+from hami.core.codec.mig import decode_mig_allocations, encode_mig_allocations
+from hami.core.serve.families import Family, TextRenderer, to_metric
+from hami.scheduler.collector import state_families
+from hami.scheduler.daemon import Extender
+from hami.testing.kubeapi import KubeAPIServer
+
+MIG_KEY = "hami.io/vgpu-mig-allocations"
+
+
+class Fixed:
+    def __init__(self, fams: list[Family]) -> None:
+        self.fams = fams
+
+    def collect(self) -> Iterator[Metric]:
+        return iter([to_metric(f) for f in self.fams])
+
+
+def reference(fams: list[Family], openmetrics: bool) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Fixed(fams))
+    if openmetrics:
+        return om_latest(registry).removesuffix(b"# EOF\n")
+    return generate_latest(registry)
+
+
+def rows(fams: list[Family], name: str) -> int:
+    return sum(len(f.rows) for f in fams if f.name == name)
+
+
+@pytest.fixture(params=[False, True], ids=["current", "legacy"])
+def populated(request: pytest.FixtureRequest, kube_api: KubeAPIServer) -> Iterator[Extender]:
+    """A T4 node with a bound pod, a MIG node with a realised MIG pod, and a memory quota."""
+    kube_api.store.put(gpu_node("n1"))
+    kube_api.store.put(mig_node("mig1"))
+    kube_api.store.put({
+        "apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "gpu", "namespace": "default"},
+        "spec": {"hard": {"limits.nvidia.com/gpumem": "30000"}},
+    })
+    with running(kube_api, legacy_metrics=request.param) as ext:
+        shared = create_pod(kube_api, ext, gpu_pod("p1", mem=3000, cores=30))
+        assert filter_pod(ext, shared, ["n1"])["NodeNames"] == ["n1"]
+        assert bind_pod(ext, shared, "n1") == ""
+        mig = create_pod(kube_api, ext, gpu_pod("m1", gpus=2, mem=8000))
+        assert filter_pod(ext, mig, ["mig1"])["NodeNames"] == ["mig1"]
+        stored = kube_api.store.get("pods", "m1", "default")
+        assert stored is not None
+        allocs = decode_mig_allocations(stored["metadata"]["annotations"][MIG_KEY])
+        realised = [
+            replace(a, mig_uuid=f"MIG-{i}", gpu_instance_id=3 + i, compute_instance_id=0)
+            for i, a in enumerate(allocs)
+        ]
+        stored["metadata"]["annotations"][MIG_KEY] = encode_mig_allocations(realised)
+        kube_api.store.put(stored)
+        wait_until(
+            lambda: rows(ext.collector.families(), "hami_node_gpu_mig_instance_info") == 2,
+            what="the MIG identities in the caches",
+        )
+        yield ext
+
+
+def test_rendered_text_equals_prometheus_client_rendering(populated: Extender) -> None:
+    ext = populated
+    fams = ext.collector.families()
+    assert [f.name for f in fams] == [f.name for f in state_families(ext.opts.legacy_metrics)]
+    # MIG and non-MIG devices and the quota each contribute series
+    assert rows(fams, "hami_gpu_memory_limit_bytes") == 3 and rows(fams, "hami_resource_quota_limit") == 1
+    vgpu = {r[1][1:3] for f in fams if f.name == "hami_vgpu_memory_allocated_bytes" for r in f.rows}
+    assert vgpu == {("n1", "p1"), ("mig1", "m1")}
+    assert rows(fams, "nodeGPUMigInstance") == (2 if ext.opts.legacy_metrics else 0)
+    renderer = TextRenderer()
+    for _ in range(2):  # a cold cache, then a warm one
+        for om in (False, True):
+            assert renderer.render(fams, om) == reference(fams, om)
+
+
+def _keys(text: str, names: set[str]) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
+    return {
+        (s.name, tuple(sorted(s.labels.items())))
+        for f in text_string_to_metric_families(text) for s in f.samples if s.name in names
+    }
+
+
+def test_metrics_serves_the_state_families_on_both_paths(populated: Extender) -> None:
+    ext = populated
+    assert ext.metrics_server is not None
+    url = ext.metrics_server.url + "/metrics"
+    names = {f.name for f in state_families(ext.opts.legacy_metrics)}
+    expected = _keys(reference(ext.collector.families(), False).decode(), names)
+    plain = requests.get(url, timeout=10)
+    assert plain.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    assert _keys(plain.text, names) == expected
+    om = requests.get(url, headers={"Accept": OM_TYPE}, timeout=10)
+    assert om.headers["Content-Type"].startswith("application/openmetrics-text")
+    assert om.text.endswith("# EOF\n") and om.text.count("# EOF") == 1
+    # name[] takes the collector path: only the asked-for families, from collect()
+    only = ["hami_gpu_memory_limit_bytes", "hami_node_gpu_mig_instance_info"]
+    filtered = requests.get(url, params={"name[]": only}, timeout=10).text
+    assert _keys(filtered, names) == {k for k in expected if k[0] in only}
+    assert {f.name for f in text_string_to_metric_families(filtered)} == set(only)
