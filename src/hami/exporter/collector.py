@@ -97,7 +97,6 @@ class MonitorCollector(Collector):
         self._duration = collect_duration(registry, node)
         self._warned: set[str] = set()
         self._renderer = TextRenderer()
-        self._render_lock = threading.Lock()
 
     def read_regions(self) -> tuple[dict[tuple[str, str], RegionSnapshot], dict[str, int]]:
         """Snapshot every loaded region; count states and skip reasons."""
@@ -169,9 +168,7 @@ class MonitorCollector(Collector):
     def render(self, openmetrics: bool) -> bytes:
         """The same families as ``collect()``, as text 0.0.4 or an OpenMetrics body (no ``# EOF``)."""
         start = time.perf_counter()
-        built = self.families()
-        with self._render_lock:
-            body = self._renderer.render(built, openmetrics)
+        body = self._renderer.render(self.families(), openmetrics)
         self._duration.observe(time.perf_counter() - start)
         return body
 

@@ -13,7 +13,6 @@ every other request; ``hami.core.serve`` picks between the two (its ``Exposition
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import NamedTuple
@@ -209,7 +208,6 @@ class StateCollector(Collector):
         self.legacy = legacy
         self.now = now
         self._renderer = TextRenderer()
-        self._render_lock = threading.Lock()
 
     def describe(self) -> Iterator[Metric]:
         return iter(declared_metric(f) for f in state_families(self.legacy))
@@ -222,9 +220,7 @@ class StateCollector(Collector):
 
     def render(self, openmetrics: bool) -> bytes:
         """The same families as ``collect()``, as text 0.0.4 or an OpenMetrics body (no ``# EOF``)."""
-        built = self.families()
-        with self._render_lock:
-            return self._renderer.render(built, openmetrics)
+        return self._renderer.render(self.families(), openmetrics)
 
     def _scheduler(self) -> tuple[Family, ...]:
         leader, synced, pending, states, ages, held = _scheduler_families()

@@ -14,6 +14,7 @@ per-device ones). They reach Prometheus two ways, which must agree sample for sa
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
@@ -86,7 +87,7 @@ def _header(f: Family, openmetrics: bool) -> str:
 
 class TextRenderer:
     """Renders families as text format 0.0.4, or as the body of OpenMetrics 1.0.0 (legacy name
-    escaping, no ``# EOF``); not thread-safe (the caller serialises scrapes).
+    escaping, no ``# EOF``); concurrent scrapes take turns (the label-set cache is shared).
 
     The two formats differ only in the HELP/TYPE lines: sample lines and label sets are shared.
     """
@@ -94,12 +95,17 @@ class TextRenderer:
     def __init__(self) -> None:
         self._sets: dict[Labels, dict[Labels, str]] = {}  # names -> values -> "{...}"
         self._headers: dict[tuple[str, Kind, str, bool], str] = {}
+        self._lock = threading.Lock()
 
     @property
     def cached_series(self) -> int:
         return sum(len(v) for v in self._sets.values())
 
     def render(self, families: Iterable[Family], openmetrics: bool = False) -> bytes:
+        with self._lock:
+            return self._render(families, openmetrics)
+
+    def _render(self, families: Iterable[Family], openmetrics: bool) -> bytes:
         previous, current = self._sets, dict[Labels, dict[Labels, str]]()
         headers: dict[tuple[str, Kind, str, bool], str] = {}
         numbers: dict[int, str] = {}  # ints only: floats keep -0.0 and NaN apart
