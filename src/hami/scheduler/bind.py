@@ -140,7 +140,7 @@ class Binder:
                 "metadata": {"name": args.pod_name, "namespace": args.pod_namespace, "uid": args.pod_uid},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": args.node},
             }
-            raw.request_json(
+            raw.call(
                 self.api,
                 "POST",
                 raw.resource_path("", "v1", "pods", args.pod_namespace, args.pod_name) + "/binding",
