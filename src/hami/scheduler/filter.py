@@ -21,12 +21,14 @@ from hami.scheduler.nodes import NodeState, NodeView
 from hami.scheduler.policy import (
     DEFAULT_GPU_POLICY,
     DEFAULT_NODE_POLICY,
+    SPREAD,
     ScoringWeightsError,
     parse_gpu_policy,
     parse_scoring_weights,
     pick_node,
 )
 from hami.scheduler.quota import QuotaManager
+from hami.scheduler.ranking import Ranker
 from hami.scheduler.requests import pod_options, pod_requests
 from hami.scheduler.usage import PodAllocation, UsageIndex, collapse_init_containers, quota_usage
 
@@ -44,8 +46,8 @@ class FilterResult:
 
     ``requested`` False means the pod asks for no HAMi device: the extender passes the node
     names through untouched. Otherwise ``node`` is the chosen node (None when nothing fits) and
-    ``devices`` the pod's devices there (one entry per container, init first); ``fits`` lists
-    every fitting node with its score in HAMi's sorted order (chosen last); ``failed`` maps each
+    ``devices`` the pod's devices there (one entry per container, init first); ``ranked`` lists
+    every fitting node's view in HAMi's sorted order (chosen last); ``failed`` maps each
     other node to its reason string; ``error`` is set when the pod itself is invalid. Devices are
     placed only on the chosen node: HAMi computes and then discards them for the others. ``mig``
     holds the MIG placements chosen there (``hami.io/vgpu-mig-allocations``), empty when none.
@@ -55,19 +57,23 @@ class FilterResult:
     node: str | None = None
     devices: PodDevices = ()
     mig: tuple[MigAllocation, ...] = ()
-    fits: tuple[tuple[str, float], ...] = ()
-    fit_labels: tuple[str, ...] = ()  # "<node>:<score>" in the order of ``fits``, for the event
+    ranked: tuple[NodeView, ...] = ()
     failed: Mapping[str, str] = field(default_factory=dict)
     error: str | None = None
     reservation: PodAllocation | None = None
     replaced: PodAllocation | None = None  # the pod's previous reservation, dropped by commit
+
+    @property
+    def fits(self) -> list[tuple[str, float]]:
+        """(node, score) of every fitting node, in HAMi's sorted order."""
+        return [(nv.name, nv.score) for nv in self.ranked]
 
     def events(self, requested_nodes: int) -> list[tuple[str, str]]:
         """(type, message) of the FilteringSucceed/FilteringFailed events HAMi records."""
         if self.error is not None:
             return [("Warning", self.error)]
         if self.node is not None:
-            return [("Normal", r.fit_message(self.node, requested_nodes, self.fit_labels))]
+            return [("Normal", r.fit_message(self.node, requested_nodes, list(map(_label, self.ranked))))]
         found = [("Warning", m) for m in r.failure_events(self.failed)]
         return [*found, ("Warning", r.no_fit_message(requested_nodes))]
 
@@ -80,6 +86,7 @@ def _identity(pod: Mapping[str, Any]) -> tuple[str, str, str]:
 
 
 _score = attrgetter("score")
+_label = attrgetter("label")
 
 
 def filter_pod(
@@ -90,8 +97,13 @@ def filter_pod(
     config: FilterConfig,
     *,
     unregistered: Iterable[str] = (),
+    ranks: Ranker | None = None,
 ) -> FilterResult:
-    """Choose a node and devices for ``pod`` among ``nodes`` (names in ``unregistered`` fail)."""
+    """Choose a node and devices for ``pod`` among ``nodes`` (names in ``unregistered`` fail).
+
+    With ``ranks``, a first filter of an order-free pod reuses the verdicts and order of earlier
+    calls with the same request shape and revisits only the nodes that changed since.
+    """
     reqs, n_init = pod_requests(pod, config.nvidia)
     if not any(req is not None for req in reqs):
         return FilterResult(requested=False)
@@ -113,29 +125,30 @@ def filter_pod(
         quota_credit=credit,
     )
     failed: dict[str, str] = dict.fromkeys(unregistered, r.NODE_UNREGISTERED)
-    fitting: list[NodeView] = []
     allocations: dict[str, Placed] = {}
-    quick = ctx.order_free
-    shape = ctx.shape
-    for nv in usage.views(nodes, previous):
-        if quick:
-            # The memo hit is inlined: this loop runs once per node on every filter call.
-            verdict = nv.memo.get(shape)
-            if verdict is None:
+    node_policy = options.node_policy or config.node_policy
+    if ranks is not None and ctx.order_free and previous is None:
+        ranking = ranks.rank(nodes, usage, ctx, spread=node_policy == SPREAD)
+        failed.update(ranking.failed)
+        ranked = tuple(ranking.ranked)
+    else:
+        fitting: list[NodeView] = []
+        for nv in usage.views(nodes, previous):
+            if ctx.order_free:
                 verdict = fits_quickly(nv, ctx)
-            if verdict is not True:
-                failed[nv.name] = str(verdict)
-                continue
-        else:
-            placed = fit_node(nv, ctx)
-            if isinstance(placed, str):
-                failed[nv.name] = placed
-                continue
-            allocations[nv.name] = placed
-        fitting.append(nv)
-    if not fitting:
+                if verdict is not True:
+                    failed[nv.name] = str(verdict)
+                    continue
+            else:
+                placed = fit_node(nv, ctx)
+                if isinstance(placed, str):
+                    failed[nv.name] = placed
+                    continue
+                allocations[nv.name] = placed
+            fitting.append(nv)
+        ranked = tuple(pick_node(node_policy, fitting, _score))
+    if not ranked:
         return FilterResult(requested=True, failed=failed, replaced=previous)
-    ranked = pick_node(options.node_policy or config.node_policy, fitting, _score)
     best = ranked[-1]
     placement = allocations.get(best.name)
     if placement is None:
@@ -149,8 +162,7 @@ def filter_pod(
     )
     return FilterResult(
         requested=True, node=best.name, devices=devices, mig=mig,
-        fits=tuple([(nv.name, nv.score) for nv in ranked]), fit_labels=tuple([nv.label for nv in ranked]),
-        failed=failed, reservation=reservation, replaced=previous,
+        ranked=ranked, failed=failed, reservation=reservation, replaced=previous,
     )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from hami.core import annotations as ann
 from hami.core import klog
@@ -21,6 +21,7 @@ from hami.scheduler.events import PodEvents
 from hami.scheduler.filter import FilterConfig, FilterResult, commit, filter_pod
 from hami.scheduler.metrics import failure_codes
 from hami.scheduler.nodes import NodeState
+from hami.scheduler.ranking import Ranker
 from hami.scheduler.register import error_reason
 from hami.scheduler.requests import pod_requests
 from hami.scheduler.state import ClusterState, meta_field
@@ -47,6 +48,7 @@ class FilterService:
         self.config = config
         self.sync_wait = sync_wait
         self.metrics = state.metrics
+        self.ranks = Ranker()  # used under the state lock
 
     def filter(self, pod: Obj, node_names: Sequence[str]) -> Obj:
         """ExtenderFilterResult for ``pod`` among ``node_names``."""
@@ -67,17 +69,15 @@ class FilterService:
             return {"Error": NOT_SYNCED}, "error"
         log.v(5).info("filter pod %s/%s over %d nodes", meta_field(pod, "namespace"), name, len(names))
         with self.state.lock:
-            known = self.state.nodes
-            nodes: list[NodeState] = []
+            found = list(map(self.state.nodes.get, names))
             unregistered: list[str] = []
-            for n in names:
-                node = known.get(n)
-                if node is None:
-                    unregistered.append(n)
-                else:
-                    nodes.append(node)
+            nodes = cast(list[NodeState], found)
+            if None in found:
+                unregistered = [n for n, node in zip(names, found, strict=True) if node is None]
+                nodes = [node for node in found if node is not None]
             result = filter_pod(
-                pod, nodes, self.state.usage, self.state.quotas, self.config, unregistered=unregistered
+                pod, nodes, self.state.usage, self.state.quotas, self.config,
+                unregistered=unregistered, ranks=self.ranks,
             )
             if result.node is not None:
                 commit(result, self.state.usage, self.state.quotas)

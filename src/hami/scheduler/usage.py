@@ -145,6 +145,10 @@ class UsageIndex:
         self._views[node.name] = fresh
         return fresh
 
+    def cached_views(self, names: Sequence[str]) -> list[NodeView | None]:
+        """The cached view of each node, None where there is none (a ``Ranking``'s change check)."""
+        return list(map(self._views.get, names))
+
     def views(self, nodes: Sequence[NodeState], without: PodAllocation | None = None) -> list[NodeView]:
         """``view`` for every node, in order; one call, so the filter's per-node loop stays lean."""
         cached = self._views
