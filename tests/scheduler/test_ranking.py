@@ -56,11 +56,13 @@ def same(got: FilterResult, want: FilterResult) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(steps=steps, ranker_size=st.integers(1, 4))
-def test_incremental_ranking_matches_a_fresh_filter(steps: list[tuple[Any, ...]], ranker_size: int) -> None:
+@given(steps=steps, ranker_size=st.integers(1, 4), touch_log=st.integers(1, 20))
+def test_incremental_ranking_matches_a_fresh_filter(
+    steps: list[tuple[Any, ...]], ranker_size: int, touch_log: int,
+) -> None:
     states = {i: make_node(i, 0) for i in range(8)}
     candidates = list(range(8))
-    usage = UsageIndex()
+    usage = UsageIndex(touch_log=touch_log)  # a short log: rankings also fall behind it
     ranks = Ranker(size=ranker_size)
     uids = 0
     for step in steps:
@@ -84,7 +86,7 @@ def test_incremental_ranking_matches_a_fresh_filter(steps: list[tuple[Any, ...]]
         elif kind == "reregister":
             states[step[1]] = make_node(step[1], step[2])
         else:
-            candidates = step[1]  # index 8 is never registered: an unregistered candidate
+            candidates = step[1]  # may repeat a node; index 8 is never registered
 
 
 def test_a_bind_changes_only_its_node_and_the_order_follows_it() -> None:
@@ -122,3 +124,16 @@ def test_a_reregistered_node_leaves_and_rejoins_the_fitting_set() -> None:
         same(got, filter_pod(two_cards, states, UsageIndex(), None, config))
         failed.append(sorted(got.failed))
     assert failed == [[], ["n1"], [], []]
+
+
+def test_a_ranker_moved_to_another_usage_index_starts_over() -> None:
+    """Change numbers are per index: two indexes at the same number must not share verdicts."""
+    nodes = [make_node(i, 0) for i in range(3)]
+    ranks = Ranker()
+    config = FilterConfig(node_policy="spread")
+    loaded_n0, loaded_n1 = UsageIndex(), UsageIndex()
+    commit(filter_pod(pod(res(1, 1000), uid="a"), nodes, loaded_n0, None, config), loaded_n0, None)
+    commit(filter_pod(pod(res(1, 1000), uid="b"), nodes[1:], loaded_n1, None, config), loaded_n1, None)
+    assert loaded_n0.seq == loaded_n1.seq == 1
+    assert filter_pod(pod(res(1, 1000)), nodes, loaded_n0, None, config, ranks=ranks).node == "n1"
+    assert filter_pod(pod(res(1, 1000)), nodes, loaded_n1, None, config, ranks=ranks).node == "n0"

@@ -3,8 +3,7 @@
 kube-scheduler sends the same candidate list on every filter call, and between two calls only the
 nodes that the last binds touched change. A ``Ranking`` keeps each candidate's fit verdict and the
 fitting nodes in ``pick_node``'s order, and on the next call revisits only the positions whose
-``NodeState`` or cached ``NodeView`` is a different object: ``UsageIndex`` rebuilds a node's view
-whenever that node's usage or registration changes, so object identity is the change signal.
+``NodeState`` is a different object (re-registered) or whose usage ``UsageIndex`` reports changed.
 
 Only for order-free contexts without a previous reservation (``filter_pod`` checks): there a
 node's verdict depends on the request shape and the node's view alone. Not thread-safe (the filter
@@ -40,19 +39,31 @@ class Ranking:
         self.keys: list[Key] = []
         self.ranked: list[NodeView] = []  # fitting views, parallel to ``keys``
         self.failed: dict[str, str] = {}  # the other nodes' reasons, in candidate order
+        self.positions: dict[str, int] | None = None  # None when a name is listed twice
+        self.usage: UsageIndex | None = None
+        self.seq = 0  # ``usage``'s change number this ranking is up to date with
 
     def _key(self, position: int, view: NodeView) -> Key:
         return (-view.score if self.spread else view.score, -position)
 
     def update(self, nodes: Sequence[NodeState], usage: UsageIndex, ctx: PodContext) -> None:
-        if len(nodes) != len(self.nodes):
+        touched = usage.touched_since(self.seq) if usage is self.usage else None
+        if len(nodes) != len(self.nodes) or touched is None or (touched and self.positions is None):
             self._rebuild(nodes, usage, ctx)
             return
-        changed = set(compress(count(), map(is_not, nodes, self.nodes)))
-        changed.update(compress(count(), map(is_not, usage.cached_views(self.names), self.views)))
+        changed: set[int] = set()
+        if nodes != self.nodes:  # NodeState compares by identity
+            changed.update(compress(count(), map(is_not, nodes, self.nodes)))
+        if touched:
+            assert self.positions is not None
+            changed.update(i for i in map(self.positions.get, touched) if i is not None)
+        self.usage, self.seq = usage, usage.seq
         failed_changed = False
         for i in sorted(changed):
             node = nodes[i]
+            if node.name != self.names[i]:  # another candidate list of the same length
+                self._rebuild(nodes, usage, ctx)
+                return
             view = usage.view(node)
             before = self.verdicts[i]
             if before is True:
@@ -65,13 +76,16 @@ class Ranking:
                 self.keys.insert(at, key)
                 self.ranked.insert(at, view)
             failed_changed |= verdict is not True or before is not True
-            self.nodes[i], self.names[i], self.views[i], self.verdicts[i] = node, node.name, view, verdict
+            self.nodes[i], self.views[i], self.verdicts[i] = node, view, verdict
         if failed_changed:
             self._collect_failed()
 
     def _rebuild(self, nodes: Sequence[NodeState], usage: UsageIndex, ctx: PodContext) -> None:
         self.nodes = list(nodes)
         self.names = list(map(_name, nodes))
+        positions = {name: i for i, name in enumerate(self.names)}
+        self.positions = positions if len(positions) == len(self.names) else None
+        self.usage, self.seq = usage, usage.seq
         self.views = usage.views(nodes)
         self.verdicts = [fits_quickly(view, ctx) for view in self.views]
         pairs = sorted(

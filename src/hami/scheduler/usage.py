@@ -83,13 +83,17 @@ def quota_usage(shares: Iterable[DeviceShare]) -> tuple[int, int]:
 class UsageIndex:
     """Per-node device usage of all reserved or running GPU pods; not thread-safe (callers lock)."""
 
-    def __init__(self) -> None:
+    def __init__(self, touch_log: int = 8192) -> None:
         self._pods: dict[str, PodAllocation] = {}
         # node -> UUID -> [slots, MiB, cores, pods with an unreserved entry on it]
         self._nodes: dict[str, dict[str, list[int]]] = {}
         # node -> UUID -> MIG placements reserved on it (only nodes with MIG reservations)
         self._placements: dict[str, dict[str, list[MigPlacement]]] = {}
         self._views: dict[str, NodeView] = {}
+        # Nodes in the order their usage changed; the oldest half is dropped past ``touch_log``.
+        self._touched: list[str] = []
+        self._touched_base = 0
+        self._touch_log = touch_log
 
     def add(self, alloc: PodAllocation) -> bool:
         """Record a pod's reservation (replacing an older one); True when the pod was new."""
@@ -145,9 +149,15 @@ class UsageIndex:
         self._views[node.name] = fresh
         return fresh
 
-    def cached_views(self, names: Sequence[str]) -> list[NodeView | None]:
-        """The cached view of each node, None where there is none (a ``Ranking``'s change check)."""
-        return list(map(self._views.get, names))
+    @property
+    def seq(self) -> int:
+        """How many node usage changes there have been so far (see ``touched_since``)."""
+        return self._touched_base + len(self._touched)
+
+    def touched_since(self, seq: int) -> list[str] | None:
+        """Nodes whose usage changed after change number ``seq``; None when that is forgotten."""
+        start = seq - self._touched_base
+        return self._touched[start:] if start >= 0 else None
 
     def views(self, nodes: Sequence[NodeState], without: PodAllocation | None = None) -> list[NodeView]:
         """``view`` for every node, in order; one call, so the filter's per-node loop stays lean."""
@@ -178,6 +188,11 @@ class UsageIndex:
         if alloc.mig:
             self._apply_mig(alloc, sign)
         self._views.pop(alloc.node, None)
+        self._touched.append(alloc.node)
+        if len(self._touched) > self._touch_log:
+            drop = len(self._touched) // 2
+            del self._touched[:drop]
+            self._touched_base += drop
 
     def _apply_mig(self, alloc: PodAllocation, sign: int) -> None:
         placements = self._placements.setdefault(alloc.node, {})
