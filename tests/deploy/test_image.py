@@ -16,8 +16,10 @@ import tomllib
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from tests.deploy import manifests as m
 
@@ -29,6 +31,10 @@ class Instruction:
     stage: int
     op: str
     args: str
+
+
+def pyproject() -> dict[str, Any]:
+    return tomllib.loads((m.ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 
 
 def instructions() -> list[Instruction]:
@@ -83,16 +89,22 @@ def dockerignore() -> list[str]:
     return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
 
 
-def test_the_image_is_the_one_deploy_runs_and_its_python_meets_requires_python() -> None:
-    images = {c.spec["image"] for c in m.containers() if not c.spec["image"].startswith("registry.k8s.io/")}
-    assert images == {"ghcr.io/hami-py/hami"}
-    assert "ghcr.io/hami-py/hami" in DOCKERFILE.read_text(encoding="utf-8")
+def test_its_python_meets_requires_python() -> None:
     (arg,) = [i.args for i in instructions() if i.op == "ARG" and i.args.startswith("PYTHON_IMAGE=")]
     version = arg.split(":", 1)[1].split("-", 1)[0]
     major, minor = (int(part) for part in version.split("."))
-    pyproject = tomllib.loads((m.ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    floor = pyproject["project"]["requires-python"].removeprefix(">=")
+    floor = pyproject()["project"]["requires-python"].removeprefix(">=")
     assert (major, minor) >= tuple(int(part) for part in floor.split("."))
+
+
+def test_deploy_runs_this_image_and_the_runbook_links_point_into_its_repository() -> None:
+    repository = pyproject()["project"]["urls"]["Repository"]
+    image = "ghcr.io/" + repository.removeprefix("https://github.com/")
+    images = {c.spec["image"] for c in m.containers() if not c.spec["image"].startswith("registry.k8s.io/")}
+    assert images == {image}
+    assert f"docker build -t {image}:" in DOCKERFILE.read_text(encoding="utf-8")
+    config = yaml.safe_load((m.ROOT / "alerts" / "config.yaml").read_text(encoding="utf-8"))
+    assert config["runbook_base_url"] == f"{repository}/blob/main/docs/runbooks"
 
 
 def test_every_copied_path_exists_and_passes_dockerignore() -> None:
@@ -149,8 +161,7 @@ def test_the_wheel_built_from_the_copied_files_gives_working_console_scripts(tmp
         env=env, capture_output=True, text=True, check=True, timeout=60,
     )
     assert Path(where.stdout.strip()).is_relative_to(site)  # not the source tree
-    pyproject = tomllib.loads((m.ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    for script in pyproject["project"]["scripts"]:
+    for script in pyproject()["project"]["scripts"]:
         path = site / "bin" / script
         assert path.is_file(), script
         run = subprocess.run(
