@@ -199,12 +199,62 @@ def quiet(pid: int, settle: float = 0.5, timeout: float = 60.0) -> None:
         last = now
 
 
+UNLOCK = json.dumps({"metadata": {"annotations": {LOCK: None}}}).encode()
+
+
+def filter_body(pod: dict[str, Any], names_json: bytes) -> bytes:
+    return b'{"Pod":' + json.dumps(pod).encode() + b',"NodeNames":' + names_json + b"}"
+
+
+def bind_body(pod: dict[str, Any], node: str) -> bytes:
+    meta = pod["metadata"]
+    args = {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": node}
+    return json.dumps(args).encode()
+
+
+def release_lock(api: Conn, node: str) -> None:
+    """What the device plugin's Allocate does after a bind: drop the node lock."""
+    api.call("PATCH", f"/api/v1/nodes/{node}", UNLOCK, "application/merge-patch+json")
+
+
+def run_threads(
+    targets: dict[str, Callable[[], None]],
+    count: dict[str, int],
+    on_failure: Callable[[], None] = lambda: None,
+) -> tuple[Callable[[str], None], list[BaseException]]:
+    """Start ``count[name]`` threads of each target; returns ``join(name)``, which waits for one kind,
+    and the list the threads' exceptions go to (raise the first instead of reporting a short count)."""
+    failures: list[BaseException] = []
+
+    def guarded(target: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                target()
+            except BaseException as err:
+                failures.append(err)
+                on_failure()
+        return run
+
+    threads = {
+        name: [threading.Thread(target=guarded(t), name=f"bench-{name}") for _ in range(count[name])]
+        for name, t in targets.items()
+    }
+    for group in threads.values():
+        for th in group:
+            th.start()
+
+    def join(name: str) -> None:
+        for th in threads[name]:
+            th.join()
+
+    return join, failures
+
+
 def load(
     ext_url: str, api_url: str, names: list[str], pods: list[dict[str, Any]], clients: int
 ) -> tuple[list[float], list[float], int]:
     """Filter + bind every pod with ``clients`` threads; (filter s, bind s, lock retries)."""
     names_json = json.dumps(names).encode()
-    unlock = json.dumps({"metadata": {"annotations": {LOCK: None}}}).encode()
     work: queue.Queue[dict[str, Any]] = queue.Queue()
     for p in pods:
         work.put(p)
@@ -212,7 +262,6 @@ def load(
     bind_s: list[float] = []
     retries = [0]
     guard = threading.Lock()
-    failures: list[BaseException] = []
 
     def client() -> None:
         ext, api = Conn(ext_url), Conn(api_url)
@@ -221,37 +270,24 @@ def load(
                 pod = work.get_nowait()
             except queue.Empty:
                 return
-            meta = pod["metadata"]
-            body = b'{"Pod":' + json.dumps(pod).encode() + b',"NodeNames":' + names_json + b"}"
-            binding = json.dumps(
-                {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"]}
-            ).encode()[:-1]
+            body = filter_body(pod, names_json)
             while True:
                 t = time.monotonic()
                 node = ext.call("POST", "/filter", body)["NodeNames"][0]
                 t2 = time.monotonic()
-                error = ext.call("POST", "/bind", binding + b',"Node":' + json.dumps(node).encode() + b"}")
+                error = ext.call("POST", "/bind", bind_body(pod, node))
                 t3 = time.monotonic()
                 with guard:
                     filter_s.append(t2 - t)
                     bind_s.append(t3 - t2)
                 if not error["Error"]:
-                    api.call("PATCH", f"/api/v1/nodes/{node}", unlock, "application/merge-patch+json")
+                    release_lock(api, node)
                     break
                 with guard:
                     retries[0] += 1
 
-    def guarded() -> None:
-        try:
-            client()
-        except BaseException as err:  # surface a client's failure instead of a short count
-            failures.append(err)
-
-    threads = [threading.Thread(target=guarded, name="bench-client") for _ in range(clients)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    join, failures = run_threads({"client": client}, {"client": clients})
+    join("client")
     if failures:
         raise failures[0]
     return filter_s, bind_s, retries[0]
@@ -263,7 +299,6 @@ def load_pipelined(
     """kube-scheduler's shape: one scheduling loop filters pods one at a time and hands each chosen
     node to ``binders`` binding threads (its asynchronous binding cycle); (filter s, bind s, retries)."""
     names_json = json.dumps(names).encode()
-    unlock = json.dumps({"metadata": {"annotations": {LOCK: None}}}).encode()
     todo: queue.Queue[dict[str, Any]] = queue.Queue()
     for p in pods:
         todo.put(p)
@@ -273,17 +308,12 @@ def load_pipelined(
     retries = [0]
     left = [len(pods)]
     guard = threading.Lock()
-    failures: list[BaseException] = []
 
     def schedule() -> None:
         ext = Conn(ext_url)
-        while True:
-            pod = todo.get()
-            if not pod:
-                return
-            body = b'{"Pod":' + json.dumps(pod).encode() + b',"NodeNames":' + names_json + b"}"
+        while pod := todo.get():  # {} ends the loop
             t = time.monotonic()
-            node = ext.call("POST", "/filter", body)["NodeNames"][0]
+            node = ext.call("POST", "/filter", filter_body(pod, names_json))["NodeNames"][0]
             filter_s.append(time.monotonic() - t)
             chosen.put((pod, node))
 
@@ -291,11 +321,8 @@ def load_pipelined(
         ext, api = Conn(ext_url), Conn(api_url)
         while (item := chosen.get()) is not None:
             pod, node = item
-            meta = pod["metadata"]
-            args = {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"]}
-            args["Node"] = node
             t = time.monotonic()
-            error = ext.call("POST", "/bind", json.dumps(args).encode())
+            error = ext.call("POST", "/bind", bind_body(pod, node))
             with guard:
                 bind_s.append(time.monotonic() - t)
             if error["Error"]:
@@ -303,30 +330,20 @@ def load_pipelined(
                     retries[0] += 1
                 todo.put(pod)
                 continue
-            api.call("PATCH", f"/api/v1/nodes/{node}", unlock, "application/merge-patch+json")
+            release_lock(api, node)
             with guard:
                 left[0] -= 1
                 if not left[0]:
                     todo.put({})
 
-    def guarded(target: Callable[[], None]) -> Callable[[], None]:
-        def run() -> None:
-            try:
-                target()
-            except BaseException as err:
-                failures.append(err)
-                todo.put({})
-        return run
-
-    scheduler = threading.Thread(target=guarded(schedule), name="bench-scheduler")
-    threads = [threading.Thread(target=guarded(bind), name="bench-binder") for _ in range(binders)]
-    for th in [scheduler, *threads]:
-        th.start()
-    scheduler.join()
-    for _ in threads:
+    join, failures = run_threads(
+        {"scheduler": schedule, "binder": bind}, {"scheduler": 1, "binder": binders},
+        on_failure=lambda: todo.put({}),
+    )
+    join("scheduler")
+    for _ in range(binders):
         chosen.put(None)
-    for th in threads:
-        th.join()
+    join("binder")
     if failures:
         raise failures[0]
     return filter_s, bind_s, retries[0]
