@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.scheduler.extender_env import gpu_node, gpu_pod, wait_until
 
 from hami.core.kube.options import KubeOptions
-from hami.scheduler.daemon import Extender, Options
-from hami.scheduler.filter import FilterConfig
+from hami.scheduler.engine.decision import FilterConfig
+from hami.scheduler.extender.daemon import Extender, Options
 from hami.testing.kubeapi import KubeAPIServer
 
 # Threads of the extender (cheroot workers, informers, register loop, event recorder); the rest of

@@ -24,10 +24,10 @@ from collections.abc import Callable
 from typing import Any
 
 from hami.core.devices import DeviceInfo
-from hami.scheduler.filter import FilterConfig, commit, filter_pod
-from hami.scheduler.nodes import NodeState
-from hami.scheduler.ranking import Ranker
-from hami.scheduler.usage import DeviceShare, PodAllocation, UsageIndex
+from hami.scheduler.engine.decision import FilterConfig, commit, filter_pod
+from hami.scheduler.engine.nodes import NodeState
+from hami.scheduler.engine.ranking import Ranker
+from hami.scheduler.engine.usage import DeviceShare, PodAllocation, UsageIndex
 
 A100 = "NVIDIA A100-SXM4-80GB"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from hami.core.serve.describe import MetricDescriptor
 from hami.deviceplugin import metrics as deviceplugin_metrics
 from hami.exporter import collector as exporter_collector
-from hami.scheduler import collector as scheduler_collector
+from hami.scheduler.extender import collector as scheduler_collector
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
 

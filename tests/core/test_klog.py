@@ -32,7 +32,7 @@ def lines(buf: io.StringIO) -> list[str]:
 
 
 def test_line_format_is_klogs(stream: io.StringIO) -> None:
-    log = klog.get_logger("hami.scheduler.filter")
+    log = klog.get_logger("hami.scheduler.engine.decision")
     expected_line = sys._getframe().f_lineno + 1
     log.info("Filtering node %s for pod %s", "gpu-node-01", "test-pod")
     (line,) = lines(stream)

@@ -12,7 +12,7 @@ import yaml
 
 from hami.deviceplugin import main as deviceplugin_main
 from hami.exporter import config as exporter_config
-from hami.scheduler import main as scheduler_main
+from hami.scheduler.extender import main as scheduler_main
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

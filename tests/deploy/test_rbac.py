@@ -21,9 +21,9 @@ DEVICE_PLUGIN = {
     # release_node_lock (node lock delete)
 }
 SCHEDULER = {
-    ("list", "/nodes"),  # hami/scheduler/state.py ClusterState: Informer(nodes)
+    ("list", "/nodes"),  # hami/scheduler/extender/state.py ClusterState: Informer(nodes)
     ("watch", "/nodes"),
-    ("get", "/nodes"),  # hami/scheduler/nodelock.py: GET node before lock/release
+    ("get", "/nodes"),  # hami/scheduler/extender/nodelock.py: GET node before lock/release
     ("patch", "/nodes"),  # nodelock.py (hami.io/mutex.lock), register.py (handshake annotation)
     ("list", "/pods"),  # state.py: Informer(pods)
     ("watch", "/pods"),

@@ -13,8 +13,8 @@ import pytest
 import yaml
 from scripts import gen_deploy_rules
 
-from hami.scheduler.device_config import load_nvidia_config
-from hami.scheduler.webhook import WebhookConfig, admit
+from hami.scheduler.engine.admission import WebhookConfig, admit
+from hami.scheduler.engine.device_config import load_nvidia_config
 from tests.deploy import manifests as m
 
 

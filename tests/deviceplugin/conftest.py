@@ -15,8 +15,8 @@ from prometheus_client import CollectorRegistry
 
 from hami.core.kube.informer import Informer
 from hami.core.nvml.fake import FakeNvml
-from hami.deviceplugin.allocate import HostLayout
 from hami.deviceplugin.config import PluginConfig
+from hami.deviceplugin.container_setup import HostLayout
 from hami.deviceplugin.health import XidPolicy
 from hami.deviceplugin.kubeops import NodeOps
 from hami.deviceplugin.manager import Manager

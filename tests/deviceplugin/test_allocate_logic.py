@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 
 from hami.core.devices import ContainerDevice
-from hami.deviceplugin.allocate import (
+from hami.deviceplugin.config import PluginConfig
+from hami.deviceplugin.container_setup import (
     DECODE_FAILED,
     DEVICE_NUMBER_MISMATCH,
     REQUEST_TOO_LARGE,
@@ -23,7 +24,6 @@ from hami.deviceplugin.allocate import (
     pop_next_container,
     preferred_allocation,
 )
-from hami.deviceplugin.config import PluginConfig
 
 A = "GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448"
 B = "GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec"

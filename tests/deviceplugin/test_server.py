@@ -9,9 +9,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from hami.deviceplugin.allocate import DEVICE_NUMBER_MISMATCH, AllocateError, PreferredRequest
 from hami.deviceplugin.api import deviceplugin_pb2 as pb
 from hami.deviceplugin.config import PluginConfig
+from hami.deviceplugin.container_setup import DEVICE_NUMBER_MISMATCH, AllocateError, PreferredRequest
 from hami.deviceplugin.health import HealthState
 from hami.deviceplugin.inventory import GpuFacts, KubeletDevice, build_register_devices, kubelet_devices
 from hami.deviceplugin.server import PluginServer, SocketWatcher, register_with_kubelet

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from hami.core.devices import DeviceInfo, MigPlacement, MigProfile
-from hami.scheduler.nodes import NodeState
-from hami.scheduler.usage import DeviceShare, PodAllocation, UsageIndex
+from hami.scheduler.engine.nodes import NodeState
+from hami.scheduler.engine.usage import DeviceShare, PodAllocation, UsageIndex
 
 
 def dev(uuid: str, mem: int = 8000, *, count: int = 10, cores: int = 100, type: str = "NVIDIA",
@@ -78,10 +78,10 @@ def fit_one(devices: tuple[DeviceInfo, ...], container: dict[str, Any], *,
             used: tuple[tuple[str, int, int, int], ...] = (), annotations: dict[str, str] | None = None,
             gpu_policy: str = "spread", cordoned: tuple[str, ...] = ()) -> list[str] | str:
     """NVIDIA ``Fit`` alone (no node-level count check): chosen UUIDs in order, or the reason."""
-    from hami.scheduler.device_config import NvidiaConfig
-    from hami.scheduler.fit import PodContext, fit_devices
-    from hami.scheduler.policy import parse_gpu_policy, parse_scoring_weights
-    from hami.scheduler.requests import container_request, pod_options
+    from hami.scheduler.engine.device_config import NvidiaConfig
+    from hami.scheduler.engine.fit import PodContext, fit_devices
+    from hami.scheduler.engine.policy import parse_gpu_policy, parse_scoring_weights
+    from hami.scheduler.engine.requests import container_request, pod_options
 
     the_pod = pod(container, annotations=annotations)
     req = container_request(container, NvidiaConfig())

@@ -13,7 +13,7 @@ import requests
 from hami.core.codec.node_devices import encode_node_devices
 from hami.core.devices import DeviceInfo
 from hami.core.kube.options import KubeOptions
-from hami.scheduler.daemon import Extender, Options
+from hami.scheduler.extender.daemon import Extender, Options
 from hami.testing.kubeapi import KubeAPIServer
 
 

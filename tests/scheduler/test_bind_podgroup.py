@@ -18,7 +18,7 @@ from tests.scheduler.extender_env import (
 )
 
 from hami.core.codec.nodelock import NodeLock, format_node_lock
-from hami.scheduler.bind import go_seconds
+from hami.scheduler.extender.bind import go_seconds
 from hami.testing.kubeapi import KubeAPIServer
 
 LOCK = "hami.io/mutex.lock"

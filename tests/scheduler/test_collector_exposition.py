@@ -26,8 +26,8 @@ from tests.scheduler.test_extender_mig import mig_node
 
 from hami.core.codec.mig import decode_mig_allocations, encode_mig_allocations
 from hami.core.serve.families import Family, TextRenderer, to_metric
-from hami.scheduler.collector import state_families
-from hami.scheduler.daemon import Extender
+from hami.scheduler.extender.collector import state_families
+from hami.scheduler.extender.daemon import Extender
 from hami.testing.kubeapi import KubeAPIServer
 
 MIG_KEY = "hami.io/vgpu-mig-allocations"

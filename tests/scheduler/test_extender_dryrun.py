@@ -19,7 +19,7 @@ from tests.scheduler.extender_env import (
 )
 from tests.scheduler.test_simulate import quota_snapshot
 
-from hami.scheduler.daemon import Extender
+from hami.scheduler.extender.daemon import Extender
 from hami.testing.kubeapi import KubeAPIServer
 
 Obj = dict[str, Any]

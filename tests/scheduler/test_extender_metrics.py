@@ -18,8 +18,8 @@ from tests.scheduler.extender_env import (
     running,
 )
 
-from hami.scheduler import events
-from hami.scheduler.daemon import Extender
+from hami.scheduler.extender import events
+from hami.scheduler.extender.daemon import Extender
 from hami.testing.kubeapi import KubeAPIServer
 
 MIB = 1048576

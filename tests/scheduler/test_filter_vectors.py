@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from tests.scheduler.builders import dev, node, pod, res, usage
 
-from hami.scheduler.device_config import NvidiaConfig
-from hami.scheduler.filter import FilterConfig, FilterResult, commit, filter_pod
-from hami.scheduler.nodes import NodeState
-from hami.scheduler.quota import QuotaManager
-from hami.scheduler.usage import DeviceShare, PodAllocation, UsageIndex
+from hami.scheduler.engine.decision import FilterConfig, FilterResult, commit, filter_pod
+from hami.scheduler.engine.device_config import NvidiaConfig
+from hami.scheduler.engine.nodes import NodeState
+from hami.scheduler.engine.quota import QuotaManager
+from hami.scheduler.engine.usage import DeviceShare, PodAllocation, UsageIndex
 
 
 def quota(namespace: str, **hard: str) -> dict[str, Any]:

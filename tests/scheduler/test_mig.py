@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 from tests.scheduler.builders import A100_40GB_PROFILES, dev, mig_dev, node, pod, res
 
 from hami.core.devices import ContainerDevice, DeviceInfo, MigAllocation, MigPlacement
-from hami.scheduler import mig
-from hami.scheduler.device_config import NvidiaConfig
-from hami.scheduler.filter import FilterConfig, commit, filter_pod
-from hami.scheduler.mig import unreserved
-from hami.scheduler.requests import pod_requests
-from hami.scheduler.usage import DeviceShare, PodAllocation, UsageIndex
+from hami.scheduler.engine import mig
+from hami.scheduler.engine.decision import FilterConfig, commit, filter_pod
+from hami.scheduler.engine.device_config import NvidiaConfig
+from hami.scheduler.engine.mig import unreserved
+from hami.scheduler.engine.requests import pod_requests
+from hami.scheduler.engine.usage import DeviceShare, PodAllocation, UsageIndex
 
 # A reservation held by another pod: (uuid, profile, placement start, placement size, MiB).
 Held = tuple[str, str, int, int, int]

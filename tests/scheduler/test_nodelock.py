@@ -12,8 +12,8 @@ from kubernetes import client
 from prometheus_client import CollectorRegistry
 
 from hami.core.codec.nodelock import NodeLock, format_node_lock, format_rfc3339
-from hami.scheduler.metrics import SchedulerMetrics
-from hami.scheduler.nodelock import INITIAL, JITTER, NodeLocker, NodeLockError
+from hami.scheduler.extender.metrics import SchedulerMetrics
+from hami.scheduler.extender.nodelock import INITIAL, JITTER, NodeLocker, NodeLockError
 from hami.testing.kubeapi import KubeAPIServer
 
 LOCK = "hami.io/mutex.lock"

@@ -8,14 +8,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.scheduler.builders import dev, node, pod, res
 
-from hami.scheduler.device_config import NvidiaConfig
-from hami.scheduler.filter import FilterConfig, commit, filter_pod
-from hami.scheduler.fit import PodContext, fit_node, fits_quickly
-from hami.scheduler.nodes import NodeState
-from hami.scheduler.policy import parse_gpu_policy, parse_scoring_weights
-from hami.scheduler.quota import QuotaManager
-from hami.scheduler.requests import pod_options, pod_requests
-from hami.scheduler.usage import DeviceShare, PodAllocation, UsageIndex
+from hami.scheduler.engine.decision import FilterConfig, commit, filter_pod
+from hami.scheduler.engine.device_config import NvidiaConfig
+from hami.scheduler.engine.fit import PodContext, fit_node, fits_quickly
+from hami.scheduler.engine.nodes import NodeState
+from hami.scheduler.engine.policy import parse_gpu_policy, parse_scoring_weights
+from hami.scheduler.engine.quota import QuotaManager
+from hami.scheduler.engine.requests import pod_options, pod_requests
+from hami.scheduler.engine.usage import DeviceShare, PodAllocation, UsageIndex
 
 POLICIES = st.sampled_from(["spread", "binpack", "mutex", "topology-aware", "numa", "binpack,numa"])
 

@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.scheduler.builders import dev, node, pod, res
 
-from hami.scheduler.filter import FilterConfig, FilterResult, commit, filter_pod
-from hami.scheduler.nodes import NodeState
-from hami.scheduler.ranking import Ranker
-from hami.scheduler.usage import UsageIndex, compute_usage
+from hami.scheduler.engine.decision import FilterConfig, FilterResult, commit, filter_pod
+from hami.scheduler.engine.nodes import NodeState
+from hami.scheduler.engine.ranking import Ranker
+from hami.scheduler.engine.usage import UsageIndex, compute_usage
 
 SHAPES = (res(1, 1000), res(1, 3000, 30), res(1, 7000), res(2, 2000), res(1, pct=50), res(3, 1000))
 POLICIES = ("binpack", "spread")

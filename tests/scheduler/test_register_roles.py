@@ -7,7 +7,7 @@ from typing import Any
 
 from tests.scheduler.extender_env import filter_pod, gpu_node, gpu_pod, running, wait_until
 
-from hami.scheduler.daemon import Extender
+from hami.scheduler.extender.daemon import Extender
 from hami.testing.kubeapi import KubeAPIServer
 
 ROLE = "hami.io/scheduler-role"

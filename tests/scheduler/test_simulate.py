@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from tests.scheduler.extender_env import gpu_node, gpu_pod
 
-from hami.scheduler.device_config import NvidiaConfig
-from hami.scheduler.filter import FilterConfig
-from hami.scheduler.quota import QuotaManager
-from hami.scheduler.simulate import node_items, simulate_filter, transient_node
-from hami.scheduler.usage import DeviceShare
+from hami.scheduler.engine.decision import FilterConfig
+from hami.scheduler.engine.device_config import NvidiaConfig
+from hami.scheduler.engine.quota import QuotaManager
+from hami.scheduler.engine.usage import DeviceShare
+from hami.scheduler.extender.dryrun import node_items, simulate_filter, transient_node
 
 Obj = dict[str, Any]
 CONFIG = FilterConfig(node_policy="binpack")

@@ -11,9 +11,9 @@ from tests.scheduler.test_filter_vectors import CASES
 from tests.scheduler.test_fit_vectors import FIT_VECTORS
 
 from hami.core.devices import ContainerDevice
-from hami.scheduler import reasons as r
-from hami.scheduler.device_config import DeviceConfigError, NvidiaConfig, load_nvidia_config
-from hami.scheduler.policy import (
+from hami.scheduler.engine import reasons as r
+from hami.scheduler.engine.device_config import DeviceConfigError, NvidiaConfig, load_nvidia_config
+from hami.scheduler.engine.policy import (
     ScoringWeightsError,
     Weights,
     device_sort_key,
@@ -21,8 +21,8 @@ from hami.scheduler.policy import (
     parse_scoring_weights,
     pick_node,
 )
-from hami.scheduler.quota import QuotaManager
-from hami.scheduler.requests import (
+from hami.scheduler.engine.quota import QuotaManager
+from hami.scheduler.engine.requests import (
     ContainerRequest,
     container_request,
     int_quantity,
@@ -31,8 +31,8 @@ from hami.scheduler.requests import (
     pod_requests,
     webhook_limits,
 )
-from hami.scheduler.score import node_score
-from hami.scheduler.usage import DeviceShare, collapse_init_containers
+from hami.scheduler.engine.score import node_score
+from hami.scheduler.engine.usage import DeviceShare, collapse_init_containers
 
 CR = ContainerRequest
 LESS = "TestDeviceUsageList_Less/"

@@ -15,8 +15,8 @@ import requests
 from kubernetes import client
 from tests.scheduler.extender_env import gpu_pod, running, url, wait_until
 
-from hami.scheduler.daemon import Extender
-from hami.scheduler.main import build_parser, options
+from hami.scheduler.extender.daemon import Extender
+from hami.scheduler.extender.main import build_parser, options
 from hami.testing.kubeapi import KubeAPIServer
 from hami.testing.kubeapi.patch import json_patch as apply_json_patch
 

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami.scheduler.device_config import DeviceConfigError, NvidiaConfig, load_nvidia_config
-from hami.scheduler.webhook import AdmissionError, WebhookConfig, admit, json_patch
+from hami.scheduler.engine.admission import AdmissionError, WebhookConfig, admit, json_patch
+from hami.scheduler.engine.device_config import DeviceConfigError, NvidiaConfig, load_nvidia_config
 from hami.testing.kubeapi.patch import json_patch as apply_json_patch
 
 Obj = dict[str, Any]

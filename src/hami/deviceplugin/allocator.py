@@ -15,7 +15,9 @@ from hami.core import klog
 from hami.core.codec.errors import CodecError
 from hami.core.codec.pod_devices import decode_pod_devices, encode_pod_devices
 from hami.core.devices import MODE_MIG, PodDevices
-from hami.deviceplugin.allocate import (
+from hami.deviceplugin.api import deviceplugin_pb2 as pb
+from hami.deviceplugin.config import PluginConfig
+from hami.deviceplugin.container_setup import (
     HOST_PREPARE_FAILED,
     POD_UPDATE_FAILED,
     AllocateError,
@@ -37,8 +39,6 @@ from hami.deviceplugin.allocate import (
     pop_next_container,
     preferred_allocation,
 )
-from hami.deviceplugin.api import deviceplugin_pb2 as pb
-from hami.deviceplugin.config import PluginConfig
 from hami.deviceplugin.kubeops import NodeOps, annotations_of, resource_version
 from hami.deviceplugin.metrics import PluginMetrics
 

@@ -22,8 +22,8 @@ from hami.core.kube.informer import Informer
 from hami.core.kube.options import add_kube_flags, from_args
 from hami.core.nvml import NvmlError, open_nvml
 from hami.core.serve import add_web_config_flag, build_info, serve_metrics
-from hami.deviceplugin.allocate import HostLayout, RuntimeOptions
 from hami.deviceplugin.config import ConfigError, PluginConfig, load_config
+from hami.deviceplugin.container_setup import HostLayout, RuntimeOptions
 from hami.deviceplugin.health import parse_xid_policy
 from hami.deviceplugin.kubeops import NodeOps
 from hami.deviceplugin.manager import Manager

@@ -13,8 +13,8 @@ from hami.core.devices import DeviceInfo
 from hami.core.kube.metrics import kube_metrics
 from hami.core.serve import build_info
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor
-from hami.deviceplugin.allocate import REASONS
 from hami.deviceplugin.config import PluginConfig
+from hami.deviceplugin.container_setup import REASONS
 
 # kube-scheduler style exponential buckets from 0.1 ms.
 ALLOCATE_BUCKETS = tuple(0.0001 * 2**i for i in range(16))

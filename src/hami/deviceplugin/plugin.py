@@ -12,10 +12,10 @@ from pathlib import Path
 
 from hami.core import klog
 from hami.core.devices import DeviceInfo
-from hami.deviceplugin.allocate import GpuRef, HostLayout, PreferredRequest, RuntimeOptions
 from hami.deviceplugin.allocator import Allocator, PodCache
 from hami.deviceplugin.api import deviceplugin_pb2 as pb
 from hami.deviceplugin.config import PluginConfig
+from hami.deviceplugin.container_setup import GpuRef, HostLayout, PreferredRequest, RuntimeOptions
 from hami.deviceplugin.health import HealthState
 from hami.deviceplugin.inventory import (
     GpuFacts,

@@ -13,8 +13,8 @@ from typing import Any, Protocol
 import grpc
 
 from hami.core import klog
-from hami.deviceplugin.allocate import AllocateError, PreferredRequest
 from hami.deviceplugin.api import deviceplugin_pb2 as pb
+from hami.deviceplugin.container_setup import AllocateError, PreferredRequest
 from hami.deviceplugin.inventory import KubeletDevice
 
 log = klog.get_logger(__name__)

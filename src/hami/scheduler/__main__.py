@@ -2,6 +2,6 @@
 
 import sys
 
-from hami.scheduler.main import main
+from hami.scheduler.extender.main import main
 
 sys.exit(main())

@@ -28,7 +28,7 @@ ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
 MONITOR, SCHEDULER, DEVICE_PLUGIN = "monitor", "scheduler", "deviceplugin"
 MODULES = {
     MONITOR: "hami.exporter.main",
-    SCHEDULER: "hami.scheduler.main",
+    SCHEDULER: "hami.scheduler.extender.main",
     DEVICE_PLUGIN: "hami.deviceplugin.main",
 }
 

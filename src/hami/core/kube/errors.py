@@ -71,3 +71,21 @@ def is_timeout(exc: BaseException) -> bool:
     if isinstance(exc, urllib3.exceptions.NewConnectionError):
         return False  # urllib3 derives "connection refused" from ConnectTimeoutError; it is not one
     return isinstance(exc, urllib3.exceptions.TimeoutError | TimeoutError)
+
+
+def error_reason(exc: Exception) -> str:
+    """A bounded label value for an API failure (``hami_kube_watch_errors_total``, the extender's
+    ``hami_scheduler_api_errors_total``): the kind of refusal, never the message."""
+    if isinstance(exc, Conflict):
+        return "conflict"
+    if isinstance(exc, NotFound):
+        return "not_found"
+    if isinstance(exc, Gone):
+        return "gone"
+    if isinstance(exc, TransportError):
+        return "timeout" if exc.reason == "Timeout" else "connection"
+    if isinstance(exc, ApiError) and exc.status > 0:
+        return f"status_{exc.status}"
+    if isinstance(exc, ApiError) and exc.reason == "ShortWatch":
+        return "short_watch"
+    return "decode"

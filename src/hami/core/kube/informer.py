@@ -350,7 +350,7 @@ class Informer:
             log.warning("informer %s: %s", self.resource_label, message)
 
     def _failed(self, step: str, exc: Exception) -> None:
-        self._count(_reason(exc), f"{step} failed: {exc}")
+        self._count(errors.error_reason(exc), f"{step} failed: {exc}")
         self._stop.wait(self._backoff.next())
 
     def _recovered(self) -> None:
@@ -359,15 +359,3 @@ class Informer:
             log.info("informer %s: list/watch working again", self.resource_label)
             self._logged.clear()
 
-
-def _reason(exc: Exception) -> str:
-    """A bounded label value for ``hami_kube_watch_errors_total``."""
-    if isinstance(exc, errors.Gone):
-        return "gone"
-    if isinstance(exc, errors.TransportError):
-        return "timeout" if exc.reason == "Timeout" else "connection"
-    if isinstance(exc, errors.ApiError) and exc.status > 0:
-        return f"status_{exc.status}"
-    if isinstance(exc, errors.ApiError) and exc.reason == "ShortWatch":
-        return "short_watch"
-    return "decode"

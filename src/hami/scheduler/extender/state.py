@@ -21,13 +21,13 @@ from hami.core.codec.mig import decode_mig_allocations
 from hami.core.codec.pod_devices import decode_pod_devices
 from hami.core.devices import MigAllocation
 from hami.core.kube.informer import Informer
-from hami.scheduler.device_config import NvidiaConfig
-from hami.scheduler.metrics import SchedulerMetrics
-from hami.scheduler.mig import unreserved
-from hami.scheduler.nodes import NodeState
-from hami.scheduler.quota import QuotaManager
-from hami.scheduler.requests import pod_requests
-from hami.scheduler.usage import PodAllocation, UsageIndex, collapse_init_containers
+from hami.scheduler.engine.device_config import NvidiaConfig
+from hami.scheduler.engine.mig import unreserved
+from hami.scheduler.engine.nodes import NodeState
+from hami.scheduler.engine.quota import QuotaManager
+from hami.scheduler.engine.requests import pod_requests
+from hami.scheduler.engine.usage import PodAllocation, UsageIndex, collapse_init_containers
+from hami.scheduler.extender.metrics import SchedulerMetrics
 
 log = klog.get_logger(__name__)
 

@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hami.scheduler.device_config import DEFAULT_CORE_POLICY, NvidiaConfig
-from hami.scheduler.quota import QuotaManager
-from hami.scheduler.requests import container_request, int_quantity, pod_quota_demand, webhook_limits
+from hami.scheduler.engine.device_config import DEFAULT_CORE_POLICY, NvidiaConfig
+from hami.scheduler.engine.quota import QuotaManager
+from hami.scheduler.engine.requests import container_request, int_quantity, pod_quota_demand, webhook_limits
 
 Obj = dict[str, Any]
 DEFAULT_SCHEDULER = "default-scheduler"

@@ -21,14 +21,14 @@ from hami.core import klog
 from hami.core.codec.cordon import parse_cordon
 from hami.core.codec.errors import CodecError
 from hami.core.codec.node_devices import get_node_devices
-from hami.scheduler.filter import FilterConfig, filter_pod
-from hami.scheduler.filtering import NOT_SYNCED, FilterService
-from hami.scheduler.metrics import SIMULATED
-from hami.scheduler.nodes import NodeState
-from hami.scheduler.quota import QuotaManager
-from hami.scheduler.requests import pod_requests
-from hami.scheduler.state import annotations_of, meta_field
-from hami.scheduler.usage import UsageIndex
+from hami.scheduler.engine.decision import FilterConfig, filter_pod
+from hami.scheduler.engine.nodes import NodeState
+from hami.scheduler.engine.quota import QuotaManager
+from hami.scheduler.engine.requests import pod_requests
+from hami.scheduler.engine.usage import UsageIndex
+from hami.scheduler.extender.filter_service import NOT_SYNCED, FilterService
+from hami.scheduler.extender.metrics import SIMULATED
+from hami.scheduler.extender.state import annotations_of, meta_field
 
 log = klog.get_logger(__name__)
 

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from itertools import compress, count
 from operator import attrgetter, is_not, itemgetter
 
-from hami.scheduler.fit import PodContext, fits_quickly
-from hami.scheduler.nodes import NodeState, NodeView
-from hami.scheduler.usage import UsageIndex
+from hami.scheduler.engine.fit import PodContext, fits_quickly
+from hami.scheduler.engine.nodes import NodeState, NodeView
+from hami.scheduler.engine.usage import UsageIndex
 
 _name = attrgetter("name")
 

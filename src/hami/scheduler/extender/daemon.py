@@ -8,24 +8,24 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from hami.core import heap, klog
+from hami.core import gctune, klog
 from hami.core.kube.client import new_api_client
 from hami.core.kube.events import EventRecorder
 from hami.core.kube.options import KubeOptions
 from hami.core.serve import Server, TLSConfig, WebConfig, build_info, serve_metrics, serve_wsgi
-from hami.scheduler.bind import Binder
-from hami.scheduler.collector import StateCollector
-from hami.scheduler.events import PodEvents
-from hami.scheduler.filter import FilterConfig
-from hami.scheduler.filtering import FilterService
-from hami.scheduler.leader import Leadership
-from hami.scheduler.metrics import SchedulerMetrics
-from hami.scheduler.nodelock import NodeLocker
-from hami.scheduler.register import TICK_SECONDS, Register
-from hami.scheduler.roles import RoleLabels
-from hami.scheduler.routes import make_app
-from hami.scheduler.state import ClusterState
-from hami.scheduler.webhook import WebhookConfig
+from hami.scheduler.engine.admission import WebhookConfig
+from hami.scheduler.engine.decision import FilterConfig
+from hami.scheduler.extender.bind import Binder
+from hami.scheduler.extender.collector import StateCollector
+from hami.scheduler.extender.events import PodEvents
+from hami.scheduler.extender.filter_service import FilterService
+from hami.scheduler.extender.leader import Leadership
+from hami.scheduler.extender.metrics import SchedulerMetrics
+from hami.scheduler.extender.nodelock import NodeLocker
+from hami.scheduler.extender.register import TICK_SECONDS, Register
+from hami.scheduler.extender.roles import RoleLabels
+from hami.scheduler.extender.routes import make_app
+from hami.scheduler.extender.state import ClusterState
 
 log = klog.get_logger(__name__)
 
@@ -53,7 +53,7 @@ class Options:
     pod_namespace: str = ""
     register_tick: float = TICK_SECONDS
     http_threads: int = 16
-    gc_freeze: bool = True  # see hami.core.heap; off where many daemons share one process (tests)
+    gc_freeze: bool = True  # see hami.core.gctune; off where many daemons share one process (tests)
 
 
 class Extender:
@@ -77,16 +77,18 @@ class Extender:
             on_elected=self.state.request_full_pass,
         )
         self.locker = NodeLocker(self.api, self.metrics, opts.node_lock_timeout)
-        roles = None
-        if opts.pod_namespace:
-            roles = RoleLabels(self.state, self.api, opts.pod_namespace, opts.pod_name)
+        roles = (
+            RoleLabels(self.state, self.api, opts.pod_namespace, opts.pod_name)
+            if opts.pod_namespace
+            else None
+        )
         self.register = Register(
             self.state,
             self.api,
             is_leader=self.leader.is_leader,
             on_node_gone=self.locker.forget,
             on_synced=self._synced,
-            roles=roles,
+            on_leader_pass=roles.reconcile if roles is not None else lambda: None,
         )
         self.recorder = EventRecorder(
             self.api, opts.scheduler_name or "hami-scheduler", registry=self.registry
@@ -115,7 +117,7 @@ class Extender:
     def _synced(self) -> None:
         # The caches are complete now and live as long as the daemon: out of the GC's sight.
         if self.opts.gc_freeze:
-            heap.settle("the first full register pass")
+            gctune.settle("the first full register pass")
 
     def start(self) -> None:
         self.state.start()

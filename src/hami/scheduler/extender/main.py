@@ -17,11 +17,11 @@ from hami.core import klog
 from hami.core.codec.nodelock import format_go_duration
 from hami.core.kube.client import KubeConfigError
 from hami.core.kube.options import add_kube_flags, from_args
-from hami.scheduler.daemon import Extender, Options
-from hami.scheduler.device_config import DeviceConfigError, load_nvidia_config
-from hami.scheduler.filter import FilterConfig
-from hami.scheduler.nodelock import default_timeout, parse_go_duration
-from hami.scheduler.policy import DEFAULT_GPU_POLICY, DEFAULT_NODE_POLICY
+from hami.scheduler.engine.decision import FilterConfig
+from hami.scheduler.engine.device_config import DeviceConfigError, load_nvidia_config
+from hami.scheduler.engine.policy import DEFAULT_GPU_POLICY, DEFAULT_NODE_POLICY
+from hami.scheduler.extender.daemon import Extender, Options
+from hami.scheduler.extender.nodelock import default_timeout, parse_go_duration
 
 log = klog.get_logger("hami.scheduler")
 

@@ -16,15 +16,14 @@ from hami.core.codec.mig import encode_mig_allocations
 from hami.core.codec.pod_devices import encode_pod_devices
 from hami.core.kube import errors
 from hami.core.kube.patches import patch_pod_metadata
-from hami.scheduler import reasons as r
-from hami.scheduler.events import PodEvents
-from hami.scheduler.filter import FilterConfig, FilterResult, commit, filter_pod
-from hami.scheduler.metrics import failure_codes
-from hami.scheduler.nodes import NodeState
-from hami.scheduler.ranking import Ranker
-from hami.scheduler.register import error_reason
-from hami.scheduler.requests import pod_requests
-from hami.scheduler.state import ClusterState, meta_field
+from hami.scheduler.engine import reasons as r
+from hami.scheduler.engine.decision import FilterConfig, FilterResult, commit, filter_pod
+from hami.scheduler.engine.nodes import NodeState
+from hami.scheduler.engine.ranking import Ranker
+from hami.scheduler.engine.requests import pod_requests
+from hami.scheduler.extender.events import PodEvents
+from hami.scheduler.extender.metrics import failure_codes
+from hami.scheduler.extender.state import ClusterState, meta_field
 
 log = klog.get_logger(__name__)
 
@@ -123,7 +122,7 @@ class FilterService:
                 self.api, namespace, name, annotations=annotations, labels={ann.POD_VGPU_NODE: result.node}
             )
         except errors.ApiError as err:
-            self.metrics.api_errors.labels("pod_patch", error_reason(err)).inc()
+            self.metrics.api_errors.labels("pod_patch", errors.error_reason(err)).inc()
             with self.state.lock:
                 if self.state.usage.get(result.reservation.uid) == result.reservation:
                     self.state.usage.remove(result.reservation.uid)

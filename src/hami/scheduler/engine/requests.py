@@ -13,7 +13,7 @@ from typing import Any, Final
 from hami.core import annotations as ann
 from hami.core.codec.errors import CodecError
 from hami.core.codec.quantity import parse_quantity
-from hami.scheduler.device_config import NvidiaConfig
+from hami.scheduler.engine.device_config import NvidiaConfig
 
 VENDOR: Final = ann.VENDOR_NVIDIA
 PERCENT_UNSET: Final = 101  # HAMi's sentinel for "no gpumem-percentage"

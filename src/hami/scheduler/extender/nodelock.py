@@ -35,7 +35,7 @@ from hami.core.codec.nodelock import (
 )
 from hami.core.kube import errors, raw
 from hami.core.kube.patches import patch_node_annotations
-from hami.scheduler.metrics import SchedulerMetrics
+from hami.scheduler.extender.metrics import SchedulerMetrics
 
 log = klog.get_logger(__name__)
 

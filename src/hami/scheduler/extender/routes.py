@@ -16,11 +16,11 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
 from hami.core import klog
-from hami.scheduler import simulate
-from hami.scheduler.bind import BindArgs, Binder
-from hami.scheduler.filtering import FilterService
-from hami.scheduler.state import ClusterState
-from hami.scheduler.webhook import AdmissionError, WebhookConfig, admit
+from hami.scheduler.engine.admission import AdmissionError, WebhookConfig, admit
+from hami.scheduler.extender import dryrun as simulate
+from hami.scheduler.extender.bind import BindArgs, Binder
+from hami.scheduler.extender.filter_service import FilterService
+from hami.scheduler.extender.state import ClusterState
 
 log = klog.get_logger(__name__)
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from hami.core.devices import MODE_MIG, DeviceInfo, MigPlacement, MigProfile
-from hami.scheduler.mig import candidates
-from hami.scheduler.score import node_score
+from hami.core.devices import DeviceInfo, MigPlacement
+from hami.scheduler.engine.device_view import Dev
+from hami.scheduler.engine.score import node_score
 
 
 @dataclass(frozen=True, eq=False)
@@ -27,31 +27,6 @@ class NodeState:
     devices: tuple[DeviceInfo, ...]
     cordoned: frozenset[str] = field(default_factory=frozenset)
 
-
-class Dev:
-    """One device of a view; the fields Fit reads, without attribute indirection."""
-
-    __slots__ = (
-        "cordoned", "count", "health", "id", "index", "mig", "mode", "numa", "occupied", "pair_score",
-        "profiles", "totalcore", "totalmem", "type",
-    )
-
-    def __init__(self, info: DeviceInfo, cordoned: bool) -> None:
-        self.id = info.id
-        self.index = info.index
-        self.count = info.count
-        self.totalmem = info.devmem
-        self.totalcore = info.devcore
-        self.type = info.type
-        self.numa = info.numa
-        self.mode = info.mode
-        self.health = info.health
-        self.cordoned = cordoned
-        self.mig = info.mode == MODE_MIG
-        self.pair_score = info.pair_score
-        # MIG only: profiles in the order they are tried, and the placements already reserved.
-        self.profiles: tuple[MigProfile, ...] = candidates(info.mig_profiles) if self.mig else ()
-        self.occupied: tuple[MigPlacement, ...] = ()
 
 
 class NodeView:

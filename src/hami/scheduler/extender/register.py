@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hami.core import annotations as ann
 from hami.core import klog
@@ -26,9 +26,9 @@ from hami.core.codec.handshake import check_handshake, format_requesting, parse_
 from hami.core.codec.node_devices import NO_GPU_FOUND, get_node_devices
 from hami.core.kube import errors
 from hami.core.kube.patches import patch_node_annotations
-from hami.scheduler.nodes import NodeState
-from hami.scheduler.requests import int_quantity
-from hami.scheduler.state import (
+from hami.scheduler.engine.nodes import NodeState
+from hami.scheduler.engine.requests import int_quantity
+from hami.scheduler.extender.state import (
     DECODE_ERROR,
     HANDSHAKE_EXPIRED,
     HEALTHY,
@@ -39,22 +39,11 @@ from hami.scheduler.state import (
     meta_field,
 )
 
-if TYPE_CHECKING:
-    from hami.scheduler.roles import RoleLabels
-
 log = klog.get_logger(__name__)
 
 TICK_SECONDS = 15.0
 
 
-def error_reason(err: errors.ApiError) -> str:
-    if isinstance(err, errors.Conflict):
-        return "conflict"
-    if isinstance(err, errors.NotFound):
-        return "not_found"
-    if isinstance(err, errors.TransportError):
-        return "timeout" if err.reason == "Timeout" else "connection"
-    return f"status_{err.status}"
 
 
 def allocatable_gpus(node: Mapping[str, Any], resource: str) -> int:
@@ -74,7 +63,7 @@ class Register:
         now: Callable[[], datetime] = lambda: datetime.now().astimezone(),
         on_node_gone: Callable[[str], None] = lambda _n: None,
         on_synced: Callable[[], None] = lambda: None,
-        roles: RoleLabels | None = None,
+        on_leader_pass: Callable[[], None] = lambda: None,
     ) -> None:
         self.state = state
         self.api = api_client
@@ -82,12 +71,12 @@ class Register:
         self.now = now
         self.on_node_gone = on_node_gone
         self.on_synced = on_synced
-        self.roles = roles
+        self.on_leader_pass = on_leader_pass
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def run_once(self) -> None:
-        """The full pass of every tick: every node, then (leader only) the role labels."""
+        """The full pass of every tick: every node, then (leader only) ``on_leader_pass``."""
         started = time.monotonic()
         leader = self.is_leader()
         now = self.now()
@@ -103,8 +92,8 @@ class Register:
             gone = [n for n in self.state.records if n not in seen]
         for name in gone:
             self._forget(name)
-        if leader and self.roles is not None:
-            self.roles.reconcile()
+        if leader:
+            self.on_leader_pass()
         if not self.state.synced.is_set():
             self.on_synced()
             self.state.synced.set()
@@ -208,7 +197,7 @@ class Register:
             self.state.metrics.register_writes.inc()
             log.v(4).info("node %s: handshake set to %r", name, value)
         except errors.ApiError as err:
-            self.state.metrics.api_errors.labels("handshake", error_reason(err)).inc()
+            self.state.metrics.api_errors.labels("handshake", errors.error_reason(err)).inc()
             log.error("node %s: failed to write %s: %s", name, ann.NODE_HANDSHAKE, err)
 
     # --- the loop ---------------------------------------------------------------------------

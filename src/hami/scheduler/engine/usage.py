@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from hami.core.devices import MigAllocation, MigPlacement, PodDevices
-from hami.scheduler.nodes import NodeState, NodeView
+from hami.scheduler.engine.nodes import NodeState, NodeView
 
 
 @dataclass(frozen=True)

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from hami.scheduler.policy import Weights
-
-if TYPE_CHECKING:
-    from hami.scheduler.nodes import Dev
+from hami.scheduler.engine.device_view import Dev
+from hami.scheduler.engine.policy import Weights
 
 # Per-device usage of one node: (slots used, MiB used, cores used), each indexed by position.
 Load = tuple[Sequence[int], Sequence[int], Sequence[int]]

@@ -13,8 +13,8 @@ from typing import Any, Final
 
 from hami.core import klog
 from hami.core.kube.events import NORMAL, WARNING, EventRecorder, ObjectRef
-from hami.scheduler import reasons as r
-from hami.scheduler.metrics import SchedulerMetrics
+from hami.scheduler.engine import reasons as r
+from hami.scheduler.extender.metrics import SchedulerMetrics
 
 FILTERING_FAILED: Final = "FilteringFailed"
 FILTERING_SUCCEED: Final = "FilteringSucceed"

@@ -13,12 +13,12 @@ from operator import attrgetter
 from typing import Any
 
 from hami.core.devices import MigAllocation, PodDevices
-from hami.scheduler import reasons as r
-from hami.scheduler.device_config import NvidiaConfig
-from hami.scheduler.fit import Placed, PodContext, fit_node, fits_quickly
-from hami.scheduler.mig import unreserved
-from hami.scheduler.nodes import NodeState, NodeView
-from hami.scheduler.policy import (
+from hami.scheduler.engine import reasons as r
+from hami.scheduler.engine.device_config import NvidiaConfig
+from hami.scheduler.engine.fit import Placed, PodContext, fit_node, fits_quickly
+from hami.scheduler.engine.mig import unreserved
+from hami.scheduler.engine.nodes import NodeState, NodeView
+from hami.scheduler.engine.policy import (
     DEFAULT_GPU_POLICY,
     DEFAULT_NODE_POLICY,
     SPREAD,
@@ -27,10 +27,10 @@ from hami.scheduler.policy import (
     parse_scoring_weights,
     pick_node,
 )
-from hami.scheduler.quota import QuotaManager
-from hami.scheduler.ranking import Ranker
-from hami.scheduler.requests import pod_options, pod_requests
-from hami.scheduler.usage import PodAllocation, UsageIndex, collapse_init_containers, quota_usage
+from hami.scheduler.engine.quota import QuotaManager
+from hami.scheduler.engine.ranking import Ranker
+from hami.scheduler.engine.requests import pod_options, pod_requests
+from hami.scheduler.engine.usage import PodAllocation, UsageIndex, collapse_init_containers, quota_usage
 
 
 @dataclass(frozen=True)

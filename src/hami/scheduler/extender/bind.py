@@ -18,11 +18,10 @@ from hami.core.codec.nodelock import CONTENTION, format_go_duration
 from hami.core.kube import errors, raw
 from hami.core.kube.events import ObjectRef
 from hami.core.kube.patches import patch_pod_metadata
-from hami.scheduler.events import PodEvents
-from hami.scheduler.nodelock import NodeLocker, NodeLockError
-from hami.scheduler.register import error_reason
-from hami.scheduler.requests import container_request
-from hami.scheduler.state import ClusterState
+from hami.scheduler.engine.requests import container_request
+from hami.scheduler.extender.events import PodEvents
+from hami.scheduler.extender.nodelock import NodeLocker, NodeLockError
+from hami.scheduler.extender.state import ClusterState
 
 log = klog.get_logger(__name__)
 
@@ -149,7 +148,7 @@ class Binder:
             self.metrics.bind_phase_duration.labels("bind").observe(time.monotonic() - phase)
         except (NodeLockError, errors.ApiError) as err:
             if isinstance(err, errors.ApiError):
-                self.metrics.api_errors.labels("bind", error_reason(err)).inc()
+                self.metrics.api_errors.labels("bind", errors.error_reason(err)).inc()
             if locked:
                 self._release(args)
             message = str(err)

@@ -3,7 +3,7 @@
 Per container, the node's NVIDIA devices are sorted by the GPU policy and walked from the end;
 each card is accepted or rejected with a reason code, in HAMi's check order. The result per node
 is either the pod's devices (one entry per container, init containers first) or a reason string.
-A card in ``mig`` mode also needs a MIG profile with a free placement (``hami.scheduler.mig``); it
+A card in ``mig`` mode also needs a MIG profile with a free placement (``hami.scheduler.engine.mig``); it
 may serve several devices of one container, one instance each (HAMi's ``i++`` revisit).
 """
 
@@ -16,14 +16,14 @@ from itertools import combinations
 from typing import NamedTuple
 
 from hami.core.devices import ContainerDevice, ContainerDevices, MigAllocation, MigPlacement, PodDevices
-from hami.scheduler import reasons as r
-from hami.scheduler.mig import MigChoice, allocations, select
-from hami.scheduler.nodes import NodeView
-from hami.scheduler.policy import GpuPolicy, Weights, device_sort_key
-from hami.scheduler.quota import QuotaManager
-from hami.scheduler.requests import PERCENT_UNSET, VENDOR, ContainerRequest, PodOptions
-from hami.scheduler.score import Load, device_scores
-from hami.scheduler.usage import collapse_init_containers, quota_usage
+from hami.scheduler.engine import reasons as r
+from hami.scheduler.engine.mig import MigChoice, allocations, select
+from hami.scheduler.engine.nodes import NodeView
+from hami.scheduler.engine.policy import GpuPolicy, Weights, device_sort_key
+from hami.scheduler.engine.quota import QuotaManager
+from hami.scheduler.engine.requests import PERCENT_UNSET, VENDOR, ContainerRequest, PodOptions
+from hami.scheduler.engine.score import Load, device_scores
+from hami.scheduler.engine.usage import collapse_init_containers, quota_usage
 
 # One accepted card: (position in the view, MiB, cores, MIG choice on a ``mig`` card).
 Pick = tuple[int, int, int, MigChoice | None]

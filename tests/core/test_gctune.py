@@ -1,4 +1,4 @@
-"""``heap.settle``: what is alive goes to the permanent generation, garbage does not, and young
+"""``gctune.settle``: what is alive goes to the permanent generation, garbage does not, and young
 collections run less often."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from hami.core import heap
+from hami.core import gctune
 
 
 class Node:
@@ -32,7 +32,7 @@ def test_live_objects_are_frozen_and_cyclic_garbage_is_collected_first(unfrozen:
     gone = weakref.ref(dropped)
     del dropped
     before = gc.get_freeze_count()
-    heap.settle("a test")
+    gctune.settle("a test")
     assert gone() is None  # collected before the freeze, not kept alive by it
     assert gc.get_freeze_count() > before
     assert not any(o is kept for o in gc.get_objects())  # frozen objects are out of every generation
@@ -42,5 +42,5 @@ def test_live_objects_are_frozen_and_cyclic_garbage_is_collected_first(unfrozen:
 
 def test_young_collections_run_less_often_and_the_older_thresholds_stay(unfrozen: None) -> None:
     gc.set_threshold(700, 11, 12)
-    heap.settle("a test")
-    assert gc.get_threshold() == (heap.YOUNG_THRESHOLD, 11, 12)
+    gctune.settle("a test")
+    assert gc.get_threshold() == (gctune.YOUNG_THRESHOLD, 11, 12)

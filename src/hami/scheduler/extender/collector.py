@@ -25,9 +25,9 @@ from hami.core.kube.metrics import kube_metrics
 from hami.core.serve import build_info
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor, describe_families
 from hami.core.serve.families import Family, TextRenderer, declared_metric, to_metric
-from hami.scheduler.metrics import SchedulerMetrics
-from hami.scheduler.state import NODE_STATES, ClusterState, annotations_of, meta_field
-from hami.scheduler.usage import PodAllocation
+from hami.scheduler.engine.usage import PodAllocation
+from hami.scheduler.extender.metrics import SchedulerMetrics
+from hami.scheduler.extender.state import NODE_STATES, ClusterState, annotations_of, meta_field
 
 MIB = 1048576
 ZONE = "vGPU"

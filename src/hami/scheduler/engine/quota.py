@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hami.scheduler.device_config import NvidiaConfig
-from hami.scheduler.requests import int_quantity
-from hami.scheduler.usage import DeviceShare, quota_usage
+from hami.scheduler.engine.device_config import NvidiaConfig
+from hami.scheduler.engine.requests import int_quantity
+from hami.scheduler.engine.usage import DeviceShare, quota_usage
 
 
 @dataclass

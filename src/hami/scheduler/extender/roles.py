@@ -15,8 +15,7 @@ from hami.core import annotations as ann
 from hami.core import klog
 from hami.core.kube import errors
 from hami.core.kube.patches import patch_pod_metadata
-from hami.scheduler.register import error_reason
-from hami.scheduler.state import ClusterState, meta_field
+from hami.scheduler.extender.state import ClusterState, meta_field
 
 log = klog.get_logger(__name__)
 
@@ -48,7 +47,7 @@ class RoleLabels:
             try:
                 patch_pod_metadata(self.api, self.namespace, name, labels={ann.SCHEDULER_ROLE_LABEL: want})
             except errors.ApiError as err:
-                self.state.metrics.api_errors.labels("role_label", error_reason(err)).inc()
+                self.state.metrics.api_errors.labels("role_label", errors.error_reason(err)).inc()
                 log.error(
                     "pod %s/%s: failed to set %s=%s: %s",
                     self.namespace,
