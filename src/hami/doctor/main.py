@@ -4,13 +4,15 @@
   hami-doctor nodes [--selector S]  registration, devices, handshake and lock of every node
   hami-doctor node NAME             the same for one node
   hami-doctor logs [FILE|-]         known scheduler/device-plugin log lines, counted
+  hami-doctor snapshot -o FILE      write a scheduling snapshot for hami-tune simulate
 
 Reads only (GET/LIST). --fix applies the guides' remedies the report offers (clear a stale,
 dangling or malformed node lock; drop a handshake the scheduler will not refresh) after asking;
 --yes skips the question.
 
 Exit status: 0 healthy, 1 warning, 2 broken, 3 usage error (bad arguments, unknown pod or node,
-unreadable log), 4 the cluster could not be reached or read.
+unreadable log), 4 the cluster (or, for a snapshot, Prometheus) could not be reached or read.
+``snapshot`` exits 0 once the file is written.
 """
 
 from __future__ import annotations
@@ -23,11 +25,14 @@ from typing import IO, Any, NoReturn
 from prometheus_client import CollectorRegistry
 
 from hami.core.codec import CodecError
+from hami.core.codec.nodelock import DEFAULT_TIMEOUT as DEFAULT_LOCK_TIMEOUT
 from hami.core.codec.nodelock import format_rfc3339, parse_rfc3339
 from hami.core.kube import errors
 from hami.core.kube.client import KubeConfigError, new_api_client
 from hami.core.kube.options import KubeOptions, add_kube_flags
+from hami.core.promapi import PrometheusError
 from hami.doctor import fetch, fix, logscan, nodecheck, podtree, render
+from hami.doctor import snapshot as snapshot_cmd
 from hami.doctor.findings import EXIT_CLUSTER, EXIT_USAGE, Section, exit_code
 from hami.doctor.settings import DEFAULT_SCHEDULER_NAME, Settings
 
@@ -119,8 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_argument(
         "--node-lock-timeout",
         type=parse_duration,
-        default=timedelta(minutes=5),
-        help="the scheduler's --node-lock-timeout (default 5m)",
+        default=None,
+        help="the scheduler's --node-lock-timeout (default 5m; snapshot: read from the scheduler's pods)",
     )
     cluster.add_argument(
         "--bind-timeout",
@@ -141,6 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("target", metavar="NAME")
     logs = sub.add_parser("logs", parents=[common], help="explain scheduler/device-plugin log lines")
     logs.add_argument("file", nargs="?", default="-", metavar="FILE|-")
+    snapshot = sub.add_parser(
+        "snapshot", parents=[common, cluster], help="write a scheduling snapshot for hami-tune simulate"
+    )
+    snapshot_cmd.add_arguments(snapshot, parse_duration)
     return p
 
 
@@ -148,8 +157,8 @@ def _settings(args: argparse.Namespace) -> Settings:
     return Settings(
         scheduler_name=args.scheduler_name,
         handshake_timeout=args.handshake_timeout,
-        node_lock_timeout=args.node_lock_timeout,
-        bind_timeout=args.bind_timeout or args.node_lock_timeout,
+        node_lock_timeout=args.node_lock_timeout or DEFAULT_LOCK_TIMEOUT,
+        bind_timeout=args.bind_timeout or args.node_lock_timeout or DEFAULT_LOCK_TIMEOUT,
         scheduler_tz=args.scheduler_tz,
     )
 
@@ -199,6 +208,8 @@ def main(argv: list[str] | None = None, stdin: IO[str] | None = None, stdout: IO
     now = args.now or datetime.now(UTC)
     at = format_rfc3339(now)
     command = args.command + (f" {args.target}" if getattr(args, "target", None) else "")
+    if args.command == "snapshot":
+        return _snapshot(args, stdout)
     try:
         if args.command == "logs":
             sections = [_logs(args.file, stdin)]
@@ -221,6 +232,21 @@ def main(argv: list[str] | None = None, stdin: IO[str] | None = None, stdout: IO
         else render.to_text(command, at, sections) + "".join(f"fix: {a}\n" for a in applied or [])
     )
     return exit_code(render.status(sections))
+
+
+def _snapshot(args: argparse.Namespace, stdout: IO[str]) -> int:
+    try:
+        api = None if args.from_prometheus else _api(args)
+        return snapshot_cmd.run(args, api, parse_duration, stdout)
+    except snapshot_cmd.SnapshotUsageError as exc:
+        print(f"hami-doctor: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (KubeConfigError, errors.ApiError) as exc:
+        print(f"hami-doctor: cannot read the cluster: {exc}", file=sys.stderr)
+        return EXIT_CLUSTER
+    except PrometheusError as exc:
+        print(f"hami-doctor: {exc}", file=sys.stderr)
+        return EXIT_CLUSTER
 
 
 def _fix(api: Any, sections: list[Section], yes: bool, stdin: IO[str]) -> list[str]:

@@ -10,15 +10,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from hami.core.promapi import Sample
 from hami.tune import recommend, tables
 from hami.tune.recommend import Evidence, Recommendation
-
-
-@dataclass(frozen=True)
-class Sample:
-    labels: dict[str, str]
-    value: float
-
 
 QueryFn = Callable[[str], list[Sample]]
 

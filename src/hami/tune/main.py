@@ -10,9 +10,9 @@ import argparse
 import sys
 import time
 
+from hami.core.promapi import PrometheusClient, PrometheusError
 from hami.tune import report
 from hami.tune.collect import Settings, recommend_all
-from hami.tune.promapi import PrometheusClient, PrometheusError
 
 EXIT_REFUSED = 3
 

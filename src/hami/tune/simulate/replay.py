@@ -1,0 +1,620 @@
+"""The replay: a snapshot's pods through the scheduling engine, in arrival order, with departures.
+
+Every decision is the extender's own: ``filter_pod`` over the registered nodes with the usage index
+and quota manager, then ``commit``. Around it the replay plays kube-scheduler and the cluster:
+
+- A pod is filtered when it arrives (its creation time). The API keeps creation times to the
+  second, so the order of pods created in the same second is lost; under the snapshot's own
+  configuration the replay takes them in the order that reproduces what the snapshot recorded
+  (of the pods left in the group, the first by name whose filter gives its recorded placement,
+  else the first by name), and every other scenario takes them in that same order. Without it,
+  one swapped pair changes the cards of every later pod on a busy node.
+  When no node fits a pod it waits; kube-scheduler retries waiting pods when capacity frees up, so
+  every departure retries them in arrival order. A retry after a departure from node N filters
+  over N alone: no other node gained capacity since the pod's last attempt, so N is the only node
+  the full filter could newly choose (a departure that frees namespace quota retries over all
+  nodes). Pods of one request shape that N refused in this round are not tried again on it.
+- A pod placed by the scheduler in the snapshot runs as long as it ran there, from whenever the
+  replay places it; one still running then stays. A pod placed outside the scheduler (no
+  ``scheduled`` time) keeps its recorded devices from creation to finish, under every scenario: a
+  configuration change does not move running pods. A pod deleted while waiting leaves the queue.
+- Node locks: a successful bind's lock is taken as released at once (the device plugin's
+  Allocate follows within seconds). A lock the snapshot shows held longer (a crashed or stuck
+  bind) refuses binds to its node until it is released or expires under the scenario's
+  ``nodeLockExpire``. HAMi's filter does not look at locks, so it keeps choosing that node; the
+  bind fails, the reservation stays and kube-scheduler retries the pod with its back-off (1 s,
+  doubling, at most 10 s).
+
+Samples of the cluster state at regular times feed the report's time series and fragmentation.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from itertools import permutations
+from typing import Any
+
+from hami.core import snapshot as snap
+from hami.core.devices import MODE_MIG, PodDevices
+from hami.scheduler.engine import reasons as r
+from hami.scheduler.engine.decision import FilterResult, commit, filter_pod
+from hami.scheduler.engine.nodes import NodeState
+from hami.scheduler.engine.quota import QuotaManager
+from hami.scheduler.engine.ranking import Ranker
+from hami.scheduler.engine.requests import PERCENT_UNSET, pod_requests
+from hami.scheduler.engine.usage import DeviceShare, PodAllocation, UsageIndex
+from hami.tune.simulate import cluster as cl
+from hami.tune.simulate.scenario import Scenario
+
+# Event kinds, in the order they run at one instant: capacity frees up before pods arrive.
+DEPART, GIVE_UP, ARRIVE, RETRY = 0, 1, 2, 3
+BACKOFF_INITIAL, BACKOFF_MAX = 1.0, 10.0  # kube-scheduler's podInitialBackoffSeconds / podMaxBackoffSeconds
+SAMPLES = 120
+Placement = tuple[str | None, tuple[tuple[str, ...], ...]]
+TIE_WINDOW = 16  # pods of a same-second group tried against their recorded placement per step
+PERMUTE_MAX = 5  # groups up to this size try every order
+# Rankings kept (one per request shape): a history has more shapes than a burst of filter calls.
+RANKINGS = 128
+
+
+@dataclass
+class PodRun:
+    """One pod's fate in the replay."""
+
+    pod: snap.Pod
+    obj: dict[str, Any]
+    shape: str  # pods with equal shape ask for the same thing
+    fixed: bool  # placed outside the scheduler: holds its recorded devices
+    node: str | None = None
+    devices: PodDevices = ()
+    placed_at: float | None = None
+    left_at: float | None = None
+    attempts: int = 0
+    bind_failures: int = 0
+    backoff: bool = False
+    reason: str = ""  # the last filter's failure, summarised
+    error: str = ""  # the pod itself is invalid (never placed)
+
+    @property
+    def wait(self) -> float | None:
+        return None if self.placed_at is None else self.placed_at - self.pod.created
+
+
+@dataclass(frozen=True)
+class Sample:
+    t: float
+    pending: int
+    running: int
+    mem_mib: int  # allocated GPU memory
+    cores: int  # allocated cores (100 = a card)
+    free_mib: int  # unallocated memory on usable cards
+    stranded_mib: int  # of it, on cards that cannot take a typical request
+    overcommitted: int  # cards whose allocation exceeds their physical memory
+    headroom_mib: int  # least (physical - allocated) over cards
+    peak_headroom_mib: int | None  # least (physical - sum of holders' peak use), when peaks are known
+
+
+@dataclass
+class Capacity:
+    cards: int = 0
+    mem_mib: int = 0  # registered (scaled)
+    physical_mib: int = 0
+    cores: int = 0
+    slots: int = 0
+
+
+@dataclass
+class ReplayResult:
+    order: list[str]  # uids in the order the replay first filtered them
+    scenario: Scenario
+    cluster: cl.Cluster
+    runs: list[PodRun]
+    samples: list[Sample]
+    capacity: Capacity
+    start: float
+    end: float
+    typical: tuple[int, int]  # (MiB, cores) of the median request
+    mem_area: float = 0.0  # ∫ allocated MiB dt
+    core_area: float = 0.0
+    locked_seconds: float = 0.0  # node-seconds under a stuck lock within the window
+    notes: list[str] = field(default_factory=list)
+
+
+def _shape(pod: snap.Pod, limited: bool) -> str:
+    parts: list[Any] = [
+        [c.resources for c in pod.init_containers],
+        [c.resources for c in pod.containers],
+        sorted(pod.annotations.items()),
+    ]
+    if limited:
+        parts.append(pod.namespace)
+    return json.dumps(parts, sort_keys=True)
+
+
+def _median(values: Sequence[int]) -> int:
+    return int(statistics.median(values)) if values else 0
+
+
+class Replay:
+    """One replay; ``order`` (a previous replay's ``ReplayResult.order``) fixes the order of pods
+    created in the same second instead of matching them to their recorded placements."""
+
+    def __init__(
+        self,
+        snapshot: snap.Snapshot,
+        scenario: Scenario,
+        samples: int = SAMPLES,
+        order: Sequence[str] | None = None,
+    ) -> None:
+        self.snapshot = snapshot
+        self.scenario = scenario
+        self.rank = {uid: i for i, uid in enumerate(order)} if order is not None else None
+        self.cluster = cl.build(snapshot, scenario)
+        self.config = self.cluster.config
+        self.usage = UsageIndex()
+        self.quotas: QuotaManager = cl.quotas(snapshot, self.config)
+        self.ranks = Ranker(size=RANKINGS)
+        self.all_nodes: Sequence[NodeState] = self.cluster.nodes
+        self.pending: dict[str, PodRun] = {}
+        self.events: list[tuple[float, int, int, PodRun]] = []
+        self._seq = 0
+        self.start, self.end = snapshot.start, snapshot.taken
+        self.locks = self._lock_intervals()
+        self.capacity = self._capacity()
+        runs = [self._run(p) for p in sorted(snapshot.pods, key=lambda p: (p.created, p.namespace, p.name))]
+        self.runs = runs
+        self.result = ReplayResult(
+            [],
+            scenario,
+            self.cluster,
+            runs,
+            [],
+            self.capacity,
+            self.start,
+            self.end,
+            self._typical(runs),
+        )
+        self._sample_times = self._grid(samples)
+        self._last_t = self.start
+        self._mem = self._cores = 0
+        self._peaks = any(p.peak_memory_bytes for p in snapshot.pods)
+        self._undo: list[tuple[str, PodAllocation | None]] = []  # trial changes to the usage index
+        self._idle: dict[str, tuple[int, int, int, int]] = {}  # _card_figures of nodes without usage
+
+    # --- set-up ---------------------------------------------------------------------------------
+
+    def _run(self, pod: snap.Pod) -> PodRun:
+        fixed = pod.allocation is not None and pod.scheduled is None
+        limited = self.quotas.limited(pod.namespace)
+        return PodRun(pod, pod.as_object(), _shape(pod, limited), fixed)
+
+    def _lock_intervals(self) -> dict[str, list[tuple[float, float]]]:
+        expire, current = self.cluster.lock_expire, self.snapshot.scheduler.node_lock_expire
+        out: dict[str, list[tuple[float, float]]] = {}
+        for lock in self.snapshot.locks:
+            until = lock.since + expire
+            # A lock that lasted its full expiry was broken by expiry: under another expiry it lasts that.
+            if lock.released is not None and lock.released - lock.since < current:
+                until = min(until, lock.released)
+            out.setdefault(lock.node, []).append((lock.since, until))
+        return out
+
+    def _capacity(self) -> Capacity:
+        c = Capacity()
+        for node in self.cluster.nodes:
+            for d in node.devices:
+                c.cards += 1
+                c.mem_mib += d.devmem
+                c.physical_mib += self.cluster.physical_mib.get(d.id, d.devmem)
+                c.cores += d.devcore
+                c.slots += d.count
+        return c
+
+    def _typical(self, runs: Iterable[PodRun]) -> tuple[int, int]:
+        cards = [d.devmem for n in self.cluster.nodes for d in n.devices]
+        card = _median(cards)
+        mems: list[int] = []
+        cores: list[int] = []
+        for run in runs:
+            reqs, _ = pod_requests(run.obj, self.config.nvidia)
+            for req in reqs:
+                if req is not None:
+                    pct = req.mem_percentage
+                    mems.append(req.memreq if pct == PERCENT_UNSET else card * pct // 100)
+                    cores.append(req.coresreq)
+        return _median(mems), _median(cores)
+
+    def _grid(self, n: int) -> list[float]:
+        if self.end <= self.start or n < 2:
+            return [self.end]
+        step = (self.end - self.start) / (n - 1)
+        return [self.start + i * step for i in range(n)]
+
+    # --- the event loop -------------------------------------------------------------------------
+
+    def _push(self, t: float, kind: int, run: PodRun) -> None:
+        self._seq += 1
+        heapq.heappush(self.events, (t, kind, self._seq, run))
+
+    def run(self) -> ReplayResult:
+        for run in self.runs:
+            self._push(run.pod.created, ARRIVE, run)
+            if run.pod.allocation is None and run.pod.finished is not None:
+                self._push(run.pod.finished, GIVE_UP, run)
+        samples = iter(self._sample_times)
+        next_sample = next(samples, None)
+        while self.events:
+            t, kind, _, run = heapq.heappop(self.events)
+            if t > self.end:
+                break
+            while next_sample is not None and next_sample < t:
+                self._sample(next_sample)
+                next_sample = next(samples, None)
+            self._advance(t)
+            if kind == RETRY:
+                run.backoff = False
+                if run.placed_at is None and run.pod.uid in self.pending:
+                    self._attempt(run, t, self.all_nodes)
+                continue
+            leaving: list[tuple[int, PodRun]] = []
+            arriving: list[PodRun] = []
+            while True:
+                (arriving.append(run) if kind == ARRIVE else leaving.append((kind, run)))
+                if not self.events or self.events[0][0] != t or self.events[0][1] == RETRY:
+                    break
+                _, kind, _, run = heapq.heappop(self.events)
+            self._instant(t, leaving, arriving)
+        while next_sample is not None:
+            self._sample(next_sample)
+            next_sample = next(samples, None)
+        self._advance(self.end)
+        self.result.locked_seconds = sum(
+            max(min(b, self.end) - max(a, self.start), 0.0) for spans in self.locks.values() for a, b in spans
+        )
+        self.result.notes = [f"node {n} left out: {why}" for n, why in self.cluster.skipped.items()]
+        return self.result
+
+    def _advance(self, t: float) -> None:
+        dt = t - self._last_t
+        if dt > 0:
+            self.result.mem_area += self._mem * dt
+            self.result.core_area += self._cores * dt
+            self._last_t = t
+
+    def _account(self, shares: Iterable[DeviceShare], sign: int) -> None:
+        for s in shares:
+            self._mem += sign * s.usedmem
+            self._cores += sign * s.usedcores
+
+    def _instant(self, t: float, leaving: list[tuple[int, PodRun]], arriving: list[PodRun]) -> None:
+        """What the snapshot records at one time (one second, for the API's times): departures,
+        give-ups and arrivals, whose true order is lost. Pods placed outside the scheduler come
+        first. Unless ``order`` fixes the arrivals' order, the replay takes the order in which the
+        most arrivals get what the snapshot recorded for them (``_resolve``)."""
+        for run in arriving:
+            if run.fixed:
+                self._arrive(run, t)
+        todo = [run for run in arriving if not run.fixed]
+        if self.rank is not None or len(todo) + len(leaving) < 2 or not todo:
+            for kind, run in leaving:
+                self._leave(kind, run, t)
+            rank = self.rank or {}
+            for run in sorted(todo, key=lambda run: rank.get(run.pod.uid, len(rank))):
+                self._arrive(run, t)
+            return
+        items: list[tuple[int, PodRun]] = [*leaving, *((ARRIVE, run) for run in todo)]
+        for i in self._resolve(items, t):
+            kind, run = items[i]
+            if kind == ARRIVE:
+                self._arrive(run, t)
+            else:
+                self._leave(kind, run, t)
+
+    def _resolve(self, items: list[tuple[int, PodRun]], t: float) -> Sequence[int]:
+        """The order of ``items`` (departures first, then arrivals by name, when nothing is better)
+        under which the most arrivals get their recorded outcome: every order for a few items,
+        else greedily (the first arrival that gets it, else the next departure)."""
+        arrivals = sum(1 for kind, _ in items if kind == ARRIVE)
+        if len(items) <= PERMUTE_MAX:
+            best: tuple[int, ...] = tuple(range(len(items)))
+            best_score = -1
+            for perm in permutations(range(len(items))):
+                score = self._trial(items, perm, t)
+                if score > best_score:
+                    best, best_score = perm, score
+                    if score == arrivals:
+                        break
+            return best
+        order: list[int] = []
+        rest = list(range(len(items)))
+        while rest:
+            pick = next(
+                (i for i in rest[:TIE_WINDOW] if items[i][0] == ARRIVE and self._gets_record(items[i][1], t)),
+                next((i for i in rest if items[i][0] != ARRIVE), rest[0]),
+            )
+            rest.remove(pick)
+            order.append(pick)
+            self._trial(items, (pick,), t, keep=True)
+        self._undo_trials()
+        return order
+
+    def _expected(self, run: PodRun, t: float) -> Placement:
+        """What the snapshot says the filter gave the pod at ``t``: its placement when it was
+        scheduled in that second, else no node (it waited)."""
+        pod = run.pod
+        if pod.scheduled is not None and int(pod.scheduled) != int(t):
+            return None, ()
+        return recorded_placement(pod)
+
+    def _gets_record(self, run: PodRun, t: float) -> bool:
+        return filter_placement(self._filter(run, self.all_nodes)) == self._expected(run, t)
+
+    def _trial(
+        self, items: list[tuple[int, PodRun]], perm: Sequence[int], t: float, keep: bool = False
+    ) -> int:
+        """Apply ``perm`` to the usage index alone (no retries, no events) and count the arrivals
+        that get their recorded outcome; undone unless ``keep`` (then ``_undo_trials`` undoes it)."""
+        matches = 0
+        for i in perm:
+            kind, run = items[i]
+            if kind == ARRIVE:
+                result = self._filter(run, self.all_nodes)
+                matches += filter_placement(result) == self._expected(run, t)
+                if result.reservation is not None and result.node is not None:
+                    commit(result, self.usage, self.quotas)
+                    self._undo.append((run.pod.uid, None))
+            else:
+                old = self.usage.remove(run.pod.uid)
+                if old is not None:
+                    self.quotas.remove_usage(old.namespace, old.shares)
+                    self._undo.append(("", old))
+        if not keep:
+            self._undo_trials()
+        return matches
+
+    def _undo_trials(self) -> None:
+        while self._undo:
+            uid, old = self._undo.pop()
+            if old is None:
+                gone = self.usage.remove(uid)
+                if gone is not None:
+                    self.quotas.remove_usage(gone.namespace, gone.shares)
+            else:
+                self.usage.add(old)
+                self.quotas.add_usage(old.namespace, old.shares)
+
+    def _leave(self, kind: int, run: PodRun, t: float) -> None:
+        if kind == DEPART:
+            self._depart(run, t)
+        elif run.placed_at is None:
+            self._give_up(run)
+
+    def _arrive(self, run: PodRun, t: float) -> None:
+        self.result.order.append(run.pod.uid)
+        if run.fixed:
+            alloc = cl.reservation(run.pod)
+            if alloc is None:
+                run.error = "its recorded allocation does not decode"
+                return
+            self._hold(alloc)
+            assert run.pod.allocation is not None
+            run.node, run.placed_at = run.pod.allocation.node, t
+            run.devices = cl.recorded_devices(run.pod) or ()
+            if run.pod.finished is not None:
+                self._push(run.pod.finished, DEPART, run)
+            return
+        self._attempt(run, t, self.all_nodes)
+
+    def _hold(self, alloc: PodAllocation) -> None:
+        self.usage.add(alloc)
+        self.quotas.add_usage(alloc.namespace, alloc.shares)
+        self._account(alloc.shares, 1)
+
+    def _release(self, uid: str) -> PodAllocation | None:
+        old = self.usage.remove(uid)
+        if old is not None:
+            self.quotas.remove_usage(old.namespace, old.shares)
+            self._account(old.shares, -1)
+        return old
+
+    def _locked(self, node: str, t: float) -> bool:
+        return any(a <= t < b for a, b in self.locks.get(node, ()))
+
+    def _filter(self, run: PodRun, nodes: Sequence[NodeState]) -> FilterResult:
+        ranks = self.ranks if nodes is self.all_nodes else None
+        return filter_pod(run.obj, nodes, self.usage, self.quotas, self.config, ranks=ranks)
+
+    def _attempt(self, run: PodRun, t: float, nodes: Sequence[NodeState]) -> bool:
+        """Filter the pod over ``nodes``; True when it was placed (or its bind failed on a lock)."""
+        result = self._filter(run, nodes)
+        run.attempts += 1
+        if not result.requested or result.error is not None:
+            run.error = result.error or "asks for no GPU under this device config"
+            self.pending.pop(run.pod.uid, None)
+            return False
+        if result.node is None:
+            if nodes is self.all_nodes:
+                run.reason = _summary(result.failed)
+            self.pending.setdefault(run.pod.uid, run)
+            return False
+        if result.replaced is not None:
+            self._account(result.replaced.shares, -1)
+        commit(result, self.usage, self.quotas)
+        assert result.reservation is not None
+        self._account(result.reservation.shares, 1)
+        moved = (
+            result.replaced.node
+            if result.replaced is not None and result.replaced.node != result.node
+            else None
+        )
+        if self._locked(result.node, t):
+            # Bind fails on the lock; the reservation stays until kube-scheduler's retry.
+            run.bind_failures += 1
+            run.backoff = True
+            run.reason = f"bind refused: node {result.node} locked"
+            self.pending.setdefault(run.pod.uid, run)
+            delay = min(BACKOFF_INITIAL * 2 ** (run.bind_failures - 1), BACKOFF_MAX)
+            self._push(t + delay, RETRY, run)
+        else:
+            self.pending.pop(run.pod.uid, None)
+            run.node, run.devices, run.placed_at = result.node, result.devices, t
+            end = self._departure(run, t)
+            if end is not None:
+                self._push(end, DEPART, run)
+        if moved is not None:
+            self._retry_after(moved, run.pod.namespace, t)
+        return True
+
+    def _departure(self, run: PodRun, t: float) -> float | None:
+        pod = run.pod
+        if pod.finished is None:
+            return None
+        if pod.allocation is None:
+            return max(pod.finished, t)  # deleted at ``finished`` in the snapshot
+        began = pod.scheduled if pod.scheduled is not None else pod.created
+        return t + max(pod.finished - began, 0.0)
+
+    def _depart(self, run: PodRun, t: float) -> None:
+        old = self._release(run.pod.uid)
+        run.left_at = t
+        if old is not None:
+            self._retry_after(old.node, old.namespace, t)
+
+    def _give_up(self, run: PodRun) -> None:
+        self.pending.pop(run.pod.uid, None)
+        old = self._release(run.pod.uid)
+        run.reason = run.reason or "deleted while waiting"
+        if old is not None:
+            self._retry_after(old.node, old.namespace, run.pod.finished or self.end)
+
+    def _retry_after(self, node: str, namespace: str, t: float) -> None:
+        """Capacity freed on ``node`` (and quota in ``namespace``): waiting pods try again."""
+        state = self.cluster.by_name.get(node)
+        only = [state] if state is not None else []
+        refused: set[str] = set()
+        quota_freed = self.quotas.limited(namespace)
+        for run in list(self.pending.values()):
+            if run.backoff or run.placed_at is not None:
+                continue
+            if quota_freed and run.pod.namespace == namespace:
+                self._attempt(run, t, self.all_nodes)
+                continue
+            if not only or run.shape in refused:
+                continue
+            if not self._attempt(run, t, only):
+                refused.add(run.shape)
+
+    # --- samples --------------------------------------------------------------------------------
+
+    def _card_figures(
+        self, node: NodeState, usage: dict[str, tuple[int, int, int]]
+    ) -> tuple[int, int, int, int]:
+        """(free MiB on usable cards, of it stranded, cards over-committed, least headroom MiB)."""
+        typ_mem, typ_cores = self.result.typical
+        free = stranded = over = 0
+        headroom: int | None = None
+        for d in node.devices:
+            slots, mem, cores = usage.get(d.id, (0, 0, 0))
+            physical = self.cluster.physical_mib.get(d.id, d.devmem)
+            room = physical - mem
+            headroom = room if headroom is None else min(headroom, room)
+            over += mem > physical
+            if not d.health or d.mode == MODE_MIG or d.id in node.cordoned:
+                continue
+            spare = max(d.devmem - mem, 0)
+            free += spare
+            if (
+                slots >= d.count
+                or spare < typ_mem
+                or d.devcore - cores < typ_cores
+                or (cores and typ_cores >= 100)
+            ):
+                stranded += spare
+        return free, stranded, over, headroom if headroom is not None else 0
+
+    def _sample(self, t: float) -> None:
+        free = stranded = over = 0
+        headroom: int | None = None
+        held_peak = self._peak_by_card() if self._peaks else None
+        peak_headroom: int | None = None
+        for node in self.cluster.nodes:
+            usage = self.usage.node_usage(node.name)
+            figures = self._idle.get(node.name) if not usage else None
+            if figures is None:
+                figures = self._card_figures(node, usage)
+                if not usage:
+                    self._idle[node.name] = figures
+            free, stranded, over = free + figures[0], stranded + figures[1], over + figures[2]
+            headroom = figures[3] if headroom is None else min(headroom, figures[3])
+            if held_peak is not None:
+                for d in node.devices:
+                    left = self.cluster.physical_mib.get(d.id, d.devmem) - held_peak.get(d.id, 0)
+                    peak_headroom = left if peak_headroom is None else min(peak_headroom, left)
+        running = sum(1 for _ in self.usage.pods())
+        self.result.samples.append(
+            Sample(
+                t,
+                len(self.pending),
+                running,
+                self._mem,
+                self._cores,
+                free,
+                stranded,
+                over,
+                headroom or 0,
+                peak_headroom,
+            )
+        )
+
+    def _peak_by_card(self) -> dict[str, int]:
+        """Per card, the sum of its holders' peak use, each pod's peak split over its cards by share."""
+        peaks = {run.pod.uid: run.pod.peak_memory_bytes for run in self.runs if run.pod.peak_memory_bytes}
+        out: dict[str, int] = {}
+        for alloc in self.usage.pods():
+            peak = peaks.get(alloc.uid)
+            total = sum(s.usedmem for s in alloc.shares)
+            for s in alloc.shares:
+                share = s.usedmem if peak is None or not total else int(peak / (1 << 20) * s.usedmem / total)
+                out[s.uuid] = out.get(s.uuid, 0) + share
+        return out
+
+
+def _summary(failed: dict[str, str] | Any) -> str:
+    """The most common reason across nodes, e.g. ``CardInsufficientMemory on 12 of 20 nodes``."""
+    counts: dict[str, int] = {}
+    for text in failed.values():
+        for code in r.parse_reason(text) or {text: 1}:
+            counts[code] = counts.get(code, 0) + 1
+    if not counts:
+        return "no node"
+    code, n = max(counts.items(), key=lambda kv: (kv[1], kv[0]))
+    return f"{code} on {n} of {len(failed)} nodes"
+
+
+def recorded_placement(pod: snap.Pod) -> Placement:
+    """Node and per-container card UUIDs the snapshot recorded; (None, ()) when never placed."""
+    if pod.allocation is None:
+        return None, ()
+    return placement(pod.allocation.node, cl.recorded_devices(pod) or ())
+
+
+def filter_placement(result: FilterResult) -> Placement:
+    return placement(result.node, result.devices)
+
+
+def placement(node: str | None, devices: PodDevices) -> Placement:
+    """Node and per-container card UUIDs, trailing containers without cards dropped."""
+    cards = [tuple(d.uuid for d in container) for container in devices]
+    while cards and not cards[-1]:
+        cards.pop()
+    return node, tuple(cards)
+
+
+def replay(
+    snapshot: snap.Snapshot, scenario: Scenario, samples: int = SAMPLES, order: Sequence[str] | None = None
+) -> ReplayResult:
+    return Replay(snapshot, scenario, samples, order).run()
