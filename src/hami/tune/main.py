@@ -1,7 +1,10 @@
 """hami-tune: read the Prometheus HTTP API and print tuning recommendations with their evidence.
 
+  hami-tune --prometheus-url URL [--verify SNAPSHOT]   recommendations (checked by a simulation)
+  hami-tune simulate SNAPSHOT [--set KEY=VALUE]...    replay a snapshot under other settings
+
 Exit status: 0 every parameter has a recommendation; 3 at least one was refused for missing data;
-1 Prometheus could not be queried.
+1 Prometheus could not be queried; 2 the snapshot cannot be used.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import time
 from hami.core.promapi import PrometheusClient, PrometheusError
 from hami.tune import report
 from hami.tune.collect import Settings, recommend_all
+from hami.tune.simulate import cli as simulate_cli
 
 EXIT_REFUSED = 3
 
@@ -53,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["simulate"]:
+        return simulate_cli.main(argv[1:])
     args = build_parser().parse_args(argv)
     settings = Settings(
         window=args.window,

@@ -3,12 +3,12 @@
 Every decision is the extender's own: ``filter_pod`` over the registered nodes with the usage index
 and quota manager, then ``commit``. Around it the replay plays kube-scheduler and the cluster:
 
-- A pod is filtered when it arrives (its creation time). The API keeps creation times to the
-  second, so the order of pods created in the same second is lost; under the snapshot's own
-  configuration the replay takes them in the order that reproduces what the snapshot recorded
-  (of the pods left in the group, the first by name whose filter gives its recorded placement,
-  else the first by name), and every other scenario takes them in that same order. Without it,
-  one swapped pair changes the cards of every later pod on a busy node.
+- A pod is filtered when it arrives (its creation time). The API keeps times to the second, so
+  the order of what happened within one second (arrivals, departures) is lost. Under the
+  snapshot's own configuration the replay takes, in each second, the order under which the most
+  arrivals get the outcome the snapshot recorded (every order of up to five events, else
+  greedily); every other scenario replays that same order. Without it, one swapped pair changes
+  the cards of every later pod on a busy node.
   When no node fits a pod it waits; kube-scheduler retries waiting pods when capacity frees up, so
   every departure retries them in arrival order. A retry after a departure from node N filters
   over N alone: no other node gained capacity since the pod's last attempt, so N is the only node
@@ -109,7 +109,7 @@ class Capacity:
 
 @dataclass
 class ReplayResult:
-    order: list[str]  # uids in the order the replay first filtered them
+    order: list[str]  # arrivals and departures in the order the replay took them (``_key``)
     scenario: Scenario
     cluster: cl.Cluster
     runs: list[PodRun]
@@ -293,22 +293,25 @@ class Replay:
     def _instant(self, t: float, leaving: list[tuple[int, PodRun]], arriving: list[PodRun]) -> None:
         """What the snapshot records at one time (one second, for the API's times): departures,
         give-ups and arrivals, whose true order is lost. Pods placed outside the scheduler come
-        first. Unless ``order`` fixes the arrivals' order, the replay takes the order in which the
-        most arrivals get what the snapshot recorded for them (``_resolve``)."""
+        first. Unless ``order`` fixes it, the replay takes the order in which the most arrivals get
+        what the snapshot recorded for them (``_resolve``); ``order`` sorts the items by where they
+        came in that replay (departures before arrivals when they were not at this time there)."""
         for run in arriving:
             if run.fixed:
                 self._arrive(run, t)
-        todo = [run for run in arriving if not run.fixed]
-        if self.rank is not None or len(todo) + len(leaving) < 2 or not todo:
-            for kind, run in leaving:
-                self._leave(kind, run, t)
-            rank = self.rank or {}
-            for run in sorted(todo, key=lambda run: rank.get(run.pod.uid, len(rank))):
-                self._arrive(run, t)
-            return
-        items: list[tuple[int, PodRun]] = [*leaving, *((ARRIVE, run) for run in todo)]
-        for i in self._resolve(items, t):
+        items: list[tuple[int, PodRun]] = [*leaving, *((ARRIVE, run) for run in arriving if not run.fixed)]
+        if self.rank is not None:
+            rank, last = self.rank, len(self.rank)
+            chosen: Sequence[int] = sorted(
+                range(len(items)), key=lambda i: (rank.get(_key(*items[i]), last), items[i][0] == ARRIVE, i)
+            )
+        elif len(items) < 2 or all(kind != ARRIVE for kind, _ in items):
+            chosen = range(len(items))
+        else:
+            chosen = self._resolve(items, t)
+        for i in chosen:
             kind, run = items[i]
+            self.result.order.append(_key(kind, run))
             if kind == ARRIVE:
                 self._arrive(run, t)
             else:
@@ -394,7 +397,6 @@ class Replay:
             self._give_up(run)
 
     def _arrive(self, run: PodRun, t: float) -> None:
-        self.result.order.append(run.pod.uid)
         if run.fixed:
             alloc = cl.reservation(run.pod)
             if alloc is None:
@@ -593,6 +595,12 @@ def _summary(failed: dict[str, str] | Any) -> str:
         return "no node"
     code, n = max(counts.items(), key=lambda kv: (kv[1], kv[0]))
     return f"{code} on {n} of {len(failed)} nodes"
+
+
+def _key(kind: int, run: PodRun) -> str:
+    """An item's name in ``ReplayResult.order``: the pod's uid for its arrival, with a suffix for
+    its departure or give-up."""
+    return run.pod.uid if kind == ARRIVE else f"{run.pod.uid}/{kind}"
 
 
 def recorded_placement(pod: snap.Pod) -> Placement:
