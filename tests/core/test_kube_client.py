@@ -15,8 +15,8 @@ from hami.core import klog
 from hami.core.kube import errors, raw
 from hami.core.kube.client import new_api_client
 from hami.core.kube.options import KubeOptions
+from hami.testing.clock import FakeClock
 from hami.testing.kubeapi import KubeAPIServer
-from tests.core.kube_fakes import FakeClock
 
 
 def _pod(name: str) -> dict[str, object]:

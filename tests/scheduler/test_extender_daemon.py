@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import requests
 from cryptography.hazmat.primitives.serialization import Encoding
-from tests.core.certs import issue, make_ca
+from hami.testing.certs import issue, make_ca
 from tests.scheduler.daemon_proc import Daemon, daemon
 from tests.scheduler.extender_env import gpu_node, gpu_pod, wait_until
 
