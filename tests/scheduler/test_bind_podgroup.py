@@ -7,19 +7,13 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from tests.scheduler.extender_env import (
-    bind_pod,
-    create_pod,
-    filter_pod,
-    gpu_node,
-    gpu_pod,
-    running,
-    wait_until,
-)
 
 from hami.core.codec.nodelock import NodeLock, format_node_lock
 from hami.scheduler.extender.bind import go_seconds
+from hami.testing.builders import gpu_node, gpu_pod
+from hami.testing.extender import bind_pod, create_pod, filter_pod, running
 from hami.testing.kubeapi import KubeAPIServer
+from hami.testing.wait import wait_until
 
 LOCK = "hami.io/mutex.lock"
 

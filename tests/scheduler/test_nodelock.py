@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from hami.core.codec.nodelock import NodeLock, format_node_lock, format_rfc3339
 from hami.scheduler.extender.metrics import SchedulerMetrics
 from hami.scheduler.extender.nodelock import INITIAL, JITTER, NodeLocker, NodeLockError
+from hami.testing.builders import node, pod
 from hami.testing.kubeapi import KubeAPIServer
 
 LOCK = "hami.io/mutex.lock"
@@ -21,17 +22,7 @@ NOW = datetime.now().astimezone().replace(microsecond=0)
 
 
 def _node(name: str, lock: str | None = None) -> dict[str, Any]:
-    annotations = {LOCK: lock} if lock is not None else {}
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "annotations": annotations}}
-
-
-def _pod(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"containers": [{"name": "c", "image": "x"}]},
-    }
+    return node(name, annotations={LOCK: lock} if lock is not None else {})
 
 
 def _lock_value(api: KubeAPIServer, node: str) -> str | None:
@@ -155,7 +146,7 @@ def test_lock_is_reentrant_for_the_same_pod(kube_api: KubeAPIServer, locker: Loc
 def test_fresh_lock_of_a_live_pod_is_contention(kube_api: KubeAPIServer, locker: Locker) -> None:
     theirs = format_node_lock(NodeLock(NOW, "default", "other"))
     kube_api.store.put(_node("n1", theirs))
-    kube_api.store.put(_pod("other"))
+    kube_api.store.put(pod(name="other"))
     with pytest.raises(NodeLockError) as err:
         locker.locker.lock_node("n1", "default", "p1")
     assert err.value.contention
@@ -204,7 +195,7 @@ def test_stale_cached_node_falls_back_to_reading_it(kube_api: KubeAPIServer, loc
     stale = kube_api.store.put(_node("n1"))
     theirs = format_node_lock(NodeLock(NOW, "default", "other"))
     kube_api.store.put(_node("n1", theirs))  # locked since the cache saw it
-    kube_api.store.put(_pod("other"))
+    kube_api.store.put(pod(name="other"))
     kube_api.requests.clear()
     with pytest.raises(NodeLockError) as err:
         locker.locker.lock_node("n1", "default", "p1", cached=stale)

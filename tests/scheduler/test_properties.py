@@ -6,7 +6,6 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.scheduler.builders import dev, node, pod, res
 
 from hami.scheduler.engine.decision import FilterConfig, commit, filter_pod
 from hami.scheduler.engine.device_config import NvidiaConfig
@@ -16,6 +15,8 @@ from hami.scheduler.engine.policy import parse_gpu_policy, parse_scoring_weights
 from hami.scheduler.engine.quota import QuotaManager
 from hami.scheduler.engine.requests import pod_options, pod_requests
 from hami.scheduler.engine.usage import DeviceShare, PodAllocation, UsageIndex
+from hami.testing.builders import dev, pod, res
+from hami.testing.enginestate import node_state
 
 POLICIES = st.sampled_from(["spread", "binpack", "mutex", "topology-aware", "numa", "binpack,numa"])
 
@@ -37,7 +38,7 @@ def clusters(draw: st.DrawFn) -> tuple[list[NodeState], UsageIndex]:
                 used_cores = draw(st.integers(0, 100))
                 index.add(PodAllocation(f"h{n}-{i}", "other", "h", f"n{n}",
                                         (DeviceShare(f"n{n}-g{i}", used_mem, used_cores, slots),)))
-        nodes.append(node(f"n{n}", *devices))
+        nodes.append(node_state(f"n{n}", *devices))
     return nodes, index
 
 

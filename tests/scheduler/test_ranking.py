@@ -11,12 +11,13 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.scheduler.builders import dev, node, pod, res
 
 from hami.scheduler.engine.decision import FilterConfig, FilterResult, commit, filter_pod
 from hami.scheduler.engine.nodes import NodeState
 from hami.scheduler.engine.ranking import Ranker
 from hami.scheduler.engine.usage import UsageIndex, compute_usage
+from hami.testing.builders import dev, pod, res
+from hami.testing.enginestate import node_state
 
 SHAPES = (res(1, 1000), res(1, 3000, 30), res(1, 7000), res(2, 2000), res(1, pct=50), res(3, 1000))
 POLICIES = ("binpack", "spread")
@@ -30,7 +31,7 @@ def make_node(i: int, variant: int) -> NodeState:
     ]
     if variant % 3 == 2:
         devices.append(dev(f"n{i}-g2", 16000, count=4, index=2, type="AMD"))
-    return node(f"n{i}", *devices)
+    return node_state(f"n{i}", *devices)
 
 
 filters = st.tuples(

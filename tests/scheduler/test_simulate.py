@@ -7,13 +7,14 @@ import copy
 from typing import Any
 
 import pytest
-from tests.scheduler.extender_env import gpu_node, gpu_pod
 
 from hami.scheduler.engine.decision import FilterConfig
 from hami.scheduler.engine.device_config import NvidiaConfig
 from hami.scheduler.engine.quota import QuotaManager
 from hami.scheduler.engine.usage import DeviceShare
 from hami.scheduler.extender.dryrun import node_items, simulate_filter, transient_node
+from hami.testing.builders import gpu_node, gpu_pod
+from hami.testing.enginestate import quota_snapshot
 
 Obj = dict[str, Any]
 CONFIG = FilterConfig(node_policy="binpack")
@@ -25,11 +26,6 @@ def _sim(pod: Obj, nodes: list[Obj], quotas: QuotaManager | None = None, config:
     result = simulate_filter(pod, nodes, names, quotas, config)
     assert (nodes, pod) == before, "a dry run must not touch its inputs"
     return result
-
-
-def quota_snapshot(quotas: QuotaManager) -> list[tuple[str, str, int, int]]:
-    """Values, not the manager's live entries."""
-    return sorted((ns, name, e.used, e.limit) for ns, name, e in quotas.items())
 
 
 def _unregistered(name: str, annotations: dict[str, Any]) -> Obj:

@@ -6,9 +6,6 @@ from operator import itemgetter
 from typing import Any
 
 import pytest
-from tests.scheduler.builders import pod, res
-from tests.scheduler.test_filter_vectors import CASES
-from tests.scheduler.test_fit_vectors import FIT_VECTORS
 
 from hami.core.devices import ContainerDevice
 from hami.scheduler.engine import reasons as r
@@ -33,6 +30,9 @@ from hami.scheduler.engine.requests import (
 )
 from hami.scheduler.engine.score import node_score
 from hami.scheduler.engine.usage import DeviceShare, collapse_init_containers
+from hami.testing.builders import pod, res
+from hami.testing.vectors.filters import CASES
+from hami.testing.vectors.fit import FIT_VECTORS
 
 CR = ContainerRequest
 LESS = "TestDeviceUsageList_Less/"

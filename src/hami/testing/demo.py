@@ -29,6 +29,7 @@ from hami.testing.stack import (
     StackOptions,
     installed,
 )
+from hami.testing.wait import WaitTimeout
 
 COMPONENTS = (MONITOR, SCHEDULER, DEVICE_PLUGIN)
 
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, lambda *_: done.set())
     try:
         stack.start()
-    except StartError as err:
+    except (StartError, WaitTimeout) as err:
         print(f"demo: {err}", file=sys.stderr)
         return 1
     print(banner(stack, skipped), flush=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import sys
 import threading
@@ -11,6 +12,10 @@ from pathlib import Path
 import yaml
 
 from hami.testing.kubeapi.server import KubeAPIServer
+
+SERVING_PREFIX = "kubeapi emulator serving on "
+# The line printed once the server listens (and the kubeconfig is written): group 1 is its URL.
+SERVING = re.compile(re.escape(SERVING_PREFIX) + r"(\S+)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.kubeconfig is not None:
             args.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
             args.kubeconfig.write_text(yaml.safe_dump(server.kubeconfig(), sort_keys=False))
-        print(f"kubeapi emulator serving on {server.url}", flush=True)
+        print(SERVING_PREFIX + server.url, flush=True)
         done.wait()
     return 0
 
