@@ -103,6 +103,21 @@ def gpu_pod(name: str, *, gpus: int = 1, mem: int | None = 1000, cores: int | No
     return pod(res(gpus, mem, cores), name=name, namespace=namespace, labels=labels)
 
 
+def allocating_pod(name: str, node: str, devices: str | None, *containers: Obj, init: Sequence[Obj] = (),
+                   bind_time: int = 1_755_757_239) -> Obj:
+    """A pod the scheduler bound to ``node`` with ``devices`` reserved (HAMi's encoding; None: no
+    annotation), as the device plugin's Allocate finds it: bind phase ``allocating``."""
+    annos = {
+        ann.POD_VGPU_NODE: node,
+        ann.POD_BIND_TIME: str(bind_time),
+        ann.POD_BIND_PHASE: ann.BIND_PHASE_ALLOCATING,
+    }
+    if devices is not None:
+        annos[ann.POD_DEVICES_TO_ALLOCATE] = devices
+        annos[ann.POD_DEVICES_ALLOCATED] = devices
+    return pod(*containers, init=init, name=name, annotations=annos, node_name=node)
+
+
 # ---- nodes ----
 
 

@@ -16,7 +16,7 @@ class WaitTimeout(AssertionError):
 
 def wait_until(
     check: Callable[[], T | None],
-    timeout: float = 10.0,
+    timeout: float = 30.0,
     what: str = "condition",
     *,
     alive: Callable[[], None] | None = None,

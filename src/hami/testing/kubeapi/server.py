@@ -71,6 +71,11 @@ class _Handler(socketserver.StreamRequestHandler):
     server: _HTTPServer
     close_connection: bool
 
+    def setup(self) -> None:
+        super().setup()
+        if self.server.emulator.nagle:
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 0)
+
     def handle(self) -> None:
         self.close_connection = False
         while not self.close_connection:
@@ -215,12 +220,14 @@ class KubeAPIServer:
     """A stateful Kubernetes API emulator on `http://host:port` (port 0: the OS picks one).
 
     `history` bounds the watch window (older resourceVersions get 410 Expired);
-    `bookmark_interval` is how often watches with allowWatchBookmarks get a BOOKMARK.
+    `bookmark_interval` is how often watches with allowWatchBookmarks get a BOOKMARK;
+    `nagle=True` leaves Nagle's algorithm on (a benchmark showing what the delayed-ACK stall costs).
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, history: int = 1000,
-                 bookmark_interval: float = 1.0) -> None:
+                 bookmark_interval: float = 1.0, nagle: bool = False) -> None:
         self.host = host
+        self.nagle = nagle
         self._requested_port = port
         self.store = Store(history=history)
         self.faults = Faults()
