@@ -45,7 +45,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from hami.testing.builders import gpu_node, gpu_pod
 from hami.testing.extender import LISTENING
 from hami.testing.jsonhttp import Conn
-from hami.testing.kubeapi.__main__ import SERVING
+from hami.testing.kubeapi import SERVING
 from hami.testing.processes import ProcessGroup, cpu_seconds, cpu_times, python_env
 from hami.testing.wait import wait_until
 

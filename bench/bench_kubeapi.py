@@ -34,7 +34,7 @@ from pathlib import Path
 
 from hami.testing.builders import gpu_node, gpu_pod
 from hami.testing.jsonhttp import Conn
-from hami.testing.kubeapi.__main__ import SERVING
+from hami.testing.kubeapi import SERVING
 from hami.testing.processes import ProcessGroup, cpu_seconds, python_env
 from hami.testing.wait import wait_until
 

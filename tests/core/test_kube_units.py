@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from hami.core.kube import errors, raw
 from hami.core.kube.client import KubeConfigError, _go_duration, new_api_client
 from hami.core.kube.informer import Backoff, object_key
 from hami.core.kube.options import KubeOptions
+from hami.testing.processes import free_port
 
 
 def _status(code: int, reason: str, message: str) -> bytes:
@@ -59,15 +59,9 @@ def test_transport_errors_have_status_zero() -> None:
     assert errors.from_exception(refused).reason == "ConnectionError"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_connection_refused_is_counted_as_error_code() -> None:
     registry = CollectorRegistry()
-    host = f"127.0.0.1:{_free_port()}"
+    host = f"127.0.0.1:{free_port()}"
     api = new_api_client(KubeOptions(host=f"http://{host}"), registry=registry)
     try:
         with pytest.raises(errors.TransportError) as caught:

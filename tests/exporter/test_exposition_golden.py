@@ -12,6 +12,7 @@ from hami.core.nvml.fake import FakeNvml
 from hami.exporter.collector import MonitorCollector
 from hami.exporter.discovery import ContainerLister
 from hami.exporter.host import HostReader
+from hami.testing import builders
 from hami.testing.regions import MEM_CONTEXT, MEM_DATA, MEM_MODULE, RegionWriter
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -61,21 +62,16 @@ def pod(
     labels: dict[str, str] | None = None,
     init: list[str] | None = None,
 ) -> dict[str, object]:
-    ann = {"hami.io/vgpu-devices-allocated": allocated} if allocated else {}
-    return {
-        "metadata": {
-            "uid": uid,
-            "name": name,
-            "namespace": "team-a",
-            "annotations": ann,
-            "labels": labels or {},
-        },
-        "spec": {
-            "containers": [{"name": c} for c in containers],
-            "initContainers": [{"name": c} for c in init or []],
-        },
-        "status": {"phase": "Running"},
-    }
+    return builders.pod(
+        *({"name": c} for c in containers),
+        init=[{"name": c} for c in init or []],
+        name=name,
+        namespace="team-a",
+        uid=uid,
+        annotations={"hami.io/vgpu-devices-allocated": allocated} if allocated else {},
+        labels=labels,
+        phase="Running",
+    )
 
 
 @pytest.fixture

@@ -13,18 +13,15 @@ from hami.core.codec.pod_devices import decode_pod_devices
 from hami.core.devices import MigAllocation, MigPlacement
 from hami.exporter.collector import MonitorCollector
 from hami.exporter.discovery import ContainerLister
+from hami.testing import builders
 
 GPU = "GPU-11111111-1111-2222-3333-444444444444"
 MIG = "MIG-aaaaaaaa-1111-2222-3333-444444444444"
 
 
 def pod(name: str, mig: str, *, init: tuple[str, ...] = (), phase: str = "Running") -> dict[str, object]:
-    return {
-        "metadata": {"uid": f"uid-{name}", "name": name, "namespace": "ml",
-                     "annotations": {"hami.io/vgpu-mig-allocations": mig}},
-        "spec": {"initContainers": [{"name": c} for c in init], "containers": [{"name": "main"}]},
-        "status": {"phase": phase},
-    }
+    return builders.pod({"name": "main"}, init=[{"name": c} for c in init], name=name, namespace="ml",
+                        uid=f"uid-{name}", annotations={"hami.io/vgpu-mig-allocations": mig}, phase=phase)
 
 
 def alloc(container: int, device: int, *, identity: bool = True, gi: int = 3) -> MigAllocation:

@@ -106,7 +106,7 @@ def test_ksm_families_follow_kube_state_metrics_names() -> None:
     req = {(s.labels["pod"], s.labels["resource"]): s.value for s in requests.samples}
     assert req[(cluster.PENDING, "nvidia_com_gpu")] == 1.0
     assert req[(cluster.PENDING, "nvidia_com_gpumem")] == cluster.GPU_MEM_MIB * 4
-    (labels,) = ksm.node_families([cluster.node("n", 0, 1, "Reported_2026-01-02 03:04:05", "a100")])
+    (labels,) = ksm.node_families([cluster.gpu_node("n", 0, 1, "Reported_2026-01-02 03:04:05", "a100")])
     (sample,) = labels.samples
     assert sample.labels["node"] == "n" and sample.labels["label_hami_io_pool"] == "a100"
 

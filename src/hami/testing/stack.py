@@ -17,8 +17,8 @@ from pathlib import Path
 import yaml
 
 from hami.testing import cluster, dashqueries, promconfig
-from hami.testing.kubeapi import __main__ as kubeapi_cli
-from hami.testing.processes import ProcessGroup, StartError, http_ok, port_problem
+from hami.testing.kubeapi import SERVING
+from hami.testing.processes import ProcessGroup, StartError, free_port, http_ok, port_problem
 from hami.testing.prometheus import PROMETHEUS
 from hami.testing.wait import wait_until
 
@@ -117,8 +117,6 @@ class Stack:
 
     def _claim_ports(self) -> None:
         """Fixed ports must be free now (one clear line if not); 0 picks a free one."""
-        from hami.testing.processes import free_port
-
         problems = []
         for name, port in vars(self.opts.ports).items():
             if port == 0:
@@ -187,7 +185,7 @@ class Stack:
                 str(self.kubeconfig),
             ],
         )
-        self.procs.wait_for_log(child, kubeapi_cli.SERVING, self.opts.ready_timeout, "the kube API emulator")
+        self.procs.wait_for_log(child, SERVING, self.opts.ready_timeout, "the kube API emulator")
         cluster.seed(
             self.kube_url, cluster.objects(self.opts.gpus, datetime.now().astimezone(), self.opts.scenarios)
         )

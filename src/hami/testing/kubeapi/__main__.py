@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 import signal
 import sys
 import threading
@@ -11,11 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from hami.testing.kubeapi.server import KubeAPIServer
-
-SERVING_PREFIX = "kubeapi emulator serving on "
-# The line printed once the server listens (and the kubeconfig is written): group 1 is its URL.
-SERVING = re.compile(re.escape(SERVING_PREFIX) + r"(\S+)")
+from hami.testing.kubeapi.server import SERVING_PREFIX, KubeAPIServer
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import re
 import socket
 import socketserver
 import sys
@@ -214,6 +215,12 @@ def _format_date(second: int) -> str:
 def _http_date() -> str:
     """The Date header, formatted once a second."""
     return _format_date(int(time.time()))
+
+
+SERVING_PREFIX = "kubeapi emulator serving on "
+# The line ``python -m hami.testing.kubeapi`` prints once it listens (and the kubeconfig is written):
+# group 1 is the server's URL.
+SERVING = re.compile(re.escape(SERVING_PREFIX) + r"(\S+)")
 
 
 class KubeAPIServer:
