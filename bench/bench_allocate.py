@@ -20,11 +20,13 @@ from pathlib import Path
 from kubernetes import client
 
 from hami.core import annotations as ann
+from hami.core.kube.informer import Informer
 from hami.deviceplugin.api import deviceplugin_pb2 as pb
 from hami.deviceplugin.config import PluginConfig
 from hami.testing.builders import allocating_pod
 from hami.testing.kubeapi import KubeAPIServer
 from hami.testing.pluginrig import start_rig
+from hami.testing.wait import wait_until
 
 NODE = "bench-node"
 UUIDS = [f"GPU-{i:08x}-5c87-89ac-b1a6-7b53aa24b0ec" for i in range(8)]
@@ -34,6 +36,16 @@ def pod_body(n: int) -> dict[str, object]:
     uuid = UUIDS[n % len(UUIDS)]
     main = {"name": "main", "image": "cuda"}
     return allocating_pod(f"p{n}", NODE, f"{uuid},NVIDIA,1000,10:;", main, bind_time=1_700_000_000 + n)
+
+
+def seen(pods: Informer, served: int, new: int) -> bool:
+    """The informer has the new pod and the served one's bind phase ``success``."""
+    got = pods.get(f"default/p{served}")
+    return bool(
+        pods.get(f"default/p{new}")
+        and got
+        and got["metadata"]["annotations"].get(ann.POD_BIND_PHASE) == ann.BIND_PHASE_SUCCESS
+    )
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -84,17 +96,12 @@ def run(calls: int, pending: int, nagle: bool) -> None:
                 served += 1
                 core.create_namespaced_pod("default", pod_body(next_pod))
                 next_pod += 1
-                # Wait until the informer saw both the new pod and the served one's bind phase.
-                deadline = time.monotonic() + 10
-                while time.monotonic() < deadline:
-                    got = pods.get(f"default/p{pod}")
-                    if (
-                        pods.get(f"default/p{next_pod - 1}")
-                        and got
-                        and got["metadata"]["annotations"].get(ann.POD_BIND_PHASE) == ann.BIND_PHASE_SUCCESS
-                    ):
-                        break
-                    time.sleep(0.001)
+                wait_until(
+                    lambda pod=pod, new=next_pod - 1: seen(pods, pod, new),
+                    10,
+                    "the informer to see the new pod and the served one's bind phase",
+                    interval=0.001,
+                )
             ms = [s * 1000 for s in samples]
             print(
                 f"Allocate, {pending} pending pods, {'node locked' if locked else 'no lock (cache scan)'}: "

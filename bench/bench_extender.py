@@ -106,13 +106,12 @@ def idle_tick(metrics_url: str, ticks: int) -> tuple[float, float]:
         return total(s, "hami_scheduler_register_duration_seconds_sum")
 
     def after(count: float, timeout: float) -> dict[str, dict[Any, float]]:
+        def scraped() -> dict[str, dict[Any, float]] | None:
+            s = scrape(metrics_url)
+            return s if passes(s) >= count else None
+
         # Scrapes are polled slowly: each one is a large render in the extender.
-        deadline = time.monotonic() + timeout
-        while (s := scrape(metrics_url)) and passes(s) < count:
-            if time.monotonic() > deadline:
-                raise AssertionError("timed out waiting for register passes")
-            time.sleep(0.5)
-        return s
+        return wait_until(scraped, timeout, "register passes", interval=0.5)
 
     # Start right after a pass, so the window holds whole passes and the writes between them.
     s0 = after(passes(scrape(metrics_url)) + 1, 60)

@@ -23,7 +23,7 @@ GPU1 = "GPU-11111111-1111-2222-3333-444444444444"
 MIB = 1 << 20
 
 
-def pod(name: str, uid: str, node: str, allocated: str = "") -> dict[str, Any]:
+def team_pod(name: str, uid: str, node: str, allocated: str = "") -> dict[str, Any]:
     annotations = {"hami.io/vgpu-devices-allocated": allocated} if allocated else {}
     return builders.pod({"name": "main"}, name=name, namespace="team-a", uid=uid, annotations=annotations,
                         node_name=node, phase="Running")
@@ -47,10 +47,10 @@ def test_daemon_attributes_pods_from_the_api(kube_api: KubeAPIServer, kube_confi
     writer = RegionWriter.create(str(ctr / "0b1c.cache"), "v1.2")
     writer.initialise([GPU0], limits=[4 << 30], sm_limits=[30])
     writer.change_memory(writer.add_process(10, 4010), 0, MEM_DATA, 512 * MIB)
-    kube_api.store.put(pod("trainer", "uid-run", NODE))
+    kube_api.store.put(team_pod("trainer", "uid-run", NODE))
     # allocated on GPU1 (2 GiB, 25 % cores) but no CUDA call yet: no region, 0-valued series
-    kube_api.store.put(pod("waiting", "uid-idle", NODE, f"{GPU1},NVIDIA,2048,25:;"))
-    kube_api.store.put(pod("elsewhere", "uid-other", "node-2", f"{GPU1},NVIDIA,1024,10:;"))
+    kube_api.store.put(team_pod("waiting", "uid-idle", NODE, f"{GPU1},NVIDIA,2048,25:;"))
+    kube_api.store.put(team_pod("elsewhere", "uid-other", "node-2", f"{GPU1},NVIDIA,1024,10:;"))
     spec = tmp_path / "nvml.yaml"
     spec.write_text(yaml.safe_dump({"devices": [
         {"uuid": GPU0, "name": "NVIDIA A100-SXM4-40GB", "memory_mib": 40960},

@@ -53,7 +53,7 @@ NVML_SPEC = {
 }
 
 
-def pod(
+def running_pod(
     uid: str,
     name: str,
     containers: list[str],
@@ -101,9 +101,9 @@ def node(tmp_path: Path) -> Iterator[tuple[ContainerLister, list[dict[str, objec
     region("uid-b_sidecar", "v1.1", [b"\xff"], [1 << 30], [0])  # bad uuid: device skipped
     (tmp_path / "containers" / "uid-gone_main").mkdir()  # no pod: not exported
     pods = [
-        pod("uid-a", "trainer", ["train"], labels={"app": "trainer", "team": "a"}),
-        pod("uid-b", "server", ["infer", "sidecar"]),
-        pod(
+        running_pod("uid-a", "trainer", ["train"], labels={"app": "trainer", "team": "a"}),
+        running_pod("uid-b", "server", ["infer", "sidecar"]),
+        running_pod(
             "uid-c", "waiting", ["main"], init=["setup"], allocated=f";{GPU1},NVIDIA,2048,25:;"
         ),  # allocated, CUDA not started yet
     ]
