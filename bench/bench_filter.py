@@ -23,21 +23,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from hami.core.devices import DeviceInfo
 from hami.scheduler.engine.decision import FilterConfig, commit, filter_pod
 from hami.scheduler.engine.nodes import NodeState
 from hami.scheduler.engine.ranking import Ranker
 from hami.scheduler.engine.usage import DeviceShare, PodAllocation, UsageIndex
+from hami.testing.builders import dev, pod, res
+from hami.testing.enginestate import node_state
 
 A100 = "NVIDIA A100-SXM4-80GB"
 
 
 def bench_pod(uid: str, mem: int) -> dict[str, Any]:
-    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(mem), "nvidia.com/gpucores": "20"}
-    return {
-        "metadata": {"uid": uid, "namespace": "default", "name": uid},
-        "spec": {"containers": [{"name": "c", "resources": {"limits": limits}}]},
-    }
+    return pod(res(1, mem, 20), name=uid, uid=uid)
 
 
 def cluster(n_nodes: int, seed: int = 7) -> tuple[list[NodeState], UsageIndex]:
@@ -48,20 +45,10 @@ def cluster(n_nodes: int, seed: int = 7) -> tuple[list[NodeState], UsageIndex]:
     for n in range(n_nodes):
         name = f"node-{n:05d}"
         devs = tuple(
-            DeviceInfo(
-                id=f"GPU-{n:05d}-{i}",
-                index=i,
-                count=10,
-                devmem=81920,
-                devcore=100,
-                type=A100,
-                numa=i // 4,
-                mode="hami-core",
-                health=rng.random() > 0.02,
-            )
+            dev(f"GPU-{n:05d}-{i}", 81920, index=i, type=A100, numa=i // 4, health=rng.random() > 0.02)
             for i in range(8)
         )
-        nodes.append(NodeState(name, devs))
+        nodes.append(node_state(name, *devs))
         for d in devs:
             roll = rng.random()
             shares: list[tuple[int, int]] = []
