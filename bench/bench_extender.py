@@ -46,7 +46,7 @@ from hami.testing.builders import gpu_node, gpu_pod
 from hami.testing.extender import LISTENING
 from hami.testing.jsonhttp import Conn
 from hami.testing.kubeapi import SERVING
-from hami.testing.processes import ProcessGroup, cpu_seconds, cpu_times, python_env
+from hami.testing.processes import ProcessGroup, cpu_seconds, cpu_times
 from hami.testing.wait import wait_until
 
 LOCK = "hami.io/mutex.lock"
@@ -329,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-extender-") as tmp:
         workdir = Path(tmp)
         kubeconfig = workdir / "kubeconfig"
-        children = ProcessGroup(workdir, python_env())
+        children = ProcessGroup(workdir)
         try:
             emulator = children.python(
                 "kubeapi",

@@ -35,7 +35,7 @@ from pathlib import Path
 from hami.testing.builders import gpu_node, gpu_pod
 from hami.testing.jsonhttp import Conn
 from hami.testing.kubeapi import SERVING
-from hami.testing.processes import ProcessGroup, cpu_seconds, python_env
+from hami.testing.processes import ProcessGroup, cpu_seconds
 from hami.testing.wait import wait_until
 
 MERGE = "application/merge-patch+json"
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="bench-kubeapi-") as tmp:
-        children = ProcessGroup(Path(tmp), python_env())
+        children = ProcessGroup(Path(tmp))
         try:
             emulator = children.python(
                 "kubeapi", "hami.testing.kubeapi", ["--port=0", f"--history={args.history}"]

@@ -67,11 +67,12 @@ class Child:
 
 
 class ProcessGroup:
-    """Starts children with their output in ``<log_dir>/<name>.log``; ``stop()`` ends them all."""
+    """Starts children with their output in ``<log_dir>/<name>.log``; ``stop()`` ends them all.
+    Their environment: ``env``, by default this one with this ``hami`` on PYTHONPATH."""
 
     def __init__(self, log_dir: Path, env: Mapping[str, str] | None = None) -> None:
         self.log_dir = log_dir
-        self.env = dict(os.environ if env is None else env)
+        self.env = python_env() if env is None else dict(env)
         self.children: list[Child] = []
         log_dir.mkdir(parents=True, exist_ok=True)
 
