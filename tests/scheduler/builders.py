@@ -81,15 +81,14 @@ def fit_one(devices: tuple[DeviceInfo, ...], container: dict[str, Any], *,
     from hami.scheduler.engine.device_config import NvidiaConfig
     from hami.scheduler.engine.fit import PodContext, fit_devices
     from hami.scheduler.engine.policy import parse_gpu_policy, parse_scoring_weights
-    from hami.scheduler.engine.requests import container_request, pod_options
+    from hami.scheduler.engine.requests import pod_request
 
-    the_pod = pod(container, annotations=annotations)
-    req = container_request(container, NvidiaConfig())
+    request = pod_request(pod(container, annotations=annotations), NvidiaConfig())
+    assert request is not None and len(request.reqs) == 1
+    req, options = request.reqs[0], request.options
     assert req is not None
-    options = pod_options(the_pod)
-    ctx = PodContext(reqs=(req,), n_init=0, options=options,
-                     policy=parse_gpu_policy(options.gpu_policy or gpu_policy),
-                     weights=parse_scoring_weights(options.scoring_weights), namespace="default", quota=None)
+    ctx = PodContext(request=request, policy=parse_gpu_policy(options.gpu_policy or gpu_policy),
+                     weights=parse_scoring_weights(options.scoring_weights), quota=None)
     state = node("n", *devices, cordoned=cordoned)
     view = usage(*(("n", *u) for u in used)).view(state)
     picks = fit_devices(view, (view.used, view.umem, view.ucores), req, ctx, ())

@@ -18,7 +18,8 @@ from hami.core.codec.nodelock import CONTENTION, format_go_duration
 from hami.core.kube import errors, raw
 from hami.core.kube.events import ObjectRef
 from hami.core.kube.patches import patch_pod_metadata
-from hami.scheduler.engine.requests import container_request
+from hami.core.objects import labels_of
+from hami.scheduler.engine.requests import pod_request
 from hami.scheduler.extender.events import PodEvents
 from hami.scheduler.extender.nodelock import NodeLocker, NodeLockError
 from hami.scheduler.extender.state import ClusterState
@@ -36,15 +37,9 @@ class BindArgs:
     node: str
 
 
-def requests_gpus(pod: Mapping[str, Any], state: ClusterState) -> bool:
-    """HAMi's NVIDIA ``LockNode`` condition: some regular (not init) container asks for GPUs."""
-    containers = (pod.get("spec") or {}).get("containers") or []
-    return any(container_request(c, state.nvidia) is not None for c in containers if isinstance(c, Mapping))
-
-
 def _pod_group(pod: Mapping[str, Any]) -> bool:
     """PodGroup member (§2.1): the pod-group label or ``spec.schedulingGroup.podGroupName``."""
-    labels = (pod.get("metadata") or {}).get("labels") or {}
+    labels = labels_of(pod)
     group = (pod.get("spec") or {}).get("schedulingGroup") or {}
     return bool(labels.get(ann.POD_GROUP_LABEL)) or (
         isinstance(group, Mapping) and bool(group.get("podGroupName"))
@@ -117,8 +112,9 @@ class Binder:
             self.state.drop_reservation(args.pod_uid)
             return f'node "{args.node}" not found'
         locked = False
+        request = pod_request(pod, self.state.nvidia)
         try:
-            if requests_gpus(pod, self.state):
+            if request is not None and request.locks_node:
                 self._lock(args, pod)
                 locked = True
             phase = time.monotonic()

@@ -35,6 +35,7 @@ from hami.core.codec.nodelock import (
 )
 from hami.core.kube import errors, raw
 from hami.core.kube.patches import patch_node_annotations
+from hami.core.objects import annotations_of, resource_version
 from hami.scheduler.extender.metrics import SchedulerMetrics
 
 log = klog.get_logger(__name__)
@@ -110,8 +111,7 @@ class NodeLocker:
 
     @staticmethod
     def _value(obj: dict[str, Any]) -> tuple[str | None, str]:
-        meta = obj.get("metadata") or {}
-        return (meta.get("annotations") or {}).get(ann.NODE_LOCK), str(meta.get("resourceVersion", ""))
+        return annotations_of(obj).get(ann.NODE_LOCK), resource_version(obj)
 
     def lock_node(self, node: str, namespace: str, name: str, cached: dict[str, Any] | None = None) -> None:
         """HAMi ``LockNode``; raises ``NodeLockError`` (``contention`` set when someone else holds it).
