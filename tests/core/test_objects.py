@@ -15,6 +15,7 @@ from hami.core.objects import (
     metadata_of,
     name_of,
     namespace_of,
+    object_key,
     resource_version,
     uid_of,
 )
@@ -38,6 +39,12 @@ def test_fields_of_a_well_formed_object() -> None:
     assert annotations_of(POD) == {"a": "1"} and labels_of(POD) == {"app": "x"}
     # Clean maps are handed back as they are: no copy on the informer's hot paths.
     assert annotations_of(POD) is POD["metadata"]["annotations"]
+
+
+def test_object_keys_follow_meta_namespace_key_func() -> None:
+    assert object_key({"metadata": {"name": "p", "namespace": "ns"}}) == "ns/p"
+    assert object_key({"metadata": {"name": "node-1"}}) == "node-1"
+    assert object_key({"metadata": {"name": 5}}) == ""  # the informer skips such an object
 
 
 @pytest.mark.parametrize(

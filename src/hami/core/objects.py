@@ -42,6 +42,12 @@ def resource_version(obj: object) -> str:
     return meta_field(obj, "resourceVersion")
 
 
+def object_key(obj: object) -> str:
+    """client-go's ``MetaNamespaceKeyFunc``: ``namespace/name``, or ``name`` when cluster-scoped."""
+    namespace, name = namespace_of(obj), name_of(obj)
+    return f"{namespace}/{name}" if namespace else name
+
+
 def _strings(raw: object) -> Mapping[str, str]:
     if not isinstance(raw, Mapping):
         return _EMPTY

@@ -27,6 +27,7 @@ from hami.core.codec.nodelock import format_rfc3339, parse_rfc3339
 from hami.core.kube import errors
 from hami.core.kube.client import KubeConfigError, new_api_client
 from hami.core.kube.options import KubeOptions, add_kube_flags
+from hami.core.objects import annotations_of, name_of
 from hami.doctor import fetch, fix, logscan, nodecheck, podtree, render
 from hami.doctor.findings import EXIT_CLUSTER, EXIT_USAGE, Section, exit_code
 from hami.doctor.settings import DEFAULT_SCHEDULER_NAME, Settings
@@ -186,8 +187,8 @@ def _cluster_sections(args: argparse.Namespace, api: Any, now: datetime) -> list
         items = fetch.list_nodes(api, args.selector)
     owners = fetch.lock_owners(api, items)
     sections = []
-    for n in sorted(items, key=nodecheck.name_of):
-        value = nodecheck.annotations_of(n).get("hami.io/mutex.lock", "")
+    for n in sorted(items, key=name_of):
+        value = annotations_of(n).get("hami.io/mutex.lock", "")
         key = "/".join(value.split(",")[1:]) if value.count(",") == 2 else ""
         sections.append(nodecheck.check_node(n, owners.get(key) if key else None, s, now))
     return sections

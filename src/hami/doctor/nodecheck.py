@@ -16,6 +16,7 @@ from hami.core.codec.node_devices import decode_legacy_node_devices, get_node_de
 from hami.core.codec.nodelock import NodeLock, format_go_duration, is_expired, parse_node_lock
 from hami.core.codec.quantity import parse_quantity
 from hami.core.devices import DeviceInfo
+from hami.core.objects import annotations_of, name_of
 from hami.doctor.findings import BROKEN, OK, WARNING, Finding, Remedy, Section, Table
 from hami.doctor.settings import Settings
 
@@ -29,15 +30,6 @@ CLOCK_SKEW = timedelta(seconds=30)
 FIX_DEVICE_PLUGIN = "check that the device plugin pod on the node is running (seed 001 §4.1)"
 FIX_HEALTH = "check the GPU: nvidia-smi -q -d HEALTH and -d ECC on the node (seed 001 §3.3)"
 FIX_VERSIONS = "device plugin and scheduler versions differ: upgrade HAMi components together (seed 001 §4.3)"
-
-
-def name_of(obj: Obj) -> str:
-    return str((obj.get("metadata") or {}).get("name", ""))
-
-
-def annotations_of(obj: Obj) -> dict[str, str]:
-    raw = (obj.get("metadata") or {}).get("annotations") or {}
-    return {str(k): str(v) for k, v in raw.items()}
 
 
 def age(when: datetime, now: datetime) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 from hami.core import annotations as ann
 from hami.core.codec import CodecError
 from hami.core.codec.nodelock import format_go_duration, parse_rfc3339
+from hami.core.objects import annotations_of, meta_field, name_of, namespace_of
 from hami.doctor import nodecheck, reasons
 from hami.doctor.findings import BROKEN, OK, WARNING, Finding, Section, is_broken
 from hami.doctor.podinputs import PodCluster, check_requests, check_scheduler, check_scheduler_name
@@ -29,12 +30,11 @@ FIX_RAISE_V4 = "raise the scheduler log level to V(4) and check the Filter lines
 
 
 def _when(event: Obj) -> datetime | None:
-    meta = event.get("metadata") or {}
     for stamp in (
         event.get("lastTimestamp"),
         event.get("eventTime"),
         event.get("firstTimestamp"),
-        meta.get("creationTimestamp"),
+        meta_field(event, "creationTimestamp"),
     ):
         if stamp:
             try:
@@ -56,8 +56,7 @@ def _describe(event: Obj, now: datetime) -> str:
 
 
 def diagnose_pod(c: PodCluster, s: Settings, now: datetime) -> Section:
-    meta = c.pod.get("metadata") or {}
-    section = Section(f"pod {meta.get('namespace', '')}/{meta.get('name', '')}")
+    section = Section(f"pod {namespace_of(c.pod)}/{name_of(c.pod)}")
     section.findings += check_requests(c.pod)
     if not is_broken(section.findings):
         section.findings += check_scheduler_name(c.pod, s)
@@ -70,7 +69,7 @@ def diagnose_pod(c: PodCluster, s: Settings, now: datetime) -> Section:
 
 
 def _after_scheduling(c: PodCluster, s: Settings, now: datetime) -> list[Finding]:
-    spec, annos = c.pod.get("spec") or {}, nodecheck.annotations_of(c.pod)
+    spec, annos = c.pod.get("spec") or {}, annotations_of(c.pod)
     if spec.get("nodeName") or ann.POD_BIND_PHASE in annos:
         return _bind_phase(c, s, now)
     events = sorted(
@@ -197,7 +196,7 @@ def _on(node: str, f: Finding) -> Finding:
 def _binding_failed(event: Obj, c: PodCluster, s: Settings, now: datetime) -> list[Finding]:
     message = str(event.get("message", ""))
     m = _NODE_IN_MESSAGE.search(message)
-    node_name = m.group(1) if m else nodecheck.annotations_of(c.pod).get(ann.POD_VGPU_NODE, "")
+    node_name = m.group(1) if m else annotations_of(c.pod).get(ann.POD_VGPU_NODE, "")
     described = (_describe(event, now),)
     if "node lock contention" in message and node_name in c.nodes:
         lock_findings = _lock_for_pod(node_name, c, s, now)
@@ -224,16 +223,15 @@ def _binding_failed(event: Obj, c: PodCluster, s: Settings, now: datetime) -> li
 
 def _lock_for_pod(node_name: str, c: PodCluster, s: Settings, now: datetime) -> list[Finding]:
     node = c.nodes[node_name]
-    value = nodecheck.annotations_of(node).get(ann.NODE_LOCK)
+    value = annotations_of(node).get(ann.NODE_LOCK)
     owner_ok = None
-    meta = c.pod.get("metadata") or {}
     if value is not None and value.count(",") == 2:
         owner_ok = c.owner_exists.get("/".join(value.split(",")[1:]))
     found, lock = nodecheck.check_node_lock(node, owner_ok, s, now)
     if (
         lock
         and lock.name
-        and (lock.namespace, lock.name) != (meta.get("namespace"), meta.get("name"))
+        and (lock.namespace, lock.name) != (namespace_of(c.pod), name_of(c.pod))
         and found[0].code == "node.lock.held"
     ):
         found = [
@@ -251,7 +249,7 @@ def _lock_for_pod(node_name: str, c: PodCluster, s: Settings, now: datetime) -> 
 
 
 def _bind_phase(c: PodCluster, s: Settings, now: datetime) -> list[Finding]:
-    spec, annos = c.pod.get("spec") or {}, nodecheck.annotations_of(c.pod)
+    spec, annos = c.pod.get("spec") or {}, annotations_of(c.pod)
     node = spec.get("nodeName") or annos.get(ann.POD_VGPU_NODE, "")
     phase = annos.get(ann.POD_BIND_PHASE, "")
     status = (c.pod.get("status") or {}).get("phase", "Unknown")
