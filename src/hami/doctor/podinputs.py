@@ -8,10 +8,11 @@ from typing import Any
 
 from hami.core import annotations as ann
 from hami.core.codec import CodecError
-from hami.core.codec.nodelock import format_go_duration, parse_rfc3339
+from hami.core.codec.nodelock import parse_rfc3339
 from hami.core.codec.quantity import parse_quantity
 from hami.core.objects import labels_of, name_of, namespace_of
 from hami.doctor.findings import BROKEN, OK, WARNING, Finding
+from hami.doctor.nodecheck import age
 from hami.doctor.settings import SCHEDULER_SELECTORS, Settings
 
 Obj = dict[str, Any]
@@ -238,7 +239,7 @@ def _check_lease(c: PodCluster, now: datetime) -> list[Finding]:
         ]
     renewed = parse_rfc3339(str(renew).replace(" ", "T"), "renewTime")
     held = now - renewed
-    evidence = (f"holder {holder or '<none>'}, renewed {format_go_duration(held)} ago, duration {duration}s",)
+    evidence = (f"holder {holder or '<none>'}, renewed {age(renewed, now)} ago, duration {duration}s",)
     if held.total_seconds() > duration:
         return [
             Finding(

@@ -9,12 +9,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from hami.core import annotations as ann
 from hami.core import klog
-from hami.core.codec.nodelock import CONTENTION, format_go_duration
+from hami.core.codec.nodelock import CONTENTION
+from hami.core.duration import format_duration
 from hami.core.kube import errors, raw
 from hami.core.kube.events import ObjectRef
 from hami.core.kube.patches import patch_pod_metadata
@@ -44,15 +44,6 @@ def _pod_group(pod: Mapping[str, Any]) -> bool:
     return bool(labels.get(ann.POD_GROUP_LABEL)) or (
         isinstance(group, Mapping) and bool(group.get("podGroupName"))
     )
-
-
-def go_seconds(seconds: float) -> str:
-    """Go ``Duration.String()`` of a flag value: ``28s``, ``500ms``, ``1m30s``, ``1.5s``."""
-    if 0 < seconds < 1:
-        return f"{seconds * 1000:g}ms"
-    if seconds < 60 and seconds != int(seconds):
-        return f"{seconds:g}s"
-    return format_go_duration(timedelta(seconds=seconds))
 
 
 class Binder:
@@ -171,7 +162,7 @@ class Binder:
                         raise
                     if time.monotonic() >= deadline:
                         raise NodeLockError(
-                            f"timed out after {go_seconds(self.lock_retry_timeout)} waiting for node "
+                            f"timed out after {format_duration(self.lock_retry_timeout)} waiting for node "
                             f"{args.node} to be unlocked: {CONTENTION}",
                             contention=True,
                         ) from err
@@ -192,5 +183,5 @@ class Binder:
                 args.pod_namespace,
                 args.pod_name,
                 err,
-                self.locker.timeout,
+                format_duration(self.locker.timeout),
             )
