@@ -47,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-bind-address", default=":9395", help="metrics listener")
     p.add_argument("--node-label-selector", default="", help="k=v,k2=v2: nodes the register pass considers")
     p.add_argument("--profiling", nargs="?", const=True, default=False, type=_bool, help="/debug/pprof/")
+    # Go durations as in HAMi, except that a negative one is refused: HAMi would take it and treat
+    # every lock as expired (or give up the PodGroup retry at once).
     p.add_argument(
         "--node-lock-timeout",
         type=duration_flag(),
