@@ -24,6 +24,7 @@ from hami.core.duration import (
     parse_duration,
     parse_go_duration,
     parse_prometheus_duration,
+    prometheus_duration_flag,
 )
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
@@ -202,3 +203,12 @@ def test_prometheus_durations(text: str, value: timedelta) -> None:
 def test_prometheus_durations_rejected(text: str) -> None:
     with pytest.raises(DurationError, match="want a Prometheus duration such as 30m, 6h, 7d or 1w"):
         parse_prometheus_duration(text)
+
+
+def test_prometheus_flag_hands_the_text_on_unchanged(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser(prog="tool")
+    parser.add_argument("--window", type=prometheus_duration_flag, default="7d")
+    assert parser.parse_args(["--window", "1w"]).window == "1w"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--window", "90"])
+    assert "argument --window: invalid duration '90': want a Prometheus duration" in capsys.readouterr().err

@@ -214,6 +214,16 @@ def duration_flag(*, bare_seconds: bool = False, negative: bool = False) -> Call
     return parse
 
 
+def prometheus_duration_flag(text: str) -> str:
+    """An argparse ``type=`` for a value handed to Prometheus as it is (a range, an interval):
+    checked here rather than failing every query, and returned unchanged."""
+    try:
+        parse_prometheus_duration(text)
+    except DurationError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
+
+
 def parse_prometheus_duration(text: str) -> timedelta:
     """Prometheus ``model.ParseDuration``: ``7d``, ``1w``, ``1h30m``, ``250ms``; ``0`` is zero."""
     if text == "0":

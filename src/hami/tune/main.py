@@ -11,22 +11,12 @@ import sys
 import time
 from datetime import timedelta
 
-from hami.core.duration import DurationError, duration_flag, parse_prometheus_duration
+from hami.core.duration import duration_flag, prometheus_duration_flag
 from hami.tune import report
 from hami.tune.collect import Settings, recommend_all
 from hami.tune.promapi import PrometheusClient, PrometheusError
 
 EXIT_REFUSED = 3
-
-
-def prometheus_window(text: str) -> str:
-    """``--window`` goes into PromQL range selectors as it is, so it takes Prometheus' syntax
-    (``7d``, ``1w``), checked here rather than failing every query."""
-    try:
-        parse_prometheus_duration(text)
-    except DurationError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument(
         "--window",
-        type=prometheus_window,
+        type=prometheus_duration_flag,  # it goes into PromQL range selectors as it is
         default="7d",
         help="history the peaks and rates are taken over, a Prometheus duration (default 7d)",
     )
