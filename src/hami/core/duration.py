@@ -13,8 +13,8 @@ our own CLIs' existing seconds flags; and a negative duration is refused unless 
 it makes sense (no timeout or interval does).
 
 Prometheus durations (``7d``, ``1w``, ``1h30m``: whole numbers, units ``ms`` to ``y`` in
-descending order) are a different syntax, parsed by ``parse_prometheus_duration`` only where the
-value is handed to Prometheus as a range (``hami-tune --window``).
+descending order) are a different syntax, accepted only where the value is handed to Prometheus as
+it is (``hami-tune --window``, a PromQL range; the demo's ``--scrape-interval``).
 """
 
 from __future__ import annotations
