@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from hami.core.kube import errors, raw
 from hami.core.kube.client import KubeConfigError, _go_duration, new_api_client
-from hami.core.kube.informer import Backoff, object_key
+from hami.core.kube.informer import Backoff
 from hami.core.kube.options import KubeOptions
 from hami.testing.processes import free_port
 
@@ -145,11 +145,6 @@ def test_backoff_doubles_up_to_the_cap_and_resets() -> None:
     assert backoff.next() == 1.0
     jittered = Backoff(initial=1.0, maximum=100.0, jitter=1.0)
     assert all(1.0 <= jittered.next() < 2.0 for _ in range(1))
-
-
-def test_object_keys_follow_meta_namespace_key_func() -> None:
-    assert object_key({"metadata": {"name": "p", "namespace": "ns"}}) == "ns/p"
-    assert object_key({"metadata": {"name": "node-1"}}) == "node-1"
 
 
 def test_resource_paths() -> None:

@@ -144,7 +144,7 @@ def test_recommendations_from_real_prometheus(prom_url: str, capsys: pytest.Capt
 
     lock = recs["nodeLockExpire"]
     # Two locks expired, binds take < 0.5 s: stale locks, shorten to 3m.
-    assert (lock["value"], lock["current"]) == ("3m", "5m")
+    assert (lock["value"], lock["current"]) == ("3m0s", "5m0s")
 
     # Every number comes with the query that produced it.
     evidence = mem["evidence"]

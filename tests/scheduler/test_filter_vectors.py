@@ -3,15 +3,24 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from hami.scheduler.engine.decision import FilterConfig, FilterResult, commit, filter_pod
 from hami.scheduler.engine.device_config import NvidiaConfig
 from hami.scheduler.engine.quota import QuotaManager
+from hami.scheduler.engine.requests import PodRequest, pod_request
 from hami.scheduler.engine.usage import DeviceShare, PodAllocation, UsageIndex
 from hami.testing.builders import dev, pod, res, resource_quota
 from hami.testing.enginestate import node_state, usage
 from hami.testing.vectors.filters import CASES, FOUR, Case
+
+
+def decode(the_pod: dict[str, Any]) -> PodRequest:
+    request = pod_request(the_pod, NvidiaConfig())
+    assert request is not None, "the pod asks for a GPU"
+    return request
 
 
 def run(case: Case) -> FilterResult:
@@ -19,13 +28,12 @@ def run(case: Case) -> FilterResult:
     quotas = QuotaManager(cfg.nvidia)
     for q in case.quotas:
         quotas.add_quota(q)
-    return filter_pod(case.pod, case.nodes, usage(*case.used), quotas, cfg)
+    return filter_pod(decode(case.pod), case.nodes, usage(*case.used), quotas, cfg)
 
 
 @pytest.mark.parametrize("case", list(CASES.values()), ids=list(CASES))
 def test_filter_vector(case: Case) -> None:
     got = run(case)
-    assert got.requested
     assert got.error == case.error
     if case.failed is not None:
         assert got.node is None
@@ -42,12 +50,14 @@ def test_filter_vector(case: Case) -> None:
 
 
 def test_pod_without_gpu_passes_through() -> None:
-    got = filter_pod(pod({"resources": {"limits": {"cpu": "1"}}}), [FOUR], UsageIndex(), None, FilterConfig())
-    assert not got.requested and got.node is None and not got.failed
+    assert pod_request(pod({"resources": {"limits": {"cpu": "1"}}}), NvidiaConfig()) is None
+    assert pod_request(pod({"resources": {"limits": {"nvidia.com/gpu": "0"}}}), NvidiaConfig()) is None
 
 
 def test_unregistered_nodes_fail_with_hami_string() -> None:
-    got = filter_pod(pod(res(1, 1000)), [FOUR], UsageIndex(), None, FilterConfig(), unregistered=["ghost"])
+    got = filter_pod(
+        decode(pod(res(1, 1000))), [FOUR], UsageIndex(), None, FilterConfig(), unregistered=["ghost"]
+    )
     assert got.node == "n4" and got.failed == {"ghost": "node unregistered"}
 
 
@@ -61,20 +71,20 @@ def test_filter_evicts_stale_entry() -> None:
     old = PodAllocation("uid-1", "default", "p1", "one", (DeviceShare("g0", 7000, 0),))
     index.add(old)
     quotas.add_usage("default", old.shares)
-    got = filter_pod(pod(res(1, 5000), uid="uid-1"), [one], index, quotas, cfg)
+    got = filter_pod(decode(pod(res(1, 5000), uid="uid-1")), [one], index, quotas, cfg)
     assert got.node == "one" and got.replaced == old
     commit(got, index, quotas)
     assert index.node_usage("one") == {"g0": (1, 5000, 0)}
     entry = quotas.entry("default", "nvidia.com/gpumem")
     assert entry is not None and entry.used == 5000
-    other = filter_pod(pod(res(1, 5000), uid="uid-2"), [one], index, quotas, cfg)
+    other = filter_pod(decode(pod(res(1, 5000), uid="uid-2")), [one], index, quotas, cfg)
     assert other.failed == {"one": "1/1 ResourceQuotaNotFit"}
 
 
 def test_events_follow_hami_formats() -> None:
     two = [node_state("a", dev("a0")), node_state("b", dev("b0"))]
-    failed = filter_pod(pod(res(1, 9000)), two, UsageIndex(), None, FilterConfig())
+    failed = filter_pod(decode(pod(res(1, 9000))), two, UsageIndex(), None, FilterConfig())
     assert failed.events(3) == [("Warning", "2 nodes CardInsufficientMemory(a,b)"),
                                 ("Warning", "no available node, 3 nodes do not meet")]
-    ok = filter_pod(pod(res(1, 1000)), two, usage(("b", "b0", 1, 4000, 0)), None, FilterConfig())
+    ok = filter_pod(decode(pod(res(1, 1000))), two, usage(("b", "b0", 1, 4000, 0)), None, FilterConfig())
     assert ok.events(3) == [("Normal", "find fit node(b), 1 nodes not fit, 2 nodes fit(a:0.00,b:6.00)")]

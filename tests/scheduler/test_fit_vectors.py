@@ -10,7 +10,7 @@ from hami.core.devices import DeviceInfo
 from hami.scheduler.engine.device_config import NvidiaConfig
 from hami.scheduler.engine.fit import PodContext, fit_devices
 from hami.scheduler.engine.policy import parse_gpu_policy, parse_scoring_weights
-from hami.scheduler.engine.requests import container_request, pod_options
+from hami.scheduler.engine.requests import pod_request
 from hami.testing.builders import dev, pod, res
 from hami.testing.enginestate import node_state, usage
 from hami.testing.vectors.fit import FIT_VECTORS, FitRow
@@ -20,13 +20,12 @@ def fit_one(devices: tuple[DeviceInfo, ...], container: dict[str, Any], *,
             used: tuple[tuple[str, int, int, int], ...] = (), annotations: dict[str, str] | None = None,
             gpu_policy: str = "spread", cordoned: tuple[str, ...] = ()) -> list[str] | str:
     """NVIDIA ``Fit`` alone (no node-level count check): chosen UUIDs in order, or the reason."""
-    the_pod = pod(container, annotations=annotations)
-    req = container_request(container, NvidiaConfig())
+    request = pod_request(pod(container, annotations=annotations), NvidiaConfig())
+    assert request is not None and len(request.reqs) == 1
+    req, options = request.reqs[0], request.options
     assert req is not None
-    options = pod_options(the_pod)
-    ctx = PodContext(reqs=(req,), n_init=0, options=options,
-                     policy=parse_gpu_policy(options.gpu_policy or gpu_policy),
-                     weights=parse_scoring_weights(options.scoring_weights), namespace="default", quota=None)
+    ctx = PodContext(request=request, policy=parse_gpu_policy(options.gpu_policy or gpu_policy),
+                     weights=parse_scoring_weights(options.scoring_weights), quota=None)
     state = node_state("n", *devices, cordoned=cordoned)
     view = usage(*(("n", *u) for u in used)).view(state)
     picks = fit_devices(view, (view.used, view.umem, view.ucores), req, ctx, ())

@@ -12,8 +12,9 @@ from kubernetes import client
 from prometheus_client import CollectorRegistry
 
 from hami.core.codec.nodelock import NodeLock, format_node_lock, format_rfc3339
+from hami.scheduler.extender.main import build_parser
 from hami.scheduler.extender.metrics import SchedulerMetrics
-from hami.scheduler.extender.nodelock import INITIAL, JITTER, NodeLocker, NodeLockError
+from hami.scheduler.extender.nodelock import INITIAL, JITTER, NodeLocker, NodeLockError, default_timeout
 from hami.testing.builders import node, pod
 from hami.testing.kubeapi import KubeAPIServer
 
@@ -206,3 +207,25 @@ def test_stale_cached_node_falls_back_to_reading_it(kube_api: KubeAPIServer, loc
     kube_api.store.put(_node("n1"))
     locker.locker.lock_node("n1", "default", "p1", cached=stale)
     assert _lock_value(kube_api, "n1") == format_node_lock(NodeLock(NOW, "default", "p1"))
+
+
+@pytest.mark.parametrize(("env", "want"), [("", 300.0), ("90s", 90.0), ("1h30m", 5400.0),
+                                           ("300", 300.0), ("-1m", 300.0), ("soon", 300.0)])
+def test_expiry_from_the_environment_is_a_go_duration(env: str, want: float,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """HAMI_NODELOCK_EXPIRE takes Go's syntax; anything else (a bare number, a negative) keeps 5m."""
+    monkeypatch.setenv("HAMI_NODELOCK_EXPIRE", env)
+    assert default_timeout().total_seconds() == want
+    assert build_parser().parse_args([]).node_lock_timeout.total_seconds() == want
+
+
+@pytest.mark.parametrize(("value", "why"), [("300", "want a Go duration such as 300ms"),
+                                            ("-5m", "must not be negative")])
+def test_bad_lock_flags_are_usage_errors(value: str, why: str, capsys: pytest.CaptureFixture[str]) -> None:
+    for flag in ("--node-lock-timeout", "--node-lock-retry-timeout"):
+        with pytest.raises(SystemExit) as exc:
+            build_parser().parse_args([f"{flag}={value}"])
+        assert exc.value.code == 2
+        assert f"argument {flag}: invalid duration {value!r}: {why}" in capsys.readouterr().err
+    args = build_parser().parse_args(["--node-lock-timeout", "2m30s"])
+    assert args.node_lock_timeout == timedelta(seconds=150)

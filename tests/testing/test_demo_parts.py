@@ -68,7 +68,7 @@ def test_prometheus_config_is_valid_for_promtool(tmp_path: Path) -> None:
 
 def test_seconds_reads_prometheus_durations() -> None:
     assert promconfig.seconds("1h30m") == 5400 and promconfig.seconds("250ms") == 0.25
-    with pytest.raises(ValueError, match="not a Prometheus duration"):
+    with pytest.raises(ValueError, match="want a Prometheus duration"):
         promconfig.seconds("5 minutes")
 
 
