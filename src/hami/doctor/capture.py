@@ -22,6 +22,7 @@ from hami.core.codec.handshake import check_handshake
 from hami.core.codec.node_devices import get_node_devices
 from hami.core.codec.nodelock import parse_node_lock, parse_rfc3339
 from hami.core.codec.quantity import parse_quantity
+from hami.core.objects import annotations_of, metadata_of, name_of, namespace_of, uid_of
 
 Obj = dict[str, Any]
 
@@ -59,18 +60,6 @@ class CaptureSettings:
 NOTE_NODE_POLICY, NOTE_GPU_POLICY, NOTE_LOCK, NOTE_SCALING = "node_policy", "gpu_policy", "lock", "scaling"
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
-
-
-def _annotations(obj: Mapping[str, Any]) -> dict[str, str]:
-    raw = _meta(obj).get("annotations")
-    if not isinstance(raw, Mapping):
-        return {}
-    return {str(k): v for k, v in raw.items() if isinstance(v, str)}
-
-
 def _time(text: object) -> float | None:
     if not isinstance(text, str):
         return None
@@ -93,10 +82,10 @@ def _allocatable(node: Mapping[str, Any], resource: str) -> int:
 
 def capture_node(node: Mapping[str, Any], taken: datetime, s: CaptureSettings) -> snap.Node | None:
     """The node's snapshot entry; None for a node that never registered a device."""
-    annos = _annotations(node)
+    annos = annotations_of(node)
     if ann.NODE_REGISTER not in annos:
         return None
-    name = str(_meta(node).get("name", ""))
+    name = name_of(node)
     kept: dict[str, str] = {k: annos[k] for k in snap.NODE_ANNOTATIONS if k in annos}
     resource = str(s.scheduler.device_config.get("resourceCountName") or ann.RESOURCE_GPU)
     allocatable = _allocatable(node, resource)
@@ -176,11 +165,11 @@ def _finished(pod: Mapping[str, Any]) -> float | None:
 
 def capture_pod(pod: Mapping[str, Any], s: CaptureSettings) -> snap.Pod | None:
     """The pod's snapshot entry; None when it is no GPU pod of this scheduler."""
-    meta = _meta(pod)
+    meta = metadata_of(pod)
     spec = pod.get("spec")
     if not isinstance(spec, Mapping):
         return None
-    annos = _annotations(pod)
+    annos = annotations_of(pod)
     init, regular = _containers(spec, "initContainers"), _containers(spec, "containers")
     node = annos.get(ann.POD_VGPU_NODE)
     devices = annos.get(ann.POD_DEVICES_ALLOCATED)
@@ -192,7 +181,7 @@ def capture_pod(pod: Mapping[str, Any], s: CaptureSettings) -> snap.Pod | None:
     if not regular or not wanted:
         return None
     created = _time(meta.get("creationTimestamp"))
-    uid = str(meta.get("uid") or "")
+    uid = uid_of(pod)
     if created is None or not uid:
         return None
     scheduled: float | None = None
@@ -203,8 +192,8 @@ def capture_pod(pod: Mapping[str, Any], s: CaptureSettings) -> snap.Pod | None:
     if finished is not None:
         finished = max(finished, created)
     return snap.Pod(
-        namespace=str(meta.get("namespace", "")),
-        name=str(meta.get("name", "")),
+        namespace=namespace_of(pod),
+        name=name_of(pod),
         uid=uid,
         created=created,
         annotations={k: annos[k] for k in snap.POD_ANNOTATIONS if k in annos},
@@ -226,8 +215,7 @@ def capture_quota(quota: Mapping[str, Any], s: CaptureSettings) -> snap.Quota | 
     kept = {str(k): str(v) for k, v in hard.items() if k in names and isinstance(v, str | int)}
     if not kept:
         return None
-    meta = _meta(quota)
-    return snap.Quota(str(meta.get("namespace", "")), str(meta.get("name", "")), kept)
+    return snap.Quota(namespace_of(quota), name_of(quota), kept)
 
 
 def capture_lock(node: snap.Node) -> snap.Lock | None:

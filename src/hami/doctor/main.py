@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import IO, Any, NoReturn
 
@@ -27,9 +28,11 @@ from prometheus_client import CollectorRegistry
 from hami.core.codec import CodecError
 from hami.core.codec.nodelock import DEFAULT_TIMEOUT as DEFAULT_LOCK_TIMEOUT
 from hami.core.codec.nodelock import format_rfc3339, parse_rfc3339
+from hami.core.duration import duration_flag
 from hami.core.kube import errors
 from hami.core.kube.client import KubeConfigError, new_api_client
-from hami.core.kube.options import KubeOptions, add_kube_flags
+from hami.core.kube.options import add_kube_flags, from_args
+from hami.core.objects import annotations_of, name_of
 from hami.core.promapi import PrometheusError
 from hami.doctor import fetch, fix, logscan, nodecheck, podtree, render
 from hami.doctor import snapshot as snapshot_cmd
@@ -47,23 +50,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-def parse_duration(text: str) -> timedelta:
-    """``60s``, ``5m``, ``1h30m`` (Go style) or plain seconds."""
-    units = {"h": 3600, "m": 60, "s": 1}
-    try:
-        if text.replace(".", "", 1).isdigit():
-            return timedelta(seconds=float(text))
-        total, number = 0.0, ""
-        for ch in text:
-            if ch in units and number:
-                total, number = total + float(number) * units[ch], ""
-            else:
-                number += ch
-        if number or not text:
-            raise ValueError(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 60s, 5m)") from None
-    return timedelta(seconds=total)
+# The thresholds mirror HAMi's Go durations; a plain number of seconds, which this CLI has always
+# accepted, still works.
+_duration = duration_flag(bare_seconds=True)
 
 
 def parse_zone(text: str) -> tzinfo | None:
@@ -111,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cluster.add_argument(
         "--handshake-timeout",
-        type=parse_duration,
+        type=_duration,
         default=timedelta(seconds=60),
         help="handshake expiry (default 60s, HAMi v2.10; seed 000's 300s is stale)",
     )
@@ -123,13 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cluster.add_argument(
         "--node-lock-timeout",
-        type=parse_duration,
+        type=_duration,
         default=None,
         help="the scheduler's --node-lock-timeout (default 5m; snapshot: read from the scheduler's pods)",
     )
     cluster.add_argument(
         "--bind-timeout",
-        type=parse_duration,
+        type=_duration,
         default=None,
         help="bind-phase=allocating longer than this is stuck (default: --node-lock-timeout)",
     )
@@ -149,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     snapshot = sub.add_parser(
         "snapshot", parents=[common, cluster], help="write a scheduling snapshot for hami-tune simulate"
     )
-    snapshot_cmd.add_arguments(snapshot, parse_duration)
+    snapshot_cmd.add_arguments(snapshot)
     return p
 
 
@@ -164,14 +153,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _api(args: argparse.Namespace) -> Any:
-    opts = KubeOptions(
-        qps=args.kube_qps,
-        burst=args.kube_burst,
-        timeout=args.kube_timeout,
-        kubeconfig=args.kubeconfig or None,
-        context=args.context,
-        user_agent="hami-doctor",
-    )
+    opts = replace(from_args(args, user_agent="hami-doctor"), context=args.context)
     return new_api_client(opts, registry=CollectorRegistry())
 
 
@@ -195,8 +177,8 @@ def _cluster_sections(args: argparse.Namespace, api: Any, now: datetime) -> list
         items = fetch.list_nodes(api, args.selector)
     owners = fetch.lock_owners(api, items)
     sections = []
-    for n in sorted(items, key=nodecheck.name_of):
-        value = nodecheck.annotations_of(n).get("hami.io/mutex.lock", "")
+    for n in sorted(items, key=name_of):
+        value = annotations_of(n).get("hami.io/mutex.lock", "")
         key = "/".join(value.split(",")[1:]) if value.count(",") == 2 else ""
         sections.append(nodecheck.check_node(n, owners.get(key) if key else None, s, now))
     return sections
@@ -237,7 +219,7 @@ def main(argv: list[str] | None = None, stdin: IO[str] | None = None, stdout: IO
 def _snapshot(args: argparse.Namespace, stdout: IO[str]) -> int:
     try:
         api = None if args.from_prometheus else _api(args)
-        return snapshot_cmd.run(args, api, parse_duration, stdout)
+        return snapshot_cmd.run(args, api, stdout)
     except snapshot_cmd.SnapshotUsageError as exc:
         print(f"hami-doctor: {exc}", file=sys.stderr)
         return EXIT_USAGE

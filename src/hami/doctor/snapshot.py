@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
@@ -22,6 +22,13 @@ from typing import IO, Any
 import yaml
 
 from hami.core import snapshot as snap
+from hami.core.duration import (
+    DurationError,
+    duration_flag,
+    parse_duration,
+    parse_prometheus_duration,
+    prometheus_duration_flag,
+)
 from hami.core.kube import raw
 from hami.core.promapi import PrometheusClient
 from hami.doctor import fetch
@@ -44,10 +51,7 @@ class SnapshotUsageError(ValueError):
     """A flag or file the snapshot needs is wrong; the text says which and how."""
 
 
-Duration = Callable[[str], timedelta]
-
-
-def add_arguments(p: argparse.ArgumentParser, duration: Duration) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-o", "--output", required=True, metavar="FILE", help="where to write the snapshot ('-': stdout)"
     )
@@ -85,13 +89,13 @@ def add_arguments(p: argparse.ArgumentParser, duration: Duration) -> None:
     )
     p.add_argument(
         "--since",
-        type=duration,
-        default=timedelta(hours=24),
-        help="with --from-prometheus: how much history (default 24h)",
+        type=prometheus_duration_flag,
+        default="24h",
+        help="with --from-prometheus: how much history, a Prometheus duration (default 24h)",
     )
     p.add_argument(
         "--step",
-        type=duration,
+        type=duration_flag(),
         default=None,
         help="with --from-prometheus: time resolution of the history (default: since/2000, >= 15s)",
     )
@@ -139,9 +143,7 @@ def _number(config: Mapping[str, Any], key: str) -> float | None:
     return float(value)
 
 
-def settings(
-    args: argparse.Namespace, scheduler_pods: list[dict[str, Any]] | None, duration: Duration
-) -> CaptureSettings:
+def settings(args: argparse.Namespace, scheduler_pods: list[dict[str, Any]] | None) -> CaptureSettings:
     """What the snapshot records about the configuration, and the notes on where each part came from."""
     notes: dict[str, str] = {}
     found = scheduler_flags(scheduler_pods or [])
@@ -165,8 +167,8 @@ def settings(
     lock = args.node_lock_timeout.total_seconds() if args.node_lock_timeout is not None else None
     if lock is None and lock_text is not None:
         try:
-            lock = duration(lock_text).total_seconds()
-        except (argparse.ArgumentTypeError, ValueError):
+            lock = parse_duration(lock_text, bare_seconds=True).total_seconds()
+        except DurationError:
             lock = None
     if lock is None:
         notes[NOTE_LOCK] = (
@@ -201,23 +203,23 @@ def settings(
     )
 
 
-def from_api(api: Any, args: argparse.Namespace, now: datetime, duration: Duration) -> snap.Snapshot:
+def from_api(api: Any, args: argparse.Namespace, now: datetime) -> snap.Snapshot:
     scheduler_pods = fetch.scheduler_pods(api, args.scheduler_namespace)
-    s = settings(args, scheduler_pods, duration)
+    s = settings(args, scheduler_pods)
     nodes = fetch.list_nodes(api)
     pods = fetch.list_all(api, raw.resource_path("", "v1", "pods"))
     quotas = fetch.list_all(api, raw.resource_path("", "v1", "resourcequotas"))
     return capture(nodes, pods, quotas, now, s)
 
 
-def from_history(args: argparse.Namespace, now: datetime, duration: Duration) -> snap.Snapshot:
-    since = args.since.total_seconds()
+def from_history(args: argparse.Namespace, now: datetime) -> snap.Snapshot:
+    since = parse_prometheus_duration(args.since).total_seconds()
     if since <= 0:
         raise SnapshotUsageError("--since: want a positive duration such as 24h, 90m")
     step = args.step.total_seconds() if args.step is not None else max(15.0, since / 2000)
     if step <= 0:
         raise SnapshotUsageError("--step: want a positive duration such as 30s, 1m")
-    s = settings(args, None, duration)
+    s = settings(args, None)
     client = PrometheusClient(args.from_prometheus, timeout=args.kube_timeout or 60.0)
     try:
         return from_prometheus(
@@ -257,14 +259,11 @@ def now_or(args: argparse.Namespace) -> datetime:
     return now if now is not None else datetime.now(UTC)
 
 
-def run(args: argparse.Namespace, api: Any | None, duration: Duration, stdout: IO[str] | None = None) -> int:
+def run(args: argparse.Namespace, api: Any | None, stdout: IO[str] | None = None) -> int:
     """Write the snapshot; the caller maps exceptions to exit codes."""
     out = stdout or sys.stdout
     now = now_or(args)
-    if args.from_prometheus:
-        snapshot = from_history(args, now, duration)
-    else:
-        snapshot = from_api(api, args, now, duration)
+    snapshot = from_history(args, now) if args.from_prometheus else from_api(api, args, now)
     write(snapshot, args.output, out)
     sys.stderr.write(summary(snapshot, args.output))
     return 0

@@ -29,6 +29,7 @@ from hami.scheduler.engine.decision import FilterConfig, commit, filter_pod
 from hami.scheduler.engine.nodes import NodeState
 from hami.scheduler.engine.quota import QuotaManager
 from hami.scheduler.engine.ranking import Ranker
+from hami.scheduler.engine.requests import pod_request
 from hami.scheduler.engine.usage import UsageIndex
 
 Obj = dict[str, Any]
@@ -176,7 +177,9 @@ def generate(spec: HistorySpec) -> History:
         if p.obj["metadata"]["uid"] not in seen:
             seen.add(p.obj["metadata"]["uid"])
             order.append(p.obj["metadata"]["uid"])
-        result = filter_pod(p.obj, states, usage, quotas, config, ranks=ranks)
+        request = pod_request(p.obj, config.nvidia)
+        assert request is not None, "every generated pod asks for a GPU"
+        result = filter_pod(request, states, usage, quotas, config, ranks=ranks)
         if result.node is None:
             return False
         commit(result, usage, quotas)

@@ -12,18 +12,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from hami.core import annotations as ann
 from hami.core import snapshot as snap
-from hami.core.codec.cordon import parse_cordon
 from hami.core.codec.errors import CodecError
 from hami.core.codec.mig import decode_mig_allocations
-from hami.core.codec.node_devices import get_node_devices
 from hami.core.codec.pod_devices import decode_pod_devices
 from hami.core.devices import MODE_MIG, DeviceInfo, PodDevices
 from hami.scheduler.engine.decision import FilterConfig
 from hami.scheduler.engine.device_config import DeviceConfigError, NvidiaConfig, load_nvidia_config
 from hami.scheduler.engine.mig import unreserved
-from hami.scheduler.engine.nodes import NodeState
+from hami.scheduler.engine.nodes import NodeState, Unregistered
+from hami.scheduler.engine.nodes import node_state as engine_node_state
 from hami.scheduler.engine.quota import QuotaManager
 from hami.scheduler.engine.usage import PodAllocation, collapse_init_containers
 from hami.tune.simulate.scenario import Scenario
@@ -66,19 +64,14 @@ def node_state(node: snap.Node, s: Scenario) -> tuple[NodeState, dict[str, int]]
     card's physical MiB; or why the scheduler could not use it."""
     if not node.schedulable:
         return node.reason or "not schedulable"
-    annos = node.annotations
-    try:
-        devices = get_node_devices(annos, annos.get(ann.NODE_PAIR_SCORE))
-    except CodecError as err:
-        return str(err)
-    try:
-        cordoned = parse_cordon(annos.get(ann.NODE_DEVICE_CORDON))
-    except CodecError:
-        cordoned = frozenset()  # as the register pass: a bad cordon list cordons nothing
+    state = engine_node_state(node.name, node.annotations)
+    if isinstance(state, Unregistered):
+        return state.reason
     physical = {
-        d.id: d.devmem if d.mode == MODE_MIG else physical_mib(d.devmem, node.memory_scaling) for d in devices
+        d.id: d.devmem if d.mode == MODE_MIG else physical_mib(d.devmem, node.memory_scaling)
+        for d in state.devices
     }
-    return NodeState(node.name, tuple(_card(d, node, s) for d in devices), cordoned), physical
+    return replace(state, devices=tuple(_card(d, node, s) for d in state.devices)), physical
 
 
 def nvidia_config(snapshot: snap.Snapshot) -> NvidiaConfig:

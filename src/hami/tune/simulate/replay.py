@@ -31,7 +31,6 @@ Samples of the cluster state at regular times feed the report's time series and 
 from __future__ import annotations
 
 import heapq
-import json
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -45,7 +44,7 @@ from hami.scheduler.engine.decision import FilterResult, commit, filter_pod
 from hami.scheduler.engine.nodes import NodeState
 from hami.scheduler.engine.quota import QuotaManager
 from hami.scheduler.engine.ranking import Ranker
-from hami.scheduler.engine.requests import PERCENT_UNSET, pod_requests
+from hami.scheduler.engine.requests import PERCENT_UNSET, PodRequest, pod_request
 from hami.scheduler.engine.usage import DeviceShare, PodAllocation, UsageIndex
 from hami.tune.simulate import cluster as cl
 from hami.tune.simulate.scenario import Scenario
@@ -54,6 +53,7 @@ from hami.tune.simulate.scenario import Scenario
 DEPART, GIVE_UP, ARRIVE, RETRY = 0, 1, 2, 3
 BACKOFF_INITIAL, BACKOFF_MAX = 1.0, 10.0  # kube-scheduler's podInitialBackoffSeconds / podMaxBackoffSeconds
 SAMPLES = 120
+NO_REQUEST = "asks for no GPU under the snapshot's device config"
 Placement = tuple[str | None, tuple[tuple[str, ...], ...]]
 TIE_WINDOW = 16  # pods of a same-second group tried against their recorded placement per step
 PERMUTE_MAX = 5  # groups up to this size try every order
@@ -66,7 +66,7 @@ class PodRun:
     """One pod's fate in the replay."""
 
     pod: snap.Pod
-    obj: dict[str, Any]
+    request: PodRequest | None  # None: it asks for no device under this device config
     shape: str  # pods with equal shape ask for the same thing
     fixed: bool  # placed outside the scheduler: holds its recorded devices
     node: str | None = None
@@ -124,15 +124,10 @@ class ReplayResult:
     notes: list[str] = field(default_factory=list)
 
 
-def _shape(pod: snap.Pod, limited: bool) -> str:
-    parts: list[Any] = [
-        [c.resources for c in pod.init_containers],
-        [c.resources for c in pod.containers],
-        sorted(pod.annotations.items()),
-    ]
-    if limited:
-        parts.append(pod.namespace)
-    return json.dumps(parts, sort_keys=True)
+def _shape(request: PodRequest | None, namespace: str, limited: bool) -> str:
+    if request is None:
+        return ""
+    return repr((request.reqs, request.n_init, request.options, namespace if limited else ""))
 
 
 def _median(values: Sequence[int]) -> int:
@@ -189,8 +184,8 @@ class Replay:
 
     def _run(self, pod: snap.Pod) -> PodRun:
         fixed = pod.allocation is not None and pod.scheduled is None
-        limited = self.quotas.limited(pod.namespace)
-        return PodRun(pod, pod.as_object(), _shape(pod, limited), fixed)
+        request = pod_request(pod.as_object(), self.config.nvidia)
+        return PodRun(pod, request, _shape(request, pod.namespace, self.quotas.limited(pod.namespace)), fixed)
 
     def _lock_intervals(self) -> dict[str, list[tuple[float, float]]]:
         expire, current = self.cluster.lock_expire, self.snapshot.scheduler.node_lock_expire
@@ -220,8 +215,7 @@ class Replay:
         mems: list[int] = []
         cores: list[int] = []
         for run in runs:
-            reqs, _ = pod_requests(run.obj, self.config.nvidia)
-            for req in reqs:
+            for req in run.request.reqs if run.request is not None else ():
                 if req is not None:
                     pct = req.mem_percentage
                     mems.append(req.memreq if pct == PERCENT_UNSET else card * pct // 100)
@@ -427,15 +421,17 @@ class Replay:
         return any(a <= t < b for a, b in self.locks.get(node, ()))
 
     def _filter(self, run: PodRun, nodes: Sequence[NodeState]) -> FilterResult:
+        if run.request is None:
+            return FilterResult(error=NO_REQUEST)
         ranks = self.ranks if nodes is self.all_nodes else None
-        return filter_pod(run.obj, nodes, self.usage, self.quotas, self.config, ranks=ranks)
+        return filter_pod(run.request, nodes, self.usage, self.quotas, self.config, ranks=ranks)
 
     def _attempt(self, run: PodRun, t: float, nodes: Sequence[NodeState]) -> bool:
         """Filter the pod over ``nodes``; True when it was placed (or its bind failed on a lock)."""
         result = self._filter(run, nodes)
         run.attempts += 1
-        if not result.requested or result.error is not None:
-            run.error = result.error or "asks for no GPU under this device config"
+        if result.error is not None:
+            run.error = result.error
             self.pending.pop(run.pod.uid, None)
             return False
         if result.node is None:

@@ -14,10 +14,11 @@ both) and ``nodeLockExpire``.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final
+
+from hami.core.duration import DurationError, parse_duration
 
 NODE_POLICIES: Final = ("binpack", "spread")
 GPU_POLICY_TOKENS: Final = ("binpack", "spread", "topology-aware", "mutex", "numa")
@@ -30,7 +31,6 @@ KEYS: Final = (
     "policy",
     "nodeLockExpire",
 )
-_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?")
 
 
 class ScenarioError(ValueError):
@@ -65,20 +65,6 @@ class Scenario:
 
 
 CURRENT: Final = Scenario()
-
-
-def parse_duration(text: str) -> float:
-    """``3m``, ``90s``, ``1h30m`` or plain seconds."""
-    text = text.strip()
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    m = _DURATION.fullmatch(text)
-    if not text or m is None or not any(m.groups()):
-        raise ScenarioError(f"nodeLockExpire={text}: not a duration (use e.g. 3m, 90s, 1h30m)")
-    h, mi, s = (float(g) if g else 0.0 for g in m.groups())
-    return h * 3600 + mi * 60 + s
 
 
 def _positive(key: str, text: str) -> float:
@@ -162,7 +148,10 @@ def _apply(s: Scenario, key: str, node: str, value: str) -> Scenario:
         return replace(s, gpu_policy=_gpu_policy(value))
     if key == "policy":
         return replace(s, node_policy=_node_policy(key, value), gpu_policy=value)
-    seconds = parse_duration(value)
+    try:
+        seconds = parse_duration(value, bare_seconds=True).total_seconds()
+    except DurationError as err:
+        raise ScenarioError(f"nodeLockExpire={value}: {err} (use e.g. 3m, 90s, 1h30m)") from None
     if seconds <= 0:
         raise ScenarioError(f"nodeLockExpire={value}: must be longer than 0")
     return replace(s, node_lock_expire=seconds)
