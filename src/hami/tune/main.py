@@ -13,14 +13,19 @@ import argparse
 import sys
 import time
 from datetime import timedelta
+from pathlib import Path
 
+from hami.core import snapshot as snap
 from hami.core.duration import duration_flag, prometheus_duration_flag
 from hami.core.promapi import PrometheusClient, PrometheusError
 from hami.tune import report
 from hami.tune.collect import Settings, recommend_all
 from hami.tune.simulate import cli as simulate_cli
+from hami.tune.simulate import verify
+from hami.tune.simulate.cluster import ClusterError
 
 EXIT_REFUSED = 3
+EXIT_BAD_SNAPSHOT = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,6 +54,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="the scheduler's current --node-lock-timeout (a Go duration, or seconds), used only when the "
         "extender does not export hami_scheduler_node_lock_timeout_seconds (default 5m)",
     )
+    p.add_argument(
+        "--verify",
+        type=Path,
+        default=None,
+        metavar="SNAPSHOT",
+        help="replay each recommendation against a snapshot (hami-doctor snapshot) and print what it "
+        "would change",
+    )
     return p
 
 
@@ -57,6 +70,13 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["simulate"]:
         return simulate_cli.main(argv[1:])
     args = build_parser().parse_args(argv)
+    snapshot = None
+    if args.verify is not None:
+        try:
+            snapshot = snap.load_snapshot(args.verify)
+        except snap.SnapshotError as exc:
+            print(f"hami-tune: --verify: bad snapshot: {exc}", file=sys.stderr)
+            return EXIT_BAD_SNAPSHOT
     settings = Settings(
         window=args.window,
         monitor_job=args.monitor_job,
@@ -72,13 +92,24 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         client.close()
+    checks = None
+    if snapshot is not None:
+        try:
+            checks = verify.verify(recs, snapshot)
+        except ClusterError as exc:
+            print(f"hami-tune: --verify: bad snapshot: {exc}", file=sys.stderr)
+            return EXIT_BAD_SNAPSHOT
     if args.json:
-        meta = {
+        meta: dict[str, object] = {
             "prometheus_url": args.prometheus_url,
             "time": args.time if args.time is not None else time.time(),
             "window": args.window,
         }
+        if checks is not None:
+            meta["verification"] = verify.to_json(*checks, str(args.verify))
         print(report.to_json(recs, meta))
     else:
         print(report.to_text(recs), end="")
+        if checks is not None:
+            print(verify.to_text(*checks, str(args.verify)), end="")
     return EXIT_REFUSED if any(r.refused for r in recs) else 0
