@@ -4,12 +4,13 @@ Every decision is the extender's own: ``filter_pod`` over the registered nodes w
 and quota manager, then ``commit``. Around it the replay plays kube-scheduler and the cluster:
 
 - A pod is filtered when it arrives (its creation time). The API keeps times to the second, so
-  the order of what happened within one second (arrivals, departures) is lost. Under the
-  snapshot's own configuration the replay takes, in each second, the order under which the most
-  arrivals get the outcome the snapshot recorded (every order of up to five events, else
-  greedily); every other scenario replays that same order. Without it, one swapped pair changes
-  the cards of every later pod on a busy node.
-  When no node fits a pod it waits; kube-scheduler retries waiting pods when capacity frees up, so
+  the order of what happened within one second (arrivals, departures, the retries they caused)
+  is lost. Under the snapshot's own configuration the replay searches, for each second, for the
+  order under which the most pods get the outcome the snapshot recorded (depth-first, a bounded
+  number of filter calls), and retries waiting pods created in the same second with those the
+  snapshot placed then first; every other scenario replays the order found. Without this, one
+  swapped pair changes the cards of every later pod on a busy node.
+- When no node fits a pod it waits; kube-scheduler retries waiting pods when capacity frees up, so
   every departure retries them in arrival order. A retry after a departure from node N filters
   over N alone: no other node gained capacity since the pod's last attempt, so N is the only node
   the full filter could newly choose (a departure that frees namespace quota retries over all
@@ -34,7 +35,6 @@ import heapq
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import permutations
 from typing import Any
 
 from hami.core import snapshot as snap
@@ -55,8 +55,7 @@ BACKOFF_INITIAL, BACKOFF_MAX = 1.0, 10.0  # kube-scheduler's podInitialBackoffSe
 SAMPLES = 120
 NO_REQUEST = "asks for no GPU under the snapshot's device config"
 Placement = tuple[str | None, tuple[tuple[str, ...], ...]]
-TIE_WINDOW = 16  # pods of a same-second group tried against their recorded placement per step
-PERMUTE_MAX = 5  # groups up to this size try every order
+SEARCH_STEPS = 2000  # filter calls spent looking for the order of one second's events
 # Rankings kept (one per request shape): a history has more shapes than a burst of filter calls.
 RANKINGS = 128
 
@@ -77,6 +76,7 @@ class PodRun:
     bind_failures: int = 0
     backoff: bool = False
     reason: str = ""  # the last filter's failure, summarised
+    record: Placement | None = None  # recorded_placement(pod), once needed
     error: str = ""  # the pod itself is invalid (never placed)
 
     @property
@@ -132,6 +132,26 @@ def _shape(request: PodRequest | None, namespace: str, limited: bool) -> str:
 
 def _median(values: Sequence[int]) -> int:
     return int(statistics.median(values)) if values else 0
+
+
+class _Trial:
+    """Pods a search step placed and pods waiting, while ``Replay._resolve`` tries orders."""
+
+    def __init__(self, waiting: list[PodRun]) -> None:
+        self.waiting = list(waiting)
+        self.placed: set[str] = set()
+
+    def save(self) -> tuple[int, frozenset[str]]:
+        return len(self.waiting), frozenset(self.placed)
+
+    def restore(self, state: tuple[int, frozenset[str]]) -> None:
+        del self.waiting[state[0] :]
+        self.placed = set(state[1])
+
+    def potential(self, rest: Sequence[int], items: Sequence[tuple[int, PodRun]], due: set[str]) -> int:
+        """The most a search step can still gain (an upper bound): every arrival left, and every
+        pod the snapshot places in this second (``due``) not placed yet."""
+        return sum(1 for i in rest if items[i][0] == ARRIVE) + len(due) - len(due & self.placed)
 
 
 class Replay:
@@ -312,77 +332,140 @@ class Replay:
                 self._leave(kind, run, t)
 
     def _resolve(self, items: list[tuple[int, PodRun]], t: float) -> Sequence[int]:
-        """The order of ``items`` (departures first, then arrivals by name, when nothing is better)
-        under which the most arrivals get their recorded outcome: every order for a few items,
-        else greedily (the first arrival that gets it, else the next departure)."""
-        arrivals = sum(1 for kind, _ in items if kind == ARRIVE)
-        if len(items) <= PERMUTE_MAX:
-            best: tuple[int, ...] = tuple(range(len(items)))
-            best_score = -1
-            for perm in permutations(range(len(items))):
-                score = self._trial(items, perm, t)
-                if score > best_score:
-                    best, best_score = perm, score
-                    if score == arrivals:
-                        break
-            return best
-        order: list[int] = []
-        rest = list(range(len(items)))
-        while rest:
-            pick = next(
-                (i for i in rest[:TIE_WINDOW] if items[i][0] == ARRIVE and self._gets_record(items[i][1], t)),
-                next((i for i in rest if items[i][0] != ARRIVE), rest[0]),
-            )
-            rest.remove(pick)
-            order.append(pick)
-            self._trial(items, (pick,), t, keep=True)
-        self._undo_trials()
+        """The order of ``items`` under which the most pods get the outcome the snapshot recorded
+        for this second, found depth-first: each step takes an arrival whose filter gives its
+        recorded outcome, or the next departure (with the retries it causes), or, when neither is
+        left, the next arrival. The first order that reproduces everything wins at once; after
+        ``SEARCH_STEPS`` filter calls the best so far does (at worst departures first, then
+        arrivals by name)."""
+        waiting = [run for run in self.pending.values() if not run.backoff]
+        arrivals = [run for kind, run in items if kind == ARRIVE]
+        due = {run.pod.uid for run in (*waiting, *arrivals) if self._expected(run, t)[0] is not None}
+        perfect = len(due | {run.pod.uid for run in arrivals})
+        best: list[Any] = [-len(items) - len(waiting) - 1, list(range(len(items)))]
+        budget = [SEARCH_STEPS]
+        trial = _Trial(waiting)
+
+        def dfs(rest: list[int], score: int, path: list[int]) -> None:
+            if score + trial.potential(rest, items, due) <= best[0]:
+                return
+            if not rest:
+                best[0], best[1] = score, list(path)
+                return
+            if budget[0] <= 0:
+                return
+            branches: list[tuple[int, FilterResult | None]] = []
+            for i in rest:
+                kind, run = items[i]
+                if kind == ARRIVE and budget[0] > 0:
+                    budget[0] -= 1
+                    result = self._filter(run, self.all_nodes)
+                    if filter_placement(result) == self._expected(run, t):
+                        branches.append((i, result))
+            branches += [(i, None) for i in rest if items[i][0] != ARRIVE]
+            if not branches:
+                branches.append((rest[0], None))
+            for i, found in branches:
+                mark, state = len(self._undo), trial.save()
+                gained = self._trial_step(items[i], t, trial, found, budget)
+                path.append(i)
+                dfs([j for j in rest if j != i], score + gained, path)
+                path.pop()
+                self._undo_to(mark)
+                trial.restore(state)
+                if best[0] >= perfect:
+                    return
+
+        dfs(list(range(len(items))), 0, [])
+        order: list[int] = best[1]
         return order
 
     def _expected(self, run: PodRun, t: float) -> Placement:
         """What the snapshot says the filter gave the pod at ``t``: its placement when it was
-        scheduled in that second, else no node (it waited)."""
+        scheduled at that time (the API's times are whole seconds), else no node (it waited)."""
         pod = run.pod
-        if pod.scheduled is not None and int(pod.scheduled) != int(t):
+        if pod.scheduled is not None and pod.scheduled != t:
             return None, ()
-        return recorded_placement(pod)
+        if run.record is None:
+            run.record = recorded_placement(pod)
+        return run.record
 
-    def _gets_record(self, run: PodRun, t: float) -> bool:
-        return filter_placement(self._filter(run, self.all_nodes)) == self._expected(run, t)
-
-    def _trial(
-        self, items: list[tuple[int, PodRun]], perm: Sequence[int], t: float, keep: bool = False
+    def _trial_step(
+        self,
+        item: tuple[int, PodRun],
+        t: float,
+        trial: _Trial,
+        result: FilterResult | None,
+        budget: list[int],
     ) -> int:
-        """Apply ``perm`` to the usage index alone (no retries, no events) and count the arrivals
-        that get their recorded outcome; undone unless ``keep`` (then ``_undo_trials`` undoes it)."""
-        matches = 0
-        for i in perm:
-            kind, run = items[i]
-            if kind == ARRIVE:
+        """Apply one item to the usage index alone (logged in ``_undo``): an arrival is placed or
+        waits, a departure frees its cards and retries the waiting pods as ``_retry_after`` does.
+        Returns how many pods got their recorded outcome (minus those placed that should wait)."""
+        kind, run = item
+        if kind == ARRIVE:
+            if result is None:
+                budget[0] -= 1
                 result = self._filter(run, self.all_nodes)
-                matches += filter_placement(result) == self._expected(run, t)
-                if result.reservation is not None and result.node is not None:
-                    commit(result, self.usage, self.quotas)
-                    self._undo.append((run.pod.uid, None))
+            if result.node is None or result.reservation is None:
+                trial.waiting.append(run)
+                return int(self._expected(run, t)[0] is None)  # it waited, as recorded
+            self._trial_commit(run, result, trial)
+            return int(filter_placement(result) == self._expected(run, t))
+        old = self.usage.remove(run.pod.uid)
+        if old is None:
+            return 0
+        self.quotas.remove_usage(old.namespace, old.shares)
+        self._undo.append(("", old))
+        state = self.cluster.by_name.get(old.node)
+        quota_freed = self.quotas.limited(old.namespace)
+        gained = 0
+        refused: set[str] = set()
+        for other in self._retry_order(trial.waiting, t):
+            if other.pod.uid in trial.placed:
+                continue
+            if quota_freed and other.pod.namespace == old.namespace:
+                nodes: Sequence[NodeState] = self.all_nodes
+            elif state is None or other.shape in refused:
+                continue
             else:
-                old = self.usage.remove(run.pod.uid)
-                if old is not None:
-                    self.quotas.remove_usage(old.namespace, old.shares)
-                    self._undo.append(("", old))
-        if not keep:
-            self._undo_trials()
-        return matches
+                nodes = [state]
+            budget[0] -= 1
+            got = self._filter(other, nodes)
+            if got.node is None or got.reservation is None:
+                if nodes is not self.all_nodes:
+                    refused.add(other.shape)
+                continue
+            self._trial_commit(other, got, trial)
+            expected = self._expected(other, t)
+            gained += 1 if filter_placement(got) == expected else -1 if expected[0] is None else 0
+        return gained
 
-    def _undo_trials(self) -> None:
-        while self._undo:
+    def _retry_order(self, waiting: list[PodRun], t: float) -> list[PodRun]:
+        """Waiting pods in the order kube-scheduler retries them: as they arrived. Among pods
+        created at the same (whole-second) time that order is lost too, so under the snapshot's
+        own configuration those the snapshot places at ``t`` go first."""
+        if self.rank is not None:
+            return waiting
+        return sorted(waiting, key=lambda run: (run.pod.created, self._expected(run, t)[0] is None))
+
+    def _trial_commit(self, run: PodRun, result: FilterResult, trial: _Trial) -> None:
+        commit(result, self.usage, self.quotas)
+        self._undo.append((run.pod.uid, result.replaced))
+        trial.placed.add(run.pod.uid)
+
+    def _undo_to(self, mark: int) -> None:
+        """Undo trial changes to the usage index back to ``len(self._undo) == mark``."""
+        while len(self._undo) > mark:
             uid, old = self._undo.pop()
-            if old is None:
+            if uid:  # a trial placement: drop it, restore what it replaced
                 gone = self.usage.remove(uid)
                 if gone is not None:
                     self.quotas.remove_usage(gone.namespace, gone.shares)
-            else:
-                self.usage.add(old)
-                self.quotas.add_usage(old.namespace, old.shares)
+                if old is None:
+                    continue
+            assert old is not None
+            self.usage.add(old)
+            self.quotas.add_usage(old.namespace, old.shares)
 
     def _leave(self, kind: int, run: PodRun, t: float) -> None:
         if kind == DEPART:
@@ -495,7 +578,7 @@ class Replay:
         only = [state] if state is not None else []
         refused: set[str] = set()
         quota_freed = self.quotas.limited(namespace)
-        for run in list(self.pending.values()):
+        for run in self._retry_order(list(self.pending.values()), t):
             if run.backoff or run.placed_at is not None:
                 continue
             if quota_freed and run.pod.namespace == namespace:
