@@ -11,6 +11,7 @@ order restored gets 100 %: every difference comes from the order lost within a s
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import random
 import time
@@ -45,15 +46,12 @@ def exact(snapshot: snap.Snapshot, times: Times) -> snap.Snapshot:
     """The snapshot with the true times restored where known (the one thing the API loses)."""
     pods = []
     for p in snapshot.pods:
-        if p.uid in times:
-            created, scheduled, finished = times[p.uid]
-            p = dataclasses.replace(
-                p,
-                created=created,
-                scheduled=scheduled if p.scheduled is not None else None,
-                finished=finished,
-            )
-        pods.append(p)
+        if p.uid not in times:
+            pods.append(p)
+            continue
+        created, scheduled, finished = times[p.uid]
+        kept = scheduled if p.scheduled is not None else None
+        pods.append(dataclasses.replace(p, created=created, scheduled=kept, finished=finished))
     return dataclasses.replace(snapshot, pods=tuple(pods))
 
 
@@ -76,7 +74,7 @@ def history() -> Iterator[tuple[snap.Snapshot, Times]]:
 def test_generated_200_node_history(history: tuple[snap.Snapshot, Times]) -> None:
     snapshot, times = history
     assert len(snapshot.nodes) == 200
-    same_second = sum(1 for a, b in zip(snapshot.pods, snapshot.pods[1:]) if int(a.created) == int(b.created))
+    same_second = sum(1 for a, b in itertools.pairwise(snapshot.pods) if int(a.created) == int(b.created))
     assert same_second > 100, "the history should have many arrivals sharing a second"
     f = check(snapshot, times)
     summary = summarise(replay(snapshot, CURRENT))
