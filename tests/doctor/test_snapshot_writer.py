@@ -27,8 +27,12 @@ def _seed(api: KubeAPIServer) -> None:
     done["metadata"]["creationTimestamp"] = "2026-03-02T11:10:00Z"
     done["metadata"]["annotations"][ann.POD_VGPU_TIME] = str(int((NOW - timedelta(minutes=49)).timestamp()))
     done["metadata"]["annotations"][ann.POD_NUMA_BIND] = "true"
-    done["status"] = {"phase": "Succeeded", "containerStatuses": [
-        {"name": "main", "state": {"terminated": {"exitCode": 0, "finishedAt": "2026-03-02T11:40:00Z"}}}]}  # fmt: skip
+    done["status"] = {
+        "phase": "Succeeded",
+        "containerStatuses": [
+            {"name": "main", "state": {"terminated": {"exitCode": 0, "finishedAt": "2026-03-02T11:40:00Z"}}}
+        ],
+    }
     api.store.put(done)
     # Not HAMi's: another scheduler's pod, and a pod asking for no GPU.
     other = cluster.pending_pod()
@@ -51,20 +55,48 @@ def _seed(api: KubeAPIServer) -> None:
         }
     )
     # The scheduler's own pod says which policies it runs with.
-    api.store.put({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "hami-scheduler-0", "namespace": "hami-system", "labels": {"app": "hami-scheduler"}},
-        "spec": {"containers": [{"name": "extender", "image": "hami",
-                                 "args": ["--node-scheduler-policy=spread", "--gpu-scheduler-policy", "binpack",
-                                          "--node-lock-timeout=3m"]}]},
-    })  # fmt: skip
+    api.store.put(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "hami-scheduler-0",
+                "namespace": "hami-system",
+                "labels": {"app": "hami-scheduler"},
+            },
+            "spec": {
+                "containers": [
+                    {
+                        "name": "extender",
+                        "image": "hami",
+                        "args": [
+                            "--node-scheduler-policy=spread",
+                            "--gpu-scheduler-policy",
+                            "binpack",
+                            "--node-lock-timeout=3m",
+                        ],
+                    }
+                ]
+            },
+        }
+    )
 
 
 def _snapshot(kube_config_file: Path, tmp_path: Path, *args: str) -> tuple[int, snap.Snapshot | None, str]:
     out = tmp_path / "snap.json"
     stdout = io.StringIO()
-    argv = ["snapshot", "-o", str(out), "--kubeconfig", str(kube_config_file), "--scheduler-tz", "UTC",
-            "--now", "2026-03-02T12:00:00Z", *args]  # fmt: skip
+    argv = [
+        "snapshot",
+        "-o",
+        str(out),
+        "--kubeconfig",
+        str(kube_config_file),
+        "--scheduler-tz",
+        "UTC",
+        "--now",
+        "2026-03-02T12:00:00Z",
+        *args,
+    ]
     code = main(argv, stdout=stdout)
     return code, snap.load_snapshot(out) if out.exists() else None, stdout.getvalue()
 
@@ -86,8 +118,9 @@ def test_the_demo_cluster_as_a_snapshot(
     assert set(sim.annotations) == {ann.NODE_REGISTER, ann.NODE_HANDSHAKE}
     assert sim.allocatable_gpus == 40 and sim.schedulable
     # The crashed bind's lock on locked-node is recorded as held since it was taken.
-    assert s.locks == (snap.Lock(cluster.LOCKED_NODE, (NOW - timedelta(minutes=10)).timestamp(),
-                                 "scenarios/crashed-bind"),)  # fmt: skip
+    assert s.locks == (
+        snap.Lock(cluster.LOCKED_NODE, (NOW - timedelta(minutes=10)).timestamp(), "scenarios/crashed-bind"),
+    )
     pods = {p.key: p for p in s.pods}
     assert (
         "web/cpu-only" not in pods
@@ -123,10 +156,22 @@ def test_flags_and_the_device_config_win(
     seeded: KubeAPIServer, kube_config_file: Path, tmp_path: Path
 ) -> None:
     config = tmp_path / "device-config.yaml"
-    config.write_text("nvidia:\n  resourceMemoryName: nvidia.com/gpumem\n  deviceMemoryScaling: 1.5\n"
-                      "  deviceSplitCount: 10\n  defaultMemory: 1024\n")  # fmt: skip
-    code, s, _ = _snapshot(kube_config_file, tmp_path, "--node-scheduler-policy", "binpack", "--device-config",
-                           str(config), "--device-memory-scaling", f"{cluster.STALE_NODE}=2", "--node-lock-timeout", "4m")  # fmt: skip
+    config.write_text(
+        "nvidia:\n  resourceMemoryName: nvidia.com/gpumem\n  deviceMemoryScaling: 1.5\n"
+        "  deviceSplitCount: 10\n  defaultMemory: 1024\n"
+    )
+    code, s, _ = _snapshot(
+        kube_config_file,
+        tmp_path,
+        "--node-scheduler-policy",
+        "binpack",
+        "--device-config",
+        str(config),
+        "--device-memory-scaling",
+        f"{cluster.STALE_NODE}=2",
+        "--node-lock-timeout",
+        "4m",
+    )
     assert code == 0 and s is not None
     assert (s.scheduler.node_policy, s.scheduler.gpu_policy, s.scheduler.node_lock_expire) == (
         "binpack",
@@ -158,9 +203,14 @@ def test_stdout_and_the_replay_read_the_same_file(
     ],
 )
 def test_bad_flags_are_usage_errors(
-    seeded: KubeAPIServer, kube_config_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-    args: tuple[str, ...], message: str,
-) -> None:  # fmt: skip
+    seeded: KubeAPIServer,
+    kube_config_file: Path,
+    *,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    args: tuple[str, ...],
+    message: str,
+) -> None:
     code = 0
     try:
         code, _, _ = _snapshot(kube_config_file, tmp_path, *args)
@@ -174,7 +224,8 @@ def test_an_unreachable_cluster_is_exit_4(tmp_path: Path, capsys: pytest.Capture
     config = tmp_path / "kubeconfig"
     config.write_text(
         "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n"
-        "users: [{name: u, user: {}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
+        "users: [{name: u, user: {}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
+        "current-context: x\n"
     )
     code = main(
         ["snapshot", "-o", str(tmp_path / "s.json"), "--kubeconfig", str(config), "--kube-timeout", "2"]

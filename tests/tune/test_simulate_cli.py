@@ -18,12 +18,16 @@ from hami.tune.main import main
 
 SNAPSHOT = snapshot(
     [node("n1", 8000, 8000, count=2), node("n2", 12000, scaling=1.5)],
-    [pod("a", 0, mem=6000, until=600, placed=("n1", ["n1-gpu1"])), pod("b", 10, mem=6000, placed=("n1", ["n1-gpu0"])),
-     pod("c", 20, mem=6000, placed=("n2", ["n2-gpu0"])), pod("d", 30, mem=7000, scheduled=600,
-     placed=("n1", ["n1-gpu1"])), pod("e", 40, mem=9000)],
+    [
+        pod("a", 0, mem=6000, until=600, placed=("n1", ["n1-gpu1"])),
+        pod("b", 10, mem=6000, placed=("n1", ["n1-gpu0"])),
+        pod("c", 20, mem=6000, placed=("n2", ["n2-gpu0"])),
+        pod("d", 30, mem=7000, scheduled=600, placed=("n1", ["n1-gpu1"])),
+        pod("e", 40, mem=9000),
+    ],
     quotas=[snap.Quota("default", "gpu", {"limits.nvidia.com/gpumem": "100000"})],
     locks=[snap.Lock("n2", T0 + 50, "x/y", T0 + 70)],
-)  # fmt: skip
+)
 
 
 @pytest.fixture
@@ -72,17 +76,28 @@ def _break(path: str, value: Any) -> dict[str, Any]:
         ("pods/0", [], "pods[0]: expected an object, got a list"),
         ("pods/1/uid", "uid-default-a", "pods[1].uid: 'uid-default-a' appears twice"),
         ("pods/0/containers", [], "pods[0].containers: a pod needs at least one container"),
-        ("pods/0/containers/0/resources/limits", {"nvidia.com/gpu": True},
-         "pods[0].containers[0].resources.limits.nvidia.com/gpu: expected a quantity string, got a boolean"),
+        (
+            "pods/0/containers/0/resources/limits",
+            {"nvidia.com/gpu": True},
+            "pods[0].containers[0].resources.limits.nvidia.com/gpu: expected a quantity string",
+        ),
         ("pods/0/finished", "2000-01-01T00:00:00Z", "pods[0].finished: before the pod was created"),
         ("pods/0/allocation", None, "pods[0].allocation: required when 'scheduled' is set"),
         ("pods/0/allocation/node", "n9", "pods[0].allocation.node: 'n9' is not among the nodes"),
-        ("pods/0/peakMemoryBytes", "lots", "pods[0].peakMemoryBytes: expected a non-negative number, got 'lots'"),
+        (
+            "pods/0/peakMemoryBytes",
+            "lots",
+            "pods[0].peakMemoryBytes: expected a non-negative number, got 'lots'",
+        ),
         ("locks/0/released", "2000-01-01T00:00:00Z", "locks[0].released: before 'since'"),
-        ("scheduler/nodeLockExpireSeconds", float("inf"), "scheduler.nodeLockExpireSeconds: expected a non-negative"),
+        (
+            "scheduler/nodeLockExpireSeconds",
+            float("inf"),
+            "scheduler.nodeLockExpireSeconds: expected a non-negative",
+        ),
         ("quotas/0/hard", [], "quotas[0].hard: expected an object, got a list"),
     ],
-)  # fmt: skip
+)
 def test_every_bad_field_is_named(path: str, value: Any, message: str) -> None:
     with pytest.raises(snap.SnapshotError) as err:
         snap.from_document(_break(path, value))
@@ -113,8 +128,11 @@ def test_a_bad_file_is_one_line_and_exit_2(
 
 def test_a_missing_file_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", str(tmp_path / "nope.json")]) == 2
-    assert capsys.readouterr().err == f"hami-tune simulate: bad snapshot: {tmp_path / 'nope.json'}: cannot read: " \
-        "No such file or directory\n"  # fmt: skip
+    assert (
+        capsys.readouterr().err
+        == f"hami-tune simulate: bad snapshot: {tmp_path / 'nope.json'}: cannot read: "
+        "No such file or directory\n"
+    )
 
 
 def test_a_bad_set_is_a_usage_error(snapshot_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -127,11 +145,16 @@ def test_a_bad_set_is_a_usage_error(snapshot_file: Path, capsys: pytest.CaptureF
 def test_table_shows_each_scenario_beside_the_current_one(
     snapshot_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = main(["simulate", str(snapshot_file), "--set", "deviceMemoryScaling=1", "--set", "deviceMemoryScaling=2"])
+    code = main(
+        ["simulate", str(snapshot_file), "--set", "deviceMemoryScaling=1", "--set", "deviceMemoryScaling=2"]
+    )
     assert code == 0
     out = capsys.readouterr().out
-    rows = {re.split(r"\s{2,}", line.strip())[0]: re.split(r"\s{2,}", line.strip())[1:] for line in out.splitlines()
-            if re.search(r"\S\s{2,}\S", line)}
+    rows = {
+        re.split(r"\s{2,}", line.strip())[0]: re.split(r"\s{2,}", line.strip())[1:]
+        for line in out.splitlines()
+        if re.search(r"\S\s{2,}\S", line)
+    }
     assert rows["current"] == ["deviceMemoryScaling=1", "deviceMemoryScaling=2"]
     # e (9000 MiB) fits only when n2's 8000 physical MiB register as 16000.
     assert rows["pods placed"] == ["4 / 5", "4 / 5", "5 / 5 (+1)"]
@@ -149,7 +172,10 @@ def test_json_has_figures_settings_timelines_and_fidelity(
     doc = json.loads(capsys.readouterr().out)
     current, spread = doc["scenarios"]
     assert current["name"] == "current" and spread["name"] == "policy=spread"
-    assert spread["settings"]["nodeSchedulerPolicy"] == "spread" and spread["settings"]["gpuSchedulerPolicy"] == "spread"
+    assert (
+        spread["settings"]["nodeSchedulerPolicy"] == "spread"
+        and spread["settings"]["gpuSchedulerPolicy"] == "spread"
+    )
     assert current["settings"]["nodeLockExpireSeconds"] == 300
     assert len(current["timeline"]) == 10
     assert current["summary"]["placed"] == 4 and current["summary"]["pods"] == 5
@@ -157,11 +183,15 @@ def test_json_has_figures_settings_timelines_and_fidelity(
     assert doc["snapshot"]["nodes"] == 2
 
 
-def test_html_page_draws_the_charts(snapshot_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_html_page_draws_the_charts(
+    snapshot_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     page = tmp_path / "what-if.html"
     assert main(["simulate", str(snapshot_file), "--html", str(page), "--set", "deviceSplitCount=1"]) == 0
     html = page.read_text()
-    assert html.startswith("<!doctype html>") and "<script" not in html and "http" not in html.split("<body>")[1]
+    assert (
+        html.startswith("<!doctype html>") and "<script" not in html and "http" not in html.split("<body>")[1]
+    )
     assert html.count("<svg") == 9  # three timelines, six headline bars
     # One line per scenario in each timeline, in the legend's colours.
     assert len(re.findall(r'<path d="M[^"]+" fill="none" stroke="#4c78a8"', html)) == 3
@@ -173,7 +203,10 @@ def test_html_page_draws_the_charts(snapshot_file: Path, tmp_path: Path, capsys:
 def test_module_entry_point(snapshot_file: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "hami.tune", "simulate", str(snapshot_file), "--set", "nodeLockExpire=30s"],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     assert "nodeLockExpire=30s" in out.stdout

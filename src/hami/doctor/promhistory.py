@@ -52,6 +52,12 @@ class HistorySettings:
         return self.end - self.since
 
     @property
+    def fresh(self) -> float:
+        """How old a sample may be and still count as present: one step, which is at least the
+        scrape interval (so an end is known to within a step)."""
+        return self.step
+
+    @property
     def window(self) -> str:
         return f"{int(self.since)}s"
 
@@ -66,6 +72,12 @@ class Source(Protocol):
 
 def _labels(s: Sample | Series, *keys: str) -> tuple[str, ...]:
     return tuple(s.labels.get(k, "") for k in keys)
+
+
+def _fresh(metric: str, by: str, h: HistorySettings) -> str:
+    """The series only where a sample is recent: without this, a series that ended lingers for
+    Prometheus' 5 minute lookback where no staleness marker ended it (backfilled or federated data)."""
+    return f"max by ({by}) ({metric} and (time() - timestamp({metric}) < {h.fresh:g}))"
 
 
 def _devices(source: Source, h: HistorySettings) -> dict[str, list[DeviceInfo]]:
@@ -143,10 +155,10 @@ class _Instance:
 
 def _instances(source: Source, h: HistorySettings) -> list[_Instance]:
     by = ", ".join(POD_KEY)
-    memory = source.query_range(f"max by ({by}) (hami_vgpu_memory_allocated_bytes)", h.start, h.end, h.step)
+    memory = source.query_range(_fresh("hami_vgpu_memory_allocated_bytes", by, h), h.start, h.end, h.step)
     cores = {
         _labels(s, *POD_KEY): s.points
-        for s in source.query_range(f"max by ({by}) (hami_vgpu_core_allocated_ratio)", h.start, h.end, h.step)
+        for s in source.query_range(_fresh("hami_vgpu_core_allocated_ratio", by, h), h.start, h.end, h.step)
     }
     found: dict[tuple[str, str, str, float], _Instance] = {}
     for series in memory:
@@ -194,7 +206,10 @@ def _pod(inst: _Instance, n: int, h: HistorySettings, peak: dict[tuple[str, ...]
 
 def _locks(source: Source, h: HistorySettings) -> list[snap.Lock]:
     locks: list[snap.Lock] = []
-    for series in source.query_range("max by (node) (hami_scheduler_node_lock_held)", h.start, h.end, h.step):
+    held_series = source.query_range(
+        _fresh("hami_scheduler_node_lock_held", "node", h), h.start, h.end, h.step
+    )
+    for series in held_series:
         held = tuple(p for p in series.points if p[1] >= 1)
         for first, last, _ in _runs(held, h.step):
             if last > first:  # held across samples: longer than a bind takes

@@ -97,7 +97,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--step",
         type=duration_flag(),
         default=None,
-        help="with --from-prometheus: time resolution of the history (default: since/2000, >= 15s)",
+        help="with --from-prometheus: time resolution of the history, at least the scrape interval "
+        "(default: since/2000, at least 1m)",
+    )
+    p.add_argument(
+        "--query-timeout",
+        type=duration_flag(bare_seconds=True),
+        default=timedelta(seconds=60),
+        help="with --from-prometheus: time limit of each query (default 60s)",
     )
 
 
@@ -216,11 +223,11 @@ def from_history(args: argparse.Namespace, now: datetime) -> snap.Snapshot:
     since = parse_prometheus_duration(args.since).total_seconds()
     if since <= 0:
         raise SnapshotUsageError("--since: want a positive duration such as 24h, 90m")
-    step = args.step.total_seconds() if args.step is not None else max(15.0, since / 2000)
+    step = args.step.total_seconds() if args.step is not None else max(60.0, since / 2000)
     if step <= 0:
         raise SnapshotUsageError("--step: want a positive duration such as 30s, 1m")
     s = settings(args, None)
-    client = PrometheusClient(args.from_prometheus, timeout=args.kube_timeout or 60.0)
+    client = PrometheusClient(args.from_prometheus, timeout=args.query_timeout.total_seconds())
     try:
         return from_prometheus(
             client, HistorySettings(end=now.timestamp(), since=since, step=step, capture=s)
