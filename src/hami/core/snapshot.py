@@ -52,6 +52,7 @@ POD_ANNOTATIONS: Final = (
     ann.POD_VGPU_MODE,
 )
 _MAX_BYTES: Final = 1 << 30  # refuse to parse more than 1 GiB of JSON
+MAX_SCALING: Final = 100.0  # a device plugin scaling factor beyond this is a typo, not a setting
 
 
 class SnapshotError(ValueError):
@@ -344,6 +345,13 @@ def _positive(value: Any, where: str) -> float:
     return number
 
 
+def _scaling(value: Any, where: str) -> float:
+    number = _positive(value, where)
+    if number > MAX_SCALING:
+        raise SnapshotError(f"{where}: at most {MAX_SCALING:g}, got {value!r}")
+    return number
+
+
 def _time(value: Any, where: str) -> float:
     text = _str(value, where)
     try:
@@ -444,8 +452,8 @@ def _node(value: Any, where: str) -> Node:
         allocatable_gpus=r.get("allocatableGPUs", _int, 0),
         schedulable=r.get("schedulable", _bool, True),
         reason=r.get("reason", _str, ""),
-        memory_scaling=r.get("deviceMemoryScaling", _positive, 1.0),
-        core_scaling=r.get("deviceCoreScaling", _positive, 1.0),
+        memory_scaling=r.get("deviceMemoryScaling", _scaling, 1.0),
+        core_scaling=r.get("deviceCoreScaling", _scaling, 1.0),
     )
 
 

@@ -32,6 +32,7 @@ Samples of the cluster state at regular times feed the report's time series and 
 from __future__ import annotations
 
 import heapq
+import math
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -538,8 +539,7 @@ class Replay:
             run.backoff = True
             run.reason = f"bind refused: node {result.node} locked"
             self.pending.setdefault(run.pod.uid, run)
-            delay = min(BACKOFF_INITIAL * 2 ** (run.bind_failures - 1), BACKOFF_MAX)
-            self._push(t + delay, RETRY, run)
+            self._push(self._next_retry(run, result.node, t), RETRY, run)
         else:
             self.pending.pop(run.pod.uid, None)
             run.node, run.devices, run.placed_at = result.node, result.devices, t
@@ -549,6 +549,24 @@ class Replay:
         if moved is not None:
             self._retry_after(moved, run.pod.namespace, t)
         return True
+
+    def _next_retry(self, run: PodRun, node: str, t: float) -> float:
+        """kube-scheduler's next retry after a bind refused by ``node``'s lock. Once the back-off
+        is at its maximum the retries fall on a 10 s grid; those before the lock ends or anything
+        else happens would filter the same state again and fail the same way, so the next one is
+        the first grid point after either (exact, and bounded however long the lock lasts); the
+        ones skipped still count as refused binds."""
+        delay = min(BACKOFF_INITIAL * 2.0 ** (run.bind_failures - 1), BACKOFF_MAX)
+        if delay < BACKOFF_MAX:
+            return t + delay
+        spans: list[tuple[float, float]] = self.locks.get(node, [])
+        until: float = min((b for a, b in spans if a <= t < b), default=t)
+        if self.events:
+            until = min(until, self.events[0][0])
+        steps = max(math.ceil((until - t) / BACKOFF_MAX), 1)
+        # The retries skipped would each have been refused too (those before the history ends).
+        run.bind_failures += min(steps - 1, max(int((self.end - t) // BACKOFF_MAX), 0))
+        return t + steps * BACKOFF_MAX
 
     def _departure(self, run: PodRun, t: float) -> float | None:
         pod = run.pod

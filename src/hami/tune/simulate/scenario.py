@@ -33,6 +33,9 @@ KEYS: Final = (
 )
 
 
+MAX_SCALING: Final = 100.0  # no device plugin registers a card at more than 100 times its memory
+
+
 class ScenarioError(ValueError):
     """A ``--set`` that cannot be applied; the text says which part and what is accepted."""
 
@@ -72,8 +75,8 @@ def _positive(key: str, text: str) -> float:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise ScenarioError(f"{key}={text}: want a number greater than 0")
+    if not math.isfinite(value) or not 0 < value <= MAX_SCALING:
+        raise ScenarioError(f"{key}={text}: want a number greater than 0, at most {MAX_SCALING:g}")
     return value
 
 
