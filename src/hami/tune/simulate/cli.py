@@ -1,8 +1,9 @@
-"""``hami-tune simulate SNAPSHOT [--set key=value[,key=value]]... [--json] [--html FILE]``.
+"""hami-tune simulate: replay a scheduling snapshot (written by hami-doctor snapshot) through the
+scheduler's engine under its own configuration and under each --set, and print the figures side by
+side: pods placed and waiting, waiting times, GPU memory and core allocation, fragmentation and
+over-commit headroom (docs/design/snapshot.md).
 
-Replays the snapshot (written by ``hami-doctor snapshot``) under its own configuration and under
-each ``--set``, then prints the figures side by side. Exit status: 0 done; 2 the snapshot or a
-``--set`` cannot be used (one line on stderr says why).
+Exit status: 0 done; 2 the snapshot or a --set cannot be used (one line on stderr says why).
 """
 
 from __future__ import annotations
