@@ -61,6 +61,7 @@ def populated(request: pytest.FixtureRequest, kube_api: KubeAPIServer) -> Iterat
         assert bind_pod(ext, shared, "n1") == ""
         mig = create_pod(kube_api, ext, gpu_pod("m1", gpus=2, mem=8000))
         assert filter_pod(ext, mig, ["mig1"])["NodeNames"] == ["mig1"]
+        assert bind_pod(ext, mig, "mig1") == ""
         stored = kube_api.store.get("pods", "m1", "default")
         assert stored is not None
         allocs = decode_mig_allocations(stored["metadata"]["annotations"][MIG_KEY])
