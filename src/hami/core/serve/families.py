@@ -84,9 +84,18 @@ def label_set(names: Sequence[str], values: Sequence[str]) -> str:
 def sample_lines(f: Family) -> str:
     """``f``'s rows as the sample lines ``TextRenderer`` writes for them (both formats), uncached:
     for a component that keeps the text of series whose values rarely change."""
+    return sample_values(sample_heads(f), f)
+
+
+def sample_heads(f: Family) -> tuple[str, ...]:
+    """Each row's ``name{labels} `` as ``sample_lines`` writes it: kept while the series persist."""
     sample = escape_metric_name(f.name + _SUFFIX[f.kind])
-    return "".join(f"{sample}{label_set(names, values)} {go_float(value)}\n"
-                   for names, values, value in f.rows)
+    return tuple(f"{sample}{label_set(names, values)} " for names, values, _ in f.rows)
+
+
+def sample_values(heads: Sequence[str], f: Family) -> str:
+    """``sample_lines(f)`` from the rows' ``sample_heads`` (same series, in the same order)."""
+    return "".join(f"{head}{go_float(row[2])}\n" for head, row in zip(heads, f.rows, strict=True))
 
 
 def _header(f: Family, openmetrics: bool) -> str:

@@ -30,7 +30,15 @@ from hami.core.kube.metrics import kube_metrics
 from hami.core.objects import annotations_of, name_of
 from hami.core.serve import build_info
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor, describe_families
-from hami.core.serve.families import Family, TextRenderer, declared_metric, sample_lines, to_metric
+from hami.core.serve.families import (
+    Family,
+    TextRenderer,
+    declared_metric,
+    sample_heads,
+    sample_lines,
+    sample_values,
+    to_metric,
+)
 from hami.scheduler.engine.nodes import NodeState
 from hami.scheduler.engine.usage import PodAllocation
 from hami.scheduler.extender.metrics import SchedulerMetrics
@@ -102,6 +110,7 @@ def _per_pod(f: _Allocation, legacy: list[Family]) -> tuple[Family, ...]:
 class _NodeText(NamedTuple):
     node: NodeState
     usage: dict[str, tuple[int, int, int]]
+    heads: tuple[tuple[str, ...], ...]  # per ``_per_device`` family, each row's ``name{labels} ``
     text: tuple[str, ...]  # one chunk per ``_per_device`` family
 
 
@@ -290,7 +299,12 @@ class StateCollector(Collector):
                 if cached is None or cached.node is not node or cached.usage != usage:
                     one, old = _allocation_families()
                     self._device_rows(one, old, name, node, usage)
-                    cached = _NodeText(node, usage, tuple(map(sample_lines, _per_device(one, old))))
+                    fams = _per_device(one, old)
+                    # A node's label sets change only with its NodeState: new usage re-renders values.
+                    heads = (cached.heads if cached is not None and cached.node is node
+                             else tuple(map(sample_heads, fams)))
+                    chunks = tuple(map(sample_values, heads, fams))
+                    cached = _NodeText(node, usage, heads, chunks)
                 nodes[name] = cached
                 for family, text in zip(_per_device(f, legacy), cached.text, strict=True):
                     family.text.append(text)
