@@ -75,23 +75,39 @@ def parse_now(text: str) -> datetime:
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="hami-doctor", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    common = _Parser(add_help=False)
-    common.add_argument("--json", action="store_true", help="print JSON instead of text")
-    common.add_argument(
+    when = _Parser(add_help=False)
+    when.add_argument(
         "--now",
         type=parse_now,
         default=None,
         help="evaluate ages at this RFC3339 time instead of the clock (reproducible reports)",
     )
-    cluster = _Parser(add_help=False)
-    add_kube_flags(cluster)
-    cluster.add_argument("--context", default=None, help="kubeconfig context to use (default: current)")
-    cluster.add_argument(
+    common = _Parser(add_help=False, parents=[when])
+    common.add_argument("--json", action="store_true", help="print JSON instead of text")
+    # How to reach the cluster and what the scheduler runs with (every cluster command).
+    access = _Parser(add_help=False)
+    add_kube_flags(access)
+    access.add_argument("--context", default=None, help="kubeconfig context to use (default: current)")
+    access.add_argument(
         "--scheduler-name",
         default=DEFAULT_SCHEDULER_NAME,
         help="the HAMi scheduler's --scheduler-name (default %(default)s)",
     )
-    cluster.add_argument("--scheduler-namespace", default="", help="where its pods run (default: all)")
+    access.add_argument("--scheduler-namespace", default="", help="where its pods run (default: all)")
+    access.add_argument(
+        "--scheduler-tz",
+        type=parse_zone,
+        default=None,
+        help="zone of the scheduler's handshake timestamps: local (default), UTC, +08:00",
+    )
+    access.add_argument(
+        "--node-lock-timeout",
+        type=_duration,
+        default=None,
+        help="the scheduler's --node-lock-timeout (default 5m; snapshot: read from the scheduler's pods)",
+    )
+    # The checks' own thresholds and remedies (pod, nodes, node).
+    cluster = _Parser(add_help=False, parents=[access])
     cluster.add_argument(
         "--scheduler-lease",
         default="",
@@ -103,18 +119,6 @@ def build_parser() -> argparse.ArgumentParser:
         type=_duration,
         default=timedelta(seconds=60),
         help="handshake expiry (default 60s, HAMi v2.10; seed 000's 300s is stale)",
-    )
-    cluster.add_argument(
-        "--scheduler-tz",
-        type=parse_zone,
-        default=None,
-        help="zone of the scheduler's handshake timestamps: local (default), UTC, +08:00",
-    )
-    cluster.add_argument(
-        "--node-lock-timeout",
-        type=_duration,
-        default=None,
-        help="the scheduler's --node-lock-timeout (default 5m; snapshot: read from the scheduler's pods)",
     )
     cluster.add_argument(
         "--bind-timeout",
@@ -136,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     logs = sub.add_parser("logs", parents=[common], help="explain scheduler/device-plugin log lines")
     logs.add_argument("file", nargs="?", default="-", metavar="FILE|-")
     snapshot = sub.add_parser(
-        "snapshot", parents=[common, cluster], help="write a scheduling snapshot for hami-tune simulate"
+        "snapshot", parents=[when, access], help="write a scheduling snapshot for hami-tune simulate"
     )
     snapshot_cmd.add_arguments(snapshot)
     return p

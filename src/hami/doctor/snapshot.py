@@ -194,7 +194,7 @@ def settings(args: argparse.Namespace, scheduler_pods: list[dict[str, Any]] | No
                 "assumed 1.0, so registered memory is taken as physical memory"
             )
     scheduler = snap.Scheduler(
-        scheduler_name=args.scheduler_name or found.get("--scheduler-name", DEFAULTS.scheduler_name),
+        scheduler_name=args.scheduler_name,
         node_policy=node_policy,
         gpu_policy=gpu_policy,
         node_lock_expire=lock,
