@@ -38,12 +38,7 @@ SCHEDULER_CONFIG_KEYS = (
     "memoryFactor",
 )
 # Scheduler flags a snapshot records, read from the scheduler pods' arguments when not given.
-POLICY_FLAGS = (
-    "--node-scheduler-policy",
-    "--gpu-scheduler-policy",
-    "--node-lock-timeout",
-    "--scheduler-name",
-)
+POLICY_FLAGS = ("--node-scheduler-policy", "--gpu-scheduler-policy", "--node-lock-timeout")
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,8 @@ from __future__ import annotations
 import heapq
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from hami.core import snapshot as snap
 from hami.core.devices import MODE_MIG, PodDevices
@@ -337,23 +336,24 @@ class Replay:
         for this second, found depth-first: each step takes an arrival whose filter gives its
         recorded outcome, or the next departure (with the retries it causes), or, when neither is
         left, the next arrival. The first order that reproduces everything wins at once; after
-        ``SEARCH_STEPS`` filter calls the best so far does (at worst departures first, then
-        arrivals by name)."""
+        ``SEARCH_STEPS`` filter calls the best so far does (a path cut short keeps the rest in
+        their default order: departures first, then arrivals by name)."""
         waiting = [run for run in self.pending.values() if not run.backoff]
         arrivals = [run for kind, run in items if kind == ARRIVE]
         due = {run.pod.uid for run in (*waiting, *arrivals) if self._expected(run, t)[0] is not None}
         perfect = len(due | {run.pod.uid for run in arrivals})
-        best: list[Any] = [-len(items) - len(waiting) - 1, list(range(len(items)))]
+        best_score, best_order = -len(items) - len(waiting) - 1, list(range(len(items)))
         budget = [SEARCH_STEPS]
         trial = _Trial(waiting)
 
         def dfs(rest: list[int], score: int, path: list[int]) -> None:
-            if score + trial.potential(rest, items, due) <= best[0]:
+            nonlocal best_score, best_order
+            if score + trial.potential(rest, items, due) <= best_score:
                 return
-            if not rest:
-                best[0], best[1] = score, list(path)
-                return
-            if budget[0] <= 0:
+            if not rest or budget[0] <= 0:
+                # A complete order, or out of budget: the rest as they come.
+                if score > best_score:
+                    best_score, best_order = score, path + rest
                 return
             branches: list[tuple[int, FilterResult | None]] = []
             for i in rest:
@@ -374,12 +374,11 @@ class Replay:
                 path.pop()
                 self._undo_to(mark)
                 trial.restore(state)
-                if best[0] >= perfect:
+                if best_score >= perfect:
                     return
 
         dfs(list(range(len(items))), 0, [])
-        order: list[int] = best[1]
-        return order
+        return best_order
 
     def _expected(self, run: PodRun, t: float) -> Placement:
         """What the snapshot says the filter gave the pod at ``t``: its placement when it was
@@ -682,7 +681,7 @@ class Replay:
         return out
 
 
-def _summary(failed: dict[str, str] | Any) -> str:
+def _summary(failed: Mapping[str, str]) -> str:
     """The most common reason across nodes, e.g. ``CardInsufficientMemory on 12 of 20 nodes``."""
     counts: dict[str, int] = {}
     for text in failed.values():
