@@ -25,7 +25,6 @@ import requests
 
 from hami.core import annotations as ann
 from hami.core import snapshot as snap
-from hami.core.codec.nodelock import parse_rfc3339
 from hami.doctor.capture import CaptureSettings, capture
 from hami.doctor.main import main as doctor
 from hami.scheduler.extender.daemon import Extender
@@ -119,15 +118,15 @@ class Driver:
         assert r.status_code == 200, r.text
 
     def schedule(self, pod: dict[str, Any]) -> bool:
+        # A pod's true arrival is its first filter: the replay filters a pod the moment it arrives.
+        uid, asked = pod["metadata"]["uid"], time.time()
+        arrived = self.times.setdefault(uid, (asked, None, None))[0]
         reply = filter_pod(self.ext, pod, self.nodes)
         chosen = reply.get("NodeNames") or []
         if not chosen:
             return False
-        at = time.time()
         assert bind_pod(self.ext, pod, chosen[0]) == ""
-        uid = pod["metadata"]["uid"]
-        created, _, _ = self.times[uid]
-        self.times[uid] = (created, at, None)
+        self.times[uid] = (arrived, asked, None)
         # The device plugin's Allocate releases the lock; the next bind there needs the extender to see it.
         self._patch(f"/api/v1/nodes/{chosen[0]}", {"metadata": {"annotations": {ann.NODE_LOCK: None}}})
         wait_until(
@@ -141,10 +140,8 @@ class Driver:
         return True
 
     def arrive(self, pod: dict[str, Any]) -> None:
-        at = time.time()
         stored = self.api.store.put(pod)
         ns, name = stored["metadata"]["namespace"], stored["metadata"]["name"]
-        self.times[stored["metadata"]["uid"]] = (at, None, None)
         wait_until(lambda: self.ext.state.get_pod(ns, name), what=f"pod {name} in the extender's cache")
         if not self.schedule(stored):
             self.waiting.append(stored)
@@ -202,16 +199,14 @@ def test_demo_cluster_through_the_real_extender(
     with running(kube_api) as ext:
         driver = Driver(kube_api, ext)
         seeded = [p for p in kube_api.store.list("pods") if not p["spec"].get("nodeName")]
-        for i, pod in enumerate(seeded):  # the demo's pending scenarios, first, in the order they were made
-            created = parse_rfc3339(pod["metadata"]["creationTimestamp"]).timestamp()
-            driver.times[pod["metadata"]["uid"]] = (created + 0.001 * (i + 1), None, None)
+        for pod in seeded:  # the demo's pending scenarios, first
             if not driver.schedule(pod):
                 driver.waiting.append(pod)
         for pod in workload(48, seed=3):
             driver.arrive(pod)
             if driver.running and rng.random() < 0.35:
                 driver.finish(driver.running[rng.randrange(len(driver.running))])
-            time.sleep(rng.choice((0.0, 0.05, 0.3)))
+            time.sleep(rng.choice((0.05, 0.2, 0.5)))  # a busy cluster: two or three events a second
         assert driver.waiting, "the workload should overflow the demo cluster at some point"
     out = tmp_path / "demo.json"
     code = doctor(

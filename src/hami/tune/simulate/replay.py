@@ -16,7 +16,8 @@ and quota manager, then ``commit``. Around it the replay plays kube-scheduler an
   the full filter could newly choose (a departure that frees namespace quota retries over all
   nodes). Pods of one request shape that N refused in this round are not tried again on it.
 - A pod placed by the scheduler in the snapshot runs as long as it ran there, from whenever the
-  replay places it; one still running then stays. A pod placed outside the scheduler (no
+  replay places it (placed within a second of its recorded placement, it leaves when it left
+  there); one still running then stays. A pod placed outside the scheduler (no
   ``scheduled`` time) keeps its recorded devices from creation to finish, under every scenario: a
   configuration change does not move running pods. A pod deleted while waiting leaves the queue.
 - Node locks: a successful bind's lock is taken as released at once (the device plugin's
@@ -55,7 +56,10 @@ BACKOFF_INITIAL, BACKOFF_MAX = 1.0, 10.0  # kube-scheduler's podInitialBackoffSe
 SAMPLES = 120
 NO_REQUEST = "asks for no GPU under the snapshot's device config"
 Placement = tuple[str | None, tuple[tuple[str, ...], ...]]
-SEARCH_STEPS = 2000  # filter calls spent looking for the order of one second's events
+SEARCH_STEPS = 5000  # filter calls spent looking for the order of one second's events
+# Placements this close count as the same moment: the API's times are whole seconds, and a pod created
+# at the end of one second is often filtered in the next.
+SAME_TIME = 1.0
 # Rankings kept (one per request shape): a history has more shapes than a burst of filter calls.
 RANKINGS = 128
 
@@ -382,7 +386,8 @@ class Replay:
 
     def _expected(self, run: PodRun, t: float) -> Placement:
         """What the snapshot says the filter gave the pod at ``t``: its placement when it was
-        scheduled at that time (the API's times are whole seconds), else no node (it waited)."""
+        scheduled at that time (the API's times are whole seconds), else no node (it waited).
+        """
         pod = run.pod
         if pod.scheduled is not None and pod.scheduled != t:
             return None, ()
@@ -574,6 +579,8 @@ class Replay:
         if pod.allocation is None:
             return max(pod.finished, t)  # deleted at ``finished`` in the snapshot
         began = pod.scheduled if pod.scheduled is not None else pod.created
+        if abs(t - began) <= SAME_TIME:
+            return pod.finished  # placed when it was there: it leaves when it left
         return t + max(pod.finished - began, 0.0)
 
     def _depart(self, run: PodRun, t: float) -> None:
