@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from hami.core import snapshot as snap
-from hami.testing import prometheus, snapshots
+from hami.testing import prometheus, whatif
 from hami.testing.processes import free_port, python_env
 from hami.tune.main import main
 
@@ -214,10 +214,10 @@ def test_module_entry_point(prom_url: str, tmp_path: Path) -> None:
 def _verify_snapshot(path: Path) -> Path:
     """n1 (two 40 GiB cards) and n2 (one), both registered at scaling 1; 24 pods of 8 GiB arrive one
     a minute and run for an hour; a bind crashed on n2 and left its lock a minute before the first."""
-    nodes = [snapshots.node("n1", 40960, 40960), snapshots.node("n2", 40960)]
-    pods = [snapshots.pod(f"p{i}", 60 * i, mem=8192, until=60 * i + 3600) for i in range(24)]
-    lock = snap.Lock("n2", snapshots.T0 - 60, "ml/crashed")
-    snap.save_snapshot(snapshots.snapshot(nodes, pods, end=4 * 3600, locks=[lock]), path)
+    nodes = [whatif.node("n1", 40960, 40960), whatif.node("n2", 40960)]
+    pods = [whatif.pod(f"p{i}", 60 * i, mem=8192, until=60 * i + 3600) for i in range(24)]
+    lock = snap.Lock("n2", whatif.T0 - 60, "ml/crashed")
+    snap.save_snapshot(whatif.snapshot(nodes, pods, end=4 * 3600, locks=[lock]), path)
     return path
 
 

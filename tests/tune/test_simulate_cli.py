@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from hami.core import snapshot as snap
-from hami.testing.snapshots import T0, node, pod, snapshot
+from hami.testing.whatif import T0, node, pod, snapshot
 from hami.tune.main import main
 
 SNAPSHOT = snapshot(

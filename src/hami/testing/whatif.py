@@ -1,5 +1,5 @@
-"""Small scheduling snapshots built by hand, for the simulator's tests: a node from its cards, a pod
-from its limits and times. Times are seconds after ``T0``."""
+"""What-if cases: small scheduling snapshots built by hand for the simulator's tests (a node from
+its cards, a pod from its limits and times). Times are seconds after ``T0``."""
 
 from __future__ import annotations
 
