@@ -197,7 +197,16 @@ def generate(spec: HistorySpec) -> History:
             continue
         pods[i].finished = now
         usage.remove(pods[i].obj["metadata"]["uid"])
-        waiting = [w for w in waiting if not place(w, now)]
+        # Every waiting pod, in arrival order, over every node; a pod asking what one asked in vain
+        # this round fails the same way (the state is the same), so it is not filtered again.
+        refused: set[str] = set()
+        still: list[int] = []
+        for w in waiting:
+            ask = repr(pods[w].obj["spec"]["containers"][0]["resources"])
+            if ask in refused or not place(w, now):
+                refused.add(ask)
+                still.append(w)
+        waiting = still
     taken = datetime.fromtimestamp(end, UTC)
     history = History(
         spec,

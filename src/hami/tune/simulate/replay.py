@@ -323,8 +323,8 @@ class Replay:
             chosen: Sequence[int] = sorted(
                 range(len(items)), key=lambda i: (rank.get(_key(*items[i]), last), items[i][0] == ARRIVE, i)
             )
-        elif len(items) < 2 or all(kind != ARRIVE for kind, _ in items):
-            chosen = range(len(items))
+        elif len(items) < 2 or (not self.pending and all(kind != ARRIVE for kind, _ in items)):
+            chosen = range(len(items))  # nothing to choose, or departures that retry no one
         else:
             chosen = self._resolve(items, t)
         for i in chosen:
