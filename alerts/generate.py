@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from alerts.alerting import AlertingRules
+from alerts.capacity import CapacityRules
 from alerts.recording import RecordingRules
 
 HERE = Path(__file__).resolve().parent
@@ -28,7 +29,7 @@ def load_config(path: Path = CONFIG) -> dict[str, Any]:
     return data
 
 
-class _Rules(RecordingRules, AlertingRules):
+class _Rules(RecordingRules, AlertingRules, CapacityRules):
     pass
 
 
@@ -39,6 +40,7 @@ def build(cfg: dict[str, Any]) -> dict[str, Any]:
             {"name": "hami-vgpu.rules", "rules": r.vgpu_rules()},
             {"name": "hami-device.rules", "rules": r.device_rules()},
             {"name": "hami-scheduler.rules", "rules": r.scheduler_rules()},
+            {"name": "hami-chargeback.rules", "rules": r.chargeback_rules()},
             {"name": "hami-workload.alerts", "rules": r.workload_alerts()},
             {"name": "hami-device.alerts", "rules": r.device_alerts()},
             {"name": "hami-scheduler.alerts", "rules": r.scheduler_alerts()},

@@ -1,0 +1,106 @@
+"""Capacity rules: chargeback of shared cards to tenants under two policies, and over-commit headroom.
+
+Chargeback. Every card's capacity is split, at every evaluation, into what its tenants (pods) hold and
+what nobody holds (idle), so Σ tenants + idle = capacity at each timestamp and therefore over any window
+(sum_over_time is linear). Two policies:
+
+* reserved: what the scheduler allocated (hami_vgpu_*_allocated_*), against the card's schedulable
+  capacity as the scheduler registered it (hami_gpu_*_limit_*, which includes deviceMemoryScaling);
+* used: what HAMi-core measured (hami_vgpu_*_used_*), against the physical card (NVML's total memory,
+  100 % of the SMs). Under this policy idle also holds memory used by processes outside HAMi.
+
+A tenant series on a card that reports no capacity is left out of both sides, so the identity holds
+even while a scheduler or monitor target is missing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from alerts.rulebase import RuleBase
+
+# Identity of one card in both the scheduler's and the monitor's series.
+CARD = "node, device_uuid"
+
+
+class CapacityRules(RuleBase):
+    def _split(
+        self,
+        resource: str,
+        unit: str,
+        policy: str,
+        *,
+        tenants: str,
+        keys: str,
+        capacity: str,
+        cap: str,
+        idle: str,
+    ) -> list[dict[str, Any]]:
+        """Capacity per card, tenants per pod and namespace, and the idle remainder per card."""
+        cap_rec = f"node_device:hami_gpu_{resource}_{cap}_{unit}:max"
+        pod = f"namespace_pod:hami_gpu_{resource}_{policy}_{unit}:sum"
+        # One series per tenant container and card; `* on (card) group_left (device_type) (0 * cap + 1)`
+        # keeps only cards with a capacity and carries the GPU model, which prices a card-hour.
+        per_card = f"max by ({keys}) ({tenants})"
+        return [
+            self.record(cap_rec, f"max by ({CARD}, device_type) ({capacity})"),
+            self.record(
+                pod,
+                f"sum by (namespace, pod, device_type) (\n  {per_card}\n"
+                f"  * on ({CARD}) group_left (device_type) (0 * {cap_rec} + 1)\n)",
+            ),
+            self.record(f"namespace:hami_gpu_{resource}_{policy}_{unit}:sum", f"sum by (namespace) ({pod})"),
+            self.record(
+                f"node_device:hami_gpu_{resource}_{idle}_{unit}:sum",
+                f"{cap_rec}\n  - on ({CARD}) group_left ()\n  sum by ({CARD}) ({per_card})\nor\n  {cap_rec}",
+            ),
+        ]
+
+    def chargeback_rules(self) -> list[dict[str, Any]]:
+        sch, mon = self.sch, self.mon
+        alloc = f"namespace, pod, container_index, {CARD}"
+        used = f"namespace, pod, container, vdevice_index, {CARD}"
+        physical = f"hami_host_gpu_memory_total_bytes{{{mon}}}"
+        return [
+            *self._split(
+                "memory",
+                "bytes",
+                "reserved",
+                tenants=f"hami_vgpu_memory_allocated_bytes{{{sch}}}",
+                keys=alloc,
+                capacity=f"hami_gpu_memory_limit_bytes{{{sch}}}",
+                cap="schedulable",
+                idle="unreserved",
+            ),
+            *self._split(
+                "core",
+                "percent",
+                "reserved",
+                tenants=f"hami_vgpu_core_allocated_ratio{{{sch}}}",
+                keys=alloc,
+                capacity=f"hami_gpu_core_limit_ratio{{{sch}}}",
+                cap="schedulable",
+                idle="unreserved",
+            ),
+            *self._split(
+                "memory",
+                "bytes",
+                "used",
+                tenants=f"hami_vgpu_memory_used_bytes{{{mon}}}",
+                keys=used,
+                capacity=physical,
+                cap="physical",
+                idle="unused",
+            ),
+            # Every physical card has 100 % of its SMs; the monitor's card series says which cards exist.
+            *self._split(
+                "core",
+                "percent",
+                "used",
+                tenants=f"hami_vgpu_core_used_percent{{{mon}}}",
+                keys=used,
+                capacity=f"0 * {physical} + 100",
+                cap="physical",
+                idle="unused",
+            ),
+        ]
