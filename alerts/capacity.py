@@ -1,5 +1,9 @@
 """Capacity rules: chargeback of shared cards to tenants under two policies, and over-commit headroom.
 
+Over-commit. With deviceMemoryScaling > 1 the vGPU limits on a card add up to more than the card. Per
+card: the physical headroom (total - used), what its vGPUs may still claim (Σ limit - used), and the
+time to physical exhaustion at the trend of the last hour (deriv, the slope predict_linear extrapolates).
+
 Chargeback. Every card's capacity is split, at every evaluation, into what its tenants (pods) hold and
 what nobody holds (idle), so Σ tenants + idle = capacity at each timestamp and therefore over any window
 (sum_over_time is linear). Two policies:
@@ -102,5 +106,60 @@ class CapacityRules(RuleBase):
                 capacity=f"0 * {physical} + 100",
                 cap="physical",
                 idle="unused",
+            ),
+        ]
+
+    def overcommit_rules(self) -> list[dict[str, Any]]:
+        mon, trend = self.mon, self.w["trend"]
+        headroom = "node_device:hami_host_gpu_memory_headroom_bytes:total_minus_used"
+        return [
+            self.record(
+                headroom,
+                f"hami_host_gpu_memory_total_bytes{{{mon}}}\n  - on ({CARD}) group_left ()\n"
+                f"  hami_host_gpu_memory_used_bytes{{{mon}}}",
+            ),
+            # Unlimited containers (limit 0) may claim the whole card; they are left out here and
+            # counted by nothing, as HAMi-core does not cap them either.
+            self.record(
+                "node_device:hami_vgpu_memory_claimable_bytes:sum",
+                f"sum by ({CARD}) (\n  clamp_min((hami_vgpu_memory_limit_bytes{{{mon}}} > 0)"
+                f" - hami_vgpu_memory_used_bytes{{{mon}}}, 0)\n)",
+            ),
+            self.record(
+                f"node_device:hami_host_gpu_memory_exhaustion_seconds:deriv{trend}",
+                f"{headroom}\n  / on ({CARD}) group_left ()\n"
+                f"  (deriv(hami_host_gpu_memory_used_bytes{{{mon}}}[{trend}]) > 0)",
+            ),
+        ]
+
+    def overcommit_alerts(self) -> list[dict[str, Any]]:
+        mon, trend = self.mon, self.w["trend"]
+        horizon = self.t["overcommit_exhaustion_horizon_seconds"]
+        card = "$labels.node $labels.device_uuid"
+        pods = (
+            f"{{{{ range $i, $s := printf `sum by (namespace, pod) (hami_vgpu_memory_limit_bytes{{{mon}, "
+            f'node=%q, device_uuid=%q}})` {card} | query | sortByLabel "pod" }}}}'
+            "{{ if $i }}, {{ end }}{{ $s.Labels.namespace }}/{{ $s.Labels.pod }}{{ end }}"
+        )
+        eta = (
+            f"{{{{ with printf `node_device:hami_host_gpu_memory_exhaustion_seconds:deriv{trend}"
+            f"{{node=%q, device_uuid=%q}}` {card} | query }}}}{{{{ . | first | value | humanizeDuration }}}}"
+            "{{ end }}"
+        )
+        return [
+            # Growth alone is normal (a job loading its model); it is a risk when the vGPUs on the card
+            # may still claim more than is physically left, which only over-commit allows.
+            self.alert(
+                "HAMiGPUOvercommitExhaustionRisk",
+                f"predict_linear(hami_host_gpu_memory_used_bytes{{{mon}}}[{trend}], {horizon})\n"
+                f"  >= on ({CARD}) group_left () hami_host_gpu_memory_total_bytes{{{mon}}}\n"
+                f"and on ({CARD})\n(\n  node_device:hami_vgpu_memory_claimable_bytes:sum\n"
+                f"  > on ({CARD})\n  node_device:hami_host_gpu_memory_headroom_bytes:total_minus_used\n)",
+                "overcommit_exhaustion",
+                "warning",
+                summary="An over-committed GPU is heading to physical memory exhaustion.",
+                description="Device {{ $labels.device_uuid }} on node {{ $labels.node }} runs out of "
+                f"physical memory in about {eta} at the last {trend}'s growth, and its vGPUs may still claim "
+                "more than is left. Pods on it: " + pods + ".",
             ),
         ]

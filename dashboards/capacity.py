@@ -5,7 +5,7 @@ Every panel reads the recording rules of alerts/capacity.py, the same series `ha
 
 from __future__ import annotations
 
-from dashboards.panels import NAMESPACE, Board, Q
+from dashboards.panels import NAMESPACE, NODE, Board, Line, Q, alert_thresholds
 
 GIB = 1024**3
 # The tables integrate over the dashboard's time range at a 1-minute step, as `hami-tune report` does.
@@ -28,7 +28,39 @@ def capacity() -> Board:
         "GPU memory and SM per tenant under two policies: reserved (what the scheduler allocated) and used "
         "(what HAMi-core measured), beside what nobody holds. `hami-tune report --format csv` prints the "
         "same figures for finance.",
-        ["namespace"],
+        ["namespace", "node"],
+    )
+    b.row("Over-commit risk")
+    b.timeseries(
+        "Physical headroom vs what the vGPUs may still claim",
+        "bytes",
+        [
+            Q(
+                f"node_device:hami_host_gpu_memory_headroom_bytes:total_minus_used{{{NODE}}}",
+                "headroom {{node}} {{device_uuid}}",
+            ),
+            Q(
+                f"node_device:hami_vgpu_memory_claimable_bytes:sum{{{NODE}}}",
+                "claimable {{node}} {{device_uuid}}",
+            ),
+        ],
+        "Headroom: physical total - used. Claimable: Σ (vGPU limit - used) of the containers on the card. "
+        "Claimable above headroom is only possible with deviceMemoryScaling > 1: the card can run out.",
+        minimum=0,
+    )
+    b.timeseries(
+        "Time to physical exhaustion at the last hour's growth",
+        "s",
+        [
+            Q(
+                f"node_device:hami_host_gpu_memory_exhaustion_seconds:deriv1h{{{NODE}}}",
+                "{{node}} {{device_uuid}}",
+            )
+        ],
+        "Only cards whose memory use grows. HAMiGPUOvercommitExhaustionRisk fires below the line on "
+        "over-committed cards.",
+        lines=[Line(alert_thresholds()["overcommit_exhaustion_horizon_seconds"], "red")],
+        minimum=0,
     )
     for policy, idle, what in (
         ("reserved", "unreserved", "allocated by the scheduler, against each card's schedulable memory"),
