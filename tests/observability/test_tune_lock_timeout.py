@@ -3,7 +3,8 @@ exports it, and from --node-lock-expire otherwise (said in the evidence)."""
 
 from __future__ import annotations
 
-from hami.tune.collect import Sample, Settings, recommend_all
+from hami.core.promapi import Sample
+from hami.tune.collect import Settings, recommend_all
 from hami.tune.recommend import Recommendation
 
 SCH = 'job="hami-scheduler"'

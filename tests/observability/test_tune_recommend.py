@@ -6,9 +6,9 @@ import argparse
 
 import pytest
 
+from hami.core.promapi import PrometheusError, parse_result
 from hami.tune import recommend as r
 from hami.tune.main import build_parser
-from hami.tune.promapi import PrometheusError, parse_result
 
 GIB = 1024**3
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hami.core.promapi import Sample
 from hami.testing import prometheus
 from hami.testing.processes import free_port
 from hami.tune import chargeback
-from hami.tune.collect import Sample
 from hami.tune.main import main
 
 pytestmark = pytest.mark.skipif(not prometheus.available(), reason="prometheus/promtool not installed")

@@ -17,7 +17,7 @@ import io
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from hami.tune.collect import QueryFn
+from hami.core.promapi import QueryFn
 
 GIB = 1024**3
 POLICIES = ("reserved", "used")

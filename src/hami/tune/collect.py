@@ -7,20 +7,11 @@ components. Each query names the series it needs; an empty answer is traced back
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
+from hami.core.promapi import QueryFn, Sample
 from hami.tune import recommend, tables
 from hami.tune.recommend import Evidence, Recommendation
-
-
-@dataclass(frozen=True)
-class Sample:
-    labels: dict[str, str]
-    value: float
-
-
-QueryFn = Callable[[str], list[Sample]]
 
 
 @dataclass(frozen=True)

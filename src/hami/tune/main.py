@@ -14,9 +14,9 @@ import time
 from datetime import timedelta
 
 from hami.core.duration import duration_flag, prometheus_duration_flag
+from hami.core.promapi import PrometheusClient, PrometheusError
 from hami.tune import chargeback, report
 from hami.tune.collect import Settings, recommend_all
-from hami.tune.promapi import PrometheusClient, PrometheusError
 
 EXIT_REFUSED = 3
 
