@@ -4,13 +4,15 @@
   hami-doctor nodes [--selector S]  registration, devices, handshake and lock of every node
   hami-doctor node NAME             the same for one node
   hami-doctor logs [FILE|-]         known scheduler/device-plugin log lines, counted
+  hami-doctor idle --prometheus-url URL
+                                    pods holding vGPU memory with no kernel run: a reclaim table
 
 Reads only (GET/LIST). --fix applies the guides' remedies the report offers (clear a stale,
 dangling or malformed node lock; drop a handshake the scheduler will not refresh) after asking;
 --yes skips the question.
 
 Exit status: 0 healthy, 1 warning, 2 broken, 3 usage error (bad arguments, unknown pod or node,
-unreadable log), 4 the cluster could not be reached or read.
+unreadable log), 4 the cluster (or, for idle, Prometheus) could not be reached or read.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from hami.core.kube import errors
 from hami.core.kube.client import KubeConfigError, new_api_client
 from hami.core.kube.options import add_kube_flags, from_args
 from hami.core.objects import annotations_of, name_of
-from hami.doctor import fetch, fix, logscan, nodecheck, podtree, render
+from hami.core.promapi import PrometheusClient, PrometheusError
+from hami.doctor import fetch, fix, idle, logscan, nodecheck, podtree, render
 from hami.doctor.findings import EXIT_CLUSTER, EXIT_USAGE, Section, exit_code
 from hami.doctor.settings import DEFAULT_SCHEDULER_NAME, Settings
 
@@ -130,6 +133,20 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("target", metavar="NAME")
     logs = sub.add_parser("logs", parents=[common], help="explain scheduler/device-plugin log lines")
     logs.add_argument("file", nargs="?", default="-", metavar="FILE|-")
+    idle_p = sub.add_parser("idle", parents=[common], help="pods holding vGPU memory without running kernels")
+    idle_p.add_argument(
+        "--prometheus-url", required=True, help="base URL of the Prometheus scraping the monitor"
+    )
+    idle_p.add_argument(
+        "--monitor-job", default="hami-monitor", help="the monitor's scrape job (default %(default)s)"
+    )
+    idle_p.add_argument(
+        "--idle-for",
+        type=_duration,
+        default=timedelta(hours=1),
+        help="no kernel for this long is idle (default 1h, as the HAMiVGPUIdle alert)",
+    )
+    idle_p.add_argument("--timeout", type=float, default=30.0, help="HTTP timeout per query, seconds")
     return p
 
 
@@ -185,6 +202,9 @@ def main(argv: list[str] | None = None, stdin: IO[str] | None = None, stdout: IO
         if args.command == "logs":
             sections = [_logs(args.file, stdin)]
             api = None
+        elif args.command == "idle":
+            sections = [_idle(args, now)]
+            api = None
         else:
             api = _api(args)
             sections = _cluster_sections(args, api, now)
@@ -193,6 +213,9 @@ def main(argv: list[str] | None = None, stdin: IO[str] | None = None, stdout: IO
         return EXIT_USAGE
     except (KubeConfigError, errors.ApiError) as exc:
         print(f"hami-doctor: cannot read the cluster: {exc}", file=sys.stderr)
+        return EXIT_CLUSTER
+    except PrometheusError as exc:
+        print(f"hami-doctor: {exc}", file=sys.stderr)
         return EXIT_CLUSTER
     applied = None
     if api is not None and args.fix:
@@ -218,6 +241,17 @@ def _fix(api: Any, sections: list[Section], yes: bool, stdin: IO[str]) -> list[s
     if not yes and not fix.confirm(todo, ask):
         return ["nothing changed (not confirmed)"]
     return fix.apply(api, todo)
+
+
+def _idle(args: argparse.Namespace, now: datetime) -> Section:
+    if args.idle_for <= timedelta(0):
+        raise UsageError(f"--idle-for must be positive, got {args.idle_for}")
+    client = PrometheusClient(args.prometheus_url, timeout=args.timeout, at=now.timestamp())
+    try:
+        pods = idle.find_idle(client.query, args.monitor_job, args.idle_for)
+    finally:
+        client.close()
+    return idle.idle_section(pods, args.monitor_job, args.idle_for, now)
 
 
 def _logs(path: str, stdin: IO[str]) -> Section:
