@@ -62,6 +62,19 @@ def capacity() -> Board:
         lines=[Line(alert_thresholds()["overcommit_exhaustion_horizon_seconds"], "red")],
         minimum=0,
     )
+    b.row("Idle allocations")
+    b.table(
+        "vGPU memory held by containers with no kernel for an hour (reclaim)",
+        "bytes",
+        Q(
+            f"sum by (namespace, pod, node) (\n  hami_vgpu_memory_limit_bytes{{{NAMESPACE}}}\n"
+            "  and on (namespace, pod, container, vdevice_index, node, device_uuid)\n"
+            "  namespace_pod_container:hami_vgpu_idle_seconds:last_kernel\n)",
+            instant=True,
+        ),
+        "The HAMiVGPUIdle condition. `hami-doctor idle --prometheus-url ...` prints the same pods with "
+        "the time they went idle.",
+    )
     for policy, idle, what in (
         ("reserved", "unreserved", "allocated by the scheduler, against each card's schedulable memory"),
         ("used", "unused", "measured by HAMi-core, against the physical card"),
