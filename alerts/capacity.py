@@ -1,4 +1,10 @@
-"""Capacity rules: chargeback of shared cards to tenants under two policies, and over-commit headroom.
+"""Capacity rules: chargeback of shared cards to tenants under two policies, over-commit headroom and
+fragmentation.
+
+Fragmentation. A card's free slice (schedulable memory and cores nobody reserved, and a free split slot)
+is usable when it can host the median request of the last 24 hours; the ratio is the share of free
+memory that is not usable: 0 = every free slice can take a typical request, 1 = none can. The rule is
+named `gpu_model:hami_fragmentation:ratio` (level:metric:operation), not `..._fragmentation_ratio`.
 
 Over-commit. With deviceMemoryScaling > 1 the vGPU limits on a card add up to more than the card. Per
 card: the physical headroom (total - used), what its vGPUs may still claim (Σ limit - used), and the
@@ -162,4 +168,38 @@ class CapacityRules(RuleBase):
                 f"physical memory in about {eta} at the last {trend}'s growth, and its vGPUs may still claim "
                 "more than is left. Pods on it: " + pods + ".",
             ),
+        ]
+
+    def fragmentation_rules(self) -> list[dict[str, Any]]:
+        sch, window = self.sch, self.w["requests"]
+        mem_p50 = f"cluster:hami_vgpu_memory_request_bytes:p50_{window}"
+        core_p50 = f"cluster:hami_vgpu_core_request_percent:p50_{window}"
+        free = "node_device:hami_gpu_memory_unreserved_bytes:sum"
+        usable = f"node_device:hami_gpu_memory_usable_bytes:p50_{window}"
+
+        def ratio(by: str) -> str:
+            return (
+                f"1 - (\n  sum by ({by}) ({usable})\n  or sum by ({by}) ({free}) * 0\n)\n"
+                f"/ (sum by ({by}) ({free}) > 0)\nand on () {mem_p50}"
+            )
+
+        return [
+            # Each container allocated in the window counts once, at its largest allocation.
+            self.record(
+                mem_p50, f"quantile(0.5, max_over_time(hami_vgpu_memory_allocated_bytes{{{sch}}}[{window}]))"
+            ),
+            self.record(
+                core_p50, f"quantile(0.5, max_over_time(hami_vgpu_core_allocated_ratio{{{sch}}}[{window}]))"
+            ),
+            self.record(
+                usable,
+                f"{free} >= on () group_left () {mem_p50}\n"
+                f"and on ({CARD})\n"
+                f"node_device:hami_gpu_core_unreserved_percent:sum >= on () group_left () {core_p50}\n"
+                f"and on ({CARD})\n"
+                f"(\n  max by ({CARD}) (hami_gpu_split_count{{{sch}}})\n"
+                f"  - max by ({CARD}) (hami_gpu_shared_count{{{sch}}})\n) >= 1",
+            ),
+            self.record("gpu_model:hami_fragmentation:ratio", ratio("device_type")),
+            self.record("node:hami_fragmentation:ratio", ratio("node")),
         ]

@@ -41,6 +41,7 @@ def build(cfg: dict[str, Any]) -> dict[str, Any]:
             {"name": "hami-device.rules", "rules": r.device_rules()},
             {"name": "hami-scheduler.rules", "rules": r.scheduler_rules()},
             {"name": "hami-chargeback.rules", "rules": r.chargeback_rules()},
+            {"name": "hami-fragmentation.rules", "rules": r.fragmentation_rules()},
             # One group, so the alert and its description read the records of the same evaluation.
             {"name": "hami-overcommit.rules", "rules": [*r.overcommit_rules(), *r.overcommit_alerts()]},
             {"name": "hami-workload.alerts", "rules": r.workload_alerts()},

@@ -62,6 +62,22 @@ def capacity() -> Board:
         lines=[Line(alert_thresholds()["overcommit_exhaustion_horizon_seconds"], "red")],
         minimum=0,
     )
+    b.row("Fragmentation")
+    b.timeseries(
+        "Fragmentation per GPU model",
+        "percentunit",
+        [Q("gpu_model:hami_fragmentation:ratio", "{{device_type}}")],
+        "Share of free GPU memory on cards that cannot take the median request of the last 24 hours "
+        "(too little memory or SM left, or no split slot): 0 = every free slice is usable, 1 = none is.",
+        minimum=0,
+    )
+    b.timeseries(
+        "Fragmentation per node",
+        "percentunit",
+        [Q(f"node:hami_fragmentation:ratio{{{NODE}}}", "{{node}}")],
+        "The same per node: a node near 1 holds free memory no typical request can use.",
+        minimum=0,
+    )
     b.row("Idle allocations")
     b.table(
         "vGPU memory held by containers with no kernel for an hour (reclaim)",
