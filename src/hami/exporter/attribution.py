@@ -56,7 +56,7 @@ class PodLabels:
     labels: tuple[tuple[str, str], ...]  # (prometheus label name, value), sorted
 
 
-def _names(pod: Mapping[str, Any], key: str) -> list[str]:
+def container_names(pod: Mapping[str, Any], key: str) -> list[str]:
     spec = pod.get("spec") or {}
     return [str(c.get("name", "")) for c in spec.get(key) or [] if isinstance(c, Mapping)]
 
@@ -69,9 +69,9 @@ def allocated_devices(
     if not text:
         return {}
     per_container = decode(text)
-    offset = len(_names(pod, "initContainers"))  # the annotation lists init containers first
+    offset = len(container_names(pod, "initContainers"))  # the annotation lists init containers first
     out: dict[str, tuple[DeviceUsage, ...]] = {}
-    for j, name in enumerate(_names(pod, "containers")):
+    for j, name in enumerate(container_names(pod, "containers")):
         if offset + j >= len(per_container) or not per_container[offset + j]:
             continue
         out[name] = tuple(
@@ -102,7 +102,7 @@ def attribute(
     views: list[ContainerView] = []
     for pod in pods:
         uid, ns, name = uid_of(pod), namespace_of(pod), name_of(pod)
-        names = _names(pod, "containers")
+        names = container_names(pod, "containers")
         # the annotation is decoded only for a pod with a container that has no region yet
         idle = any((uid, ctr) not in regions for ctr in names)
         finished = (pod.get("status") or {}).get("phase") in _FINISHED
@@ -142,7 +142,7 @@ def mig_devices(
         except ValueError as err:
             on_error(pod, f"failed to decode {POD_MIG_ALLOCATIONS}: {err}")
             continue
-        names = _names(pod, "initContainers") + _names(pod, "containers")
+        names = container_names(pod, "initContainers") + container_names(pod, "containers")
         for a in allocations:
             if not a.mig_uuid or a.gpu_instance_id is None or a.compute_instance_id is None:
                 continue  # placed by the scheduler, not yet created by the device plugin

@@ -31,6 +31,7 @@ from hami.exporter.attribution import attribute, mig_devices, pod_labels
 from hami.exporter.discovery import ContainerLister
 from hami.exporter.families import Counters, HostDevice, NodeView
 from hami.exporter.host import NVML_CALLS
+from hami.exporter.reconcile import KINDS, counts, reconcile
 from hami.exporter.region import reasons
 from hami.exporter.region.parse import RegionRejected, RegionSnapshot
 
@@ -99,28 +100,34 @@ class MonitorCollector(Collector):
         self._warned: set[str] = set()
         self._renderer = TextRenderer()
 
-    def read_regions(self) -> tuple[dict[tuple[str, str], RegionSnapshot], dict[str, int]]:
-        """Snapshot every loaded region; count states and skip reasons."""
+    def read_regions(
+        self,
+    ) -> tuple[dict[tuple[str, str], RegionSnapshot], dict[str, int], set[tuple[str, str]]]:
+        """Snapshot every loaded region; count states and skip reasons; name the unreadable ones."""
         states: Counter[str] = Counter()
         found: dict[tuple[str, str], RegionSnapshot] = {}
+        unreadable: set[tuple[str, str]] = set()
         met: list[str] = []
         with self._lister.lock:
             for c in self._lister.containers():
                 if c.region is None:
                     states["skipped" if c.open_error is not None else "initialising"] += 1
+                    if c.open_error is not None:
+                        unreadable.add((c.pod_uid, c.name))
                     continue
                 snap = c.region.read()
                 if isinstance(snap, RegionRejected):
                     states[snap.state] += 1
                     if snap.reason:
                         met.append(snap.reason)
+                        unreadable.add((c.pod_uid, c.name))
                         self._warn_once(c.dirname, f"Skipping region of {c.dirname}: {snap.detail}")
                     continue
                 states["ok"] += 1
                 met.extend(snap.issues)
                 found.setdefault((c.pod_uid, c.name), snap)
         self.skips.add(met)
-        return found, dict(states)
+        return found, dict(states), unreadable
 
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:
@@ -135,14 +142,16 @@ class MonitorCollector(Collector):
         self._warn_once(f"{uid_of(pod)}: {detail}", f"Pod {where}: {detail}")
 
     def view(self) -> NodeView:
-        found, states = self.read_regions()
+        found, states, unreadable = self.read_regions()
         pods = list(self._pods())
         containers = attribute(pods, found, self._decode, self._decode_failed)
+        hosts = tuple(self.hosts())
         return NodeView(
             node=self.node,
             now=self._clock(),
-            hosts=tuple(self.hosts()),
+            hosts=hosts,
             containers=tuple(containers),
+            inconsistencies=counts(reconcile(pods, found, unreadable, decode=self._decode, hosts=hosts)),
             pod_labels=tuple(pod_labels(pods, self._allowlist)),
             migs=tuple(mig_devices(pods, self._decode_mig, self._pod_error)),
             regions=states,
@@ -157,6 +166,7 @@ class MonitorCollector(Collector):
             *families.mig_families(view, self._legacy),
             *families.pod_label_families(view),
             *families.self_families(view, counters, reasons.ALL, NVML_CALLS),
+            *families.inconsistency_families(view, KINDS),
         ]
 
     def collect(self) -> Iterator[Metric]:

@@ -53,6 +53,7 @@ class HostDevice:
     xid_errors: int = 0
     healthy: bool = True
     migs: tuple[MigIdentity, ...] = ()
+    process_memory: int | None = None  # Σ of NVML's compute processes; None: unread or not available
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,9 @@ class NodeView:
     pod_labels: tuple[PodLabels, ...] = ()
     migs: tuple[MigView, ...] = ()
     regions: Mapping[str, int] = field(default_factory=dict)  # state -> count
+    inconsistencies: Mapping[str, int] = field(
+        default_factory=dict
+    )  # kind -> count (hami.exporter.reconcile)
 
 
 @dataclass(frozen=True)
@@ -260,6 +264,20 @@ def self_families(
     return [regions, skips, nvml]
 
 
+def inconsistency_families(view: NodeView, kinds: Iterable[str]) -> list[Family]:
+    """What the truth reconciler found at this scrape; every kind is exported, at 0 when clean."""
+    family = _g(
+        "hami_inconsistency",
+        "Disagreements between the scheduler's allocations, HAMi-core's regions and NVML's processes on "
+        "this node, by kind (allocation_without_region, region_without_pod, region_unreadable, "
+        "memory_outside_hami)",
+        ("kind", "node", "zone"),
+    )
+    for kind in kinds:
+        family.add((kind, view.node, ZONE), view.inconsistencies.get(kind, 0))
+    return [family]
+
+
 POD_LABELS_BASE = ("namespace", "pod", "node")
 
 
@@ -290,4 +308,5 @@ def describe(legacy: bool, pod_labels: bool) -> list[Family]:
         *([linfo] if legacy else []),
         *([_pod_labels_family()] if pod_labels else []),
         *self_families(empty, Counters({}, {}), ()),
+        *inconsistency_families(empty, ()),
     ]

@@ -34,6 +34,7 @@ NVML_CALLS = (
     "nvmlDeviceGetPowerUsage",
     "nvmlDeviceGetTemperature",
     "nvmlDeviceGetTotalEccErrors",
+    "nvmlDeviceGetComputeRunningProcesses",
     "nvmlDeviceGetMaxMigDeviceCount",
     "nvmlDeviceGetMigDeviceHandleByIndex",
     "nvmlDeviceGetGpuInstanceId",
@@ -91,6 +92,7 @@ class HostReader:
         util = self._try(errors, dev.utilization_rates)
         power = self._try(errors, dev.power_usage)
         migs = self._try(errors, dev.mig_devices) or []
+        procs = self._try(errors, dev.compute_running_processes)
         with self._lock:
             xids, healthy = self._xids[uuid], uuid not in self._unhealthy
         return HostDevice(
@@ -111,6 +113,10 @@ class HostReader:
                 MigIdentity(m.uuid, mig_profile(m.name), m.gpu_instance_id, m.compute_instance_id)
                 for m in migs
             ),
+            # One process whose memory NVML cannot report makes the sum unknown, not smaller.
+            process_memory=None
+            if procs is None or any(p.used_memory is None for p in procs)
+            else sum(p.used_memory or 0 for p in procs),
         )
 
     def start_xid_watch(self) -> None:
