@@ -203,3 +203,19 @@ class CapacityRules(RuleBase):
             self.record("gpu_model:hami_fragmentation:ratio", ratio("device_type")),
             self.record("node:hami_fragmentation:ratio", ratio("node")),
         ]
+
+    def reconciler_alerts(self) -> list[dict[str, Any]]:
+        return [
+            # A pod's first CUDA call creates its region, so a fresh allocation has none for a moment;
+            # the `for` outlasts that.
+            self.alert(
+                "HAMiAllocationInconsistent",
+                f"max by (node, kind) (hami_inconsistency{{{self.mon}}}) > 0",
+                "allocation_inconsistent",
+                "warning",
+                summary="The scheduler's allocations, HAMi-core's regions and NVML disagree on a node.",
+                description="Node {{ $labels.node }} has {{ $value }} finding(s) of kind {{ $labels.kind }}: "
+                "what the scheduler allocated, what HAMi-core measures and what runs on the GPUs no longer "
+                "match there. The runbook says what each kind means and how to fix it.",
+            ),
+        ]

@@ -44,6 +44,7 @@ def build(cfg: dict[str, Any]) -> dict[str, Any]:
             {"name": "hami-fragmentation.rules", "rules": r.fragmentation_rules()},
             # One group, so the alert and its description read the records of the same evaluation.
             {"name": "hami-overcommit.rules", "rules": [*r.overcommit_rules(), *r.overcommit_alerts()]},
+            {"name": "hami-reconciler.alerts", "rules": r.reconciler_alerts()},
             {"name": "hami-workload.alerts", "rules": r.workload_alerts()},
             {"name": "hami-device.alerts", "rules": r.device_alerts()},
             {"name": "hami-scheduler.alerts", "rules": r.scheduler_alerts()},

@@ -78,6 +78,15 @@ def capacity() -> Board:
         "The same per node: a node near 1 holds free memory no typical request can use.",
         minimum=0,
     )
+    b.row("Truth")
+    b.timeseries(
+        "Allocations, regions and NVML disagreeing, per node and kind",
+        "none",
+        [Q(f"max by (node, kind) (hami_inconsistency{{{NODE}}}) > 0", "{{node}} {{kind}}")],
+        "The monitor's reconciler: allocations without a region, regions without a pod, unreadable "
+        "regions, GPU memory used outside HAMi. Empty when every node agrees.",
+        minimum=0,
+    )
     b.row("Idle allocations")
     b.table(
         "vGPU memory held by containers with no kernel for an hour (reclaim)",
