@@ -45,10 +45,25 @@ def scheduler() -> Board:
         "Nodes by state", "none", [Q(f"max by (state) (hami_scheduler_nodes{{{JOB}}})", "{{state}}")]
     )
     b.timeseries(
+        "Unschedulable nodes by reason",
+        "none",
+        [
+            Q(
+                f"count by (reason) (max by (node, reason) "
+                f"(hami_scheduler_node_schedulable{{{JOB}, {NODE}}} == 0))",
+                "{{reason}}",
+            )
+        ],
+        "Nodes the scheduler places no GPU pod on, by its reason (hami_scheduler_node_schedulable); "
+        "HAMiNodeHandshakeExpired and HAMiNodeLockHeldTooLong fire from the same series.",
+        minimum=0,
+    )
+    b.timeseries(
         "Handshake age",
         "s",
         [Q(f"max by (node) (hami_node_handshake_age_seconds{{{JOB}, {NODE}}})", "{{node}}")],
-        lines=[Line(t["handshake_age_seconds"], "red")],
+        "Seconds since the scheduler's handshake request. v2.10 device plugins never answer it, so it "
+        "grows on healthy nodes too; a node is dropped only when kubelet also reports no allocatable GPU.",
     )
     b.row("Filter and bind")
     b.timeseries("Filter latency", "s", _quantiles("hami_scheduler_filter_duration_seconds", "result", JOB))

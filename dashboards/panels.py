@@ -5,10 +5,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import yaml
 from grafana_foundation_sdk.builders import common as common_b
 from grafana_foundation_sdk.builders import dashboard as dash_b
 from grafana_foundation_sdk.builders import prometheus, stat, table, timeseries
@@ -16,18 +14,18 @@ from grafana_foundation_sdk.models import common as common_m
 from grafana_foundation_sdk.models import dashboard as dash_m
 from grafana_foundation_sdk.models import prometheus as prom_m
 
+from hami.core import thresholds
+
 DATASOURCE = dash_m.DataSourceRef(type_val="prometheus", uid="${datasource}")
 NODE = 'node=~"$node"'
 NAMESPACE = 'namespace=~"$namespace"'
 JOB = 'job=~"$job"'
 RI = "$__rate_interval"
-ALERT_CONFIG = Path(__file__).resolve().parents[1] / "alerts" / "config.yaml"
 
 
 def alert_thresholds() -> dict[str, Any]:
     """The alert thresholds, so panels draw the lines the alerts fire at."""
-    with ALERT_CONFIG.open(encoding="utf-8") as f:
-        data: dict[str, Any] = yaml.safe_load(f)["thresholds"]
+    data: dict[str, Any] = thresholds.load()["thresholds"]
     return data
 
 

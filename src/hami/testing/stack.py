@@ -21,6 +21,7 @@ from hami.testing.prometheus import PROMETHEUS
 
 ROOT = Path(__file__).resolve().parents[3]
 RULES = ROOT / "alerts" / "hami-rules.yaml"
+ALERTMANAGER_CONFIG = ROOT / "alerts" / "alertmanager.yaml"
 DASHBOARDS = ROOT / "dashboards"
 ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
 
@@ -46,6 +47,7 @@ class Ports:
 
     kubeapi: int = 0
     ksm: int = 0
+    alertsink: int = 0  # Alertmanager's webhook receiver (notifications to a file)
     extender: int = 0  # the extender's /filter and /bind
     monitor: int = 9394
     scheduler: int = 9395
@@ -80,6 +82,7 @@ class Stack:
         self.ports: dict[str, int] = {}
         self.running: list[str] = []
         self.kubeconfig = self.work / "kubeconfig"
+        self.notifications = self.work / "notifications.log"
 
     # ---- addresses ----
 
@@ -290,13 +293,29 @@ class Stack:
         self._wait(self.url(DEVICE_PLUGIN) + "/metrics", "the device plugin")
 
     def _start_alertmanager(self) -> None:
+        self.procs.python(
+            "alertsink",
+            "hami.testing.alertsink",
+            ["--bind", self.addr("alertsink"), "--out", str(self.notifications)],
+        )
+        wait_until(
+            self.notifications.exists, self.opts.ready_timeout, "the alert sink", self.procs.check_alive
+        )
         config = self.work / "alertmanager.yml"
-        config.write_text(promconfig.alertmanager_config(group_wait="1s" if self.fast else "10s"))
+        config.write_text(
+            promconfig.alertmanager_config(
+                ALERTMANAGER_CONFIG.read_text(encoding="utf-8"),
+                self.url("alertsink") + "/",
+                group_wait="1s" if self.fast else "10s",
+            )
+        )
         argv = [
             ALERTMANAGER,
             f"--config.file={config}",
             f"--storage.path={self.work / 'alertmanager-data'}",
             f"--web.listen-address={self.addr('alertmanager')}",
+            # links in notifications and the UI point here, not at this machine's hostname
+            f"--web.external-url={self.url('alertmanager')}",
             "--cluster.listen-address=",  # no HA gossip port: one instance, nothing else to bind
         ]
         self.procs.start("alertmanager", argv)
@@ -322,6 +341,8 @@ class Stack:
             f"--config.file={config}",
             f"--storage.tsdb.path={self.work / 'prometheus-data'}",
             f"--web.listen-address={self.addr('prometheus')}",
+            # alerts' generator links (and Alertmanager's "Source") point here
+            f"--web.external-url={self.url('prometheus')}",
             "--web.enable-lifecycle",
         ]
         self.procs.start("prometheus", argv)

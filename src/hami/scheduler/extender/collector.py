@@ -14,20 +14,22 @@ every other request; ``hami.core.serve`` picks between the two (its ``Exposition
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from hami.core import annotations as ann
+from hami.core.codec.nodelock import DEFAULT_TIMEOUT
 from hami.core.kube.metrics import kube_metrics
 from hami.core.serve import build_info
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor, describe_families
 from hami.core.serve.families import Family, TextRenderer, declared_metric, to_metric
 from hami.scheduler.engine.usage import PodAllocation
 from hami.scheduler.extender.metrics import SchedulerMetrics
-from hami.scheduler.extender.state import NODE_STATES, ClusterState, annotations_of, meta_field
+from hami.scheduler.extender.schedulable import SCHEDULABLE, node_reason
+from hami.scheduler.extender.state import NODE_STATES, ClusterState, NodeRecord, annotations_of, meta_field
 
 MIB = 1048576
 ZONE = "vGPU"
@@ -60,7 +62,13 @@ def _scheduler_families() -> tuple[Family, ...]:
         "1 while the node carries a hami.io/mutex.lock annotation.",
         ["node"],
     )
-    return (leader, synced, pending, states, ages, held)
+    schedulable = _g(
+        "hami_scheduler_node_schedulable",
+        "1 when the scheduler places GPU pods on the node, else 0 with the reason (handshake_expired, "
+        "node_lock, decode_error, no_devices, unhealthy); reason is ok when schedulable.",
+        ["node", "reason"],
+    )
+    return (leader, synced, pending, states, ages, held, schedulable)
 
 
 class _Allocation(NamedTuple):
@@ -202,11 +210,13 @@ class StateCollector(Collector):
         is_leader: Callable[[], bool],
         legacy: bool = False,
         now: Callable[[], datetime] = lambda: datetime.now().astimezone(),
+        lock_timeout: timedelta = DEFAULT_TIMEOUT,
     ) -> None:
         self.state = state
         self.is_leader = is_leader
         self.legacy = legacy
         self.now = now
+        self.lock_timeout = lock_timeout  # the expiry the extender's NodeLocker enforces
         self._renderer = TextRenderer()
 
     def describe(self) -> Iterator[Metric]:
@@ -223,23 +233,38 @@ class StateCollector(Collector):
         return self._renderer.render(self.families(), openmetrics)
 
     def _scheduler(self) -> tuple[Family, ...]:
-        leader, synced, pending, states, ages, held = _scheduler_families()
+        leader, synced, pending, states, ages, held, schedulable = _scheduler_families()
         leader.add((), 1.0 if self.is_leader() else 0.0)
         synced.add((), 1.0 if self.state.synced.is_set() and self.state.informers_synced() else 0.0)
         pending.add((), float(self.state.pending_gpu_pods()))
         now = self.now()
         with self.state.lock:
             counts = dict.fromkeys(NODE_STATES, 0)
-            for name, record in self.state.records.items():
+            records = dict(self.state.records)
+            for name, record in records.items():
                 counts[record.state] = counts.get(record.state, 0) + 1
                 if record.handshake is not None:
                     ages.add((name,), max((now - record.handshake).total_seconds(), 0.0))
         for st, n in counts.items():
             states.add((st,), float(n))
+        for reason, name in self.node_reasons(records, now):
+            schedulable.add((name, reason), 1.0 if reason == SCHEDULABLE else 0.0)
         for node in self.state.node_informer.list():
             if ann.NODE_LOCK in annotations_of(node):
                 held.add((meta_field(node, "name"),), 1.0)
-        return (leader, synced, pending, states, ages, held)
+        return (leader, synced, pending, states, ages, held, schedulable)
+
+    def node_reasons(self, records: dict[str, NodeRecord], now: datetime) -> list[tuple[str, str]]:
+        """(reason, node) for every node the register pass has seen."""
+        def pod_exists(namespace: str, name: str) -> bool:
+            return self.state.get_pod(namespace, name) is not None
+
+        out = []
+        for name in sorted(records):
+            node = self.state.get_node(name)
+            annos = annotations_of(node) if node is not None else {}
+            out.append((node_reason(records[name], annos, now, self.lock_timeout, pod_exists), name))
+        return out
 
     def _allocations(self) -> list[Family]:
         # Integer values stay ints: they render as the same float text, and the renderer caches it.

@@ -104,7 +104,9 @@ class Extender:
             lock_retry_timeout=opts.node_lock_retry_timeout,
         )
         # not registered: /metrics renders it itself (serve's ``exposition``), beside the registry
-        self.collector = StateCollector(self.state, self.leader.is_leader, opts.legacy_metrics)
+        self.collector = StateCollector(
+            self.state, self.leader.is_leader, opts.legacy_metrics, lock_timeout=opts.node_lock_timeout
+        )
         self.app = make_app(
             self.state,
             self.filters,
