@@ -92,12 +92,12 @@ class RecordingRules(RuleBase):
             self.record(
                 "node_device:hami_gpu_shared_per_split:ratio",
                 f"max by (node, device_uuid) (hami_gpu_shared_count{{{sch}}})\n"
-                f"  / (max by (node, device_uuid) (hami_gpu_split_count{{{sch}}}) > 0)",
+                f"  / (max by (node, device_uuid) (hami_gpu_split_limit{{{sch}}}) > 0)",
             ),
             self.record(
                 "node:hami_gpu_shared_per_split:ratio",
                 f"sum by (node) (max by (node, device_uuid) (hami_gpu_shared_count{{{sch}}}))\n"
-                f"  / (sum by (node) (max by (node, device_uuid) (hami_gpu_split_count{{{sch}}})) > 0)",
+                f"  / (sum by (node) (max by (node, device_uuid) (hami_gpu_split_limit{{{sch}}})) > 0)",
             ),
             self.record(
                 "node_device:hami_host_gpu_memory_used_per_total:ratio",

@@ -143,7 +143,7 @@ def node_and_device() -> Board:
         "none",
         [
             Q(f"max by (node, device_uuid) (hami_gpu_shared_count{{{NODE}}})", f"shared {DEV}"),
-            Q(f"max by (node, device_uuid) (hami_gpu_split_count{{{NODE}}})", f"split {DEV}"),
+            Q(f"max by (node, device_uuid) (hami_gpu_split_limit{{{NODE}}})", f"split {DEV}"),
         ],
     )
     b.timeseries(

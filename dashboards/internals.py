@@ -165,7 +165,7 @@ def device_plugin() -> Board:
         "Configured split, memory and core scaling",
         "none",
         [
-            Q(f"max by (node) (hami_device_split_count{{{NODE}}})", "split {{node}}"),
+            Q(f"max by (node) (hami_device_split_limit{{{NODE}}})", "split {{node}}"),
             Q(f"max by (node) (hami_device_memory_scaling{{{NODE}}})", "memory scaling {{node}}"),
             Q(f"max by (node) (hami_device_core_scaling{{{NODE}}})", "core scaling {{node}}"),
         ],

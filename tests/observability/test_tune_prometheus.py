@@ -53,7 +53,7 @@ def _scenario() -> list[tuple[str, str]]:
         series += [
             (f"hami_host_gpu_memory_used_bytes{{{MON.format(n=n)},{dev}}}", f"const:{10 * GIB}"),
             (f"hami_host_gpu_memory_total_bytes{{{MON.format(n=n)},{dev}}}", f"const:{40 * GIB}"),
-            (f'hami_gpu_split_count{{{SCH},node="n{n}",{dev}}}', "const:10"),
+            (f'hami_gpu_split_limit{{{SCH},node="n{n}",{dev}}}', "const:10"),
             (
                 f'hami_gpu_shared_count{{{SCH},node="n{n}",{dev}}}',
                 "const:10" if uuid == "GPU-a" else "const:2",

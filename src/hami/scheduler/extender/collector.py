@@ -92,8 +92,9 @@ class _Allocation(NamedTuple):
 def _allocation_families() -> tuple[_Allocation, list[Family]]:
     """HAMi's §7.1 families, current names and the pre-2.9 ones, without samples."""
     split = _g(
-        "hami_gpu_split_count",
-        "Configured split count of the GPU (count in the register annotation).",
+        "hami_gpu_split_limit",
+        "Containers the GPU may hold at once: its split count (count in the register annotation). "
+        "Named _limit, not _count: a _count suffix reads as a histogram's.",
         _DEV,
     )
     mem_limit = _g("hami_gpu_memory_limit_bytes", "Device memory limit for a certain GPU", _DEV)
