@@ -158,6 +158,22 @@ PATTERNS: tuple[LogPattern, ...] = (
         "none",
     ),
     _p(
+        "grpc-serving",
+        r"Starting to serve '\S+' on ",
+        DP,
+        "Info",
+        "the device plugin's gRPC server is up",
+        "none",
+    ),
+    _p(
+        "watch-and-register",
+        r"Starting WatchAndRegister",
+        DP,
+        "Info",
+        "the registration loop started (node annotations every 30 s)",
+        "none",
+    ),
+    _p(
         "registered-kubelet",
         r"Registered device plugin for .* with Kubelet",
         DP,
@@ -175,7 +191,8 @@ PATTERNS: tuple[LogPattern, ...] = (
     ),
     _p(
         "handshake-timeout",
-        r"handshake timeout",
+        # HAMi's line, then this project's register pass dropping the node
+        r"handshake timeout|handshake .* expired and no \S+ allocatable",
         SCHED,
         "Error",
         "the node's handshake expired",
@@ -205,6 +222,34 @@ PATTERNS: tuple[LogPattern, ...] = (
         "Error",
         "the node's device registration cannot be decoded",
         "upgrade the HAMi components together",
+    ),
+    _p(
+        "node-lock-expired",
+        # the tuning guide quotes HAMi's line; this project's scheduler writes the same words
+        r"node lock expired, releasing",
+        SCHED,
+        "Warning",
+        "a node lock outlived the scheduler's node-lock timeout and was broken: a bind crashed, or binds "
+        "take longer than the timeout",
+        "if binds are slow, raise --node-lock-timeout (scheduler.nodeLockExpire, 8m-10m); hami-tune "
+        "recommends a value from the bind latency",
+    ),
+    _p(
+        "node-lock-owner-gone",
+        r"lock owner \S+ is gone, taking the lock over",
+        SCHED,
+        "Info",
+        "the pod holding a node lock was deleted; the scheduler took the lock over",
+        "none",
+    ),
+    _p(
+        "client-rate-limited",
+        # client-go's wording, which the tuning guide quotes
+        r"rate limiter Wait returned error|client rate limiter",
+        SCHED,
+        "Warning",
+        "the scheduler's API client waits on its own QPS limit",
+        "raise --kube-qps/--kube-burst (hami-tune recommends them from the request rate)",
     ),
     _p(
         "node-lock-contention",

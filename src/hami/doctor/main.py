@@ -3,7 +3,7 @@
   hami-doctor pod NAMESPACE/NAME    walk the pod-pending tree to the diagnosis
   hami-doctor nodes [--selector S]  registration, devices, handshake and lock of every node
   hami-doctor node NAME             the same for one node
-  hami-doctor logs [FILE|-]         known scheduler/device-plugin log lines, counted
+  hami-doctor logs [FILE|DIR|-]     known scheduler/device-plugin log lines, counted (DIR: each file)
 
 Reads only (GET/LIST). --fix applies the guides' remedies the report offers (clear a stale,
 dangling or malformed node lock; drop a handshake the scheduler will not refresh) after asking;
@@ -16,6 +16,7 @@ unreadable log), 4 the cluster could not be reached or read.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import IO, Any, NoReturn
@@ -140,7 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     node = sub.add_parser("node", parents=[common, cluster], help="check one node's HAMi annotations")
     node.add_argument("target", metavar="NAME")
     logs = sub.add_parser("logs", parents=[common], help="explain scheduler/device-plugin log lines")
-    logs.add_argument("file", nargs="?", default="-", metavar="FILE|-")
+    logs.add_argument(
+        "file", nargs="?", default="-", metavar="FILE|DIR|-", help="a log file, a directory of them, or stdin"
+    )
     return p
 
 
@@ -201,7 +204,7 @@ def main(argv: list[str] | None = None, stdin: IO[str] | None = None, stdout: IO
     command = args.command + (f" {args.target}" if getattr(args, "target", None) else "")
     try:
         if args.command == "logs":
-            sections = [_logs(args.file, stdin)]
+            sections = _logs(args.file, stdin)
             api = None
         else:
             api = _api(args)
@@ -238,11 +241,24 @@ def _fix(api: Any, sections: list[Section], yes: bool, stdin: IO[str]) -> list[s
     return fix.apply(api, todo)
 
 
-def _logs(path: str, stdin: IO[str]) -> Section:
+def _logs(path: str, stdin: IO[str]) -> list[Section]:
+    """One section per log: stdin, the file, or every regular file of the directory (sorted)."""
     if path == "-":
-        return logscan.report(logscan.scan(stdin), "log <stdin>")
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return logscan.report(logscan.scan(fh), f"log {path}")
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+        return [logscan.report(logscan.scan(stdin), "log <stdin>")]
+    files = [path]
+    if os.path.isdir(path):
+        try:
+            names = sorted(os.listdir(path))
+        except OSError as exc:
+            raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+        files = [p for name in names if os.path.isfile(p := os.path.join(path, name))]
+        if not files:
+            raise UsageError(f"{path} holds no log files")
+    sections = []
+    for name in files:
+        try:
+            with open(name, encoding="utf-8", errors="replace") as fh:
+                sections.append(logscan.report(logscan.scan(fh), f"log {name}"))
+        except OSError as exc:
+            raise UsageError(f"cannot read {name}: {exc.strerror}") from None
+    return sections

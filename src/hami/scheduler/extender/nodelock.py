@@ -137,7 +137,8 @@ class NodeLocker:
         except CodecError as err:
             raise NodeLockError(str(err)) from err
         if is_expired(lock, self.now(), self.timeout):
-            log.info("node %s: lock %r expired (older than %s), taking it over", node, value, self.timeout)
+            # HAMi's words, which the tuning guide tells operators to grep for
+            log.info("node %s: node lock expired, releasing %r (older than %s)", node, value, self.timeout)
             self.metrics.node_lock_expired.labels("expired").inc()
             self.release_node_lock(node, namespace, name, skip_owner_check=True)
             self.set_node_lock(node, namespace, name)
