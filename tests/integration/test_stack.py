@@ -9,6 +9,7 @@ expressions and thresholds unchanged); XIDs every 5 s and a batch pod every 5 s.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -18,7 +19,7 @@ from typing import Any, TypeVar
 import pytest
 import requests
 
-from hami.testing import cluster, dashqueries, promconfig
+from hami.testing import cluster, dashqueries, demo, promconfig
 from hami.testing.prometheus import PROMETHEUS, PROMTOOL
 from hami.testing.stack import (
     ALERTMANAGER,
@@ -249,3 +250,22 @@ def test_healthy_things_do_not_alert(stack: Stack) -> None:
     pending = {(a.get("namespace"), a.get("pod")) for a in by_name["HAMiGPUPodPending"]}
     assert ("scenarios", cluster.PENDING) in pending and not pending & running
     assert not any(name.endswith("Down") for name in by_name), sorted(by_name)
+
+
+def test_every_url_the_banner_prints_answers(stack: Stack) -> None:
+    text = demo.banner(stack, [])
+    urls = re.findall(r"https?://\S+", text)
+    assert any("/alerts" in u for u in urls) and any(u.startswith(stack.url("alertmanager")) for u in urls)
+    for url in urls:
+        got = requests.get(url, timeout=10)
+        assert got.status_code == 200, (url, got.status_code)
+    assert str(stack.notifications) in text
+    assert f"pod scenarios/{cluster.PENDING}" in text
+
+
+def test_notifications_reach_the_file_the_banner_names(stack: Stack) -> None:
+    poll(
+        lambda: "HAMiGPUXidErrors" in stack.notifications.read_text(encoding="utf-8")
+        or "HAMiGPUDeviceUnhealthy" in stack.notifications.read_text(encoding="utf-8"),
+        "a notification in the sink's file",
+    )

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+import requests
 import yaml
 
 from hami.testing import cluster, dashqueries, promconfig
@@ -101,6 +102,17 @@ class Stack:
     @property
     def kube_url(self) -> str:
         return self.url("kubeapi")
+
+    def prometheus_page(self, page: str) -> str:
+        """The URL of a Prometheus UI page that answers on this build: Debian's 2.42 ships only the
+        classic UI, under ``/classic/``; upstream builds serve ``/<page>``."""
+        base = self.url("prometheus")
+        try:
+            if requests.get(f"{base}/{page}", timeout=5, allow_redirects=False).status_code == 200:
+                return f"{base}/{page}"
+        except requests.RequestException:
+            pass
+        return f"{base}/classic/{page}"
 
     def metrics_targets(self) -> dict[str, str]:
         """Scrape job -> address of every running daemon."""
