@@ -39,12 +39,14 @@ class AlertingRules(RuleBase):
             ),
             self.alert(
                 "HAMiSchedulerPendingPods",
-                f"max(hami_scheduler_pending_pods{{{self.sch}}}) > {t['scheduler_pending_pods']}",
+                f"sum by (reason) (max by (namespace, reason) (hami_scheduler_pending_pods{{{self.sch}}}))"
+                f" > {t['scheduler_pending_pods']}",
                 "scheduler_pending_pods",
                 "warning",
                 summary="The HAMi scheduler extender sees GPU pods stuck in Pending.",
                 description='{{ printf "%.0f" $value }} pods requesting HAMi resources have been Pending '
-                f"for more than {self.f['scheduler_pending_pods']} (hami_scheduler_pending_pods).",
+                f"for more than {self.f['scheduler_pending_pods']}; the scheduler's latest verdict on them "
+                "is {{ $labels.reason }} (hami-doctor pod NAMESPACE/NAME shows the numbers).",
             ),
             # The monitor exports usage above the limit as the limit (a skip with reason
             # usage_over_limit) and flags the container device in hami_vgpu_memory_over_limit.

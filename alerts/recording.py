@@ -110,8 +110,14 @@ class RecordingRules(RuleBase):
         sch, rate, ksm = self.sch, self.w["rate"], self.ksm
         gpu = self.cfg["gpu_resource_regex"]
         return [
+            # Replicas of one scheduler report the same pods: max over them, then sum.
             self.record(
-                "cluster:hami_scheduler_pending_pods:max", f"max(hami_scheduler_pending_pods{{{sch}}})"
+                "namespace_reason:hami_scheduler_pending_pods:sum",
+                f"max by (namespace, reason) (hami_scheduler_pending_pods{{{sch}}})",
+            ),
+            self.record(
+                "cluster:hami_scheduler_pending_pods:sum",
+                "sum(namespace_reason:hami_scheduler_pending_pods:sum)",
             ),
             self.record(
                 "namespace:kube_pod_gpu_pending:count",

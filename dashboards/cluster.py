@@ -28,7 +28,7 @@ def cluster_overview() -> Board:
     b.stat(
         "GPU pods pending",
         "none",
-        Q("cluster:hami_scheduler_pending_pods:max", instant=True),
+        Q("cluster:hami_scheduler_pending_pods:sum", instant=True),
         lines=[Line(1, "red")],
     )
     b.stat(

@@ -33,7 +33,7 @@ def scheduler() -> Board:
         lines=[Line(1, "green")],
         width=6,
     )
-    b.stat("Pending GPU pods", "none", Q(f"max(hami_scheduler_pending_pods{{{JOB}}})", instant=True), width=6)
+    b.stat("Pending GPU pods", "none", Q(f"sum(max by (namespace, reason) (hami_scheduler_pending_pods{{{JOB}}}))", instant=True), width=6)
     b.stat(
         "Nodes with expired handshake",
         "none",

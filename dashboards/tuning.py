@@ -85,7 +85,7 @@ def tuning() -> Board:
     b.timeseries(
         "GPU pods pending",
         "none",
-        [Q("cluster:hami_scheduler_pending_pods:max", "pending")],
+        [Q("cluster:hami_scheduler_pending_pods:sum", "pending")],
         lines=[Line(1, "red")],
         minimum=0,
     )

@@ -140,7 +140,9 @@ def _split_count(s: _Session, cfg: Settings) -> Recommendation:
     smallest = s.scalar(f"min(min_over_time(hami_vgpu_memory_limit_bytes{{{mon}}}[{w}]))")
     nodes = s.scalar(f"max(sum by (instance) (hami_scheduler_nodes{{{sch}}}))")
     current = s.scalar(f"max(hami_gpu_split_limit{{{sch}}})")
-    pending = s.scalar(f"max(max_over_time(hami_scheduler_pending_pods{{{sch}}}[1h]))")
+    pending = s.scalar(
+        f"max_over_time(sum(max by (namespace, reason) (hami_scheduler_pending_pods{{{sch}}}))[1h:1m])"
+    )
     saturated = s.scalar(
         f"count(max by (node, device_uuid) (hami_gpu_shared_count{{{sch}}})"
         f" >= on (node, device_uuid) max by (node, device_uuid) (hami_gpu_split_limit{{{sch}}}))"

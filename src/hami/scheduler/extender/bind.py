@@ -14,14 +14,16 @@ from typing import Any
 
 from hami.core import annotations as ann
 from hami.core import klog
-from hami.core.codec.nodelock import CONTENTION, format_go_duration
+from hami.core.codec.errors import CodecError
+from hami.core.codec.nodelock import CONTENTION, format_go_duration, parse_rfc3339
 from hami.core.kube import errors, raw
 from hami.core.kube.events import ObjectRef
 from hami.core.kube.patches import patch_pod_metadata
 from hami.scheduler.engine.requests import container_request
+from hami.scheduler.extender.decisions import Recorder
 from hami.scheduler.extender.events import PodEvents
 from hami.scheduler.extender.nodelock import NodeLocker, NodeLockError
-from hami.scheduler.extender.state import ClusterState
+from hami.scheduler.extender.state import ClusterState, meta_field
 
 log = klog.get_logger(__name__)
 
@@ -70,6 +72,7 @@ class Binder:
         *,
         is_leader: Callable[[], bool] = lambda: True,
         lock_retry_timeout: float = 28.0,
+        recorder: Recorder | None = None,
     ) -> None:
         self.state = state
         self.api = api_client
@@ -78,6 +81,7 @@ class Binder:
         self.is_leader = is_leader
         self.lock_retry_timeout = lock_retry_timeout
         self.metrics = state.metrics
+        self.recorder = recorder
 
     def bind(self, args: BindArgs) -> str:
         """Bind the pod; returns the ExtenderBindingResult ``Error`` ("" on success)."""
@@ -117,8 +121,9 @@ class Binder:
             self.state.drop_reservation(args.pod_uid)
             return f'node "{args.node}" not found'
         locked = False
+        gpus = requests_gpus(pod, self.state)
         try:
-            if requests_gpus(pod, self.state):
+            if gpus:
                 self._lock(args, pod)
                 locked = True
             phase = time.monotonic()
@@ -154,10 +159,25 @@ class Binder:
             message = str(err)
             log.error("bind %s/%s to %s failed: %s", args.pod_namespace, args.pod_name, args.node, message)
             self.events.binding_failed(ref, message)
+            if self.recorder is not None and gpus:
+                contention = isinstance(err, NodeLockError) and err.contention
+                self.recorder.bind_failed(args.pod_namespace, args.pod_name, args.node, message, contention)
             return message
         self.events.binding_succeed(ref, args.node)
+        if gpus:
+            self._bound(args, pod)
         log.v(4).info("bound %s/%s to %s", args.pod_namespace, args.pod_name, args.node)
         return ""
+
+    def _bound(self, args: BindArgs, pod: Mapping[str, Any]) -> None:
+        if self.recorder is not None:
+            self.recorder.bound(args.pod_namespace, args.pod_name, args.node)
+        created = meta_field(pod, "creationTimestamp")
+        try:
+            since = time.time() - parse_rfc3339(created).timestamp()
+        except CodecError:
+            return  # no creation time to measure from
+        self.metrics.pod_creation_to_bind.observe(max(since, 0.0))
 
     def _lock(self, args: BindArgs, pod: Mapping[str, Any]) -> None:
         started = time.monotonic()

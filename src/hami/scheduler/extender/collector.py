@@ -13,6 +13,7 @@ every other request; ``hami.core.serve`` picks between the two (its ``Exposition
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import NamedTuple
@@ -27,6 +28,7 @@ from hami.core.serve import build_info
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor, describe_families
 from hami.core.serve.families import Family, TextRenderer, declared_metric, to_metric
 from hami.scheduler.engine.usage import PodAllocation
+from hami.scheduler.extender.decisions import DecisionStore
 from hami.scheduler.extender.metrics import SchedulerMetrics
 from hami.scheduler.extender.schedulable import SCHEDULABLE, node_reason
 from hami.scheduler.extender.state import NODE_STATES, ClusterState, NodeRecord, annotations_of, meta_field
@@ -45,7 +47,14 @@ def _scheduler_families() -> tuple[Family, ...]:
     """The extender's scrape-time state families, without samples."""
     leader = _g("hami_scheduler_is_leader", "1 when this replica leads (binds and writes handshakes).", [])
     synced = _g("hami_scheduler_cache_synced", "1 once informers synced and a register pass completed.", [])
-    pending = _g("hami_scheduler_pending_pods", "Pods requesting HAMi resources in phase Pending.", [])
+    pending = _g(
+        "hami_scheduler_pending_pods",
+        "Pods requesting HAMi resources in phase Pending, by namespace and the reason of the extender's "
+        "latest decision (a Fit reason code, NotFiltered, WaitingForBind, NodeLockContention, Bound); "
+        "exported by the leader only.",
+        ["namespace", "reason"],
+    )
+    records = _g("hami_scheduler_decision_records", "Pods in the decision record (bounded LRU).", [])
     states = _g(
         "hami_scheduler_nodes",
         "Nodes by registration state (healthy, handshake_expired, unregistered, decode_error).",
@@ -68,7 +77,7 @@ def _scheduler_families() -> tuple[Family, ...]:
         "node_lock, decode_error, no_devices, unhealthy); reason is ok when schedulable.",
         ["node", "reason"],
     )
-    return (leader, synced, pending, states, ages, held, schedulable)
+    return (leader, synced, pending, states, ages, held, schedulable, records)
 
 
 class _Allocation(NamedTuple):
@@ -210,14 +219,17 @@ class StateCollector(Collector):
         state: ClusterState,
         is_leader: Callable[[], bool],
         legacy: bool = False,
+        *,
         now: Callable[[], datetime] = lambda: datetime.now().astimezone(),
         lock_timeout: timedelta = DEFAULT_TIMEOUT,
+        decisions: DecisionStore | None = None,
     ) -> None:
         self.state = state
         self.is_leader = is_leader
         self.legacy = legacy
         self.now = now
         self.lock_timeout = lock_timeout  # the expiry the extender's NodeLocker enforces
+        self.decisions = decisions if decisions is not None else DecisionStore()
         self._renderer = TextRenderer()
 
     def describe(self) -> Iterator[Metric]:
@@ -234,10 +246,18 @@ class StateCollector(Collector):
         return self._renderer.render(self.families(), openmetrics)
 
     def _scheduler(self) -> tuple[Family, ...]:
-        leader, synced, pending, states, ages, held, schedulable = _scheduler_families()
-        leader.add((), 1.0 if self.is_leader() else 0.0)
+        leader, synced, pending, states, ages, held, schedulable, size = _scheduler_families()
+        is_leader = self.is_leader()
+        leader.add((), 1.0 if is_leader else 0.0)
         synced.add((), 1.0 if self.state.synced.is_set() and self.state.informers_synced() else 0.0)
-        pending.add((), float(self.state.pending_gpu_pods()))
+        size.add((), float(len(self.decisions)))
+        if is_leader:  # kube-scheduler asks the leader's extender: followers hold no decisions
+            reasons = Counter(
+                (meta_field(p, "namespace"), self.decisions.pending_reason(p))
+                for p in self.state.pending_gpu_pods()
+            )
+            for labels, n in sorted(reasons.items()):
+                pending.add(labels, float(n))
         now = self.now()
         with self.state.lock:
             counts = dict.fromkeys(NODE_STATES, 0)
@@ -253,7 +273,7 @@ class StateCollector(Collector):
         for node in self.state.node_informer.list():
             if ann.NODE_LOCK in annotations_of(node):
                 held.add((meta_field(node, "name"),), 1.0)
-        return (leader, synced, pending, states, ages, held, schedulable)
+        return (leader, synced, pending, states, ages, held, schedulable, size)
 
     def node_reasons(self, records: dict[str, NodeRecord], now: datetime) -> list[tuple[str, str]]:
         """(reason, node) for every node the register pass has seen."""

@@ -21,6 +21,7 @@ from hami.scheduler.engine.decision import FilterConfig, FilterResult, commit, f
 from hami.scheduler.engine.nodes import NodeState
 from hami.scheduler.engine.ranking import Ranker
 from hami.scheduler.engine.requests import pod_requests
+from hami.scheduler.extender.decisions import Recorder
 from hami.scheduler.extender.events import PodEvents
 from hami.scheduler.extender.metrics import failure_codes
 from hami.scheduler.extender.state import ClusterState, meta_field
@@ -40,6 +41,7 @@ class FilterService:
         config: FilterConfig,
         *,
         sync_wait: float = 25.0,
+        recorder: Recorder | None = None,
     ) -> None:
         self.state = state
         self.api = api_client
@@ -48,6 +50,7 @@ class FilterService:
         self.sync_wait = sync_wait
         self.metrics = state.metrics
         self.ranks = Ranker()  # used under the state lock
+        self.recorder = recorder
 
     def filter(self, pod: Obj, node_names: Sequence[str]) -> Obj:
         """ExtenderFilterResult for ``pod`` among ``node_names``."""
@@ -80,6 +83,8 @@ class FilterService:
             )
             if result.node is not None:
                 commit(result, self.state.usage, self.state.quotas)
+            if self.recorder is not None:
+                self.recorder.filtered(pod, reqs, result.failed, result.node, result.error)
             if klog.v(4):
                 self._log_verdicts(pod, names, result)
         if result.error is not None:

@@ -131,16 +131,16 @@ class ClusterState:
     def get_node(self, name: str) -> Obj | None:
         return self.node_informer.get(name)
 
-    def pending_gpu_pods(self) -> int:
+    def pending_gpu_pods(self) -> list[Obj]:
         """Pods requesting HAMi resources that are still Pending."""
-        count = 0
+        out = []
         for pod in self.pod_informer.list():
             if (pod.get("status") or {}).get("phase") != "Pending":
                 continue
             reqs, _ = pod_requests(pod, self.nvidia)
             if any(r is not None for r in reqs):
-                count += 1
-        return count
+                out.append(pod)
+        return out
 
     def drop_reservation(self, uid: str) -> None:
         """Forget a pod's reservation and its quota usage (bind of a pod that is gone)."""
