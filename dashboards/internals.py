@@ -33,7 +33,8 @@ def scheduler() -> Board:
         lines=[Line(1, "green")],
         width=6,
     )
-    b.stat("Pending GPU pods", "none", Q(f"sum(max by (namespace, reason) (hami_scheduler_pending_pods{{{JOB}}}))", instant=True), width=6)
+    pending = Q(f"sum(max by (namespace, reason) (hami_scheduler_pending_pods{{{JOB}}}))", instant=True)
+    b.stat("Pending GPU pods", "none", pending, width=6)
     b.stat(
         "Nodes with expired handshake",
         "none",
