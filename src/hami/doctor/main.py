@@ -100,6 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cluster.add_argument("--scheduler-namespace", default="", help="where its pods run (default: all)")
     cluster.add_argument(
+        "--scheduler-url",
+        default="",
+        help="the scheduler's metrics address (e.g. http://127.0.0.1:9395), for its decision record; "
+        "default: its metrics Service through the API server",
+    )
+    cluster.add_argument(
         "--scheduler-lease",
         default="",
         metavar="NS/NAME",
@@ -176,7 +182,14 @@ def _cluster_sections(args: argparse.Namespace, api: Any, now: datetime) -> list
         if not sep or not namespace or not name:
             raise UsageError(f"pod must be NAMESPACE/NAME, got {args.target!r}")
         try:
-            cluster = fetch.pod_cluster(api, namespace, name, args.scheduler_namespace, args.scheduler_lease)
+            cluster = fetch.pod_cluster(
+                api,
+                namespace,
+                name,
+                scheduler_namespace=args.scheduler_namespace,
+                lease_ref=args.scheduler_lease,
+                scheduler_url=args.scheduler_url,
+            )
         except errors.NotFound:
             raise UsageError(f"pod {args.target} not found") from None
         return [podtree.diagnose_pod(cluster, s, now)]

@@ -38,6 +38,8 @@ class PodCluster:
     lease_ref: str = ""  # "ns/name" when --scheduler-lease was given
     nodes: dict[str, Obj] = field(default_factory=dict)
     owner_exists: dict[str, bool] = field(default_factory=dict)  # "ns/name" of lock owners
+    decision: Obj | None = None  # the scheduler's decision record, when it could be read
+    decision_source: str = ""  # where it came from, or why it could not be read
 
 
 def _resource(container: Obj, name: str) -> str | None:

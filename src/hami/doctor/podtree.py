@@ -16,7 +16,7 @@ from typing import Any
 from hami.core import annotations as ann
 from hami.core.codec import CodecError
 from hami.core.codec.nodelock import format_go_duration, parse_rfc3339
-from hami.doctor import nodecheck, reasons
+from hami.doctor import nodecheck, reasons, verdict
 from hami.doctor.findings import BROKEN, OK, WARNING, Finding, Section, is_broken
 from hami.doctor.podinputs import PodCluster, check_requests, check_scheduler, check_scheduler_name
 from hami.doctor.settings import Settings
@@ -57,13 +57,38 @@ def _describe(event: Obj, now: datetime) -> str:
 
 
 def diagnose_pod(c: PodCluster, s: Settings, now: datetime) -> Section:
+    """Requests → schedulerName → bound? (then it is scheduled) → the scheduler's decision record,
+    else its pods and the pod's events, walked as the guides' tree."""
     meta = c.pod.get("metadata") or {}
     section = Section(f"pod {meta.get('namespace', '')}/{meta.get('name', '')}")
     section.findings += check_requests(c.pod)
     if not is_broken(section.findings):
         section.findings += check_scheduler_name(c.pod, s)
-    if not is_broken(section.findings):
-        section.findings += check_scheduler(c, s, now)
+    if is_broken(section.findings):
+        return section
+    spec, annos = c.pod.get("spec") or {}, nodecheck.annotations_of(c.pod)
+    if spec.get("nodeName") or ann.POD_BIND_PHASE in annos:
+        section.findings += _bind_phase(c, s, now)
+        return section
+    if c.decision is not None:
+        section.findings += verdict.findings(c.decision, c.decision_source)
+        return section
+    found = check_scheduler(c, s, now)
+    hami_events = [e for e in c.events if e.get("reason") in HAMI_REASONS]
+    if found and found[0].code == "scheduler.missing" and hami_events:
+        # the scheduler's own events prove it runs, under labels the doctor does not know
+        found = [
+            Finding(
+                WARNING,
+                "scheduler.unlabelled",
+                "no HAMi scheduler pod found by label, but it recorded events for this pod",
+                found[0].evidence,
+                "pass --scheduler-url (its metrics address) to read its decision record",
+            )
+        ]
+    if c.decision_source:
+        found.append(Finding(OK, "scheduler.decision.none", "no decision record", (c.decision_source,)))
+    section.findings += found
     if is_broken(section.findings):
         return section
     section.findings += _after_scheduling(c, s, now)
