@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dashboards.panels import NAMESPACE, NODE, RI, Board, Line, Q, alert_thresholds
+from dashboards.panels import FIRING, NAMESPACE, NODE, RI, Board, Line, Q, alert_thresholds
 
 CTR = "{{namespace}}/{{pod}}/{{container}} v{{vdevice_index}}"
 DEV = "{{node}} {{device_uuid}}"
@@ -10,7 +10,18 @@ DEV = "{{node}} {{device_uuid}}"
 
 def cluster_overview() -> Board:
     b = Board(
-        "hami-cluster-overview", "HAMi / Cluster overview", "GPU capacity, allocation and health.", ["node"]
+        "hami-cluster-overview",
+        "HAMi / Cluster overview",
+        "GPU capacity, allocation and health.",
+        ["node", "namespace"],
+    )
+    b.row("Alerts")
+    b.table(
+        "Firing HAMi alerts",
+        "none",
+        Q(f"sum by (alertname, severity, node, namespace, pod) ({FIRING})", instant=True),
+        "HAMi's alerts firing now (Prometheus ALERTS); each has a runbook in docs/runbooks/. "
+        "Alertmanager's inhibitions (alerts/alertmanager.yaml) still apply to what gets notified.",
     )
     b.row("Capacity")
     b.stat("Physical GPUs", "none", Q(f"count(hami_gpu_memory_limit_bytes{{{NODE}}})", instant=True))
@@ -58,6 +69,30 @@ def cluster_overview() -> Board:
         [Q(f"node:hami_gpu_shared_per_split:ratio{{{NODE}}}", "{{node}}")],
         "Containers sharing the node's GPUs / configured deviceSplitCount.",
         lines=[Line(1, "red")],
+        minimum=0,
+    )
+    b.row("Namespaces")
+    b.timeseries(
+        "vGPU memory allocated by namespace",
+        "bytes",
+        [Q(f"sum by (namespace) (hami_vgpu_memory_limit_bytes{{{NODE}, {NAMESPACE}}})", "{{namespace}}")],
+        "vGPU memory limits of the running containers, summed per namespace.",
+        stack=True,
+        minimum=0,
+    )
+    b.timeseries(
+        "vGPU memory used by namespace",
+        "bytes",
+        [Q(f"sum by (namespace) (hami_vgpu_memory_used_bytes{{{NODE}, {NAMESPACE}}})", "{{namespace}}")],
+        "Device memory the containers of each namespace use now (HAMi-core accounting).",
+        stack=True,
+        minimum=0,
+    )
+    b.timeseries(
+        "Pending GPU pods by namespace and reason",
+        "none",
+        [Q(f"namespace_reason:hami_scheduler_pending_pods:sum{{{NAMESPACE}}}", "{{namespace}} {{reason}}")],
+        "Pending GPU pods per namespace, by the scheduler's latest verdict on them.",
         minimum=0,
     )
     b.timeseries(

@@ -2,8 +2,8 @@
 
 The scrape job names are the ones the thresholds file gives the rules (`hami-monitor`,
 `hami-scheduler`, `hami-device-plugin`), plus `kube-state-metrics` for the per-pod pending alert.
-Every target carries the demo's `cluster` label, as a multi-cluster setup would, so the dashboards'
-cluster variable has a value. Alertmanager runs the shipped alerts/alertmanager.yaml (its grouping
+Prometheus carries the demo's `cluster` as an external label (alerts and federation see it; local
+queries do not, so the dashboards' cluster variable is "All"). Alertmanager runs the shipped alerts/alertmanager.yaml (its grouping
 and inhibitions) with the receiver pointed at the demo's file sink.
 """
 
@@ -38,11 +38,11 @@ def prometheus_config(
             "scrape_interval": scrape_interval,
             "scrape_timeout": scrape_interval if seconds(scrape_interval) < 10 else "10s",
             "evaluation_interval": evaluation_interval,
+            "external_labels": {"cluster": CLUSTER},
         },
         "rule_files": [str(p) for p in rule_files],
         "scrape_configs": [
-            {"job_name": job, "static_configs": [{"targets": [target], "labels": {"cluster": CLUSTER}}]}
-            for job, target in targets.items()
+            {"job_name": job, "static_configs": [{"targets": [target]}]} for job, target in targets.items()
         ],
     }
     if alertmanager is not None:
