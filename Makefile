@@ -39,6 +39,7 @@ generate: venv
 	$(PY) scripts/gen_deploy_rules.py
 	$(PY) -m dashboards.generate
 	$(PY) scripts/gen_metrics_doc.py
+	$(PY) scripts/gen_provisioning.py
 
 demo: venv sysdeps
 	$(PY) -m hami.testing.demo

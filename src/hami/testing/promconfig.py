@@ -3,8 +3,9 @@
 The scrape job names are the ones the thresholds file gives the rules (`hami-monitor`,
 `hami-scheduler`, `hami-device-plugin`), plus `kube-state-metrics` for the per-pod pending alert.
 Prometheus carries the demo's `cluster` as an external label (alerts and federation see it; local
-queries do not, so the dashboards' cluster variable is "All"). Alertmanager runs the shipped alerts/alertmanager.yaml (its grouping
-and inhibitions) with the receiver pointed at the demo's file sink.
+queries do not, so the dashboards' cluster variable is "All"). Alertmanager runs the shipped
+alerts/alertmanager.yaml (its grouping and inhibitions) with the receiver pointed at the demo's file
+sink.
 """
 
 from __future__ import annotations
