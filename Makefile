@@ -40,6 +40,7 @@ generate: venv
 	$(PY) -m dashboards.generate
 	$(PY) scripts/gen_metrics_doc.py
 	$(PY) scripts/gen_provisioning.py
+	$(PY) scripts/gen_mixin.py
 
 demo: venv sysdeps
 	$(PY) -m hami.testing.demo
