@@ -9,6 +9,8 @@ expressions and thresholds unchanged); XIDs every 5 s and a batch pod every 5 s.
 
 from __future__ import annotations
 
+import io
+import json
 import re
 import subprocess
 import time
@@ -19,6 +21,7 @@ from typing import Any, TypeVar
 import pytest
 import requests
 
+from hami.doctor.main import main as doctor_main
 from hami.testing import cluster, dashqueries, demo, promconfig
 from hami.testing.prometheus import PROMETHEUS, PROMTOOL
 from hami.testing.stack import (
@@ -72,6 +75,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         churn_every=5.0,
         schedule_every=1.0,
         components=COMPONENTS,
+        # the lock the pinned pod takes over (its crashed owner is gone) holds locked-node for the
+        # whole module, not only for the default 5m
+        node_lock_timeout="30m",
     )
     s = Stack(opts)
     s.start()
@@ -159,11 +165,13 @@ def _alert_fires(stack: Stack, name: str, labels: dict[str, str]) -> Callable[[]
 
 
 def _alertmanager_has(stack: Stack, name: str, labels: dict[str, str]) -> Callable[[], bool]:
+    """Received by Alertmanager: active, or suppressed by an inhibition of alerts/alertmanager.yaml."""
+
     def check() -> bool:
         got = requests.get(stack.url("alertmanager") + "/api/v2/alerts", timeout=10).json()
         return any(
             a["labels"].get("alertname") == name
-            and a["status"]["state"] == "active"
+            and a["status"]["state"] in ("active", "suppressed")
             and all(a["labels"].get(k) == v for k, v in labels.items())
             for a in got
         )
@@ -185,7 +193,8 @@ SCENARIOS = [
     ("unhealthy device", (MONITOR,), "HAMiGPUXidErrors", {"node": cluster.NODE, "device_uuid": LAST_GPU}),
     ("stuck node lock", (SCHEDULER,), "HAMiNodeLockHeldTooLong", {"node": cluster.LOCKED_NODE}),
     ("pending pod", (), "HAMiGPUPodPending", {"namespace": "scenarios", "pod": cluster.PENDING}),
-    ("pending pod", (SCHEDULER,), "HAMiSchedulerPendingPods", {}),
+    ("pending pod", (SCHEDULER,), "HAMiSchedulerPendingPods", {"reason": "CardInsufficientMemory"}),
+    ("idle vGPU", (MONITOR,), "HAMiVGPUIdle", {"namespace": "notebooks", "pod": cluster.IDLE.name}),
 ]
 
 
@@ -254,7 +263,8 @@ def test_healthy_things_do_not_alert(stack: Stack) -> None:
 
 def test_every_url_the_banner_prints_answers(stack: Stack) -> None:
     text = demo.banner(stack, [])
-    urls = re.findall(r"https?://\S+", text)
+    # the Kubernetes API emulator's root is not a page: it answers API paths only
+    urls = [u for u in re.findall(r"https?://\S+", text) if u != stack.kube_url]
     assert any("/alerts" in u for u in urls) and any(u.startswith(stack.url("alertmanager")) for u in urls)
     for url in urls:
         got = requests.get(url, timeout=10)
@@ -269,3 +279,66 @@ def test_notifications_reach_the_file_the_banner_names(stack: Stack) -> None:
         or "HAMiGPUDeviceUnhealthy" in stack.notifications.read_text(encoding="utf-8"),
         "a notification in the sink's file",
     )
+
+
+NODE_ALERTS = ("HAMiNodeHandshakeExpired", "HAMiNodeLockHeldTooLong")
+
+
+def test_no_node_alert_fires_for_a_node_the_scheduler_calls_schedulable(stack: Stack) -> None:
+    need(SCHEDULER)
+    poll(_alert_fires(stack, "HAMiNodeHandshakeExpired", {"node": cluster.STALE_NODE}), "the handshake alert")
+    firing = prometheus(stack).query(f'ALERTS{{alertstate="firing", alertname=~"{"|".join(NODE_ALERTS)}"}}')
+    schedulable = prometheus(stack).query("hami_scheduler_node_schedulable == 1")
+    alerted = {a["metric"]["node"] for a in firing}
+    assert alerted and not alerted & {s["metric"]["node"] for s in schedulable}
+    assert cluster.NODE not in alerted
+
+
+def _doctor(stack: Stack, *args: str) -> tuple[int, dict[str, Any]]:
+    out = io.StringIO()
+    argv = [*args, "--kubeconfig", str(stack.kubeconfig), "--scheduler-url", stack.url(SCHEDULER), "--json"]
+    code = doctor_main(argv, stdout=out)
+    return code, json.loads(out.getvalue())
+
+
+def test_the_doctor_agrees_with_the_scheduler_and_the_alerts(stack: Stack) -> None:
+    need(SCHEDULER)
+    poll(
+        _alert_fires(stack, "HAMiSchedulerPendingPods", {"reason": "CardInsufficientMemory"}),
+        "the pending-pods alert with the scheduler's reason",
+    )
+    metric = {
+        s["metric"]["node"]: s["metric"]["reason"]
+        for s in prometheus(stack).query("hami_scheduler_node_schedulable")
+    }
+    _, nodes = _doctor(stack, "nodes")
+    verdicts = {
+        s["title"].removeprefix("node "): f["evidence"][0].rsplit(": ", 1)[1]
+        for s in nodes["sections"]
+        for f in s["findings"]
+        if f["code"] == "node.schedulable"
+    }
+    assert verdicts == metric
+    code, pod = _doctor(stack, "pod", f"scenarios/{cluster.PENDING}")
+    codes = [f["code"] for f in pod["sections"][0]["findings"]]
+    assert code == 2 and "pod.decision.CardInsufficientMemory" in codes
+    summary = next(f["summary"] for f in pod["sections"][0]["findings"] if f["severity"] == "broken")
+    assert summary.startswith("CardInsufficientMemory: requests 160 GiB per card; the largest free")
+    code, running = _doctor(stack, "pod", "ml-train/bert-train-0")
+    assert code == 0 and running["sections"][0]["findings"][-1]["code"] == "pod.bind-phase.success"
+
+
+def test_alertmanager_inhibits_the_over_limit_containers_other_alerts(stack: Stack) -> None:
+    need(MONITOR)
+    poll(_alertmanager_has(stack, "HAMiVGPUMemoryOverLimit", {"pod": "overlimit"}), "the over-limit alert")
+
+    def inhibited() -> bool:
+        got = requests.get(stack.url("alertmanager") + "/api/v2/alerts", timeout=10).json()
+        return any(
+            a["labels"].get("alertname") == "HAMiGPUMemoryHigh"
+            and a["labels"].get("pod") == "overlimit"
+            and a["status"]["inhibitedBy"]
+            for a in got
+        )
+
+    poll(inhibited, "HAMiGPUMemoryHigh of the over-limit container inhibited")

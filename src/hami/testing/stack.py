@@ -73,6 +73,7 @@ class StackOptions:
     sim_interval: float = 1.0
     components: tuple[str, ...] = (MONITOR, SCHEDULER, DEVICE_PLUGIN)
     ready_timeout: float = 120.0
+    node_lock_timeout: str = ""  # the scheduler's --node-lock-timeout; "" keeps its default (5m)
 
 
 class Stack:
@@ -231,6 +232,8 @@ class Stack:
             "--scheduler-name", cluster.SCHEDULER_NAME,
             "--kubeconfig", str(self.kubeconfig),
         ]  # fmt: skip
+        if self.opts.node_lock_timeout:
+            args += ["--node-lock-timeout", self.opts.node_lock_timeout]
         self.procs.python("scheduler", "hami.scheduler", args)
         self._wait(self.url(SCHEDULER) + "/metrics", "the scheduler extender's metrics")
         self._wait(self.url("extender") + "/healthz", "the scheduler extender")
