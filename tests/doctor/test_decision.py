@@ -6,9 +6,10 @@ from pathlib import Path
 
 import yaml
 
+from hami.testing.builders import gpu_node, gpu_pod
+from hami.testing.doctorcluster import run_doctor, run_json
+from hami.testing.extender import create_pod, filter_pod, running
 from hami.testing.kubeapi import KubeAPIServer
-from tests.doctor.cluster import run_doctor, run_json
-from tests.scheduler.extender_env import create_pod, filter_pod, gpu_node, gpu_pod, running
 
 
 def test_unschedulable_pod_gets_the_numbers_from_the_record(kube_api: KubeAPIServer, tmp_path: Path) -> None:

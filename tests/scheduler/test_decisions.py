@@ -6,19 +6,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import requests
-from tests.scheduler.extender_env import (
-    bind_pod,
-    create_pod,
-    filter_pod,
-    gpu_node,
-    gpu_pod,
-    metrics_text,
-    running,
-)
 
 from hami.core.codec.nodelock import NodeLock, format_node_lock
 from hami.scheduler.extender.daemon import Extender
 from hami.scheduler.extender.decisions import DecisionStore, dominant_reason
+from hami.testing.builders import gpu_node, gpu_pod
+from hami.testing.extender import bind_pod, create_pod, filter_pod, metrics_text, running
 from hami.testing.kubeapi import KubeAPIServer
 
 

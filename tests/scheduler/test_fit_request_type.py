@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tests.scheduler.builders import dev, node, usage
-
 from hami.scheduler.engine.fit import PodContext, fit_devices, fit_node, fits_quickly
 from hami.scheduler.engine.policy import parse_gpu_policy, parse_scoring_weights
 from hami.scheduler.engine.requests import ContainerRequest, PodOptions
+from hami.testing.builders import dev
+from hami.testing.enginestate import node_state, usage
 
 
 def _ctx(req: ContainerRequest) -> PodContext:
@@ -17,7 +17,7 @@ def _ctx(req: ContainerRequest) -> PodContext:
 
 
 def test_a_request_of_another_type_is_card_type_mismatch_on_every_card() -> None:
-    view = usage().view(node("n", dev("g0"), dev("g1", index=1)))
+    view = usage().view(node_state("n", dev("g0"), dev("g1", index=1)))
     nvidia = ContainerRequest(nums=1, memreq=1000)
     other = replace(nvidia, type="Ascend")
     load = (view.used, view.umem, view.ucores)

@@ -6,14 +6,16 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from tests.scheduler.extender_env import gpu_node, metrics_text, running, wait_until
 
 from hami.core.codec.nodelock import NodeLock, format_node_lock
 from hami.core.devices import DeviceInfo
 from hami.scheduler.engine.nodes import NodeState
 from hami.scheduler.extender import schedulable as s
 from hami.scheduler.extender.state import DECODE_ERROR, HANDSHAKE_EXPIRED, HEALTHY, UNREGISTERED, NodeRecord
+from hami.testing.builders import gpu_node
+from hami.testing.extender import metrics_text, running
 from hami.testing.kubeapi import KubeAPIServer
+from hami.testing.wait import wait_until
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 TIMEOUT = timedelta(minutes=5)

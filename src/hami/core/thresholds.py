@@ -7,7 +7,6 @@ same number. It ships inside the package because the doctor runs from the instal
 
 from __future__ import annotations
 
-import re
 from datetime import timedelta
 from importlib import resources
 from pathlib import Path
@@ -15,10 +14,9 @@ from typing import Any
 
 import yaml
 
-PATH = Path(str(resources.files("hami.core").joinpath("thresholds.yaml")))
+from hami.core.duration import parse_prometheus_duration
 
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_PROM_DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w)")
+PATH = Path(str(resources.files("hami.core").joinpath("thresholds.yaml")))
 
 
 def load(path: Path = PATH) -> dict[str, Any]:
@@ -28,14 +26,6 @@ def load(path: Path = PATH) -> dict[str, Any]:
     return data
 
 
-def prometheus_duration(text: str) -> timedelta:
-    """A Prometheus duration of the file (``3m``, ``1h30m``, ``0m``) as a timedelta."""
-    parts = _PROM_DURATION.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise ValueError(f"not a Prometheus duration: {text!r}")
-    return timedelta(seconds=sum(int(n) * _UNITS[u] for n, u in parts))
-
-
 def alert_for(name: str, data: dict[str, Any] | None = None) -> timedelta:
     """How long the condition of the alert keyed ``name`` under ``for:`` must hold before it fires."""
-    return prometheus_duration(str((data or load())["for"][name]))
+    return parse_prometheus_duration(str((data or load())["for"][name]))

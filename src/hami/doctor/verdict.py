@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from hami.core.codec.nodelock import format_go_duration
+from hami.core.duration import format_duration
 from hami.doctor import reasons
 from hami.doctor.findings import BROKEN, OK, WARNING, Finding
 
@@ -180,8 +180,8 @@ def findings(rec: Obj, source: str) -> list[Finding]:
         if lock:
             age = timedelta(seconds=float(lock.get("age_seconds") or 0))
             detail = (
-                f": node lock held by {lock.get('holder') or '?'} for {format_go_duration(age)}, taken over "
-                f"after {format_go_duration(timeout)}"
+                f": node lock held by {lock.get('holder') or '?'} for {format_duration(age)}, taken over "
+                f"after {format_duration(timeout)}"
             )
         return [
             seen,

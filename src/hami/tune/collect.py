@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hami.core.thresholds import prometheus_duration
+from hami.core.duration import parse_prometheus_duration
 from hami.tune import recommend, tables
 from hami.tune.recommend import Evidence, Recommendation
 
@@ -70,12 +70,12 @@ class _Session:
 
 def _step(window: str) -> int:
     """Subquery resolution for history checks: about 100 points over the window, 1 to 10 minutes."""
-    return min(600, max(60, int(prometheus_duration(window).total_seconds() / 100)))
+    return min(600, max(60, int(parse_prometheus_duration(window).total_seconds() / 100)))
 
 
 def _too_short(s: _Session, parameter: str, series: str, window: str) -> Recommendation | None:
     """A refusal when the history of ``series`` does not cover ``window`` (one step of slack)."""
-    need = prometheus_duration(window).total_seconds()
+    need = parse_prometheus_duration(window).total_seconds()
     have = s.history(series, window)
     if have is None or have + 2 * _step(window) >= need:
         return None

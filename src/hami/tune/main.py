@@ -12,34 +12,16 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from datetime import timedelta
 
 import yaml
 
-from hami.core.thresholds import prometheus_duration
+from hami.core.duration import duration_flag, prometheus_duration_flag
 from hami.tune import patch, report
 from hami.tune.collect import Settings, recommend_all
 from hami.tune.promapi import PrometheusClient, PrometheusError
 
 EXIT_REFUSED = 3
-
-
-def parse_duration(text: str) -> float:
-    """'5m', '300s', '1h' or plain seconds."""
-    units = {"s": 1, "m": 60, "h": 3600}
-    try:
-        if text and text[-1] in units:
-            return float(text[:-1]) * units[text[-1]]
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 5m, 300s)") from None
-
-
-def _window(text: str) -> str:
-    try:
-        prometheus_duration(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a Prometheus duration: {text!r} (e.g. 7d, 12h, 30m)") from None
-    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,8 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="same as --output json")
     p.add_argument(
         "--window",
+        type=prometheus_duration_flag,  # it goes into PromQL range selectors as it is
         default="7d",
-        type=_window,
         help="history the peaks and rates are taken over, a Prometheus duration (default 7d)",
     )
     p.add_argument(
@@ -85,10 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device-plugin-job", default="hami-device-plugin")
     p.add_argument(
         "--node-lock-expire",
-        type=parse_duration,
-        default=parse_duration("5m"),
-        help="the scheduler's current --node-lock-timeout, used only when the extender does not export "
-        "hami_scheduler_node_lock_timeout_seconds (default 5m)",
+        type=duration_flag(bare_seconds=True),
+        default=timedelta(minutes=5),
+        help="the scheduler's current --node-lock-timeout (a Go duration, or seconds), used only when the "
+        "extender does not export hami_scheduler_node_lock_timeout_seconds (default 5m)",
     )
     return p
 
@@ -104,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         monitor_job=args.monitor_job,
         scheduler_job=args.scheduler_job,
         deviceplugin_job=args.device_plugin_job,
-        node_lock_expire_seconds=args.node_lock_expire,
+        node_lock_expire_seconds=args.node_lock_expire.total_seconds(),
     )
     client = PrometheusClient(args.prometheus_url, timeout=args.timeout, at=args.time)
     try:

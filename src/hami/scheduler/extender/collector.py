@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 from hami.core import annotations as ann
 from hami.core.codec.nodelock import DEFAULT_TIMEOUT
 from hami.core.kube.metrics import kube_metrics
+from hami.core.objects import annotations_of, name_of, namespace_of
 from hami.core.serve import build_info
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor, describe_families
 from hami.core.serve.families import Family, TextRenderer, declared_metric, to_metric
@@ -31,7 +32,7 @@ from hami.scheduler.engine.usage import PodAllocation
 from hami.scheduler.extender.decisions import DecisionStore
 from hami.scheduler.extender.metrics import SchedulerMetrics
 from hami.scheduler.extender.schedulable import SCHEDULABLE, node_reason
-from hami.scheduler.extender.state import NODE_STATES, ClusterState, NodeRecord, annotations_of, meta_field
+from hami.scheduler.extender.state import NODE_STATES, ClusterState, NodeRecord
 
 MIB = 1048576
 ZONE = "vGPU"
@@ -253,7 +254,7 @@ class StateCollector(Collector):
         size.add((), float(len(self.decisions)))
         if is_leader:  # kube-scheduler asks the leader's extender: followers hold no decisions
             reasons = Counter(
-                (meta_field(p, "namespace"), self.decisions.pending_reason(p))
+                (namespace_of(p), self.decisions.pending_reason(p))
                 for p in self.state.pending_gpu_pods()
             )
             for labels, n in sorted(reasons.items()):
@@ -272,7 +273,7 @@ class StateCollector(Collector):
             schedulable.add((name, reason), 1.0 if reason == SCHEDULABLE else 0.0)
         for node in self.state.node_informer.list():
             if ann.NODE_LOCK in annotations_of(node):
-                held.add((meta_field(node, "name"),), 1.0)
+                held.add((name_of(node),), 1.0)
         return (leader, synced, pending, states, ages, held, schedulable, size)
 
     def node_reasons(self, records: dict[str, NodeRecord], now: datetime) -> list[tuple[str, str]]:

@@ -21,10 +21,11 @@ from typing import Any, Final
 from hami.core import annotations as ann
 from hami.core.codec.errors import CodecError
 from hami.core.codec.nodelock import parse_node_lock
+from hami.core.objects import annotations_of, meta_field
 from hami.scheduler.engine import reasons as r
 from hami.scheduler.engine.requests import PERCENT_UNSET, ContainerRequest
 from hami.scheduler.extender.schedulable import node_reason
-from hami.scheduler.extender.state import ClusterState, annotations_of, meta_field
+from hami.scheduler.extender.state import ClusterState
 
 Record = dict[str, Any]
 Environ = dict[str, Any]
