@@ -36,7 +36,7 @@ def test_unschedulable_pod_record_has_the_numbers(kube_api: KubeAPIServer) -> No
     assert code == 200
     assert (rec["phase"], rec["reason"]) == ("unschedulable", "CardInsufficientMemory")
     assert rec["request"] == [
-        {"container": "c", "gpus": 1, "memory_mib": 8192, "memory_percent": None, "cores": 30}
+        {"container": "c0", "gpus": 1, "memory_mib": 8192, "memory_percent": None, "cores": 30}
     ]
     nodes = {n["node"]: n for n in rec["nodes"]}
     # the node closest to fitting comes first: most free memory

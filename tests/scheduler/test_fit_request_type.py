@@ -6,14 +6,15 @@ from dataclasses import replace
 
 from hami.scheduler.engine.fit import PodContext, fit_devices, fit_node, fits_quickly
 from hami.scheduler.engine.policy import parse_gpu_policy, parse_scoring_weights
-from hami.scheduler.engine.requests import ContainerRequest, PodOptions
+from hami.scheduler.engine.requests import ContainerRequest, PodOptions, PodRequest
 from hami.testing.builders import dev
 from hami.testing.enginestate import node_state, usage
 
 
 def _ctx(req: ContainerRequest) -> PodContext:
-    return PodContext(reqs=(req,), n_init=0, options=PodOptions(), policy=parse_gpu_policy("spread"),
-                      weights=parse_scoring_weights(None), namespace="default", quota=None)  # fmt: skip
+    request = PodRequest("u", "default", "p", (req,), 0, PodOptions())
+    return PodContext(request=request, policy=parse_gpu_policy("spread"), weights=parse_scoring_weights(None),
+                      quota=None)  # fmt: skip
 
 
 def test_a_request_of_another_type_is_card_type_mismatch_on_every_card() -> None:
