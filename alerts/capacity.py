@@ -147,10 +147,14 @@ class CapacityRules(RuleBase):
             f'node=%q, device_uuid=%q}})` {card} | query | sortByLabel "pod" }}}}'
             "{{ if $i }}, {{ end }}{{ $s.Labels.namespace }}/{{ $s.Labels.pod }}{{ end }}"
         )
+        # The same quotient as the exhaustion record, from the raw series: a rule group never reads
+        # another group's records of the same evaluation, so the text matches the alert's own moment.
+        sel = f"{mon}, node=%q, device_uuid=%q"
         eta = (
-            f"{{{{ with printf `node_device:hami_host_gpu_memory_exhaustion_seconds:deriv{trend}"
-            f"{{node=%q, device_uuid=%q}}` {card} | query }}}}{{{{ . | first | value | humanizeDuration }}}}"
-            "{{ end }}"
+            f"{{{{ with printf `(hami_host_gpu_memory_total_bytes{{{sel}}} - on (node, device_uuid) "
+            f"hami_host_gpu_memory_used_bytes{{{sel}}}) / on (node, device_uuid) "
+            f"deriv(hami_host_gpu_memory_used_bytes{{{sel}}}[{trend}])` {card} {card} {card} | query }}}}"
+            "{{ . | first | value | humanizeDuration }}{{ end }}"
         )
         return [
             # Growth alone is normal (a job loading its model); it is a risk when the vGPUs on the card

@@ -8,27 +8,45 @@ in one pass, so a scrape sees one consistent snapshot.
 The families are plain ``Family`` rows (``hami.core.serve.families``): ``render()`` writes them
 through the cached ``TextRenderer`` (a plain scrape of 1,000 nodes × 8 GPUs is ~66k series, and the
 extender holds the GIL while it renders), ``collect()`` yields them as prometheus_client metrics for
-every other request; ``hami.core.serve`` picks between the two (its ``Exposition``).
+every other request; ``hami.core.serve`` picks between the two (its ``Exposition``). The rendered
+path also keeps each node's per-device lines and each pod's per-container lines as text between
+scrapes, redone only when that node's ``NodeState`` or usage, or that pod's reservation, changes:
+a warm scrape copies text instead of formatting every line (the cache holds about one body's worth
+of text). tests/scheduler/test_collector_exposition.py checks it byte for byte against
+prometheus_client as reservations come and go.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from hami.core import annotations as ann
+from hami.core.codec.nodelock import DEFAULT_TIMEOUT
 from hami.core.kube.metrics import kube_metrics
-from hami.core.objects import annotations_of, name_of
+from hami.core.objects import annotations_of, name_of, namespace_of
 from hami.core.serve import build_info
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor, describe_families
-from hami.core.serve.families import Family, TextRenderer, declared_metric, to_metric
+from hami.core.serve.families import (
+    Family,
+    TextRenderer,
+    declared_metric,
+    sample_heads,
+    sample_lines,
+    sample_values,
+    to_metric,
+)
+from hami.scheduler.engine.nodes import NodeState
 from hami.scheduler.engine.usage import PodAllocation
+from hami.scheduler.extender.decisions import DecisionStore
 from hami.scheduler.extender.metrics import SchedulerMetrics
-from hami.scheduler.extender.state import NODE_STATES, ClusterState
+from hami.scheduler.extender.schedulable import SCHEDULABLE, node_reason
+from hami.scheduler.extender.state import NODE_STATES, ClusterState, NodeRecord
 
 MIB = 1048576
 ZONE = "vGPU"
@@ -44,7 +62,14 @@ def _scheduler_families() -> tuple[Family, ...]:
     """The extender's scrape-time state families, without samples."""
     leader = _g("hami_scheduler_is_leader", "1 when this replica leads (binds and writes handshakes).", [])
     synced = _g("hami_scheduler_cache_synced", "1 once informers synced and a register pass completed.", [])
-    pending = _g("hami_scheduler_pending_pods", "Pods requesting HAMi resources in phase Pending.", [])
+    pending = _g(
+        "hami_scheduler_pending_pods",
+        "Pods requesting HAMi resources in phase Pending, by namespace and the reason of the extender's "
+        "latest decision (a Fit reason code, NotFiltered, WaitingForBind, NodeLockContention, Bound); "
+        "exported by the leader only.",
+        ["namespace", "reason"],
+    )
+    records = _g("hami_scheduler_decision_records", "Pods in the decision record (bounded LRU).", [])
     states = _g(
         "hami_scheduler_nodes",
         "Nodes by registration state (healthy, handshake_expired, unregistered, decode_error).",
@@ -61,7 +86,13 @@ def _scheduler_families() -> tuple[Family, ...]:
         "1 while the node carries a hami.io/mutex.lock annotation.",
         ["node"],
     )
-    return (leader, synced, pending, states, ages, held)
+    schedulable = _g(
+        "hami_scheduler_node_schedulable",
+        "1 when the scheduler places GPU pods on the node, else 0 with the reason (handshake_expired, "
+        "node_lock, decode_error, no_devices, unhealthy); reason is ok when schedulable.",
+        ["node", "reason"],
+    )
+    return (leader, synced, pending, states, ages, held, schedulable, records)
 
 
 class _Allocation(NamedTuple):
@@ -82,11 +113,35 @@ class _Allocation(NamedTuple):
     v_core: Family
 
 
+def _per_device(f: _Allocation, legacy: list[Family]) -> tuple[Family, ...]:
+    """The families with one series per device, in the order ``_device_rows`` fills them."""
+    return (f.split, f.mem_limit, f.core_limit, f.mem_alloc, f.shared, f.core_alloc, f.overview,
+            f.mem_ratio, *legacy[:7])
+
+
+def _per_pod(f: _Allocation, legacy: list[Family]) -> tuple[Family, ...]:
+    """The families with one series per reserved device of a pod (``_pod_rows``)."""
+    return (f.v_mem, f.v_core, legacy[8], legacy[9])
+
+
+class _NodeText(NamedTuple):
+    node: NodeState
+    usage: dict[str, tuple[int, int, int]]
+    heads: tuple[tuple[str, ...], ...]  # per ``_per_device`` family, each row's ``name{labels} ``
+    text: tuple[str, ...]  # one chunk per ``_per_device`` family
+
+
+class _PodText(NamedTuple):
+    alloc: PodAllocation
+    text: tuple[str, ...]  # one chunk per ``_per_pod`` family
+
+
 def _allocation_families() -> tuple[_Allocation, list[Family]]:
     """HAMi's §7.1 families, current names and the pre-2.9 ones, without samples."""
     split = _g(
-        "hami_gpu_split_count",
-        "Configured split count of the GPU (count in the register annotation).",
+        "hami_gpu_split_limit",
+        "Containers the GPU may hold at once: its split count (count in the register annotation). "
+        "Named _limit, not _count: a _count suffix reads as a histogram's.",
         _DEV,
     )
     mem_limit = _g("hami_gpu_memory_limit_bytes", "Device memory limit for a certain GPU", _DEV)
@@ -202,13 +257,20 @@ class StateCollector(Collector):
         state: ClusterState,
         is_leader: Callable[[], bool],
         legacy: bool = False,
+        *,
         now: Callable[[], datetime] = lambda: datetime.now().astimezone(),
+        lock_timeout: timedelta = DEFAULT_TIMEOUT,
+        decisions: DecisionStore | None = None,
     ) -> None:
         self.state = state
         self.is_leader = is_leader
         self.legacy = legacy
         self.now = now
+        self.lock_timeout = lock_timeout  # the expiry the extender's NodeLocker enforces
+        self.decisions = decisions if decisions is not None else DecisionStore()
         self._renderer = TextRenderer()
+        self._node_text: dict[str, _NodeText] = {}  # guarded by the state lock
+        self._pod_text: dict[str, _PodText] = {}
 
     def describe(self) -> Iterator[Metric]:
         return iter(declared_metric(f) for f in state_families(self.legacy))
@@ -221,58 +283,77 @@ class StateCollector(Collector):
 
     def render(self, openmetrics: bool) -> bytes:
         """The same families as ``collect()``, as text 0.0.4 or an OpenMetrics body (no ``# EOF``)."""
-        return self._renderer.render(self.families(), openmetrics)
+        return self._renderer.render([*self._scheduler(), *self._allocations(rendered=True)], openmetrics)
 
     def _scheduler(self) -> tuple[Family, ...]:
-        leader, synced, pending, states, ages, held = _scheduler_families()
-        leader.add((), 1.0 if self.is_leader() else 0.0)
+        leader, synced, pending, states, ages, held, schedulable, size = _scheduler_families()
+        is_leader = self.is_leader()
+        leader.add((), 1.0 if is_leader else 0.0)
         synced.add((), 1.0 if self.state.synced.is_set() and self.state.informers_synced() else 0.0)
-        pending.add((), float(self.state.pending_gpu_pods()))
+        size.add((), float(len(self.decisions)))
+        if is_leader:  # kube-scheduler asks the leader's extender: followers hold no decisions
+            reasons = Counter(
+                (namespace_of(p), self.decisions.pending_reason(p))
+                for p in self.state.pending_gpu_pods()
+            )
+            for labels, n in sorted(reasons.items()):
+                pending.add(labels, float(n))
         now = self.now()
         with self.state.lock:
             counts = dict.fromkeys(NODE_STATES, 0)
-            for name, record in self.state.records.items():
+            records = dict(self.state.records)
+            for name, record in records.items():
                 counts[record.state] = counts.get(record.state, 0) + 1
                 if record.handshake is not None:
                     ages.add((name,), max((now - record.handshake).total_seconds(), 0.0))
         for st, n in counts.items():
             states.add((st,), float(n))
+        for reason, name in self.node_reasons(records, now):
+            schedulable.add((name, reason), 1.0 if reason == SCHEDULABLE else 0.0)
         for node in self.state.node_informer.list():
             if ann.NODE_LOCK in annotations_of(node):
                 held.add((name_of(node),), 1.0)
-        return (leader, synced, pending, states, ages, held)
+        return (leader, synced, pending, states, ages, held, schedulable, size)
 
-    def _allocations(self) -> list[Family]:
+    def node_reasons(self, records: dict[str, NodeRecord], now: datetime) -> list[tuple[str, str]]:
+        """(reason, node) for every node the register pass has seen."""
+        def pod_exists(namespace: str, name: str) -> bool:
+            return self.state.get_pod(namespace, name) is not None
+
+        out = []
+        for name in sorted(records):
+            node = self.state.get_node(name)
+            annos = annotations_of(node) if node is not None else {}
+            out.append((node_reason(records[name], annos, now, self.lock_timeout, pod_exists), name))
+        return out
+
+    def _allocations(self, rendered: bool = False) -> list[Family]:
+        """HAMi's §7.1 families. ``rendered``: the per-device and per-pod series come as cached text,
+        re-rendered only for a node whose ``NodeState`` or usage changed, or a pod whose reservation
+        did (a scrape at 1,000 nodes × 8 GPUs would otherwise format ~66k lines)."""
         # Integer values stay ints: they render as the same float text, and the renderer caches it.
         f, legacy = _allocation_families()
+        nodes: dict[str, _NodeText] = {}
+        pods: dict[str, _PodText] = {}
         with self.state.lock:
             for name, node in self.state.nodes.items():
                 usage = self.state.usage.node_usage(name)
-                for d in node.devices:
-                    used, umem, ucores = usage.get(d.id, (0, 0, 0))
-                    idx = str(d.index)
-                    base = (name, d.id, idx, d.type, ZONE)
-                    cores = (name, d.id, idx, str(d.devcore), d.type, ZONE)
-                    overview = (name, d.id, idx, str(d.devcore), str(d.devmem), d.type, ZONE)
-                    mem, amem = d.devmem * MIB, umem * MIB
-                    f.split.add(base, d.count)
-                    f.mem_limit.add(base, mem)
-                    f.core_limit.add(base, d.devcore)
-                    f.mem_alloc.add(cores, amem)
-                    f.shared.add(base, used)
-                    f.core_alloc.add(base, ucores)
-                    f.overview.add(overview, amem)
-                    if d.devmem > 0:
-                        f.mem_ratio.add(base, umem / d.devmem)
-                    if self.legacy:
-                        legacy[0].add(base, mem)
-                        legacy[1].add(base, d.devcore)
-                        legacy[2].add(cores, amem)
-                        legacy[3].add(base, used)
-                        legacy[4].add(base, ucores)
-                        legacy[5].add(overview, amem)
-                        if d.devmem > 0:
-                            legacy[6].add((name, d.id, idx, ZONE), umem / d.devmem)
+                if not rendered:
+                    self._device_rows(f, legacy, name, node, usage)
+                    continue
+                cached = self._node_text.get(name)
+                if cached is None or cached.node is not node or cached.usage != usage:
+                    one, old = _allocation_families()
+                    self._device_rows(one, old, name, node, usage)
+                    fams = _per_device(one, old)
+                    # A node's label sets change only with its NodeState: new usage re-renders values.
+                    heads = (cached.heads if cached is not None and cached.node is node
+                             else tuple(map(sample_heads, fams)))
+                    chunks = tuple(map(sample_values, heads, fams))
+                    cached = _NodeText(node, usage, heads, chunks)
+                nodes[name] = cached
+                for family, text in zip(_per_device(f, legacy), cached.text, strict=True):
+                    family.text.append(text)
             for ns, rname, entry in self.state.quotas.items():
                 limit = str(entry.limit) if entry.limit_set else "0"
                 f.q_used.add((ns, rname, limit, ZONE), entry.used)
@@ -282,16 +363,61 @@ class StateCollector(Collector):
                     legacy[7].add((ns, rname, limit, ZONE), entry.used)
             for alloc in self.state.usage.pods():
                 self._mig_instances(alloc, f.mig_info, legacy[10])
-                for share in alloc.shares:
-                    if not share.uuid:
-                        continue
-                    labels = (alloc.namespace, alloc.node, alloc.name, "0", share.uuid, ZONE)
-                    f.v_mem.add(labels, share.usedmem * MIB)
-                    f.v_core.add(labels, share.usedcores)
-                    if self.legacy:
-                        legacy[8].add(labels, share.usedmem * MIB)
-                        legacy[9].add(labels, share.usedcores)
+                if not rendered:
+                    self._pod_rows(f, legacy, alloc)
+                    continue
+                held = self._pod_text.get(alloc.uid)
+                if held is None or held.alloc is not alloc:
+                    one, old = _allocation_families()
+                    self._pod_rows(one, old, alloc)
+                    held = _PodText(alloc, tuple(map(sample_lines, _per_pod(one, old))))
+                pods[alloc.uid] = held
+                for family, text in zip(_per_pod(f, legacy), held.text, strict=True):
+                    family.text.append(text)
+            if rendered:  # only what this scrape saw: the caches cannot outgrow the cluster
+                self._node_text, self._pod_text = nodes, pods
         return [*f, *legacy] if self.legacy else list(f)
+
+    def _device_rows(
+        self, f: _Allocation, legacy: list[Family], name: str, node: NodeState,
+        usage: dict[str, tuple[int, int, int]],
+    ) -> None:
+        for d in node.devices:
+            used, umem, ucores = usage.get(d.id, (0, 0, 0))
+            idx = str(d.index)
+            base = (name, d.id, idx, d.type, ZONE)
+            cores = (name, d.id, idx, str(d.devcore), d.type, ZONE)
+            overview = (name, d.id, idx, str(d.devcore), str(d.devmem), d.type, ZONE)
+            mem, amem = d.devmem * MIB, umem * MIB
+            f.split.add(base, d.count)
+            f.mem_limit.add(base, mem)
+            f.core_limit.add(base, d.devcore)
+            f.mem_alloc.add(cores, amem)
+            f.shared.add(base, used)
+            f.core_alloc.add(base, ucores)
+            f.overview.add(overview, amem)
+            if d.devmem > 0:
+                f.mem_ratio.add(base, umem / d.devmem)
+            if self.legacy:
+                legacy[0].add(base, mem)
+                legacy[1].add(base, d.devcore)
+                legacy[2].add(cores, amem)
+                legacy[3].add(base, used)
+                legacy[4].add(base, ucores)
+                legacy[5].add(overview, amem)
+                if d.devmem > 0:
+                    legacy[6].add((name, d.id, idx, ZONE), umem / d.devmem)
+
+    def _pod_rows(self, f: _Allocation, legacy: list[Family], alloc: PodAllocation) -> None:
+        for share in alloc.shares:
+            if not share.uuid:
+                continue
+            labels = (alloc.namespace, alloc.node, alloc.name, "0", share.uuid, ZONE)
+            f.v_mem.add(labels, share.usedmem * MIB)
+            f.v_core.add(labels, share.usedcores)
+            if self.legacy:
+                legacy[8].add(labels, share.usedmem * MIB)
+                legacy[9].add(labels, share.usedcores)
 
     def _mig_instances(self, alloc: PodAllocation, info: Family, legacy: Family) -> None:
         """One series per MIG reservation the device plugin realised (runtime identity set)."""
