@@ -26,6 +26,7 @@ from typing import IO, Any, NoReturn
 
 from prometheus_client import CollectorRegistry
 
+from hami.core import thresholds
 from hami.core.codec import CodecError
 from hami.core.codec.nodelock import format_rfc3339, parse_rfc3339
 from hami.core.duration import duration_flag
@@ -152,8 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     idle_p.add_argument(
         "--idle-for",
         type=_duration,
-        default=timedelta(hours=1),
-        help="no kernel for this long is idle (default 1h, as the HAMiVGPUIdle alert)",
+        default=timedelta(seconds=thresholds.load()["thresholds"]["idle_seconds"]),
+        help="no kernel for this long is idle (default: HAMiVGPUIdle's threshold, idle_seconds in the "
+        "thresholds file)",
     )
     idle_p.add_argument("--timeout", type=float, default=30.0, help="HTTP timeout per query, seconds")
     return p
