@@ -1,6 +1,7 @@
 """hami-tune: read the Prometheus HTTP API and print tuning recommendations with their evidence.
 
-`hami-tune report --since 7d --format csv` prints the chargeback report instead (see --help there).
+`hami-tune report --since 7d --format csv` prints the chargeback report instead, and `hami-tune defrag`
+which nodes to drain so that pending requests find a card (see --help there).
 
 Every recommendation is computed over --window (default 7d) and refused, naming the window, while
 Prometheus holds less history than that. Sections cited (tuning.md §N) are in docs/guides/tuning.md.
@@ -20,7 +21,7 @@ import yaml
 
 from hami.core.duration import duration_flag, prometheus_duration_flag
 from hami.core.promapi import PrometheusClient, PrometheusError
-from hami.tune import chargeback, patch, report
+from hami.tune import chargeback, defrag, patch, report
 from hami.tune.collect import Settings, recommend_all
 
 EXIT_REFUSED = 3
@@ -151,10 +152,39 @@ def report_main(argv: list[str]) -> int:
     return 0
 
 
+def defrag_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="hami-tune defrag", description=defrag.__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    p.add_argument("--prometheus-url", required=True, help="base URL of Prometheus")
+    p.add_argument("--scheduler-job", default="hami-scheduler")
+    p.add_argument("--ksm-selector", default='job="kube-state-metrics"', help="kube-state-metrics' series")
+    p.add_argument("--time", type=float, default=None, help="evaluation time, unix seconds (default: now)")
+    p.add_argument("--timeout", type=float, default=30.0, help="HTTP timeout per query, seconds")
+    args = p.parse_args(argv)
+    client = PrometheusClient(args.prometheus_url, timeout=args.timeout, at=args.time)
+    try:
+        cards, tenants, pending = defrag.collect(client.query, args.scheduler_job, args.ksm_selector)
+    except PrometheusError as exc:
+        print(f"hami-tune defrag: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        client.close()
+    if not cards:
+        print(f'hami-tune defrag: no hami_gpu_memory_limit_bytes{{job="{args.scheduler_job}"}}: is the '
+              "scheduler scraped under that job (--scheduler-job)?", file=sys.stderr)  # fmt: skip
+        return EXIT_REFUSED
+    result = defrag.plan(cards, tenants, pending)
+    print(defrag.to_text(result), end="")
+    return EXIT_REFUSED if result.unserved else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["report"]:
         return report_main(argv[1:])
+    if argv[:1] == ["defrag"]:
+        return defrag_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     output = "json" if args.json else args.output
