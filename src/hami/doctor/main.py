@@ -35,7 +35,7 @@ from hami.core.kube.client import KubeConfigError, new_api_client
 from hami.core.kube.options import add_kube_flags, from_args
 from hami.core.objects import annotations_of, name_of
 from hami.core.promapi import PrometheusClient, PrometheusError
-from hami.doctor import fetch, fix, idle, logscan, nodecheck, podtree, render
+from hami.doctor import fetch, fix, idle, logscan, nodecheck, podtree, render, truth
 from hami.doctor.findings import EXIT_CLUSTER, EXIT_USAGE, Section, exit_code
 from hami.doctor.settings import DEFAULT_SCHEDULER_NAME, Settings
 
@@ -139,6 +139,13 @@ def build_parser() -> argparse.ArgumentParser:
     nodes.add_argument("--selector", default="", help="label selector for the nodes")
     node = sub.add_parser("node", parents=[common, cluster], help="check one node's HAMi annotations")
     node.add_argument("target", metavar="NAME")
+    for p_ in (nodes, node):
+        p_.add_argument(
+            "--prometheus-url",
+            default=None,
+            help="also show the vGPU monitor's reconciler findings (hami_inconsistency) from this Prometheus",
+        )
+        p_.add_argument("--monitor-job", default="hami-monitor", help="the monitor's scrape job")
     logs = sub.add_parser("logs", parents=[common], help="explain scheduler/device-plugin log lines")
     logs.add_argument(
         "file", nargs="?", default="-", metavar="FILE|DIR|-", help="a log file, a directory of them, or stdin"
@@ -202,12 +209,23 @@ def _cluster_sections(args: argparse.Namespace, api: Any, now: datetime) -> list
     else:
         items = fetch.list_nodes(api, args.selector)
     owners = fetch.lock_owners(api, items)
+    found = _truth(args, now) if args.prometheus_url else {}
     sections = []
     for n in sorted(items, key=name_of):
         value = annotations_of(n).get("hami.io/mutex.lock", "")
         key = "/".join(value.split(",")[1:]) if value.count(",") == 2 else ""
-        sections.append(nodecheck.check_node(n, owners.get(key) if key else None, s, now))
+        section = nodecheck.check_node(n, owners.get(key) if key else None, s, now)
+        section.findings.extend(truth.findings(found.get(name_of(n), {})))
+        sections.append(section)
     return sections
+
+
+def _truth(args: argparse.Namespace, now: datetime) -> dict[str, dict[str, int]]:
+    client = PrometheusClient(args.prometheus_url, timeout=30.0, at=now.timestamp())
+    try:
+        return truth.read(client.query, args.monitor_job)
+    finally:
+        client.close()
 
 
 def main(argv: list[str] | None = None, stdin: IO[str] | None = None, stdout: IO[str] | None = None) -> int:
