@@ -137,6 +137,36 @@ class AlertingRules(RuleBase):
                 description="Device {{ $labels.device_uuid }} on node {{ $labels.node }} reported "
                 f"{{{{ $value | humanize }}}} XID errors in the last {self.w['errors']}.",
             ),
+            # One series per problem, so the description names it; all three need the GPU drained.
+            self.alert(
+                "HAMiGPUEccErrors",
+                f"label_replace(sum by (node, device_uuid) (increase(hami_host_gpu_ecc_errors_total{{{mon}, "
+                f'type="uncorrected"}}[{self.w["errors"]}])) > 0,'
+                ' "problem", "uncorrected ECC errors", "", "")\n'
+                f"or label_replace(max by (node, device_uuid) (hami_host_gpu_retired_pages_pending{{{mon}}})"
+                ' == 1, "problem", "retired pages waiting for a reset", "", "")\n'
+                f"or label_replace(max by (node, device_uuid) (hami_host_gpu_row_remap_failure{{{mon}}})"
+                ' == 1, "problem", "a failed row remap", "", "")',
+                "ecc_errors",
+                "critical",
+                summary="A GPU has uncorrectable memory errors.",
+                description="Device {{ $labels.device_uuid }} on node {{ $labels.node }} reports "
+                f"{{{{ $labels.problem }}}} (uncorrected ECC errors in the last {self.w['errors']}, or "
+                "NVML's retired-page / row-remap state): drain it and reset it.",
+            ),
+            self.alert(
+                "HAMiGPUTemperatureHigh",
+                f"max by (node, device_uuid) (hami_host_gpu_temperature_celsius{{{mon}}})\n"
+                f"  >= on (node, device_uuid)\n"
+                f"max by (node, device_uuid) (hami_host_gpu_temperature_slowdown_threshold_celsius{{{mon}}})"
+                f" - {t['temperature_margin_celsius']}",
+                "temperature_high",
+                "warning",
+                summary="A GPU runs close to its slowdown temperature.",
+                description="Device {{ $labels.device_uuid }} on node {{ $labels.node }} is at "
+                f"{{{{ $value }}}} °C, within {t['temperature_margin_celsius']} °C of the temperature at "
+                "which it slows its clocks down: its workloads are or will soon be throttled.",
+            ),
             self.alert(
                 "HAMiDevicePluginAllocateErrors",
                 f"sum by (instance, reason) (increase(hami_deviceplugin_allocate_errors_total{{{dp}}}"

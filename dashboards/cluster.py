@@ -84,7 +84,17 @@ def node_and_device() -> Board:
     b.timeseries(
         "GPU utilisation", "percent", [Q(f"hami_host_gpu_utilization_ratio{{{NODE}}}", DEV)], minimum=0
     )
-    b.timeseries("Temperature", "celsius", [Q(f"hami_host_gpu_temperature_celsius{{{NODE}}}", DEV)], width=8)
+    b.timeseries(
+        "Temperature vs slowdown threshold",
+        "celsius",
+        [
+            Q(f"hami_host_gpu_temperature_celsius{{{NODE}}}", DEV),
+            Q(f"hami_host_gpu_temperature_slowdown_threshold_celsius{{{NODE}}}", f"slowdown {DEV}"),
+        ],
+        f"HAMiGPUTemperatureHigh fires {alert_thresholds()['temperature_margin_celsius']} °C below the "
+        "card's slowdown threshold.",
+        width=8,
+    )
     b.timeseries("Power", "watt", [Q(f"hami_host_gpu_power_watts{{{NODE}}}", DEV)], width=8)
     b.timeseries(
         "XID and ECC errors",
@@ -101,6 +111,36 @@ def node_and_device() -> Board:
             ),
         ],
         width=8,
+    )
+    b.timeseries(
+        "Retired pages and remapped rows",
+        "short",
+        [
+            Q(f"hami_host_gpu_retired_pages{{{NODE}}}", f"retired {{{{cause}}}} {DEV}"),
+            Q(f"hami_host_gpu_remapped_rows{{{NODE}}}", f"remapped {{{{type}}}} {DEV}"),
+            Q(
+                f"hami_host_gpu_retired_pages_pending{{{NODE}}} == 1"
+                f" or hami_host_gpu_row_remap_failure{{{NODE}}} == 1",
+                f"needs reset {DEV}",
+            ),
+        ],
+        "Pages retired (before Ampere) or rows remapped (Ampere+) for ECC errors; 'needs reset' marks a "
+        "pending retirement or a failed remap (HAMiGPUEccErrors).",
+        width=12,
+    )
+    b.timeseries(
+        "Clock throttle reasons",
+        "none",
+        [
+            Q(
+                f"hami_host_gpu_clock_throttle_active"
+                f'{{{NODE}, reason!~"gpu_idle|applications_clocks_setting"}} == 1',
+                f"{{{{reason}}}} {DEV}",
+            )
+        ],
+        "Active reasons other than idle and application clocks: power cap, thermal and hardware slowdowns.",
+        width=12,
+        minimum=0,
     )
     b.row("Health")
     b.timeseries(

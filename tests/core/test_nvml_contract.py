@@ -9,7 +9,14 @@ from typing import Any
 
 import pytest
 
-from hami.core.nvml import EVENT_XID_CRITICAL, HEALTH_EVENTS, Nvml, NvmlError, open_nvml
+from hami.core.nvml import (
+    CLOCK_EVENT_REASONS,
+    EVENT_XID_CRITICAL,
+    HEALTH_EVENTS,
+    Nvml,
+    NvmlError,
+    open_nvml,
+)
 from hami.core.nvml.fake import FakeNvml
 from hami.core.nvml.real import RealNvml
 
@@ -132,6 +139,21 @@ def test_monitor_readings(nvml: Nvml) -> None:
             assert ecc is None or ecc >= 0
         for proc in dev.compute_running_processes():
             assert proc.pid > 0 and (proc.used_memory is None or proc.used_memory >= 0)
+
+
+def test_health_readings(nvml: Nvml) -> None:
+    for i in _devices(nvml):
+        dev = nvml.device(i)
+        slowdown = _or_unsupported(lambda dev=dev: dev.temperature_threshold("slowdown"))
+        shutdown = _or_unsupported(lambda dev=dev: dev.temperature_threshold("shutdown"))
+        if slowdown is not None and shutdown is not None:
+            assert 40 < slowdown <= shutdown < 150
+        pages = _or_unsupported(dev.retired_pages)
+        assert pages is None or (pages.single_bit >= 0 and pages.double_bit >= 0)
+        rows = _or_unsupported(dev.remapped_rows)
+        assert rows is None or (rows.correctable >= 0 and rows.uncorrectable >= 0)
+        reasons = _or_unsupported(dev.clock_event_reasons)
+        assert reasons is None or reasons & ~sum(CLOCK_EVENT_REASONS) == 0, f"unknown bits in {reasons:#x}"
 
 
 def test_mig_identity(nvml: Nvml) -> None:

@@ -78,6 +78,8 @@ def start_rig(
     directory: Path,
     cfg: PluginConfig | None = None,
     spec: dict[str, Any] | None = None,
+    *,
+    checks: frozenset[str] = frozenset(),
 ) -> Rig:
     core = client.CoreV1Api(kube_client)
     core.create_node({"metadata": {"name": NODE}})
@@ -108,8 +110,10 @@ def start_rig(
         pods=pods,
         metrics=metrics,
         policy=XidPolicy(),
+        checks=checks,
         retry_s=0.2,
         health_wait_ms=50,
+        health_poll_s=0.05,
         watch_interval=0.05,
     )
     manager.start()

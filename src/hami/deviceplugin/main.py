@@ -18,13 +18,14 @@ from prometheus_client import CollectorRegistry
 import hami
 from hami.core import klog
 from hami.core.kube.client import new_api_client
+from hami.core.kube.events import EventRecorder
 from hami.core.kube.informer import Informer
 from hami.core.kube.options import add_kube_flags, from_args
 from hami.core.nvml import NvmlError, open_nvml
 from hami.core.serve import add_web_config_flag, build_info, serve_metrics
 from hami.deviceplugin.config import ConfigError, PluginConfig, load_config
 from hami.deviceplugin.container_setup import HostLayout, RuntimeOptions
-from hami.deviceplugin.health import parse_xid_policy
+from hami.deviceplugin.health import parse_health_checks, parse_xid_policy
 from hami.deviceplugin.kubeops import NodeOps
 from hami.deviceplugin.manager import Manager
 from hami.deviceplugin.metrics import PluginMetrics
@@ -117,6 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
     a("--device-cores-scaling", type=float, default=float(_env("DEVICE_CORES_SCALING", "1.0")))
     a("--disable-core-limit", type=_bool, default=_bool(_env("DISABLE_CORE_LIMIT", "false")))
     a("--resource-name", default=_env("RESOURCE_NAME", "nvidia.com/gpu"))
+    a(
+        "--health-checks",
+        default=_env("HAMI_HEALTH_CHECKS", ""),
+        help="health checks beyond HAMi's critical Xids, comma-separated: ecc, retired-pages, "
+        "temperature, device-lost, or all (env HAMI_HEALTH_CHECKS; default none)",
+    )
     a("--hook-path", default=_env("HOOK_PATH", "/usr/local"), help="HAMi-core install prefix (env HOOK_PATH)")
     a("--vgpu-lock-dir", default="/tmp/vgpulock", help="host directory mounted at /tmp/vgpulock")
     a("--mig-apply-lock", default=str(DEFAULT_MIG_APPLY_LOCK))
@@ -192,7 +199,9 @@ def run(args: argparse.Namespace, stop: threading.Event, running: dict[str, Mana
     log.info("Initializing metrics for scheduler")
     try:
         cfg = config_from(args)
-        policy = parse_xid_policy(_env("DP_DISABLE_HEALTHCHECKS", ""), _env("DP_ENABLE_HEALTHCHECKS", ""))
+        disable = _env("DP_DISABLE_HEALTHCHECKS", "")
+        policy = parse_xid_policy(disable, _env("DP_ENABLE_HEALTHCHECKS", ""))
+        checks = parse_health_checks(args.health_checks, disable)
     except (ConfigError, ValueError) as exc:
         log.error("%s", exc)
         return 1
@@ -224,6 +233,7 @@ def run(args: argparse.Namespace, stop: threading.Event, running: dict[str, Mana
         name="hami-device-plugin",
     )
     log.info("Serving metrics on %s/metrics", server.url)
+    events = EventRecorder(api_client, "hami-device-plugin", settings.node, registry=registry)
     manager = Manager(
         settings,
         cfg,
@@ -232,6 +242,8 @@ def run(args: argparse.Namespace, stop: threading.Event, running: dict[str, Mana
         pods=pods,
         metrics=metrics,
         policy=policy,
+        checks=checks,
+        events=events,
         retry_s=args.start_retry,
     )
     if running is not None:
@@ -242,6 +254,7 @@ def run(args: argparse.Namespace, stop: threading.Event, running: dict[str, Mana
         stop.wait()
     finally:
         manager.stop()
+        events.stop()
         server.stop()
         pods.stop()
         nvml.close()

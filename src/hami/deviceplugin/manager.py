@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 from hami.core import klog
+from hami.core.kube.events import EventRecorder
 from hami.core.nvml import Nvml, NvmlError
 from hami.deviceplugin.allocator import PodCache
 from hami.deviceplugin.config import PluginConfig
@@ -29,8 +30,11 @@ class Manager:
         pods: PodCache,
         metrics: PluginMetrics,
         policy: XidPolicy,
+        checks: frozenset[str] = frozenset(),
+        events: EventRecorder | None = None,
         retry_s: float = 30.0,
         health_wait_ms: int = 500,
+        health_poll_s: float = 5.0,
         watch_interval: float = 0.5,
     ) -> None:
         self.settings = settings
@@ -40,8 +44,13 @@ class Manager:
         self._pods = pods
         self._metrics = metrics
         self._policy = policy
+        self._checks = checks
+        # Node events of health changes; a recorder of our own unless the caller shares one.
+        self._own_events = events is None
+        self._events = events or EventRecorder(ops.api_client, "hami-device-plugin", settings.node)
         self.retry_s = retry_s
         self._health_wait_ms = health_wait_ms
+        self._health_poll_s = health_poll_s
         self.plugin: DevicePlugin | None = None
         self._checker: HealthChecker | None = None
         self._kick = threading.Event()
@@ -72,6 +81,8 @@ class Manager:
         if self._thread.is_alive():
             self._thread.join()
         self._stop_plugin()
+        if self._own_events:
+            self._events.stop()
 
     def _supervise(self) -> None:
         while not self._stop.is_set():
@@ -99,7 +110,13 @@ class Manager:
             log.error("nvml Init err: %s", exc)
             return False
         plugin = DevicePlugin(
-            self.settings, self.cfg, facts, ops=self._ops, pods=self._pods, metrics=self._metrics
+            self.settings,
+            self.cfg,
+            facts,
+            ops=self._ops,
+            pods=self._pods,
+            metrics=self._metrics,
+            events=self._events,
         )
         uuids = [d.id for d in plugin.register_devices()]
         if not uuids:
@@ -114,10 +131,12 @@ class Manager:
             self._nvml,
             uuids,
             self._policy,
-            on_unhealthy=plugin.mark_unhealthy,
+            checks=self._checks,
+            on_condition=plugin.set_condition,
             on_event=self._metrics.health_event,
             paused=plugin.mig_apply_in_progress,
             wait_ms=self._health_wait_ms,
+            poll_s=self._health_poll_s,
         )
         checker.start()
         self.plugin, self._checker = plugin, checker

@@ -26,6 +26,13 @@ HEALTH_EVENTS = (
     "wait_error",  # the NVML event wait failed: every device unhealthy
     "registration_failed",  # the device could not join the event set: unhealthy
     "not_supported",  # too old for health checks: stays healthy
+    # opt-in checks (--health-checks): each marks the device unhealthy until NVML says it recovered
+    "ecc_double_bit",
+    "retired_pages_pending",
+    "row_remap_failure",
+    "temperature_slowdown",
+    "device_lost",
+    "recovered",  # one of the opt-in reasons cleared
 )
 REGISTER_RESULTS = ("success", "unchanged", "failure")
 ALLOCATE_RESULTS = ("success", "failure")

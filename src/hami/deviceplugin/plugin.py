@@ -1,7 +1,8 @@
 """One device plugin instance: devices + health, the gRPC server, kubelet registration, the register loop.
 
 An instance lives from one (re)start to the next; a kubelet restart or SIGHUP builds a new one from fresh
-NVML facts, which is also the only way an unhealthy GPU comes back (spec §C.6: no recovery path).
+NVML facts, which is also the only way back from HAMi's unhealthy reasons (spec §C.6: no recovery path);
+the opt-in reasons of health.py come back when NVML says so.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from hami.core import klog
 from hami.core.devices import DeviceInfo
+from hami.core.kube.events import NORMAL, WARNING, EventRecorder, ObjectRef
 from hami.deviceplugin.allocator import Allocator, PodCache
 from hami.deviceplugin.api import deviceplugin_pb2 as pb
 from hami.deviceplugin.config import PluginConfig
@@ -59,10 +61,12 @@ class DevicePlugin:
         ops: NodeOps,
         pods: PodCache,
         metrics: PluginMetrics,
+        events: EventRecorder | None = None,
     ) -> None:
         self.settings = settings
         self.cfg = cfg
         self._metrics = metrics
+        self._events = events
         self._facts = list(facts)
         self.health = HealthState(f.uuid for f in self._facts)
         devices, skipped = self._build()
@@ -110,10 +114,21 @@ class DevicePlugin:
     def mig_apply_in_progress(self) -> bool:
         return self.settings.mig_apply_lock.exists()
 
-    def mark_unhealthy(self, uuid: str) -> None:
-        if self.health.mark_unhealthy(uuid):
+    def set_condition(self, uuid: str, reason: str, detail: str | None) -> None:
+        """A health reason of one GPU came (``detail``) or went (None): kubelet, annotation, Node event."""
+        if self.health.set_reason(uuid, reason, detail):
             self._metrics.set_devices(self._build()[0])
             self.registrar.trigger()
+        if self._events is None:
+            return
+        node = ObjectRef(kind="Node", name=self.settings.node, uid=self.settings.node)  # as the kubelet
+        if detail is not None:
+            message = f"Device {uuid} is unhealthy ({reason}): {detail}"
+            self._events.event(node, WARNING, "GPUUnhealthy", message)
+        else:
+            healthy = not self.health.reasons(uuid)
+            tail = "; the device is healthy again" if healthy else ""
+            self._events.event(node, NORMAL, "GPURecovered", f"Device {uuid} recovered from {reason}{tail}")
 
     # --- Backend (server.py) -------------------------------------------------------------------
     def kubelet_devices(self) -> tuple[int, list[KubeletDevice]]:

@@ -73,6 +73,8 @@ class DevicePluginServicer:
                 now = {d.id for d in devices if d.health != "Healthy"}
                 for device_id in sorted(now - unhealthy):
                     log.info("'%s' device marked unhealthy: %s", self._resource, device_id)
+                for device_id in sorted(unhealthy - now):
+                    log.info("'%s' device marked healthy: %s", self._resource, device_id)
                 unhealthy = now
                 yield pb.ListAndWatchResponse(devices=to_pb_devices(devices))
 

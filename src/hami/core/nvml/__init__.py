@@ -17,7 +17,10 @@ NVML calls covered (method → NVML function):
 - device (monitor metrics, §B.2 and the metrics contract): ``memory_info`` → ``nvmlDeviceGetMemoryInfo``;
   ``utilization_rates`` → ``nvmlDeviceGetUtilizationRates`` (gpu and memory-controller);
   ``temperature`` → ``nvmlDeviceGetTemperature`` (GPU sensor); ``power_usage`` → ``nvmlDeviceGetPowerUsage``;
-  ``total_ecc_errors`` → ``nvmlDeviceGetTotalEccErrors``;
+  ``total_ecc_errors`` → ``nvmlDeviceGetTotalEccErrors``; ``retired_pages`` → ``nvmlDeviceGetRetiredPages``
+  (+ ``nvmlDeviceGetRetiredPagesPendingStatus``); ``remapped_rows`` → ``nvmlDeviceGetRemappedRows``;
+  ``temperature_threshold`` → ``nvmlDeviceGetTemperatureThreshold``; ``clock_event_reasons`` →
+  ``nvmlDeviceGetCurrentClocksEventReasons`` (the older ``...ThrottleReasons`` on drivers before 535);
   ``compute_running_processes`` → ``nvmlDeviceGetComputeRunningProcesses``.
 - MIG (§C.8, ``hami_mig_device_info``): ``mig_mode`` → ``nvmlDeviceGetMigMode``; ``mig_devices`` →
   ``nvmlDeviceGetMaxMigDeviceCount``, ``nvmlDeviceGetMigDeviceHandleByIndex``, ``nvmlDeviceGetGpuInstanceId``,
@@ -41,6 +44,7 @@ from pathlib import Path
 from typing import Literal
 
 from hami.core.nvml.api import (
+    CLOCK_EVENT_REASONS,
     EVENT_DOUBLE_BIT_ECC,
     EVENT_SINGLE_BIT_ECC,
     EVENT_XID_CRITICAL,
@@ -53,6 +57,8 @@ from hami.core.nvml.api import (
     NvmlError,
     NvmlEventSet,
     ProcessInfo,
+    RemappedRows,
+    RetiredPages,
     Utilization,
     XidEvent,
 )
@@ -61,6 +67,7 @@ ENV_KIND = "HAMI_NVML"
 ENV_FAKE_SPEC = "HAMI_FAKE_NVML_SPEC"
 
 __all__ = [
+    "CLOCK_EVENT_REASONS",
     "ENV_FAKE_SPEC",
     "ENV_KIND",
     "EVENT_DOUBLE_BIT_ECC",
@@ -75,6 +82,8 @@ __all__ = [
     "NvmlError",
     "NvmlEventSet",
     "ProcessInfo",
+    "RemappedRows",
+    "RetiredPages",
     "Utilization",
     "XidEvent",
     "open_nvml",

@@ -51,6 +51,21 @@ HEALTH_EVENTS = EVENT_XID_CRITICAL | EVENT_DOUBLE_BIT_ECC | EVENT_SINGLE_BIT_ECC
 # GPU/compute instance id in an event that is not tied to a MIG instance.
 NO_INSTANCE = 0xFFFFFFFF
 
+# nvmlClocksEventReason* bits (formerly "throttle reasons"), by the name the metrics use.
+CLOCK_EVENT_REASONS: dict[int, str] = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+# nvmlTemperatureThresholds_t values the callers need.
+TEMPERATURE_THRESHOLDS = {"shutdown": 0, "slowdown": 1}
+
 
 class NvmlError(Exception):
     """A failed NVML call. ``call`` is the NVML function name, ``code`` the return code's name
@@ -82,6 +97,27 @@ class Utilization:
 class ProcessInfo:
     pid: int
     used_memory: int | None  # bytes; None where NVML reports "not available"
+
+
+@dataclass(frozen=True)
+class RetiredPages:
+    """Framebuffer pages the driver retired (pre-Ampere), by cause, and whether a retirement waits
+    for the next GPU reset or reboot."""
+
+    single_bit: int  # NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS
+    double_bit: int  # NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
+    pending: bool
+
+
+@dataclass(frozen=True)
+class RemappedRows:
+    """Row remapping (Ampere and later): rows remapped for correctable and uncorrectable errors,
+    a remap waiting for a reset, and a remap that failed (the GPU needs service)."""
+
+    correctable: int
+    uncorrectable: int
+    pending: bool
+    failure: bool
 
 
 @dataclass(frozen=True)
@@ -122,6 +158,10 @@ class NvmlDevice(Protocol):
     def cuda_compute_capability(self) -> tuple[int, int]: ...
     def compute_running_processes(self) -> list[ProcessInfo]: ...
     def total_ecc_errors(self, uncorrected: bool, aggregate: bool = False) -> int: ...
+    def retired_pages(self) -> RetiredPages: ...
+    def remapped_rows(self) -> RemappedRows: ...
+    def temperature_threshold(self, kind: str) -> int: ...  # °C; kind in TEMPERATURE_THRESHOLDS
+    def clock_event_reasons(self) -> int: ...  # CLOCK_EVENT_REASONS bits active now
     def mig_mode(self) -> tuple[bool, bool]: ...  # (current, pending)
     def mig_devices(self) -> list[MigDeviceInfo]: ...  # [] when MIG is off or unsupported
     def supported_event_types(self) -> int: ...

@@ -23,11 +23,14 @@ from hami.core.nvml.api import (
     CODE_NAMES,
     EVENT_XID_CRITICAL,
     NO_INSTANCE,
+    TEMPERATURE_THRESHOLDS,
     MemoryInfo,
     MigDeviceInfo,
     NvmlDevice,
     NvmlError,
     ProcessInfo,
+    RemappedRows,
+    RetiredPages,
     Utilization,
     XidEvent,
     mig_enabled,
@@ -132,6 +135,8 @@ class FakeNvml:
             self.calls[call] = self.calls.get(call, 0) + 1
             if not self._open:
                 raise NvmlError(call, "UNINITIALIZED")
+            if device is not None and self.node.gpus[device].lost:
+                raise NvmlError(call, "GPU_IS_LOST")
             if device is not None and call in self.node.gpus[device].unsupported:
                 raise NvmlError(call, "NOT_SUPPORTED")
             for f in self._failures:
@@ -156,6 +161,8 @@ class FakeNvml:
         self._call("nvmlDeviceGetHandleByUUID")
         for i, gpu in enumerate(self.node.gpus):
             if gpu.uuid == uuid:
+                if gpu.lost:
+                    raise NvmlError("nvmlDeviceGetHandleByUUID", "GPU_IS_LOST", uuid)
                 return FakeDevice(self, i)
         raise NvmlError("nvmlDeviceGetHandleByUUID", "NOT_FOUND", uuid)
 
@@ -243,6 +250,26 @@ class FakeDevice:
         # The fake keeps one counter per kind: volatile and aggregate agree until a driver reload.
         gpu = self._gpu("nvmlDeviceGetTotalEccErrors")
         return gpu.ecc_uncorrected if uncorrected else gpu.ecc_corrected
+
+    def retired_pages(self) -> RetiredPages:
+        gpu = self._gpu("nvmlDeviceGetRetiredPages")
+        self._nvml._call("nvmlDeviceGetRetiredPagesPendingStatus", self._index)
+        return RetiredPages(gpu.retired_single_bit, gpu.retired_double_bit, gpu.retired_pending)
+
+    def remapped_rows(self) -> RemappedRows:
+        gpu = self._gpu("nvmlDeviceGetRemappedRows")
+        return RemappedRows(
+            gpu.remapped_correctable, gpu.remapped_uncorrectable, gpu.remap_pending, gpu.remap_failure
+        )
+
+    def temperature_threshold(self, kind: str) -> int:
+        gpu = self._gpu("nvmlDeviceGetTemperatureThreshold")
+        if kind not in TEMPERATURE_THRESHOLDS:
+            raise NvmlError("nvmlDeviceGetTemperatureThreshold", "INVALID_ARGUMENT", kind)
+        return gpu.temperature_slowdown if kind == "slowdown" else gpu.temperature_shutdown
+
+    def clock_event_reasons(self) -> int:
+        return self._gpu("nvmlDeviceGetCurrentClocksEventReasons").clock_event_reasons
 
     def mig_mode(self) -> tuple[bool, bool]:
         gpu = self._gpu("nvmlDeviceGetMigMode")

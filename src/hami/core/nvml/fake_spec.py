@@ -17,6 +17,11 @@ devices:
     temperature: 40
     power_mw: 50000
     ecc: {corrected: 0, uncorrected: 0}
+    temperature_thresholds: {slowdown: 90, shutdown: 95}
+    retired_pages: {single_bit: 0, double_bit: 0, pending: false}   # pre-Ampere page retirement
+    remapped_rows: {correctable: 0, uncorrectable: 0, pending: false, failure: false}  # Ampere+
+    clock_event_reasons: 0         # nvmlClocksEventReason* bits active now
+    lost: false                    # fallen off the bus: every call on it answers GPU_IS_LOST
     supported_events: 11           # optional bit mask, default Xid | single- and double-bit ECC
     unsupported: [nvmlDeviceGetPowerUsage]  # calls that answer NOT_SUPPORTED on this GPU
     processes: [{pid: 1234, used_mib: 1024}]
@@ -66,6 +71,17 @@ class FakeGpu:
     power_mw: int = 60000
     ecc_corrected: int = 0
     ecc_uncorrected: int = 0
+    temperature_slowdown: int = 90
+    temperature_shutdown: int = 95
+    retired_single_bit: int = 0
+    retired_double_bit: int = 0
+    retired_pending: bool = False
+    remapped_correctable: int = 0
+    remapped_uncorrectable: int = 0
+    remap_pending: bool = False
+    remap_failure: bool = False
+    clock_event_reasons: int = 0
+    lost: bool = False
     supported_events: int = HEALTH_EVENTS
     unsupported: frozenset[str] = frozenset()
     processes: list[ProcessInfo] = field(default_factory=list)
@@ -133,6 +149,9 @@ def _gpu(i: int, d: Any) -> FakeGpu:
         raise FakeSpecError(f"{where}: memory used {used} outside [0, {total}]")
     util = _get(d, "utilization", dict, where, {})
     ecc = _get(d, "ecc", dict, where, {})
+    thresholds = _get(d, "temperature_thresholds", dict, where, {})
+    retired = _get(d, "retired_pages", dict, where, {})
+    remapped = _get(d, "remapped_rows", dict, where, {})
     cc = _get(d, "compute_capability", list, where, [8, 0])
     procs = [
         ProcessInfo(
@@ -156,6 +175,17 @@ def _gpu(i: int, d: Any) -> FakeGpu:
         power_mw=_get(d, "power_mw", int, where, 60000),
         ecc_corrected=_get(ecc, "corrected", int, f"{where}.ecc", 0),
         ecc_uncorrected=_get(ecc, "uncorrected", int, f"{where}.ecc", 0),
+        temperature_slowdown=_get(thresholds, "slowdown", int, f"{where}.temperature_thresholds", 90),
+        temperature_shutdown=_get(thresholds, "shutdown", int, f"{where}.temperature_thresholds", 95),
+        retired_single_bit=_get(retired, "single_bit", int, f"{where}.retired_pages", 0),
+        retired_double_bit=_get(retired, "double_bit", int, f"{where}.retired_pages", 0),
+        retired_pending=_get(retired, "pending", bool, f"{where}.retired_pages", False),
+        remapped_correctable=_get(remapped, "correctable", int, f"{where}.remapped_rows", 0),
+        remapped_uncorrectable=_get(remapped, "uncorrectable", int, f"{where}.remapped_rows", 0),
+        remap_pending=_get(remapped, "pending", bool, f"{where}.remapped_rows", False),
+        remap_failure=_get(remapped, "failure", bool, f"{where}.remapped_rows", False),
+        clock_event_reasons=_get(d, "clock_event_reasons", int, where, 0),
+        lost=_get(d, "lost", bool, where, False),
         supported_events=_get(d, "supported_events", int, where, HEALTH_EVENTS),
         unsupported=frozenset(str(c) for c in _get(d, "unsupported", list, where, [])),
         processes=procs,

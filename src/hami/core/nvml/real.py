@@ -11,11 +11,14 @@ from typing import Any, Self, TypeVar
 import pynvml
 
 from hami.core.nvml.api import (
+    TEMPERATURE_THRESHOLDS,
     MemoryInfo,
     MigDeviceInfo,
     NvmlDevice,
     NvmlError,
     ProcessInfo,
+    RemappedRows,
+    RetiredPages,
     Utilization,
     XidEvent,
     mig_enabled,
@@ -114,6 +117,43 @@ class RealDevice:
         counter = pynvml.NVML_AGGREGATE_ECC if aggregate else pynvml.NVML_VOLATILE_ECC
         call = pynvml.nvmlDeviceGetTotalEccErrors
         return int(self._s.call("nvmlDeviceGetTotalEccErrors", call, self._h, kind, counter))
+
+    def retired_pages(self) -> RetiredPages:
+        call = pynvml.nvmlDeviceGetRetiredPages
+        single = self._s.call(
+            "nvmlDeviceGetRetiredPages",
+            call,
+            self._h,
+            pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
+        )
+        double = self._s.call(
+            "nvmlDeviceGetRetiredPages", call, self._h, pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
+        )
+        pending = self._s.call(
+            "nvmlDeviceGetRetiredPagesPendingStatus", pynvml.nvmlDeviceGetRetiredPagesPendingStatus, self._h
+        )
+        return RetiredPages(len(single), len(double), bool(pending))
+
+    def remapped_rows(self) -> RemappedRows:
+        call = pynvml.nvmlDeviceGetRemappedRows
+        corr, unc, pending, failure = self._s.call("nvmlDeviceGetRemappedRows", call, self._h)
+        return RemappedRows(int(corr), int(unc), bool(pending), bool(failure))
+
+    def temperature_threshold(self, kind: str) -> int:
+        call = pynvml.nvmlDeviceGetTemperatureThreshold
+        kind_id = TEMPERATURE_THRESHOLDS[kind]
+        return int(self._s.call("nvmlDeviceGetTemperatureThreshold", call, self._h, kind_id))
+
+    def clock_event_reasons(self) -> int:
+        call = pynvml.nvmlDeviceGetCurrentClocksEventReasons
+        try:
+            return int(self._s.call("nvmlDeviceGetCurrentClocksEventReasons", call, self._h))
+        except NvmlError as exc:
+            if exc.code != "FUNCTION_NOT_FOUND":
+                raise
+        # drivers before 535 know only the older name of the same call
+        old = pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        return int(self._s.call("nvmlDeviceGetCurrentClocksEventReasons", old, self._h))
 
     def mig_mode(self) -> tuple[bool, bool]:
         current, pending = self._s.call("nvmlDeviceGetMigMode", pynvml.nvmlDeviceGetMigMode, self._h)
