@@ -17,6 +17,7 @@ from hami.core.nvml import (
     NvmlError,
     open_nvml,
 )
+from hami.core.nvml.api import TOPOLOGY_LEVELS
 from hami.core.nvml.fake import FakeNvml
 from hami.core.nvml.real import RealNvml
 
@@ -31,6 +32,7 @@ SPEC: dict[str, Any] = {
             "numa": 0,
             "compute_capability": [7, 0],
             "utilization": {"gpu": 37, "memory": 12},
+            "nvlinks": {1: 2},
             "temperature": 41,
             "power_mw": 53000,
             "processes": [{"pid": 4242, "used_mib": 1000}],
@@ -40,6 +42,7 @@ SPEC: dict[str, Any] = {
             "name": "NVIDIA A100-SXM4-40GB",
             "memory_mib": 40960,
             "numa": 1,
+            "nvlinks": {0: 2},
             "mig": {
                 "enabled": True,
                 "instances": [
@@ -154,6 +157,20 @@ def test_health_readings(nvml: Nvml) -> None:
         assert rows is None or (rows.correctable >= 0 and rows.uncorrectable >= 0)
         reasons = _or_unsupported(dev.clock_event_reasons)
         assert reasons is None or reasons & ~sum(CLOCK_EVENT_REASONS) == 0, f"unknown bits in {reasons:#x}"
+
+
+def test_topology(nvml: Nvml) -> None:
+    devices = [nvml.device(i) for i in _devices(nvml)]
+    buses = {d.pci_bus_id().lower() for d in devices}
+    for dev in devices:
+        for remote in _or_unsupported(dev.nvlink_remotes) or []:
+            assert remote.switch or remote.bus_id.lower() in buses, f"NVLink to an unknown GPU {remote}"
+        for other in devices:
+            if other.index != dev.index:
+                level = _or_unsupported(lambda dev=dev, other=other: dev.topology_common_ancestor(other))
+                assert level is None or level in TOPOLOGY_LEVELS
+                back = _or_unsupported(lambda dev=dev, other=other: other.topology_common_ancestor(dev))
+                assert level == back, "the PCIe common ancestor is the same both ways"
 
 
 def test_mig_identity(nvml: Nvml) -> None:

@@ -252,6 +252,8 @@ def test_init_error_and_yaml_spec(tmp_path: Path) -> None:
         ({"devices": [{"memory_mib": 1}], "events": ["soon"]}, r"events\[0\]: expected a mapping"),
         ({"devices": [{"memory_mib": 1, "retired_pages": {"pending": 1}}]}, r"retired_pages\.pending"),
         ({"devices": [{"memory_mib": 1, "temperature_thresholds": 90}]}, "temperature_thresholds"),
+        ({"devices": [{"memory_mib": 1, "nvlinks": {0: 1}}]}, r"devices\[0\]\.nvlinks: peer 0"),
+        ({"devices": [{"memory_mib": 1, "nvlinks": {"x": 1}}]}, r"devices\[0\]\.nvlinks: want"),
     ],
 )
 def test_spec_errors_name_the_key(spec: Any, message: str) -> None:

@@ -80,6 +80,7 @@ def start_rig(
     spec: dict[str, Any] | None = None,
     *,
     checks: frozenset[str] = frozenset(),
+    topology: bool = False,
 ) -> Rig:
     core = client.CoreV1Api(kube_client)
     core.create_node({"metadata": {"name": NODE}})
@@ -101,6 +102,7 @@ def start_rig(
         register_interval=0.2,
         register_retry=0.1,
         mig_apply_lock=directory / "hami-mig-apply.lock",
+        topology_score=topology,
     )
     manager = Manager(
         settings,

@@ -119,6 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
     a("--disable-core-limit", type=_bool, default=_bool(_env("DISABLE_CORE_LIMIT", "false")))
     a("--resource-name", default=_env("RESOURCE_NAME", "nvidia.com/gpu"))
     a(
+        "--enable-topology-score",
+        type=_bool,
+        default=_bool(_env("ENABLE_TOPOLOGY_SCORE", "false")),
+        help="write GPU pair scores (hami.io/node-nvidia-score) for the topology-aware policy "
+        "(env ENABLE_TOPOLOGY_SCORE)",
+    )
+    a(
         "--health-checks",
         default=_env("HAMI_HEALTH_CHECKS", ""),
         help="health checks beyond HAMi's critical Xids, comma-separated: ecc, retired-pages, "
@@ -167,6 +174,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         register_interval=args.register_interval,
         register_retry=args.register_retry,
         mig_apply_lock=Path(args.mig_apply_lock),
+        topology_score=args.enable_topology_score,
     )
 
 

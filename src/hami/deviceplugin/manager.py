@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import threading
+import time
 
 from hami.core import klog
-from hami.core.kube.events import EventRecorder
+from hami.core.codec.node_devices import encode_pair_scores
+from hami.core.kube.events import WARNING, EventRecorder, ObjectRef
 from hami.core.nvml import Nvml, NvmlError
 from hami.deviceplugin.allocator import PodCache
 from hami.deviceplugin.config import PluginConfig
 from hami.deviceplugin.health import XidPolicy
+from hami.deviceplugin.inventory import build_register_devices
 from hami.deviceplugin.kubeops import NodeOps
 from hami.deviceplugin.metrics import PluginMetrics
-from hami.deviceplugin.nvml_source import HealthChecker, read_gpu_facts
+from hami.deviceplugin.nvml_source import HealthChecker, read_gpu_facts, read_links
 from hami.deviceplugin.plugin import DevicePlugin, Settings
 from hami.deviceplugin.server import SocketWatcher
+from hami.deviceplugin.topology import PairScores, pair_scores
 
 log = klog.get_logger(__name__)
+ASYMMETRIC_EVENT_EVERY_S = 3600.0  # HAMi dedups AsymmetricGPUP2PLink to one per hour
 
 
 class Manager:
@@ -51,6 +56,7 @@ class Manager:
         self.retry_s = retry_s
         self._health_wait_ms = health_wait_ms
         self._health_poll_s = health_poll_s
+        self._asymmetric_warned: dict[tuple[str, str], float] = {}
         self.plugin: DevicePlugin | None = None
         self._checker: HealthChecker | None = None
         self._kick = threading.Event()
@@ -100,6 +106,25 @@ class Manager:
         if plugin is not None:
             plugin.stop()
 
+    def _scores(self, uuids: list[str]) -> PairScores:
+        """The pair scores of the registered GPUs; an asymmetric pair is a Node warning once an hour."""
+        scores = pair_scores(read_links(self._nvml, uuids))
+        log.v(4).info("GPU pair scores: %s", encode_pair_scores(scores.scores))
+        now = time.monotonic()
+        for a, b in scores.asymmetric:
+            log.error("P2PLinks mismatch between %s and %s: their pair scores 0", a, b)
+            last = self._asymmetric_warned.get((a, b))
+            if last is None or now - last >= ASYMMETRIC_EVENT_EVERY_S:
+                self._asymmetric_warned[(a, b)] = now
+                self._events.event(
+                    ObjectRef(kind="Node", name=self.settings.node, uid=self.settings.node),
+                    WARNING,
+                    "AsymmetricGPUP2PLink",
+                    f"NVML reports different links from {a} to {b} than back; the pair scores 0 "
+                    "for topology-aware scheduling",
+                )
+        return scores
+
     def _cycle(self) -> bool:
         self._stop_plugin()
         if self._stop.is_set():
@@ -109,6 +134,10 @@ class Manager:
         except NvmlError as exc:
             log.error("nvml Init err: %s", exc)
             return False
+        uuids = [d.id for d in build_register_devices(facts, self.cfg, {})[0]]
+        if not uuids:
+            log.info("No devices found. Waiting indefinitely.")
+            return True
         plugin = DevicePlugin(
             self.settings,
             self.cfg,
@@ -117,11 +146,9 @@ class Manager:
             pods=self._pods,
             metrics=self._metrics,
             events=self._events,
+            scores=self._scores(uuids) if self.settings.topology_score else None,
         )
-        uuids = [d.id for d in plugin.register_devices()]
-        if not uuids:
-            log.info("No devices found. Waiting indefinitely.")
-            return True
+        plugin.register_devices()  # the device metrics before the first kubelet call
         try:
             plugin.start()
         except Exception as exc:

@@ -31,6 +31,7 @@ from hami.deviceplugin.health import (
     judge,
 )
 from hami.deviceplugin.inventory import GpuFacts, numa_from_sysfs_text, pci_sysfs_id
+from hami.deviceplugin.topology import GpuLinks
 
 log = klog.get_logger(__name__)
 T = TypeVar("T")
@@ -89,6 +90,42 @@ def read_gpu_facts(nvml: Nvml, sysfs: Path = Path("/sys")) -> list[GpuFacts]:
             )
         )
     return facts
+
+
+def read_links(nvml: Nvml, uuids: Sequence[str]) -> list[GpuLinks]:
+    """The topology facts of the GPUs in ``uuids`` (in that order), for the pair scores.
+
+    HAMi gives up on the whole score when one NVML topology call fails; here only that fact is
+    missing (a pair without its PCIe level, a GPU without its NVLinks), with a warning.
+    """
+    devices = {}
+    for uuid in uuids:
+        try:
+            devices[uuid] = nvml.device_by_uuid(uuid)
+        except NvmlError as exc:
+            log.warning("topology: device %s not found: %s", uuid, exc)
+    out = []
+    for uuid, dev in devices.items():
+        try:
+            bus = dev.pci_bus_id()
+        except NvmlError as exc:
+            log.warning("topology: no PCI bus id for %s: %s", uuid, exc)
+            continue
+        try:
+            nvlinks = tuple(dev.nvlink_remotes())
+        except NvmlError as exc:
+            log.warning("topology: NVLinks of %s unreadable: %s", uuid, exc)
+            nvlinks = ()
+        levels = {}
+        for peer, other in devices.items():
+            if peer == uuid:
+                continue
+            try:
+                levels[peer] = dev.topology_common_ancestor(other)
+            except NvmlError as exc:
+                log.warning("topology: common ancestor of %s and %s unknown: %s", uuid, peer, exc)
+        out.append(GpuLinks(uuid, bus, nvlinks, levels))
+    return out
 
 
 def read_condition(nvml: Nvml, uuid: str, checks: frozenset[str]) -> Reading:

@@ -11,7 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hami.core import annotations as ann
 from hami.core import klog
+from hami.core.codec.node_devices import encode_pair_scores
 from hami.core.devices import DeviceInfo
 from hami.core.kube.events import NORMAL, WARNING, EventRecorder, ObjectRef
 from hami.deviceplugin.allocator import Allocator, PodCache
@@ -30,6 +32,7 @@ from hami.deviceplugin.kubeops import NodeOps
 from hami.deviceplugin.metrics import PluginMetrics
 from hami.deviceplugin.registrar import Registrar
 from hami.deviceplugin.server import PluginServer, register_with_kubelet
+from hami.deviceplugin.topology import PairScores
 
 log = klog.get_logger(__name__)
 
@@ -49,6 +52,7 @@ class Settings:
     register_interval: float = 30.0
     register_retry: float = 5.0
     mig_apply_lock: Path = DEFAULT_MIG_APPLY_LOCK
+    topology_score: bool = False  # ENABLE_TOPOLOGY_SCORE: write hami.io/node-nvidia-score
 
 
 class DevicePlugin:
@@ -62,6 +66,7 @@ class DevicePlugin:
         pods: PodCache,
         metrics: PluginMetrics,
         events: EventRecorder | None = None,
+        scores: PairScores | None = None,
     ) -> None:
         self.settings = settings
         self.cfg = cfg
@@ -91,6 +96,7 @@ class DevicePlugin:
             settings.node,
             ops,
             devices=self.register_devices,
+            extra={ann.NODE_PAIR_SCORE: encode_pair_scores(scores.scores)} if scores is not None else None,
             metrics=metrics,
             paused=self.mig_apply_in_progress,
             interval=settings.register_interval,

@@ -22,6 +22,9 @@ NVML calls covered (method → NVML function):
   ``temperature_threshold`` → ``nvmlDeviceGetTemperatureThreshold``; ``clock_event_reasons`` →
   ``nvmlDeviceGetCurrentClocksEventReasons`` (the older ``...ThrottleReasons`` on drivers before 535);
   ``compute_running_processes`` → ``nvmlDeviceGetComputeRunningProcesses``.
+- topology (``hami.io/node-nvidia-score``): ``topology_common_ancestor`` →
+  ``nvmlDeviceGetTopologyCommonAncestor``; ``nvlink_remotes`` → ``nvmlDeviceGetNvLinkState``,
+  ``nvmlDeviceGetNvLinkRemotePciInfo``, ``nvmlDeviceGetNvLinkRemoteDeviceType`` per link;
 - MIG (§C.8, ``hami_mig_device_info``): ``mig_mode`` → ``nvmlDeviceGetMigMode``; ``mig_devices`` →
   ``nvmlDeviceGetMaxMigDeviceCount``, ``nvmlDeviceGetMigDeviceHandleByIndex``, ``nvmlDeviceGetGpuInstanceId``,
   ``nvmlDeviceGetComputeInstanceId`` (+ UUID, name and memory of each MIG device).
@@ -29,8 +32,8 @@ NVML calls covered (method → NVML function):
   ``nvmlEventSetCreate``; ``register`` → ``nvmlDeviceRegisterEvents``; ``wait`` → ``nvmlEventSetWait``
   (a TIMEOUT is ``None``); ``close`` → ``nvmlEventSetFree``.
 
-Not covered: GPU-instance profile placements for dynamic MIG partitioning, NVLink/P2P topology,
-clocks, fan speed, per-process utilisation samples.
+Not covered: GPU-instance profile placements for dynamic MIG partitioning, clock speeds, fan speed,
+per-process utilisation samples.
 
 Backends: ``hami.core.nvml.real`` (pynvml) and ``hami.core.nvml.fake`` (``FakeNvml``). Select with
 ``open_nvml(kind)``; with ``kind="auto"`` the environment decides: ``HAMI_NVML=fake`` plus
@@ -52,6 +55,7 @@ from hami.core.nvml.api import (
     NO_INSTANCE,
     MemoryInfo,
     MigDeviceInfo,
+    NvLinkRemote,
     Nvml,
     NvmlDevice,
     NvmlError,
@@ -77,6 +81,7 @@ __all__ = [
     "NO_INSTANCE",
     "MemoryInfo",
     "MigDeviceInfo",
+    "NvLinkRemote",
     "Nvml",
     "NvmlDevice",
     "NvmlError",

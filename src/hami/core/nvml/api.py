@@ -63,6 +63,21 @@ CLOCK_EVENT_REASONS: dict[int, str] = {
     0x80: "hw_power_brake_slowdown",
     0x100: "display_clock_setting",
 }
+# nvmlGpuTopologyLevel_t: the closest common PCIe ancestor of two GPUs, nearest first.
+TOPOLOGY_INTERNAL = 0  # the same board (a dual-GPU card)
+TOPOLOGY_SINGLE = 10  # one PCIe switch
+TOPOLOGY_MULTIPLE = 20  # several PCIe switches, no host bridge
+TOPOLOGY_HOSTBRIDGE = 30  # one host bridge
+TOPOLOGY_NODE = 40  # the same NUMA node (formerly TOPOLOGY_CPU)
+TOPOLOGY_SYSTEM = 50  # across NUMA nodes (SMP interconnect)
+TOPOLOGY_LEVELS = (
+    TOPOLOGY_INTERNAL,
+    TOPOLOGY_SINGLE,
+    TOPOLOGY_MULTIPLE,
+    TOPOLOGY_HOSTBRIDGE,
+    TOPOLOGY_NODE,
+    TOPOLOGY_SYSTEM,
+)
 # nvmlTemperatureThresholds_t values the callers need.
 TEMPERATURE_THRESHOLDS = {"shutdown": 0, "slowdown": 1}
 
@@ -121,6 +136,14 @@ class RemappedRows:
 
 
 @dataclass(frozen=True)
+class NvLinkRemote:
+    """The far end of one active NVLink: a GPU's PCI bus id, or an NVSwitch."""
+
+    bus_id: str
+    switch: bool
+
+
+@dataclass(frozen=True)
 class MigDeviceInfo:
     index: int  # slot on the parent GPU
     uuid: str  # MIG-...
@@ -162,6 +185,8 @@ class NvmlDevice(Protocol):
     def remapped_rows(self) -> RemappedRows: ...
     def temperature_threshold(self, kind: str) -> int: ...  # °C; kind in TEMPERATURE_THRESHOLDS
     def clock_event_reasons(self) -> int: ...  # CLOCK_EVENT_REASONS bits active now
+    def topology_common_ancestor(self, other: NvmlDevice) -> int: ...  # a TOPOLOGY_LEVELS value
+    def nvlink_remotes(self) -> list[NvLinkRemote]: ...  # one per active link; [] without NVLink
     def mig_mode(self) -> tuple[bool, bool]: ...  # (current, pending)
     def mig_devices(self) -> list[MigDeviceInfo]: ...  # [] when MIG is off or unsupported
     def supported_event_types(self) -> int: ...

@@ -24,8 +24,14 @@ from hami.core.nvml.api import (
     EVENT_XID_CRITICAL,
     NO_INSTANCE,
     TEMPERATURE_THRESHOLDS,
+    TOPOLOGY_HOSTBRIDGE,
+    TOPOLOGY_INTERNAL,
+    TOPOLOGY_NODE,
+    TOPOLOGY_SINGLE,
+    TOPOLOGY_SYSTEM,
     MemoryInfo,
     MigDeviceInfo,
+    NvLinkRemote,
     NvmlDevice,
     NvmlError,
     ProcessInfo,
@@ -38,6 +44,7 @@ from hami.core.nvml.api import (
 from hami.core.nvml.fake_spec import FakeEvent, FakeGpu, FakeNode, load_spec
 
 _MUTABLE = frozenset(f.name for f in fields(FakeGpu))
+NVSWITCH_BUS_ID = "00000000:FF:00.0"  # where the fake's NVSwitch links end
 
 
 @dataclass
@@ -270,6 +277,35 @@ class FakeDevice:
 
     def clock_event_reasons(self) -> int:
         return self._gpu("nvmlDeviceGetCurrentClocksEventReasons").clock_event_reasons
+
+    def topology_common_ancestor(self, other: NvmlDevice) -> int:
+        gpu = self._gpu("nvmlDeviceGetTopologyCommonAncestor")
+        if not isinstance(other, FakeDevice) or other._nvml is not self._nvml:
+            raise NvmlError(
+                "nvmlDeviceGetTopologyCommonAncestor", "INVALID_ARGUMENT", "not a device of this NVML session"
+            )
+        peer = self._nvml.node.gpus[other.index]
+        for level, mine, theirs in (
+            (TOPOLOGY_INTERNAL, gpu.pcie_board, peer.pcie_board),
+            (TOPOLOGY_SINGLE, gpu.pcie_switch, peer.pcie_switch),
+            (TOPOLOGY_HOSTBRIDGE, gpu.pcie_host_bridge, peer.pcie_host_bridge),
+        ):
+            if mine and mine == theirs:
+                return level
+        return TOPOLOGY_NODE if gpu.numa == peer.numa else TOPOLOGY_SYSTEM
+
+    def nvlink_remotes(self) -> list[NvLinkRemote]:
+        gpu = self._gpu("nvmlDeviceGetNvLinkState")
+        remotes = [
+            NvLinkRemote(self._nvml.node.gpus[peer].pci_bus_id, switch=False)
+            for peer, count in sorted(gpu.nvlinks.items())
+            for _ in range(count)
+        ]
+        remotes += [NvLinkRemote(NVSWITCH_BUS_ID, switch=True)] * gpu.nvswitch_links
+        for _ in remotes:  # one remote PCI info and one remote type per active link, as on hardware
+            self._nvml._call("nvmlDeviceGetNvLinkRemotePciInfo", self._index)
+            self._nvml._call("nvmlDeviceGetNvLinkRemoteDeviceType", self._index)
+        return remotes
 
     def mig_mode(self) -> tuple[bool, bool]:
         gpu = self._gpu("nvmlDeviceGetMigMode")

@@ -22,6 +22,10 @@ devices:
     remapped_rows: {correctable: 0, uncorrectable: 0, pending: false, failure: false}  # Ampere+
     clock_event_reasons: 0         # nvmlClocksEventReason* bits active now
     lost: false                    # fallen off the bus: every call on it answers GPU_IS_LOST
+    nvlinks: {1: 2, 3: 1}          # active NVLinks to other GPUs: {peer index: link count}
+    nvswitch_links: 0              # active NVLinks to NVSwitches (every GPU behind them is reachable)
+    pcie: {board: b0, switch: s0, host_bridge: h0}   # optional; the closest one shared by two GPUs is
+                                   # their common ancestor, else the NUMA node (numa), else the system
     supported_events: 11           # optional bit mask, default Xid | single- and double-bit ECC
     unsupported: [nvmlDeviceGetPowerUsage]  # calls that answer NOT_SUPPORTED on this GPU
     processes: [{pid: 1234, used_mib: 1024}]
@@ -82,6 +86,11 @@ class FakeGpu:
     remap_failure: bool = False
     clock_event_reasons: int = 0
     lost: bool = False
+    nvlinks: dict[int, int] = field(default_factory=dict)
+    nvswitch_links: int = 0
+    pcie_board: str = ""
+    pcie_switch: str = ""
+    pcie_host_bridge: str = ""
     supported_events: int = HEALTH_EVENTS
     unsupported: frozenset[str] = frozenset()
     processes: list[ProcessInfo] = field(default_factory=list)
@@ -150,6 +159,11 @@ def _gpu(i: int, d: Any) -> FakeGpu:
     util = _get(d, "utilization", dict, where, {})
     ecc = _get(d, "ecc", dict, where, {})
     thresholds = _get(d, "temperature_thresholds", dict, where, {})
+    pcie = _get(d, "pcie", dict, where, {})
+    nvlinks = _get(d, "nvlinks", dict, where, {})
+    for peer, count in nvlinks.items():
+        if not isinstance(peer, int) or isinstance(peer, bool) or not isinstance(count, int) or count < 0:
+            raise FakeSpecError(f"{where}.nvlinks: want {{peer index: link count}}, got {peer!r}: {count!r}")
     retired = _get(d, "retired_pages", dict, where, {})
     remapped = _get(d, "remapped_rows", dict, where, {})
     cc = _get(d, "compute_capability", list, where, [8, 0])
@@ -186,6 +200,11 @@ def _gpu(i: int, d: Any) -> FakeGpu:
         remap_failure=_get(remapped, "failure", bool, f"{where}.remapped_rows", False),
         clock_event_reasons=_get(d, "clock_event_reasons", int, where, 0),
         lost=_get(d, "lost", bool, where, False),
+        nvlinks=dict(nvlinks),
+        nvswitch_links=_get(d, "nvswitch_links", int, where, 0),
+        pcie_board=str(_get(pcie, "board", str, f"{where}.pcie", "")),
+        pcie_switch=str(_get(pcie, "switch", str, f"{where}.pcie", "")),
+        pcie_host_bridge=str(_get(pcie, "host_bridge", str, f"{where}.pcie", "")),
         supported_events=_get(d, "supported_events", int, where, HEALTH_EVENTS),
         unsupported=frozenset(str(c) for c in _get(d, "unsupported", list, where, [])),
         processes=procs,
@@ -246,6 +265,10 @@ def load_spec(spec: dict[str, Any] | str | Path) -> FakeNode:
         raise FakeSpecError(f"spec.init_error: unknown NVML return code {init_error!r}")
     if len({g.uuid for g in gpus}) != len(gpus):
         raise FakeSpecError("spec.devices: duplicate uuid")
+    for i, g in enumerate(gpus):
+        bad = [peer for peer in g.nvlinks if peer == i or not 0 <= peer < len(gpus)]
+        if bad:
+            raise FakeSpecError(f"devices[{i}].nvlinks: peer {bad[0]} is not another device's index")
     return FakeNode(
         gpus=gpus,
         driver_version=_get(data, "driver_version", str, "spec", "550.54.15"),

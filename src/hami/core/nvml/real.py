@@ -14,6 +14,7 @@ from hami.core.nvml.api import (
     TEMPERATURE_THRESHOLDS,
     MemoryInfo,
     MigDeviceInfo,
+    NvLinkRemote,
     NvmlDevice,
     NvmlError,
     ProcessInfo,
@@ -154,6 +155,40 @@ class RealDevice:
         # drivers before 535 know only the older name of the same call
         old = pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
         return int(self._s.call("nvmlDeviceGetCurrentClocksEventReasons", old, self._h))
+
+    def topology_common_ancestor(self, other: NvmlDevice) -> int:
+        if not isinstance(other, RealDevice):
+            raise NvmlError(
+                "nvmlDeviceGetTopologyCommonAncestor", "INVALID_ARGUMENT", "not a device of this NVML session"
+            )
+        call = pynvml.nvmlDeviceGetTopologyCommonAncestor
+        return int(self._s.call("nvmlDeviceGetTopologyCommonAncestor", call, self._h, other.handle))
+
+    def nvlink_remotes(self) -> list[NvLinkRemote]:
+        out = []
+        for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
+            # past the card's last link, or a card without NVLink: skipped, as go-nvlib does
+            state = self._link_call("nvmlDeviceGetNvLinkState", pynvml.nvmlDeviceGetNvLinkState, link)
+            if state != pynvml.NVML_FEATURE_ENABLED:
+                continue
+            pci = self._link_call(
+                "nvmlDeviceGetNvLinkRemotePciInfo", pynvml.nvmlDeviceGetNvLinkRemotePciInfo, link
+            )
+            if pci is None:
+                continue
+            kind = self._link_call(
+                "nvmlDeviceGetNvLinkRemoteDeviceType", pynvml.nvmlDeviceGetNvLinkRemoteDeviceType, link
+            )
+            out.append(NvLinkRemote(_text(pci.busId), kind == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH))
+        return out
+
+    def _link_call(self, name: str, fn: Callable[..., T], link: int) -> T | None:
+        try:
+            return self._s.call(name, fn, self._h, link)
+        except NvmlError as exc:
+            if exc.code in ("NOT_SUPPORTED", "INVALID_ARGUMENT"):
+                return None
+            raise
 
     def mig_mode(self) -> tuple[bool, bool]:
         current, pending = self._s.call("nvmlDeviceGetMigMode", pynvml.nvmlDeviceGetMigMode, self._h)
