@@ -103,6 +103,8 @@ def start_rig(
         register_retry=0.1,
         mig_apply_lock=directory / "hami-mig-apply.lock",
         topology_score=topology,
+        grpc_probe_s=0.05,
+        grpc_backoff_s=0.01,
     )
     manager = Manager(
         settings,

@@ -189,3 +189,17 @@ def test_an_opted_in_overheat_goes_unhealthy_everywhere_and_comes_back(
         rig.manager.stop()
         rig.kubelet.stop()
         rig.pods.stop()
+
+
+def test_a_crashed_grpc_server_is_served_again_and_registered_again(rig: Rig) -> None:
+    rig.kubelet.next_registration()
+    socket = rig.dir / "nvidia-gpu.sock"
+    labels = {"resource": "nvidia.com/gpu"}
+    for n in (1, 2):
+        socket.unlink()
+        assert rig.kubelet.next_registration().endpoint == "nvidia-gpu.sock"  # the kubelet hears of it again
+        wait_for(socket.is_socket, what="the socket served again")
+        wait_for(lambda n=n: rig.metric("hami_deviceplugin_grpc_restarts_total", **labels) == n, what="count")
+    channel, stub = rig.kubelet.plugin("nvidia-gpu.sock")
+    with channel:
+        assert len(next(stub.ListAndWatch(pb.Empty())).devices) == 8

@@ -146,6 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--register-interval", type=float, default=30.0, help=argparse.SUPPRESS)
     a("--register-retry", type=float, default=5.0, help=argparse.SUPPRESS)
     a("--start-retry", type=float, default=30.0, help=argparse.SUPPRESS)
+    a("--grpc-probe-interval", type=float, default=5.0, help=argparse.SUPPRESS)
+    a("--grpc-restart-backoff", type=float, default=0.5, help=argparse.SUPPRESS)
     add_kube_flags(p)
     add_web_config_flag(p)
     klog.add_log_flags(p)
@@ -175,6 +177,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
         register_retry=args.register_retry,
         mig_apply_lock=Path(args.mig_apply_lock),
         topology_score=args.enable_topology_score,
+        grpc_probe_s=args.grpc_probe_interval,
+        grpc_backoff_s=args.grpc_restart_backoff,
     )
 
 
@@ -242,6 +246,12 @@ def run(args: argparse.Namespace, stop: threading.Event, running: dict[str, Mana
     )
     log.info("Serving metrics on %s/metrics", server.url)
     events = EventRecorder(api_client, "hami-device-plugin", settings.node, registry=registry)
+    fatal: list[str] = []
+
+    def give_up(message: str) -> None:
+        fatal.append(message)
+        stop.set()
+
     manager = Manager(
         settings,
         cfg,
@@ -253,6 +263,7 @@ def run(args: argparse.Namespace, stop: threading.Event, running: dict[str, Mana
         checks=checks,
         events=events,
         retry_s=args.start_retry,
+        on_fatal=give_up,
     )
     if running is not None:
         running["manager"] = manager
@@ -267,6 +278,8 @@ def run(args: argparse.Namespace, stop: threading.Event, running: dict[str, Mana
         pods.stop()
         nvml.close()
         api_client.close()
+    if fatal:
+        log.fatal("%s", fatal[0])  # klog.Fatalf: exit 255, as HAMi
     return 0
 
 

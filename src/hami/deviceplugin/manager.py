@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from hami.core import klog
 from hami.core.codec.node_devices import encode_pair_scores
@@ -41,6 +42,7 @@ class Manager:
         health_wait_ms: int = 500,
         health_poll_s: float = 5.0,
         watch_interval: float = 0.5,
+        on_fatal: Callable[[str], None] = lambda message: log.error("%s", message),
     ) -> None:
         self.settings = settings
         self.cfg = cfg
@@ -57,6 +59,7 @@ class Manager:
         self._health_wait_ms = health_wait_ms
         self._health_poll_s = health_poll_s
         self._asymmetric_warned: dict[tuple[str, str], float] = {}
+        self._on_fatal = on_fatal  # the process gives up (main exits 255)
         self.plugin: DevicePlugin | None = None
         self._checker: HealthChecker | None = None
         self._kick = threading.Event()
@@ -147,6 +150,7 @@ class Manager:
             metrics=self._metrics,
             events=self._events,
             scores=self._scores(uuids) if self.settings.topology_score else None,
+            on_fatal=self._on_fatal,
         )
         plugin.register_devices()  # the device metrics before the first kubelet call
         try:

@@ -66,6 +66,13 @@ class PluginMetrics:
             ["node"],
             registry=registry,
         )
+        self.grpc_restarts = Counter(
+            "hami_deviceplugin_grpc_restarts_total",
+            "Times the kubelet-facing gRPC server was found dead (stopped, socket gone or not answering) "
+            "and served again.",
+            ["node", "resource"],
+            registry=registry,
+        )
         self.kubelet_registered = Gauge(
             "hami_deviceplugin_kubelet_registered",
             "1 while the plugin is registered with the kubelet, else 0.",
@@ -130,6 +137,7 @@ class PluginMetrics:
         self.health_events.labels(self.node, uuid, event).inc()
 
     def set_kubelet_registered(self, resource: str, registered: bool) -> None:
+        self.grpc_restarts.labels(self.node, resource)  # 0 from registration on
         self.kubelet_registered.labels(self.node, resource).set(1 if registered else 0)
 
 

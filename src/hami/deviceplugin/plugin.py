@@ -7,7 +7,7 @@ the opt-in reasons of health.py come back when NVML says so.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,6 +53,8 @@ class Settings:
     register_retry: float = 5.0
     mig_apply_lock: Path = DEFAULT_MIG_APPLY_LOCK
     topology_score: bool = False  # ENABLE_TOPOLOGY_SCORE: write hami.io/node-nvidia-score
+    grpc_probe_s: float = 5.0  # how often the gRPC server's liveness is checked
+    grpc_backoff_s: float = 0.5  # first delay before serving again after a crash
 
 
 class DevicePlugin:
@@ -67,6 +69,7 @@ class DevicePlugin:
         metrics: PluginMetrics,
         events: EventRecorder | None = None,
         scores: PairScores | None = None,
+        on_fatal: Callable[[str], None] = lambda message: log.error("%s", message),
     ) -> None:
         self.settings = settings
         self.cfg = cfg
@@ -91,7 +94,16 @@ class DevicePlugin:
             plugin_version=settings.plugin_version,
             opts=settings.runtime,
         )
-        self.server = PluginServer(self, cfg.resource_name, settings.socket_dir / cfg.socket_name)
+        self.server = PluginServer(
+            self,
+            cfg.resource_name,
+            settings.socket_dir / cfg.socket_name,
+            on_restart=self._register_with_kubelet,
+            on_crash=lambda: metrics.grpc_restarts.labels(settings.node, cfg.resource_name).inc(),
+            on_give_up=on_fatal,
+            probe_s=settings.grpc_probe_s,
+            backoff_s=settings.grpc_backoff_s,
+        )
         self.registrar = Registrar(
             settings.node,
             ops,
@@ -158,21 +170,26 @@ class DevicePlugin:
         resource = self.cfg.resource_name
         self._metrics.set_kubelet_registered(resource, False)
         self.server.start()
-        if self.settings.kubelet_socket is not None:
-            try:
-                register_with_kubelet(
-                    self.settings.kubelet_socket,
-                    self.cfg.socket_name,
-                    resource,
-                    self.cfg.enable_get_preferred_allocation,
-                )
-            except Exception:
-                self.server.stop()
-                raise
-            self._metrics.set_kubelet_registered(resource, True)
+        try:
+            self._register_with_kubelet()
+        except Exception:
+            self.server.stop()
+            raise
         if not self.mig_apply_in_progress():
             self.registrar.register_once()
         self.registrar.start()
+
+    def _register_with_kubelet(self) -> None:
+        """At start, and after the gRPC server was served again (the kubelet lost its stream)."""
+        if self.settings.kubelet_socket is None:
+            return
+        register_with_kubelet(
+            self.settings.kubelet_socket,
+            self.cfg.socket_name,
+            self.cfg.resource_name,
+            self.cfg.enable_get_preferred_allocation,
+        )
+        self._metrics.set_kubelet_registered(self.cfg.resource_name, True)
 
     def stop(self) -> None:
         self.registrar.stop()
