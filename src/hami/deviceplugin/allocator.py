@@ -39,6 +39,7 @@ from hami.deviceplugin.container_setup import (
     pop_next_container,
     preferred_allocation,
 )
+from hami.deviceplugin.inventory import physical_device_id
 from hami.deviceplugin.kubeops import NodeOps, annotations_of, resource_version
 from hami.deviceplugin.metrics import PluginMetrics
 
@@ -210,7 +211,9 @@ class Allocator:
         self, pod: dict[str, Any], node_obj: dict[str, Any], requests: Sequence[Sequence[str]]
     ) -> list[pb.ContainerAllocateResponse]:
         meta = pod.get("metadata") or {}
+        who = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
         text = annotations_of(pod).get(ann.POD_DEVICES_TO_ALLOCATE, "")
+        log.v(4).info("Allocate for pod %s: %s=%s", who, ann.POD_DEVICES_TO_ALLOCATE, text)
         if not text:
             raise decode_error("device request not found")
         try:
@@ -229,6 +232,18 @@ class Allocator:
             check_count(devreq, ids)
             if self.cfg.enable_get_preferred_allocation and self.cfg.operating_mode != MODE_MIG:
                 devreq = align_to_kubelet(devreq, ids)
+            if log.v(5):
+                for kubelet_id, dev in zip(ids, devreq, strict=True):
+                    log.v(5).info(
+                        "Allocate for pod %s: kubelet device %s is replica of GPU %s; the scheduler "
+                        "chose GPU %s (%d MiB, %d%% cores)",
+                        who,
+                        kubelet_id,
+                        physical_device_id(kubelet_id),
+                        dev.uuid,
+                        dev.usedmem,
+                        dev.usedcores,
+                    )
             alloc = build_container_allocation(
                 devreq,
                 self.cfg,
@@ -243,9 +258,23 @@ class Allocator:
             )
             if alloc.cache_dir is not None:
                 self._prepare_host(alloc.cache_dir)
+            if log.v(4):
+                env_text = " ".join(f"{k}={v}" for k, v in sorted(alloc.envs.items()))
+                mounts = ", ".join(f"{m.host_path}:{m.container_path}" for m in alloc.mounts)
+                log.v(4).info(
+                    "Allocate for pod %s container %s: %s; mounts %s",
+                    who,
+                    container_of(pod, idx).get("name", ""),
+                    env_text,
+                    mounts or "none",
+                )
             responses.append(to_pb(alloc))
         erased = encode_pod_devices(pending)
         done = not has_pending_devices(erased)
+        log.v(4).info(
+            "Allocate for pod %s: %s=%s%s", who, ann.POD_DEVICES_TO_ALLOCATE, erased,
+            f", {ann.POD_BIND_PHASE}={ann.BIND_PHASE_SUCCESS}" if done else "",
+        )
         # The erase and, after the last container, bind-phase=success go in one patch.
         values: dict[str, str | None] = {ann.POD_DEVICES_TO_ALLOCATE: erased}
         if done:

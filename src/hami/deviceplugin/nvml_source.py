@@ -79,16 +79,24 @@ def read_gpu_facts(nvml: Nvml, sysfs: Path = Path("/sys")) -> list[GpuFacts]:
                 raise
             log.warning("GetMemoryInfo not supported for device %s; using preConfiguredDeviceMemory", uuid)
             total = None
-        facts.append(
-            GpuFacts(
-                uuid=uuid,
-                index=dev.index,
-                name=dev.name(),
-                memory_total=total,
-                numa=_numa(dev.numa_node_id, dev.pci_bus_id, sysfs),
-                minor=_minor(dev.minor_number, dev.index),
-            )
+        fact = GpuFacts(
+            uuid=uuid,
+            index=dev.index,
+            name=dev.name(),
+            memory_total=total,
+            numa=_numa(dev.numa_node_id, dev.pci_bus_id, sysfs),
+            minor=_minor(dev.minor_number, dev.index),
         )
+        log.v(5).info(
+            "nvml device %d: uuid %s, name %s, memory %s, numa %d, /dev/nvidia%d",
+            fact.index,
+            fact.uuid,
+            fact.name,
+            "not supported" if total is None else f"{total >> 20} MiB",
+            fact.numa,
+            fact.minor,
+        )
+        facts.append(fact)
     return facts
 
 
@@ -155,6 +163,7 @@ def read_condition(nvml: Nvml, uuid: str, checks: frozenset[str]) -> Reading:
             return Reading(lost=failure.code)
         if failure.code != "NOT_SUPPORTED":
             log.v(4).info("health poll of %s: %s", uuid, failure)
+    log.v(5).info("health poll of %s: %s", uuid, reading)
     return reading
 
 

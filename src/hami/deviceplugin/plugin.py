@@ -124,6 +124,9 @@ class DevicePlugin:
     def register_devices(self) -> list[DeviceInfo]:
         devices, _ = self._build()
         self._metrics.set_devices(devices)
+        log.v(4).info(
+            "device metrics updated: %d device(s), %d healthy", len(devices), sum(d.health for d in devices)
+        )
         return devices
 
     def known_ids(self) -> frozenset[str]:

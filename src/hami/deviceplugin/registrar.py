@@ -53,6 +53,8 @@ class Registrar:
         devices = list(self._devices())
         encoded = encode_node_devices(devices)
         annos = {ann.NODE_REGISTER: encoded, **self._extra}
+        for key, value in annos.items():
+            log.v(4).info("node %s annotation %s=%s", self.node, key, value)
         if encoded == self._last:
             log.v(3).info("Device info unchanged, skipping annotation update")
             log.v(3).info("No device changes detected. Next check in %ds...", self.interval)

@@ -64,6 +64,7 @@ class DevicePluginServicer:
     def ListAndWatch(self, request: pb.Empty, context: Any) -> Iterator[pb.ListAndWatchResponse]:
         seen, devices = self._backend.kubelet_devices()
         unhealthy = {d.id for d in devices if d.health != "Healthy"}
+        self._log_devices(devices)
         yield pb.ListAndWatchResponse(devices=to_pb_devices(devices))
         while context.is_active():
             gen = self._backend.wait_health_change(seen, STREAM_POLL_S)
@@ -77,7 +78,15 @@ class DevicePluginServicer:
                 for device_id in sorted(unhealthy - now):
                     log.info("'%s' device marked healthy: %s", self._resource, device_id)
                 unhealthy = now
+                self._log_devices(devices)
                 yield pb.ListAndWatchResponse(devices=to_pb_devices(devices))
+
+    def _log_devices(self, devices: Sequence[KubeletDevice]) -> None:
+        log.v(4).info("ListAndWatch: sending %d device(s) of '%s'", len(devices), self._resource)
+        if log.v(5):
+            for dev in devices:
+                numa = "" if dev.numa is None else f", NUMA node {dev.numa}"
+                log.v(5).info("ListAndWatch: device %s %s%s", dev.id, dev.health, numa)
 
     def GetPreferredAllocation(
         self, request: pb.PreferredAllocationRequest, context: Any

@@ -149,7 +149,11 @@ class MonitorCollector(Collector):
         )
 
     def families(self) -> list[Family]:
+        log.v(4).info("Starting to collect metrics for vGPUMonitor")
+        start = time.perf_counter()
         view = self.view()
+        if log.v(4):
+            self._log_view(view, time.perf_counter() - start)
         counters = Counters(self.skips.snapshot(), self.nvml_errors.snapshot())
         return [
             *families.host_families(view, self._legacy),
@@ -158,6 +162,50 @@ class MonitorCollector(Collector):
             *families.pod_label_families(view),
             *families.self_families(view, counters, reasons.ALL, NVML_CALLS),
         ]
+
+    @staticmethod
+    def _log_view(view: NodeView, seconds: float) -> None:
+        """V4: what one collection found; V5: every GPU and every container device, UUID by UUID."""
+        if log.v(5):
+            for h in view.hosts:
+                log.v(5).info(
+                    "GPU %d %s (%s): memory used %s of %s bytes, utilization %s%%, temperature %s C",
+                    h.index,
+                    h.uuid,
+                    h.type,
+                    h.memory_used,
+                    h.memory_total,
+                    h.util_gpu,
+                    h.temperature,
+                )
+            for c in view.containers:
+                source = "region" if c.started else "allocation annotation, no region yet"
+                for d in c.devices:
+                    log.v(5).info(
+                        "Container %s/%s/%s vdevice %d: uuid %s, used %d of %d bytes, SM %d%% of %d%% (%s)",
+                        c.namespace,
+                        c.pod,
+                        c.container,
+                        d.index,
+                        d.uuid,
+                        d.used_bytes,
+                        d.limit_bytes,
+                        d.sm_util_percent,
+                        d.sm_limit_percent,
+                        source,
+                    )
+        regions = " ".join(f"{state}={view.regions.get(state, 0)}" for state in families.REGION_STATES)
+        idle = sum(1 for c in view.containers if not c.started)
+        log.v(4).info(
+            "Finished collecting metrics for vGPUMonitor: %d container(s) (%d without a region yet), "
+            "%d host GPU(s), regions %s, %d MIG allocation(s), in %.1f ms",
+            len(view.containers),
+            idle,
+            len(view.hosts),
+            regions,
+            len(view.migs),
+            seconds * 1000,
+        )
 
     def collect(self) -> Iterator[Metric]:
         start = time.perf_counter()
