@@ -60,6 +60,17 @@ class AlertingRules(RuleBase):
                 "HAMi-core is not enforcing the limit.",
             ),
             self.alert(
+                "HAMiVGPUNotLimited",
+                f"sum by (node, namespace, pod, container, reason) "
+                f"(hami_vgpu_unlimited_processes{{{mon}}}) > 0",
+                "vgpu_not_limited",
+                "warning",
+                summary="A container given vGPUs runs GPU processes that HAMi-core does not limit.",
+                description=f"{who} (node {{{{ $labels.node }}}}) runs {{{{ $value }}}} GPU processes "
+                "without HAMi-core ({{ $labels.reason }}): its vGPU memory and core limits are not "
+                "enforced and it can take the whole GPU from the pods sharing it.",
+            ),
+            self.alert(
                 "HAMiVGPUCoreOverLimit",
                 f"hami_vgpu_core_used_percent{{{mon}}}\n  > on ({CONTAINER_KEYS}, device_uuid) "
                 f"group_left ()\n  (hami_vgpu_core_limit_percent{{{mon}}} < 100) + "

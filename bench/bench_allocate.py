@@ -24,11 +24,11 @@ from tests.deviceplugin.kubelet import FakeKubelet
 from tests.deviceplugin.kubelet_api import deviceplugin_pb2_grpc as pb_grpc
 
 from hami.core import annotations as ann
+from hami.core.hamicore import HostLayout
 from hami.core.kube.informer import Informer
 from hami.core.nvml.fake import FakeNvml
 from hami.deviceplugin.api import deviceplugin_pb2 as pb
 from hami.deviceplugin.config import PluginConfig
-from hami.deviceplugin.container_setup import HostLayout
 from hami.deviceplugin.health import XidPolicy
 from hami.deviceplugin.kubeops import NodeOps
 from hami.deviceplugin.manager import Manager

@@ -266,6 +266,19 @@ def container_workloads() -> Board:
     )
     b.timeseries("Processes per vGPU", "none", [Q(f"hami_vgpu_processes{{{sel}}}", CTR)], minimum=0)
     b.timeseries(
+        "GPU processes not limited by HAMi-core",
+        "none",
+        [
+            Q(
+                f"sum by (namespace, pod, container, reason) (hami_vgpu_unlimited_processes{{{sel}}})",
+                "{{namespace}}/{{pod}}/{{container}} {{reason}}",
+            )
+        ],
+        "Processes of vGPU containers without a HAMi-core region: their limits are not enforced "
+        "(HAMiVGPUNotLimited).",
+        minimum=0,
+    )
+    b.timeseries(
         "Idle vGPUs per node", "none", [Q(f"node:hami_vgpu_idle:count{{{NODE}}}", "{{node}}")], minimum=0
     )
     b.table(

@@ -13,10 +13,10 @@ import pytest
 from kubernetes import client
 from prometheus_client import CollectorRegistry
 
+from hami.core.hamicore import HostLayout
 from hami.core.kube.informer import Informer
 from hami.core.nvml.fake import FakeNvml
 from hami.deviceplugin.config import PluginConfig
-from hami.deviceplugin.container_setup import HostLayout
 from hami.deviceplugin.health import XidPolicy
 from hami.deviceplugin.kubeops import NodeOps
 from hami.deviceplugin.manager import Manager

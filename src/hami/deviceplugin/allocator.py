@@ -15,6 +15,7 @@ from hami.core import klog
 from hami.core.codec.errors import CodecError
 from hami.core.codec.pod_devices import decode_pod_devices, encode_pod_devices
 from hami.core.devices import MODE_MIG, PodDevices
+from hami.core.hamicore import HostLayout
 from hami.deviceplugin.api import deviceplugin_pb2 as pb
 from hami.deviceplugin.config import PluginConfig
 from hami.deviceplugin.container_setup import (
@@ -23,7 +24,6 @@ from hami.deviceplugin.container_setup import (
     AllocateError,
     ContainerAllocation,
     GpuRef,
-    HostLayout,
     PreferredRequest,
     RuntimeOptions,
     align_to_kubelet,

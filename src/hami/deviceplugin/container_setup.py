@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hami.core.devices import MODE_MIG, ContainerDevice, ContainerDevices, PodDevices
+from hami.core.hamicore import CONTAINER_LOCK_DIR, HostLayout, control_disabled
 from hami.deviceplugin.config import PluginConfig
 from hami.deviceplugin.inventory import physical_device_id
 
@@ -35,7 +36,6 @@ REASONS = (
 )
 
 VENDOR_KEYWORD = "NVIDIA"
-CONTAINER_LOCK_DIR = "/tmp/vgpulock"
 
 
 class AllocateError(Exception):
@@ -115,46 +115,11 @@ def has_pending_devices(annotation: str) -> bool:
     return VENDOR_KEYWORD in annotation
 
 
-def parse_go_bool(text: str) -> bool:
-    """Go ``strconv.ParseBool`` truth values; anything unparsable counts as false."""
-    return text in {"1", "t", "T", "TRUE", "true", "True"}
-
-
-def control_disabled(container: Mapping[str, Any]) -> bool:
-    for env in container.get("env") or []:
-        if env.get("name") == "CUDA_DISABLE_CONTROL":
-            return parse_go_bool(str(env.get("value", "")))
-    return False
-
-
 @dataclass(frozen=True)
 class MountSpec:
     container_path: str
     host_path: str
     read_only: bool
-
-
-@dataclass(frozen=True)
-class HostLayout:
-    """Host paths of HAMi-core (``HOOK_PATH``, default /usr/local) and the shared lock dir."""
-
-    hook_path: str = "/usr/local"
-    lock_dir: str = CONTAINER_LOCK_DIR
-
-    @property
-    def vgpu_dir(self) -> str:
-        return f"{self.hook_path}/vgpu"
-
-    def cache_dir(self, pod_uid: str, container: str) -> str:
-        return f"{self.vgpu_dir}/containers/{pod_uid}_{container}"
-
-    def lib_candidates(self, plugin_version: str) -> tuple[str, str]:
-        """Versioned libvgpu first (``GetLibPath``), then the plain name."""
-        return f"{self.vgpu_dir}/libvgpu.so.{plugin_version}", f"{self.vgpu_dir}/libvgpu.so"
-
-    @property
-    def license_path(self) -> str:
-        return f"{self.vgpu_dir}/license"
 
 
 @dataclass(frozen=True)
@@ -255,7 +220,7 @@ def build_container_allocation(
         MountSpec(CONTAINER_LOCK_DIR, layout.lock_dir, False),
     ]
     if not control_disabled(container):
-        mounts.append(MountSpec("/etc/ld.so.preload", f"{layout.vgpu_dir}/ld.so.preload", True))
+        mounts.append(MountSpec("/etc/ld.so.preload", layout.preload_path, True))
     if license_present:
         mounts.append(MountSpec("/tmp/license", layout.license_path, True))
         mounts.append(MountSpec("/usr/bin/vgpuvalidator", f"{layout.vgpu_dir}/vgpuvalidator", True))

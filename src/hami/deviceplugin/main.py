@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 
 import hami
 from hami.core import klog
+from hami.core.hamicore import HostLayout
 from hami.core.kube.client import new_api_client
 from hami.core.kube.events import EventRecorder
 from hami.core.kube.informer import Informer
@@ -24,7 +25,7 @@ from hami.core.kube.options import add_kube_flags, from_args
 from hami.core.nvml import NvmlError, open_nvml
 from hami.core.serve import add_web_config_flag, build_info, serve_metrics
 from hami.deviceplugin.config import ConfigError, PluginConfig, load_config
-from hami.deviceplugin.container_setup import HostLayout, RuntimeOptions
+from hami.deviceplugin.container_setup import RuntimeOptions
 from hami.deviceplugin.health import parse_health_checks, parse_xid_policy
 from hami.deviceplugin.kubeops import NodeOps
 from hami.deviceplugin.manager import Manager

@@ -15,11 +15,12 @@ from hami.core import annotations as ann
 from hami.core import klog
 from hami.core.codec.node_devices import encode_pair_scores
 from hami.core.devices import DeviceInfo
+from hami.core.hamicore import HostLayout
 from hami.core.kube.events import NORMAL, WARNING, EventRecorder, ObjectRef
 from hami.deviceplugin.allocator import Allocator, PodCache
 from hami.deviceplugin.api import deviceplugin_pb2 as pb
 from hami.deviceplugin.config import PluginConfig
-from hami.deviceplugin.container_setup import GpuRef, HostLayout, PreferredRequest, RuntimeOptions
+from hami.deviceplugin.container_setup import GpuRef, PreferredRequest, RuntimeOptions
 from hami.deviceplugin.health import HealthState
 from hami.deviceplugin.inventory import (
     GpuFacts,

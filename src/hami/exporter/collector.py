@@ -26,7 +26,8 @@ from hami.core.serve import build_info
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor
 from hami.core.serve.families import Family, TextRenderer, declared_metric, to_metric
 from hami.exporter import families
-from hami.exporter.attribution import attribute, mig_devices, pod_labels
+from hami.exporter.attribution import attribute, mig_devices, pod_labels, unlimited_containers
+from hami.exporter.cgroups import owner_of
 from hami.exporter.discovery import ContainerLister
 from hami.exporter.families import Counters, HostDevice, NodeView
 from hami.exporter.host import NVML_CALLS
@@ -82,6 +83,7 @@ class MonitorCollector(Collector):
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.time,
         decode_mig: Callable[[str], list[MigAllocation]] = decode_mig_allocations,
+        proc_root: str = "/proc",
     ) -> None:
         self.node = node
         self.skips = skips or Tally()
@@ -94,6 +96,7 @@ class MonitorCollector(Collector):
         self._legacy = legacy
         self._allowlist = tuple(labels_allowlist)
         self._clock = clock
+        self._proc_root = proc_root
         self._duration = collect_duration(registry, node)
         self._warned: set[str] = set()
         self._renderer = TextRenderer()
@@ -136,12 +139,24 @@ class MonitorCollector(Collector):
 
     def view(self) -> NodeView:
         found, states = self.read_regions()
+        with self._lister.lock:
+            region_files = {(c.pod_uid, c.name): c.cache_path is not None for c in self._lister.containers()}
         pods = list(self._pods())
+        hosts = tuple(self.hosts())
         containers = attribute(pods, found, self._decode, self._decode_failed)
+        owners = [o for h in hosts for pid in h.pids if (o := owner_of(pid, self._proc_root)) is not None]
+        unlimited = unlimited_containers(pods, owners, region_files, self._decode)
+        for u in unlimited:
+            self._warn_once(
+                f"unlimited {u.namespace}/{u.pod}/{u.container}",
+                f"Container {u.namespace}/{u.pod}/{u.container} runs {u.processes} GPU process(es) without "
+                f"HAMi-core ({u.reason}): its vGPU limits are not enforced",
+            )
         return NodeView(
             node=self.node,
             now=self._clock(),
-            hosts=tuple(self.hosts()),
+            hosts=hosts,
+            unlimited=tuple(unlimited),
             containers=tuple(containers),
             pod_labels=tuple(pod_labels(pods, self._allowlist)),
             migs=tuple(mig_devices(pods, self._decode_mig, self._pod_error)),
@@ -158,6 +173,7 @@ class MonitorCollector(Collector):
         return [
             *families.host_families(view, self._legacy),
             *families.container_families(view, self._legacy),
+            *families.unlimited_families(view),
             *families.mig_families(view, self._legacy),
             *families.pod_label_families(view),
             *families.self_families(view, counters, reasons.ALL, NVML_CALLS),

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from hami.core.nvml import CLOCK_EVENT_REASONS, RemappedRows, RetiredPages
 from hami.core.serve.families import Family
-from hami.exporter.attribution import ContainerView, MigView, PodLabels
+from hami.exporter.attribution import ContainerView, MigView, PodLabels, UnlimitedView
 
 ZONE = "vGPU"
 HOST_LABELS = ("node", "device_index", "device_uuid", "device_type", "zone")
@@ -58,6 +58,7 @@ class HostDevice:
     xid_errors: int = 0
     healthy: bool = True
     migs: tuple[MigIdentity, ...] = ()
+    pids: tuple[int, ...] = ()  # host PIDs of the compute processes NVML lists on the GPU
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ class NodeView:
     pod_labels: tuple[PodLabels, ...] = ()
     migs: tuple[MigView, ...] = ()
     regions: Mapping[str, int] = field(default_factory=dict)  # state -> count
+    unlimited: tuple[UnlimitedView, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -282,6 +284,22 @@ def container_families(view: NodeView, legacy: bool) -> list[Family]:
     return [*out, lused, llimit, ldesc, lutil, lkern] if legacy else out
 
 
+UNLIMITED_LABELS = ("namespace", "pod", "container", "node", "zone", "reason")
+
+
+def unlimited_families(view: NodeView) -> list[Family]:
+    """``hami_vgpu_unlimited_processes``: the guide's "GPU not limited" branch, counted."""
+    fam = _g(
+        "hami_vgpu_unlimited_processes",
+        "GPU processes of a container given HAMi vGPUs that run without HAMi-core (no memory or core "
+        "limit), by reason control_disabled/no_cache_dir/no_region",
+        UNLIMITED_LABELS,
+    )
+    for u in view.unlimited:
+        fam.add((u.namespace, u.pod, u.container, view.node, ZONE, u.reason), u.processes)
+    return [fam]
+
+
 MIG_LABELS = (*CTR_LABELS, "mig_uuid", "profile", "gpu_instance_id", "compute_instance_id")
 LEGACY_MIG = (*LEGACY_CTR, "instanceid")
 
@@ -355,6 +373,7 @@ def describe(legacy: bool, pod_labels: bool) -> list[Family]:
     return [
         *host_families(empty, legacy),
         *container_families(empty, legacy),
+        *unlimited_families(empty),
         info,
         *([linfo] if legacy else []),
         *([_pod_labels_family()] if pod_labels else []),

@@ -39,6 +39,7 @@ NVML_CALLS = (
     "nvmlDeviceGetRetiredPagesPendingStatus",
     "nvmlDeviceGetRemappedRows",
     "nvmlDeviceGetCurrentClocksEventReasons",
+    "nvmlDeviceGetComputeRunningProcesses",
     "nvmlDeviceGetMaxMigDeviceCount",
     "nvmlDeviceGetMigDeviceHandleByIndex",
     "nvmlDeviceGetGpuInstanceId",
@@ -96,6 +97,7 @@ class HostReader:
         util = self._try(errors, dev.utilization_rates)
         power = self._try(errors, dev.power_usage)
         migs = self._try(errors, dev.mig_devices) or []
+        procs = self._try(errors, dev.compute_running_processes) or []
         with self._lock:
             xids, healthy = self._xids[uuid], uuid not in self._unhealthy
         return HostDevice(
@@ -120,6 +122,7 @@ class HostReader:
                 MigIdentity(m.uuid, mig_profile(m.name), m.gpu_instance_id, m.compute_instance_id)
                 for m in migs
             ),
+            pids=tuple(p.pid for p in procs if p.pid > 0),
         )
 
     def start_xid_watch(self) -> None:
