@@ -23,21 +23,27 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from hami.core.devices import DeviceInfo
 from hami.scheduler.engine.decision import FilterConfig, commit, filter_pod
 from hami.scheduler.engine.nodes import NodeState
 from hami.scheduler.engine.ranking import Ranker
+from hami.scheduler.engine.requests import PodRequest, pod_request
 from hami.scheduler.engine.usage import DeviceShare, PodAllocation, UsageIndex
+from hami.testing.builders import dev, pod, res
+from hami.testing.enginestate import node_state
 
 A100 = "NVIDIA A100-SXM4-80GB"
+NVIDIA = FilterConfig().nvidia
 
 
 def bench_pod(uid: str, mem: int) -> dict[str, Any]:
-    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(mem), "nvidia.com/gpucores": "20"}
-    return {
-        "metadata": {"uid": uid, "namespace": "default", "name": uid},
-        "spec": {"containers": [{"name": "c", "resources": {"limits": limits}}]},
-    }
+    return pod(res(1, mem, 20), name=uid, uid=uid)
+
+
+def decode(pod: dict[str, Any]) -> PodRequest:
+    """The extender's one decode per filter call; timed with the filter, as it runs in /filter."""
+    request = pod_request(pod, NVIDIA)
+    assert request is not None
+    return request
 
 
 def cluster(n_nodes: int, seed: int = 7) -> tuple[list[NodeState], UsageIndex]:
@@ -48,20 +54,10 @@ def cluster(n_nodes: int, seed: int = 7) -> tuple[list[NodeState], UsageIndex]:
     for n in range(n_nodes):
         name = f"node-{n:05d}"
         devs = tuple(
-            DeviceInfo(
-                id=f"GPU-{n:05d}-{i}",
-                index=i,
-                count=10,
-                devmem=81920,
-                devcore=100,
-                type=A100,
-                numa=i // 4,
-                mode="hami-core",
-                health=rng.random() > 0.02,
-            )
+            dev(f"GPU-{n:05d}-{i}", 81920, index=i, type=A100, numa=i // 4, health=rng.random() > 0.02)
             for i in range(8)
         )
-        nodes.append(NodeState(name, devs))
+        nodes.append(node_state(name, *devs))
         for d in devs:
             roll = rng.random()
             shares: list[tuple[int, int]] = []
@@ -99,7 +95,7 @@ def steady_rounds(
     for i in range(rounds):
         pod = bench_pod(f"steady-{i}", 4096)
         start = time.perf_counter()
-        result = filter_pod(pod, nodes, index, None, cfg, ranks=ranks)
+        result = filter_pod(decode(pod), nodes, index, None, cfg, ranks=ranks)
         times.append(time.perf_counter() - start)
         commit(result, index, None)
         if previous is not None:
@@ -114,11 +110,12 @@ def measure(n_nodes: int, rounds: int) -> dict[str, float]:
     cfg = FilterConfig()
     ranks = Ranker()
     nodes, index = cluster(n_nodes)
-    cold = timed(lambda: filter_pod(bench_pod("warmup", 4096), nodes, index, None, cfg, ranks=ranks))
+    cold = timed(lambda: filter_pod(decode(bench_pod("warmup", 4096)), nodes, index, None, cfg, ranks=ranks))
     steady = steady_rounds(nodes, index, rounds, ranks)
     full = steady_rounds(nodes, index, rounds, None)
     shapes = [
-        timed(lambda i=i: filter_pod(bench_pod(f"shape-{i}", 1000 + i), nodes, index, None, cfg, ranks=ranks))
+        timed(lambda i=i: filter_pod(decode(bench_pod(f"shape-{i}", 1000 + i)), nodes, index, None, cfg,
+                                     ranks=ranks))
         for i in range(rounds)
     ]
     s50, s99 = percentiles(steady)

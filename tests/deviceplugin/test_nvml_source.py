@@ -13,8 +13,8 @@ from hami.core.nvml import EVENT_DOUBLE_BIT_ECC, NvmlError
 from hami.core.nvml.fake import FakeNvml
 from hami.deviceplugin.health import CHECKS, HealthState, XidPolicy
 from hami.deviceplugin.nvml_source import HealthChecker, read_gpu_facts
-from tests.deviceplugin.conftest import NVML_SPEC, U0, U1
-from tests.deviceplugin.kubelet import wait_for
+from hami.testing.pluginrig import NVML_SPEC, U0, U1
+from hami.testing.wait import wait_until
 
 
 def _spec(**dev0: Any) -> dict[str, Any]:
@@ -91,7 +91,7 @@ def test_registration_outcomes(nvml: FakeNvml, tmp_path: Path) -> None:
     c = Checked(nvml, XidPolicy(), tmp_path / "lock")
     c.checker.start()
     try:
-        wait_for(lambda: (U1, "registration_failed") in c.events, what="registration failure")
+        wait_until(lambda: (U1, "registration_failed") in c.events, what="registration failure")
         assert (U0, "not_supported") in c.events
         assert c.healthy() == {U0: True, U1: False}
     finally:
@@ -102,12 +102,12 @@ def test_event_kinds(nvml: FakeNvml, tmp_path: Path) -> None:
     c = Checked(nvml, XidPolicy(disabled=frozenset({48})), tmp_path / "lock")
     c.checker.start()
     try:
-        wait_for(lambda: nvml.calls.get("nvmlEventSetWait"), what="the loop waiting")
+        wait_until(lambda: nvml.calls.get("nvmlEventSetWait"), what="the loop waiting")
         nvml.inject_event(0, EVENT_DOUBLE_BIT_ECC, 0)
         nvml.inject_xid(0, 48)  # disabled by policy
         nvml.inject_xid(0, 31)  # always ignored
         nvml.inject_xid(1, 79)
-        wait_for(lambda: (U1, "xid_critical") in c.events, what="critical Xid")
+        wait_until(lambda: (U1, "xid_critical") in c.events, what="critical Xid")
         assert c.events == [
             (U0, "non_xid_skipped"),
             (U0, "xid_ignored"),
@@ -124,7 +124,7 @@ def test_a_failing_wait_marks_everything_unhealthy(nvml: FakeNvml, tmp_path: Pat
     c = Checked(nvml, XidPolicy(), tmp_path / "lock")
     c.checker.start()
     try:
-        wait_for(lambda: c.healthy() == {U0: False, U1: False}, what="all unhealthy")
+        wait_until(lambda: c.healthy() == {U0: False, U1: False}, what="all unhealthy")
         assert sorted(c.events) == [(U0, "wait_error"), (U1, "wait_error")]
     finally:
         c.checker.stop()
@@ -145,19 +145,19 @@ def test_opt_in_conditions_come_and_go_with_nvml(nvml: FakeNvml, tmp_path: Path)
     c = Checked(nvml, XidPolicy(), tmp_path / "lock", frozenset(CHECKS))
     c.checker.start()
     try:
-        wait_for(lambda: nvml.calls.get("nvmlDeviceGetTemperatureThreshold", 0) >= 4, what="two polls")
+        wait_until(lambda: nvml.calls.get("nvmlDeviceGetTemperatureThreshold", 0) >= 4, what="two polls")
         assert c.healthy() == {U0: True, U1: True} and c.events == []
         nvml.update(0, temperature=95)  # default slowdown threshold 90
         nvml.update(1, remap_failure=True, remapped_uncorrectable=2)
-        wait_for(lambda: c.healthy() == {U0: False, U1: False}, what="both unhealthy")
+        wait_until(lambda: c.healthy() == {U0: False, U1: False}, what="both unhealthy")
         assert _reasons(c, U0) == {"temperature_slowdown"} and _reasons(c, U1) == {"row_remap_failure"}
         nvml.update(0, temperature=87)  # below the threshold, not yet 5 C below: still unhealthy
         nvml.update(1, remap_failure=False, retired_pending=True)
-        wait_for(lambda: _reasons(c, U1) == {"retired_pages_pending"}, what="remap cleared, pages pending")
+        wait_until(lambda: _reasons(c, U1) == {"retired_pages_pending"}, what="remap cleared, pages pending")
         assert _reasons(c, U0) == {"temperature_slowdown"}
         nvml.update(0, temperature=80)
         nvml.update(1, retired_pending=False)
-        wait_for(lambda: c.healthy() == {U0: True, U1: True}, what="both recovered")
+        wait_until(lambda: c.healthy() == {U0: True, U1: True}, what="both recovered")
         assert c.events == [
             (U0, "temperature_slowdown"),
             (U1, "row_remap_failure"),
@@ -174,15 +174,15 @@ def test_a_lost_device_and_a_double_bit_ecc_event(nvml: FakeNvml, tmp_path: Path
     c = Checked(nvml, XidPolicy(), tmp_path / "lock", frozenset({"ecc", "device-lost"}))
     c.checker.start()
     try:
-        wait_for(lambda: nvml.calls.get("nvmlEventSetWait"), what="the loop waiting")
+        wait_until(lambda: nvml.calls.get("nvmlEventSetWait"), what="the loop waiting")
         nvml.update(1, lost=True)
         nvml.update(0, ecc_uncorrected=1)
         nvml.inject_event(0, EVENT_DOUBLE_BIT_ECC, 0)
-        wait_for(lambda: c.healthy() == {U0: False, U1: False}, what="both unhealthy")
+        wait_until(lambda: c.healthy() == {U0: False, U1: False}, what="both unhealthy")
         assert _reasons(c, U1) == {"device_lost"} and _reasons(c, U0) == {"ecc_double_bit"}
         nvml.update(1, lost=False)
         nvml.update(0, ecc_uncorrected=0)  # what a GPU reset does to the volatile counter
-        wait_for(lambda: c.healthy() == {U0: True, U1: True}, what="both back")
+        wait_until(lambda: c.healthy() == {U0: True, U1: True}, what="both back")
         assert (U0, "non_xid_skipped") not in c.events  # ECC opted in: the event counts
     finally:
         c.checker.stop()
@@ -194,7 +194,7 @@ def test_hamis_default_ignores_everything_but_xids(nvml: FakeNvml, tmp_path: Pat
     c = Checked(nvml, XidPolicy(), tmp_path / "lock")
     c.checker.start()
     try:
-        wait_for(lambda: nvml.calls.get("nvmlEventSetWait", 0) >= 3, what="the loop waiting")
+        wait_until(lambda: nvml.calls.get("nvmlEventSetWait", 0) >= 3, what="the loop waiting")
         assert "nvmlDeviceGetTemperatureThreshold" not in nvml.calls
         assert c.healthy()[U0]
         # U1 is gone: its event registration fails, which HAMi counts as unhealthy

@@ -21,7 +21,8 @@ from hami.deviceplugin.server import (
     register_with_kubelet,
     restart_delay,
 )
-from tests.deviceplugin.kubelet import FakeKubelet, wait_for
+from hami.testing.kubelet import FakeKubelet
+from hami.testing.wait import wait_until
 
 U0 = "GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec"
 U1 = "GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448"
@@ -197,7 +198,7 @@ def test_a_server_killed_again_and_again_is_served_again_then_given_up(tmp_path:
                 server._server.stop(0)  # type: ignore[union-attr]  # the gRPC core died under us
             if n == 7:
                 break
-            wait_for(lambda n=n: len(restarts) == n, what=f"restart {n}")  # type: ignore[misc]
+            wait_until(lambda n=n: len(restarts) == n, what=f"restart {n}")  # type: ignore[misc]
             channel, stub = kubelet.plugin("nvidia-gpu.sock")
             with channel:  # served again, and answering
                 assert len(next(stub.ListAndWatch(pb.Empty())).devices) == 4

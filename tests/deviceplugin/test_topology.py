@@ -5,23 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import requests
 from kubernetes import client
 
 from hami.core import annotations as ann
 from hami.core.codec.node_devices import decode_pair_scores
 from hami.core.codec.pod_devices import decode_pod_devices
-from hami.core.kube.options import KubeOptions
 from hami.core.nvml.fake import FakeNvml
 from hami.deviceplugin.api import deviceplugin_pb2 as pb
 from hami.deviceplugin.config import PluginConfig
 from hami.deviceplugin.nvml_source import read_links
 from hami.deviceplugin.topology import pair_scores
-from hami.scheduler.extender.daemon import Extender, Options
+from hami.testing.extender import create_pod, filter_pod, running
 from hami.testing.gpuboards import CUBE_MESH, board_uuid, nvlink_board, pcie_board
 from hami.testing.kubeapi import KubeAPIServer
-from tests.deviceplugin.conftest import NODE, Rig, start_rig
-from tests.deviceplugin.kubelet import wait_for
+from hami.testing.pluginrig import NODE, start_rig
+from hami.testing.wait import wait_until
 
 
 def _scores(spec: dict[str, Any]) -> tuple[dict[str, dict[str, int]], tuple[tuple[str, str], ...]]:
@@ -77,12 +75,12 @@ def test_the_plugin_writes_the_scores_and_warns_of_asymmetry(
     spec["devices"][6]["nvlinks"] = {2: 1, 4: 1, 5: 2}  # GPU 6 lost its link to GPU 7
     rig = start_rig(kube_api, kube_client, short_dir, spec=spec, topology=True)
     try:
-        text = wait_for(lambda: rig.node_annotations().get(ann.NODE_PAIR_SCORE), what="score annotation")
+        text = wait_until(lambda: rig.node_annotations().get(ann.NODE_PAIR_SCORE), what="score annotation")
         scores = decode_pair_scores(text)
         u = [board_uuid("nvlink", i) for i in range(8)]
         assert scores[u[2]][u[3]] == 250 and scores[u[6]][u[7]] == 0
         assert text.startswith(f'[{{"uuid":"{u[0]}","score":{{"{u[1]}":150,"{u[2]}":120,')
-        events = wait_for(
+        events = wait_until(
             lambda: [
                 e
                 for e in client.CoreV1Api(rig.kube_client).list_namespaced_event("default").items
@@ -93,13 +91,7 @@ def test_the_plugin_writes_the_scores_and_warns_of_asymmetry(
         assert events[0].type == "Warning" and events[0].involved_object.name == NODE
         assert f"from {u[6]} to {u[7]}" in events[0].message
     finally:
-        _stop(rig)
-
-
-def _stop(rig: Rig) -> None:
-    rig.manager.stop()
-    rig.kubelet.stop()
-    rig.pods.stop()
+        rig.stop()
 
 
 def test_a_two_gpu_topology_aware_pod_lands_on_a_linked_pair(
@@ -110,42 +102,30 @@ def test_a_two_gpu_topology_aware_pod_lands_on_a_linked_pair(
     # order), with scores only 2-3 is left with two NVLinks behind one PCIe switch.
     del spec["devices"][6]["nvlinks"][7], spec["devices"][7]["nvlinks"][6]
     cfg = PluginConfig(device_split_count=4)
-    rig = start_rig(kube_api, kube_client, short_dir, cfg, spec=spec, topology=True)
-    ext = Extender(
-        Options(
-            http_bind="127.0.0.1:0",
-            metrics_bind="127.0.0.1:0",
-            kube=KubeOptions(qps=-1, host=kube_api.url, timeout=5.0),
-            register_tick=0.2,
-            gc_freeze=False,
-        )
-    )
+    rig = start_rig(kube_api, kube_client, short_dir, cfg, spec, topology=True)
     try:
-        wait_for(lambda: rig.node_annotations().get(ann.NODE_PAIR_SCORE), what="score annotation")
-        ext.start()
-        wait_for(ext.state.synced.is_set, what="extender synced")
-        pod = kube_api.store.put(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "name": "trainer",
-                    "namespace": "default",
-                    "annotations": {ann.POD_GPU_SCHEDULER_POLICY: "topology-aware"},
+        wait_until(lambda: rig.node_annotations().get(ann.NODE_PAIR_SCORE), what="score annotation")
+        with running(kube_api) as ext:
+            pod = create_pod(
+                kube_api,
+                ext,
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": "trainer",
+                        "namespace": "default",
+                        "annotations": {ann.POD_GPU_SCHEDULER_POLICY: "topology-aware"},
+                    },
+                    "spec": {
+                        "containers": [
+                            {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "2"}}}
+                        ]
+                    },
+                    "status": {"phase": "Pending"},
                 },
-                "spec": {
-                    "containers": [
-                        {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "2"}}}
-                    ]
-                },
-                "status": {"phase": "Pending"},
-            }
-        )
-        wait_for(lambda: ext.state.get_pod("default", "trainer"), what="pod in the extender's cache")
-        assert ext.http is not None
-        reply = requests.post(
-            ext.http.url + "/filter", json={"Pod": pod, "NodeNames": [NODE]}, timeout=30
-        ).json()
+            )
+            reply = filter_pod(ext, pod, [NODE])
         assert reply["NodeNames"] == [NODE], reply
         stored = kube_api.store.get("pods", "trainer", "default")
         assert stored is not None
@@ -154,8 +134,7 @@ def test_a_two_gpu_topology_aware_pod_lands_on_a_linked_pair(
         a, b = sorted(index[d.uuid] for d in chosen)
         assert (a, b) == (2, 3) and CUBE_MESH[a][b] == 2
     finally:
-        ext.stop()
-        _stop(rig)
+        rig.stop()
 
 
 def test_numa_nodes_reach_the_kubelet_with_enable_numa_topology(
@@ -170,4 +149,4 @@ def test_numa_nodes_reach_the_kubelet_with_enable_numa_topology(
         numa = {d.ID: [n.ID for n in d.topology.nodes] for d in devices}
         assert numa == {f"{board_uuid('pcie', i)}-{r}": [i // 2] for i in range(4) for r in range(2)}
     finally:
-        _stop(rig)
+        rig.stop()

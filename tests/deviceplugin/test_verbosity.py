@@ -3,8 +3,8 @@ and -v=5 (every device and how a kubelet device ID maps to a GPU UUID), line by 
 
 from __future__ import annotations
 
-import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,17 +15,12 @@ from kubernetes import client
 from hami.core import annotations as ann
 from hami.deviceplugin.api import deviceplugin_pb2 as pb
 from hami.testing.kubeapi import KubeAPIServer
-from hami.testing.processes import ProcessGroup, log_tail, wait_until
-from tests.deviceplugin.conftest import NODE, NVML_SPEC, U0, U1
-from tests.deviceplugin.kubelet import FakeKubelet
+from hami.testing.kubelet import FakeKubelet
+from hami.testing.pluginrig import NODE, NVML_SPEC, U0, U1
+from hami.testing.processes import Daemon, python_env
 
-ROOT = Path(__file__).resolve().parents[2]
 KLOG = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d{6} +\d+ [\w.]+:\d+\] (.*)$")
 TO_ALLOCATE = f"{U1},NVIDIA,3000,30:;"
-
-
-def _messages(log: Path) -> list[str]:
-    return [m.group(2) for m in map(KLOG.match, log_tail(log, 1 << 22).splitlines()) if m]
 
 
 def _run(level: int, api: KubeAPIServer, kube: Any, kubeconfig: Path, directory: Path) -> list[str]:
@@ -37,18 +32,16 @@ def _run(level: int, api: KubeAPIServer, kube: Any, kubeconfig: Path, directory:
     (directory / "config.yaml").write_text("nvidia:\n  deviceSplitCount: 10\n")
     kubelet = FakeKubelet(directory)
     kubelet.start()
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "NODE_NAME": NODE}
-    group = ProcessGroup(directory / "logs", env)
-    child = group.python(
-        "plugin",
-        "hami.deviceplugin",
+    daemon = Daemon(
         [
+            sys.executable, "-m", "hami.deviceplugin",
             f"--kubeconfig={kubeconfig}", "--nvml=fake", f"--fake-nvml-spec={spec}",
             f"--device-plugin-path={directory}", f"--config-file={directory / 'config.yaml'}",
             "--node-config-file=", f"--hook-path={directory / 'hook'}",
             f"--vgpu-lock-dir={directory / 'lock'}", f"--mig-apply-lock={directory / 'mig.lock'}",
             "--metrics-bind-address=127.0.0.1:0", f"-v={level}",
         ],
+        python_env(NODE_NAME=NODE),
     )  # fmt: skip
     try:
         kubelet.next_registration()
@@ -68,16 +61,18 @@ def _run(level: int, api: KubeAPIServer, kube: Any, kubeconfig: Path, directory:
                 "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "cuda"}]},
             },
         )
+        # locked for p1 as the scheduler leaves it: Allocate reads the pod even before its informer has it
+        lock = {ann.NODE_LOCK: "2026-08-21T06:20:39Z,default,p1"}
+        core.patch_node(NODE, {"metadata": {"annotations": lock}})
         channel, stub = kubelet.plugin("nvidia-gpu.sock")
         with channel:
             assert len(next(stub.ListAndWatch(pb.Empty())).devices) == 20
-            wait_until(lambda: "p1" in str(core.list_namespaced_pod("default").items), 30, "pod")
             request = pb.ContainerAllocateRequest(devices_ids=[f"{U1}-7"])
             stub.Allocate(pb.AllocateRequest(container_requests=[request]))
     finally:
-        assert group.stop() == {"plugin": 0}, log_tail(child.log)
+        assert daemon.stop() == 0, daemon.log()
         kubelet.stop()
-    return _messages(child.log)
+    return [m.group(2) for m in map(KLOG.match, daemon.lines) if m]
 
 
 @pytest.mark.parametrize("level", [4, 5])

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from hami.testing.doctorcluster import codes, hami_node, run_json, scheduler_pod
 from hami.testing.kubeapi import KubeAPIServer
-from tests.doctor.cluster import codes, node, run_json, scheduler_pod
 
 UID = "7c1e7f0a-3b2d-4c5e-8f90-a1b2c3d4e5f6"
 GPU = "GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec"
@@ -101,7 +101,7 @@ def test_the_walk_stops_at_the_first_broken_step(
     make, env, exit_code, expected = CASES[case]
     hook = tmp_path / "hook"
     make(hook)
-    for obj in (scheduler_pod(), node("gpu-node-01"), running_pod(env)):
+    for obj in (scheduler_pod(), hami_node("gpu-node-01"), running_pod(env)):
         api.store.put(obj)
     code, doc = run_json(kube_config_file, "pod", "ml/trainer", "--hook-path", str(hook))
     (limits,) = [s for s in doc["sections"] if s["title"] == "pod ml/trainer: GPU limits"]
@@ -118,7 +118,7 @@ def test_a_pending_pod_gets_no_gpu_limit_walk(
     api: KubeAPIServer, kube_config_file: Path, tmp_path: Path
 ) -> None:
     node_files(tmp_path / "hook", library=None)
-    for obj in (scheduler_pod(), node("gpu-node-01"), running_pod(phase="Pending")):
+    for obj in (scheduler_pod(), hami_node("gpu-node-01"), running_pod(phase="Pending")):
         api.store.put(obj)
     _, doc = run_json(kube_config_file, "pod", "ml/trainer", "--hook-path", str(tmp_path / "hook"))
     assert [s["title"] for s in doc["sections"]] == ["pod ml/trainer"]

@@ -3,7 +3,6 @@ when monitor data is missing) and -v=5 (every GPU and container device, UUID by 
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from pathlib import Path
@@ -14,8 +13,9 @@ import requests
 import yaml
 
 from hami.testing.kubeapi import KubeAPIServer
-from hami.testing.processes import ProcessGroup, log_tail, wait_until
+from hami.testing.processes import Daemon, python_env
 from hami.testing.regions import MEM_DATA, RegionWriter
+from hami.testing.wait import wait_until
 
 NODE = "node-1"
 GPU0 = "GPU-00000000-1111-2222-3333-444444444444"
@@ -33,15 +33,6 @@ def _pod(name: str, uid: str, allocated: str = "") -> dict[str, Any]:
         "spec": {"nodeName": NODE, "containers": [{"name": "main"}]},
         "status": {"phase": "Running"},
     }
-
-
-def _messages(log: Path) -> list[str]:
-    out = []
-    for line in log_tail(log, 1 << 22).splitlines():
-        m = KLOG.match(line)
-        if m:
-            out.append(m.group(2))
-    return out
 
 
 @pytest.fixture
@@ -70,41 +61,28 @@ def node(kube_api: KubeAPIServer, tmp_path: Path) -> Any:
     writer.close()
 
 
-def _run(level: int, hook: Path, spec: Path, kubeconfig: Path, logs: Path) -> list[str]:
+def _run(level: int, hook: Path, spec: Path, kubeconfig: Path) -> list[str]:
     """Start the monitor at ``-v=level``, scrape once it has both pods, return its log messages."""
-    env = {
-        **os.environ,
-        "NODE_NAME": NODE,
-        "HOOK_PATH": str(hook),
-        "HAMI_NVML": "fake",
-        "HAMI_FAKE_NVML_SPEC": str(spec),
-        "PYTHONPATH": os.pathsep.join(sys.path),
-    }
-    group = ProcessGroup(logs, env)
-    child = group.python(
-        f"monitor-v{level}",
-        "hami.exporter",
-        ["--kubeconfig", str(kubeconfig), "--metrics-bind-address", "127.0.0.1:0", f"-v={level}"],
-    )
+    env = python_env(NODE_NAME=NODE, HOOK_PATH=str(hook), HAMI_NVML="fake", HAMI_FAKE_NVML_SPEC=str(spec))
+    argv = ["--kubeconfig", str(kubeconfig), "--metrics-bind-address", "127.0.0.1:0", f"-v={level}"]
+    daemon = Daemon([sys.executable, "-m", "hami.exporter", *argv], env)
     try:
-        wait_until(lambda: any("Serving metrics on" in m for m in _messages(child.log)), 60, "the server",
-                   group.check_alive)  # fmt: skip
-        url = next(m for m in _messages(child.log) if "Serving metrics on" in m).rsplit(" ", 1)[1]
+        url = daemon.wait_for_line(r"Serving metrics on (\S+)").group(1) + "/metrics"
 
         def both_pods() -> bool:
-            return requests.get(url + "/metrics", timeout=10).text.count("hami_vgpu_memory_limit_bytes{") == 2
+            return requests.get(url, timeout=10).text.count("hami_vgpu_memory_limit_bytes{") == 2
 
         wait_until(both_pods, 60, "both pods in a scrape")
     finally:
-        assert group.stop() == {f"monitor-v{level}": 0}
-    return _messages(child.log)
+        assert daemon.stop() == 0, daemon.log()
+    return [m.group(2) for m in map(KLOG.match, daemon.lines) if m]
 
 
 def test_v4_says_what_each_collection_and_rescan_found(
     node: Any, kube_config_file: Path, tmp_path: Path
 ) -> None:
     hook, spec = node
-    messages = _run(4, hook, spec, kube_config_file, tmp_path / "logs")
+    messages = _run(4, hook, spec, kube_config_file)
     assert "Starting to collect metrics for vGPUMonitor" in messages
     finished = [m for m in messages if m.startswith("Finished collecting metrics for vGPUMonitor")]
     assert re.fullmatch(
@@ -122,7 +100,7 @@ def test_v4_says_what_each_collection_and_rescan_found(
 
 def test_v5_names_every_gpu_and_container_device(node: Any, kube_config_file: Path, tmp_path: Path) -> None:
     hook, spec = node
-    messages = _run(5, hook, spec, kube_config_file, tmp_path / "logs")
+    messages = _run(5, hook, spec, kube_config_file)
     assert (
         f"Container team-a/trainer/main vdevice 0: uuid {GPU0}, used {512 * MIB} of {4 << 30} bytes, "
         "SM 0% of 30% (region)"
@@ -141,7 +119,7 @@ def test_default_verbosity_keeps_collection_details_out(
     node: Any, kube_config_file: Path, tmp_path: Path
 ) -> None:
     hook, spec = node
-    messages = _run(0, hook, spec, kube_config_file, tmp_path / "logs")
+    messages = _run(0, hook, spec, kube_config_file)
     assert "Serving metrics on" in " ".join(messages)
     detail = ("Starting to collect", "Finished collecting", "Checking path", "Updated container", "Container")
     assert not [m for m in messages if m.startswith(detail)]

@@ -13,22 +13,15 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OM_TYPE
 from prometheus_client.openmetrics.exposition import generate_latest as om_latest
 from prometheus_client.parser import text_string_to_metric_families
-from tests.scheduler.extender_env import (
-    bind_pod,
-    create_pod,
-    filter_pod,
-    gpu_node,
-    gpu_pod,
-    running,
-    wait_until,
-)
-from tests.scheduler.test_extender_mig import mig_node
 
 from hami.core.codec.mig import decode_mig_allocations, encode_mig_allocations
 from hami.core.serve.families import Family, TextRenderer, to_metric
 from hami.scheduler.extender.collector import state_families
 from hami.scheduler.extender.daemon import Extender
+from hami.testing.builders import gpu_node, gpu_pod, mig_node
+from hami.testing.extender import bind_pod, create_pod, filter_pod, running
 from hami.testing.kubeapi import KubeAPIServer
+from hami.testing.wait import wait_until
 
 MIG_KEY = "hami.io/vgpu-mig-allocations"
 

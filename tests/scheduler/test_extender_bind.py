@@ -9,23 +9,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import requests
-from tests.scheduler.extender_env import (
-    bind_pod,
-    create_pod,
-    events_for,
-    filter_pod,
-    gpu_node,
-    gpu_pod,
-    metrics_text,
-    running,
-    url,
-    wait_until,
-)
 
 from hami.core.codec.nodelock import NodeLock, format_node_lock
 from hami.core.codec.pod_devices import decode_pod_devices
 from hami.core.kube.options import KubeOptions
+from hami.testing.builders import gpu_node, gpu_pod
+from hami.testing.extender import bind_pod, create_pod, events_for, filter_pod, metrics_text, running, url
 from hami.testing.kubeapi import KubeAPIServer
+from hami.testing.wait import wait_until
 
 LOCK = "hami.io/mutex.lock"
 
@@ -241,7 +232,7 @@ def test_webhook_sets_exclusive_cores_and_scheduler_name(kube_api: KubeAPIServer
         pod["spec"]["containers"][0]["securityContext"] = {"privileged": True}
         r = requests.post(url(ext, "/webhook"), json=review, timeout=10)
         assert r.json()["response"]["allowed"] is False
-        assert r.json()["response"]["status"]["message"] == "container c is privileged"
+        assert r.json()["response"]["status"]["message"] == "container c0 is privileged"
 
 
 def test_two_replicas_only_the_lease_holder_binds(kube_api: KubeAPIServer) -> None:

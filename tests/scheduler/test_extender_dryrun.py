@@ -7,19 +7,11 @@ from typing import Any
 
 import requests
 from prometheus_client.parser import text_string_to_metric_families
-from tests.scheduler.extender_env import (
-    create_pod,
-    events_for,
-    filter_pod,
-    gpu_node,
-    gpu_pod,
-    metrics_text,
-    running,
-    url,
-)
-from tests.scheduler.test_simulate import quota_snapshot
 
 from hami.scheduler.extender.daemon import Extender
+from hami.testing.builders import gpu_node, gpu_pod
+from hami.testing.enginestate import quota_snapshot
+from hami.testing.extender import create_pod, events_for, filter_pod, metrics_text, running, url
 from hami.testing.kubeapi import KubeAPIServer
 
 Obj = dict[str, Any]

@@ -4,22 +4,13 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from tests.scheduler.extender_env import (
-    bind_pod,
-    create_pod,
-    events_for,
-    filter_pod,
-    gpu_node,
-    gpu_pod,
-    metrics_text,
-    running,
-    wait_until,
-)
-
 from hami.core.codec.handshake import format_requesting
 from hami.core.codec.nodelock import is_owned_by
 from hami.core.codec.pod_devices import decode_pod_devices
+from hami.testing.builders import gpu_node, gpu_pod
+from hami.testing.extender import bind_pod, create_pod, events_for, filter_pod, metrics_text, running
 from hami.testing.kubeapi import KubeAPIServer
+from hami.testing.wait import wait_until
 
 
 def test_filter_bind_writes_annotations_lock_binding_and_events(kube_api: KubeAPIServer) -> None:

@@ -8,18 +8,11 @@ from collections.abc import Iterator
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from tests.scheduler.extender_env import (
-    bind_pod,
-    create_pod,
-    filter_pod,
-    gpu_node,
-    gpu_pod,
-    metrics_text,
-    running,
-)
 
 from hami.scheduler.extender import events
 from hami.scheduler.extender.daemon import Extender
+from hami.testing.builders import gpu_node, gpu_pod
+from hami.testing.extender import bind_pod, create_pod, filter_pod, metrics_text, running
 from hami.testing.kubeapi import KubeAPIServer
 
 MIB = 1048576

@@ -3,26 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
-
-from tests.scheduler.builders import mig_dev
-from tests.scheduler.extender_env import create_pod, filter_pod, gpu_pod, metrics_text, running, wait_until
 
 from hami.core.codec.mig import decode_mig_allocations, encode_mig_allocations
-from hami.core.codec.node_devices import encode_node_devices
 from hami.core.codec.pod_devices import decode_pod_devices
 from hami.core.devices import MigPlacement
+from hami.testing.builders import gpu_pod, mig_node
+from hami.testing.extender import create_pod, filter_pod, metrics_text, running
 from hami.testing.kubeapi import KubeAPIServer
-
-
-def mig_node(name: str) -> dict[str, Any]:
-    register = encode_node_devices([mig_dev(f"GPU-{name}-0")])
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "annotations": {"hami.io/node-nvidia-register": register}},
-        "status": {"allocatable": {"nvidia.com/gpu": "7"}},
-    }
+from hami.testing.wait import wait_until
 
 
 def test_mig_node_gets_a_pod_with_decodable_mig_allocations(kube_api: KubeAPIServer) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from hami.core import annotations as ann
 from hami.core.kube import errors, patches, raw
+from hami.core.objects import annotations_of, resource_version
 
 Obj = dict[str, Any]
 
@@ -54,18 +55,9 @@ class NodeOps:
             if "," in value and not value.endswith(suffix):
                 return False
             try:
-                self.patch_node_annotations(
-                    node, {ann.NODE_LOCK: None}, obj["metadata"].get("resourceVersion")
-                )
+                self.patch_node_annotations(node, {ann.NODE_LOCK: None}, resource_version(obj))
                 return True
             except errors.Conflict as exc:
                 last = exc
         raise RuntimeError(f"failed to release node lock on {node}: {last}")
 
-
-def annotations_of(obj: Obj) -> dict[str, str]:
-    return dict(obj.get("metadata", {}).get("annotations") or {})
-
-
-def resource_version(obj: Obj) -> str:
-    return str(obj.get("metadata", {}).get("resourceVersion", ""))

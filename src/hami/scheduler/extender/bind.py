@@ -9,16 +9,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from hami.core import annotations as ann
 from hami.core import klog
-from hami.core.codec.nodelock import CONTENTION, format_go_duration
+from hami.core.codec.nodelock import CONTENTION
+from hami.core.duration import format_duration
 from hami.core.kube import errors, raw
 from hami.core.kube.events import ObjectRef
 from hami.core.kube.patches import patch_pod_metadata
-from hami.scheduler.engine.requests import container_request
+from hami.core.objects import labels_of
+from hami.scheduler.engine.requests import pod_request
 from hami.scheduler.extender.events import PodEvents
 from hami.scheduler.extender.nodelock import NodeLocker, NodeLockError
 from hami.scheduler.extender.state import ClusterState
@@ -36,28 +37,13 @@ class BindArgs:
     node: str
 
 
-def requests_gpus(pod: Mapping[str, Any], state: ClusterState) -> bool:
-    """HAMi's NVIDIA ``LockNode`` condition: some regular (not init) container asks for GPUs."""
-    containers = (pod.get("spec") or {}).get("containers") or []
-    return any(container_request(c, state.nvidia) is not None for c in containers if isinstance(c, Mapping))
-
-
 def _pod_group(pod: Mapping[str, Any]) -> bool:
     """PodGroup member (§2.1): the pod-group label or ``spec.schedulingGroup.podGroupName``."""
-    labels = (pod.get("metadata") or {}).get("labels") or {}
+    labels = labels_of(pod)
     group = (pod.get("spec") or {}).get("schedulingGroup") or {}
     return bool(labels.get(ann.POD_GROUP_LABEL)) or (
         isinstance(group, Mapping) and bool(group.get("podGroupName"))
     )
-
-
-def go_seconds(seconds: float) -> str:
-    """Go ``Duration.String()`` of a flag value: ``28s``, ``500ms``, ``1m30s``, ``1.5s``."""
-    if 0 < seconds < 1:
-        return f"{seconds * 1000:g}ms"
-    if seconds < 60 and seconds != int(seconds):
-        return f"{seconds:g}s"
-    return format_go_duration(timedelta(seconds=seconds))
 
 
 class Binder:
@@ -117,8 +103,9 @@ class Binder:
             self.state.drop_reservation(args.pod_uid)
             return f'node "{args.node}" not found'
         locked = False
+        request = pod_request(pod, self.state.nvidia)
         try:
-            if requests_gpus(pod, self.state):
+            if request is not None and request.locks_node:
                 self._lock(args, pod)
                 locked = True
             phase = time.monotonic()
@@ -175,7 +162,7 @@ class Binder:
                         raise
                     if time.monotonic() >= deadline:
                         raise NodeLockError(
-                            f"timed out after {go_seconds(self.lock_retry_timeout)} waiting for node "
+                            f"timed out after {format_duration(self.lock_retry_timeout)} waiting for node "
                             f"{args.node} to be unlocked: {CONTENTION}",
                             contention=True,
                         ) from err
@@ -196,5 +183,5 @@ class Binder:
                 args.pod_namespace,
                 args.pod_name,
                 err,
-                self.locker.timeout,
+                format_duration(self.locker.timeout),
             )

@@ -22,12 +22,13 @@ from prometheus_client.registry import Collector
 
 from hami.core import annotations as ann
 from hami.core.kube.metrics import kube_metrics
+from hami.core.objects import annotations_of, name_of
 from hami.core.serve import build_info
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor, describe_families
 from hami.core.serve.families import Family, TextRenderer, declared_metric, to_metric
 from hami.scheduler.engine.usage import PodAllocation
 from hami.scheduler.extender.metrics import SchedulerMetrics
-from hami.scheduler.extender.state import NODE_STATES, ClusterState, annotations_of, meta_field
+from hami.scheduler.extender.state import NODE_STATES, ClusterState
 
 MIB = 1048576
 ZONE = "vGPU"
@@ -238,7 +239,7 @@ class StateCollector(Collector):
             states.add((st,), float(n))
         for node in self.state.node_informer.list():
             if ann.NODE_LOCK in annotations_of(node):
-                held.add((meta_field(node, "name"),), 1.0)
+                held.add((name_of(node),), 1.0)
         return (leader, synced, pending, states, ages, held)
 
     def _allocations(self) -> list[Family]:

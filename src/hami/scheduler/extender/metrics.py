@@ -59,7 +59,6 @@ LOCK_EXPIRY_CAUSES: Final = ("expired", "owner_gone")
 DECODE_SOURCES: Final = (
     "node_register",
     "node_pair_score",
-    "node_cordon",
     "pod_devices",
     "pod_mig_allocations",
 )
@@ -139,7 +138,7 @@ class SchedulerMetrics:
         self.decode_errors = Counter(
             "hami_scheduler_decode_errors_total",
             "Annotations that failed to decode and were skipped, by source "
-            "(node_register, node_pair_score, node_cordon, pod_devices, pod_mig_allocations).",
+            "(node_register, node_pair_score, pod_devices, pod_mig_allocations).",
             ["source"],
             registry=registry,
         )

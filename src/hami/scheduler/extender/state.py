@@ -21,11 +21,12 @@ from hami.core.codec.mig import decode_mig_allocations
 from hami.core.codec.pod_devices import decode_pod_devices
 from hami.core.devices import MigAllocation
 from hami.core.kube.informer import Informer
+from hami.core.objects import annotations_of, metadata_of, name_of, namespace_of, uid_of
 from hami.scheduler.engine.device_config import NvidiaConfig
 from hami.scheduler.engine.mig import unreserved
 from hami.scheduler.engine.nodes import NodeState
 from hami.scheduler.engine.quota import QuotaManager
-from hami.scheduler.engine.requests import pod_requests
+from hami.scheduler.engine.requests import pod_request
 from hami.scheduler.engine.usage import PodAllocation, UsageIndex, collapse_init_containers
 from hami.scheduler.extender.metrics import SchedulerMetrics
 
@@ -51,17 +52,6 @@ class NodeRecord:
     node: NodeState | None = None
     error: str = ""
     reported_gpus: int = 0  # HAMi's ReportedGPUNum
-
-
-def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    meta = obj.get("metadata")
-    annos = meta.get("annotations") if isinstance(meta, Mapping) else None
-    return annos if isinstance(annos, Mapping) else {}
-
-
-def meta_field(obj: Mapping[str, Any], key: str) -> str:
-    meta = obj.get("metadata")
-    return str(meta.get(key, "")) if isinstance(meta, Mapping) else ""
 
 
 def _init_done(pod: Mapping[str, Any]) -> bool:
@@ -137,8 +127,7 @@ class ClusterState:
         for pod in self.pod_informer.list():
             if (pod.get("status") or {}).get("phase") != "Pending":
                 continue
-            reqs, _ = pod_requests(pod, self.nvidia)
-            if any(r is not None for r in reqs):
+            if pod_request(pod, self.nvidia) is not None:
                 count += 1
         return count
 
@@ -152,7 +141,7 @@ class ClusterState:
     # --- informer handlers ----------------------------------------------------------------
 
     def _node_event(self, obj: Obj) -> None:
-        name = meta_field(obj, "name")
+        name = name_of(obj)
         if name:
             with self._work_lock:
                 self._dirty.add(name)
@@ -181,7 +170,7 @@ class ClusterState:
         text = annos.get(ann.POD_DEVICES_ALLOCATED)
         if not node or text is None:
             return None
-        uid = meta_field(pod, "uid")
+        uid = uid_of(pod)
         try:
             devices = decode_pod_devices(text)
         except CodecError as err:
@@ -190,8 +179,8 @@ class ClusterState:
                 self._logged.add(uid)
                 log.warning(
                     "pod %s/%s: skipping undecodable %s: %s",
-                    meta_field(pod, "namespace"),
-                    meta_field(pod, "name"),
+                    namespace_of(pod),
+                    name_of(pod),
                     ann.POD_DEVICES_ALLOCATED,
                     err,
                 )
@@ -203,7 +192,7 @@ class ClusterState:
         shares = collapse_init_containers(devices, n_init, app_only=app_only)
         mig = self._mig_allocations(pod, uid)
         return PodAllocation(
-            uid, meta_field(pod, "namespace"), meta_field(pod, "name"), node, shares, mig,
+            uid, namespace_of(pod), name_of(pod), node, shares, mig,
             unreserved(devices, mig),
         )
 
@@ -221,7 +210,7 @@ class ClusterState:
                 self._logged.add(uid)
                 log.warning(
                     "pod %s/%s: ignoring undecodable %s: %s",
-                    meta_field(pod, "namespace"), meta_field(pod, "name"), ann.POD_MIG_ALLOCATIONS, err,
+                    namespace_of(pod), name_of(pod), ann.POD_MIG_ALLOCATIONS, err,
                 )
             return ()
 
@@ -229,12 +218,12 @@ class ClusterState:
         self._pod_update(pod, pod)
 
     def _pod_update(self, _old: Obj, pod: Obj) -> None:
-        uid = meta_field(pod, "uid")
+        uid = uid_of(pod)
         phase = (pod.get("status") or {}).get("phase")
         if phase in ("Succeeded", "Failed"):
             self._pod_delete(pod)
             return
-        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        if metadata_of(pod).get("deletionTimestamp"):
             return  # terminating: keep its usage until it is gone
         alloc = self._allocation(pod)
         if alloc is None:
@@ -251,7 +240,7 @@ class ClusterState:
             self.quotas.add_usage(alloc.namespace, alloc.shares)
 
     def _pod_delete(self, pod: Obj) -> None:
-        uid = meta_field(pod, "uid")
+        uid = uid_of(pod)
         self._released.discard(uid)
         self._logged.discard(uid)
         self.drop_reservation(uid)
