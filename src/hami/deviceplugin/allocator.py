@@ -130,6 +130,8 @@ def to_pb(alloc: ContainerAllocation) -> pb.ContainerAllocateResponse:
         resp.devices.append(
             pb.DeviceSpec(container_path=d.container_path, host_path=d.host_path, permissions=d.permissions)
         )
+    resp.annotations.update(alloc.annotations)
+    resp.cdi_devices.extend(pb.CDIDevice(name=name) for name in alloc.cdi_devices)
     return resp
 
 
@@ -220,8 +222,7 @@ class Allocator:
         for ids in requests:
             check_kubelet_ids(ids, known, self.cfg)
             if is_mig_request(ids):
-                envs, _ = base_response(ids, self._opts, {})
-                responses.append(pb.ContainerAllocateResponse(envs=envs))
+                responses.append(to_pb(base_response(ids, self._opts, {}, str(uuid.uuid4()))))
                 continue
             idx, devreq, pending = pop_next_container(pending)
             check_count(devreq, ids)

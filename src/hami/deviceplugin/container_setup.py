@@ -7,11 +7,12 @@ annotation and the facts about the host it needs (whether a versioned libvgpu or
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hami.core.devices import MODE_MIG, ContainerDevice, ContainerDevices, PodDevices
 from hami.core.hamicore import CONTAINER_LOCK_DIR, HostLayout, control_disabled
+from hami.deviceplugin.cdi import ANNOTATION_PREFIX, ENVVAR, device_list_edits
 from hami.deviceplugin.config import PluginConfig
 from hami.deviceplugin.inventory import physical_device_id
 
@@ -140,6 +141,8 @@ class RuntimeOptions:
     gds: bool = False
     mofed: bool = False
     imex_channel_ids: tuple[int, ...] = ()
+    list_strategies: tuple[str, ...] = (ENVVAR,)  # --device-list-strategy
+    cdi_annotation_prefix: str = ANNOTATION_PREFIX
 
 
 @dataclass(frozen=True)
@@ -154,18 +157,22 @@ class ContainerAllocation:
     mounts: tuple[MountSpec, ...]
     cache_dir: str | None  # to prepare on the host; None in MIG mode
     devices: tuple[DeviceNode, ...] = ()
+    annotations: dict[str, str] = field(default_factory=dict)
+    cdi_devices: tuple[str, ...] = ()
 
 
 def base_response(
-    uuids: Sequence[str], opts: RuntimeOptions, gpus: Mapping[str, GpuRef]
-) -> tuple[dict[str, str], tuple[DeviceNode, ...]]:
-    """NVIDIA's part of the response: visible devices, feature envs, optional device nodes."""
+    uuids: Sequence[str], opts: RuntimeOptions, gpus: Mapping[str, GpuRef], response_id: str = ""
+) -> ContainerAllocation:
+    """NVIDIA's part of the response: the device list by ``--device-list-strategy``, feature envs,
+    optional device nodes. ``response_id`` names the CDI annotation (one per container response)."""
     unique = list(dict.fromkeys(uuids))
-    if opts.id_strategy == "index":
-        visible = ",".join(str(gpus[u].index) for u in unique if u in gpus)
-    else:
-        visible = ",".join(unique)
-    envs = {"NVIDIA_VISIBLE_DEVICES": visible}
+    by_index = opts.id_strategy == "index"
+    ids = [str(gpus[u].index) for u in unique if u in gpus] if by_index else unique
+    edits = device_list_edits(
+        opts.list_strategies, ids, opts.imex_channel_ids, response_id or "0", opts.cdi_annotation_prefix
+    )
+    envs = dict(edits.envs)
     if opts.imex_channel_ids:
         envs["NVIDIA_IMEX_CHANNELS"] = ",".join(str(c) for c in opts.imex_channel_ids)
     for flag, name in (
@@ -183,7 +190,8 @@ def base_response(
             for u in unique
             if u in gpus
         )
-    return envs, nodes
+    mounts = tuple(MountSpec(c, h, True) for c, h in edits.mounts)
+    return ContainerAllocation(envs, mounts, None, nodes, edits.annotations, edits.cdi_devices)
 
 
 def build_container_allocation(
@@ -200,9 +208,10 @@ def build_container_allocation(
     gpus: Mapping[str, GpuRef] | None = None,
 ) -> ContainerAllocation:
     """The env vars, mounts and device nodes of spec §C.7 for one container, in HAMi's order."""
-    envs, nodes = base_response([d.uuid for d in devreq], opts or RuntimeOptions(), gpus or {})
+    base = base_response([d.uuid for d in devreq], opts or RuntimeOptions(), gpus or {}, cache_id)
     if cfg.operating_mode == MODE_MIG:
-        return ContainerAllocation(envs, (), None, nodes)
+        return base
+    envs = base.envs
     for i, dev in enumerate(devreq):
         envs[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{dev.usedmem}m"
     envs["CUDA_DEVICE_SM_LIMIT"] = str(devreq[0].usedcores)  # the first device only, as HAMi
@@ -215,6 +224,7 @@ def build_container_allocation(
         envs["GPU_CORE_UTILIZATION_POLICY"] = "disable"
     cache_dir = layout.cache_dir(pod_uid, str(container.get("name", "")))
     mounts = [
+        *base.mounts,
         MountSpec(f"{layout.vgpu_dir}/libvgpu.so", lib_host_path, True),
         MountSpec(layout.vgpu_dir, cache_dir, False),
         MountSpec(CONTAINER_LOCK_DIR, layout.lock_dir, False),
@@ -224,7 +234,7 @@ def build_container_allocation(
     if license_present:
         mounts.append(MountSpec("/tmp/license", layout.license_path, True))
         mounts.append(MountSpec("/usr/bin/vgpuvalidator", f"{layout.vgpu_dir}/vgpuvalidator", True))
-    return ContainerAllocation(envs, tuple(mounts), cache_dir, nodes)
+    return replace(base, mounts=tuple(mounts), cache_dir=cache_dir)
 
 
 @dataclass(frozen=True)

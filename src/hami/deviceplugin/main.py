@@ -26,6 +26,7 @@ from hami.core.kube.informer import Informer
 from hami.core.kube.options import add_kube_flags, from_args
 from hami.core.nvml import NvmlError, open_nvml
 from hami.core.serve import add_web_config_flag, build_info, serve_metrics
+from hami.deviceplugin.cdi import ANNOTATION_PREFIX, ENVVAR, parse_strategies
 from hami.deviceplugin.config import ConfigError, PluginConfig, load_config
 from hami.deviceplugin.container_setup import RuntimeOptions
 from hami.deviceplugin.health import parse_health_checks, parse_xid_policy
@@ -52,6 +53,13 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"not a boolean: {text!r}")
 
 
+def _strategies(text: str) -> tuple[str, ...]:
+    try:
+        return parse_strategies(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _ids(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(part) for part in text.split(",") if part.strip())
@@ -74,9 +82,20 @@ def build_parser() -> argparse.ArgumentParser:
     a("--device-id-strategy", default=_env("DEVICE_ID_STRATEGY", "uuid"), choices=["uuid", "index"])
     a(
         "--device-list-strategy",
-        default=_env("DEVICE_LIST_STRATEGY", "envvar"),
-        choices=["envvar"],
-        help="only envvar is supported",
+        type=_strategies,
+        default=_env("DEVICE_LIST_STRATEGY", ENVVAR),
+        help="how Allocate names the devices, comma-separated: envvar, volume-mounts, cdi-annotations, "
+        "cdi-cri (env DEVICE_LIST_STRATEGY; default %(default)s)",
+    )
+    a(
+        "--cdi-annotation-prefix",
+        default=_env("CDI_ANNOTATION_PREFIX", ANNOTATION_PREFIX),
+        help="prefix of the cdi-annotations annotation (default %(default)s)",
+    )
+    a(
+        "--cdi-spec-dir",
+        default=_env("CDI_SPEC_DIR", "/var/run/cdi"),
+        help="where the cdi-* strategies write this node's CDI spec (default %(default)s)",
     )
     a(
         "--pass-device-specs",
@@ -177,7 +196,11 @@ def settings_from(args: argparse.Namespace) -> Settings:
             gds=args.gds_enabled,
             mofed=args.mofed_enabled,
             imex_channel_ids=args.imex_channel_ids,
+            list_strategies=args.device_list_strategy,
+            cdi_annotation_prefix=args.cdi_annotation_prefix,
         ),
+        cdi_spec_dir=Path(args.cdi_spec_dir),
+        driver_root=args.nvidia_driver_root,
         register_interval=args.register_interval.total_seconds(),
         register_retry=args.register_retry.total_seconds(),
         mig_apply_lock=Path(args.mig_apply_lock),

@@ -11,14 +11,16 @@ from hami.core.codec.node_devices import encode_pair_scores
 from hami.core.kube.events import WARNING, EventRecorder, ObjectRef
 from hami.core.nvml import Nvml, NvmlError
 from hami.deviceplugin.allocator import PodCache
+from hami.deviceplugin.cdi import CDI_STRATEGIES, SpecGpu, build_spec
 from hami.deviceplugin.config import PluginConfig
 from hami.deviceplugin.health import XidPolicy
-from hami.deviceplugin.inventory import build_register_devices
+from hami.deviceplugin.inventory import GpuFacts, build_register_devices
 from hami.deviceplugin.kubeops import NodeOps
 from hami.deviceplugin.metrics import PluginMetrics
 from hami.deviceplugin.nvml_source import HealthChecker, read_gpu_facts, read_links
 from hami.deviceplugin.plugin import DevicePlugin, Settings
 from hami.deviceplugin.server import SocketWatcher
+from hami.deviceplugin.specdir import SpecWriteError, find_driver_files, write_spec
 from hami.deviceplugin.topology import PairScores, pair_scores
 
 log = klog.get_logger(__name__)
@@ -128,6 +130,21 @@ class Manager:
                 )
         return scores
 
+    def _write_cdi_spec(self, facts: list[GpuFacts]) -> bool:
+        """The spec the cdi-* strategies' names resolve through; no plugin without it (pods would
+        fail in the runtime instead of waiting for a node that can run them)."""
+        s = self.settings
+        gpus = [SpecGpu(f.uuid, f.index, f.minor) for f in facts]
+        spec = build_spec(gpus, s.runtime.dev_root, s.driver_root, find_driver_files(s.driver_root))
+        try:
+            path = write_spec(s.cdi_spec_dir, spec)
+        except SpecWriteError as exc:
+            log.error("%s; the container runtime could not resolve the CDI devices Allocate names", exc)
+            self._metrics.cdi_spec_errors.labels(s.node, exc.reason).inc()
+            return False
+        log.info("Wrote the CDI spec %s for %d device(s)", path, len(gpus))
+        return True
+
     def _cycle(self) -> bool:
         self._stop_plugin()
         if self._stop.is_set():
@@ -141,6 +158,10 @@ class Manager:
         if not uuids:
             log.info("No devices found. Waiting indefinitely.")
             return True
+        if CDI_STRATEGIES & set(self.settings.runtime.list_strategies) and not self._write_cdi_spec(
+            [f for f in facts if f.uuid in uuids]
+        ):
+            return False
         plugin = DevicePlugin(
             self.settings,
             self.cfg,

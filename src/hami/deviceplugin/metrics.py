@@ -15,6 +15,7 @@ from hami.core.serve import build_info
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor
 from hami.deviceplugin.config import PluginConfig
 from hami.deviceplugin.container_setup import REASONS
+from hami.deviceplugin.specdir import REASONS as SPEC_ERRORS
 
 # kube-scheduler style exponential buckets from 0.1 ms.
 ALLOCATE_BUCKETS = tuple(0.0001 * 2**i for i in range(16))
@@ -64,6 +65,13 @@ class PluginMetrics:
             "hami_deviceplugin_register_last_success_timestamp_seconds",
             "Unix time of the last register loop pass that left the annotation current.",
             ["node"],
+            registry=registry,
+        )
+        self.cdi_spec_errors = Counter(
+            "hami_deviceplugin_cdi_spec_errors_total",
+            "Failed writes of the node's CDI spec (cdi-* device list strategies), by reason "
+            "not_writable/no_space/io_error; the plugin does not start until one succeeds.",
+            ["node", "reason"],
             registry=registry,
         )
         self.grpc_restarts = Counter(
@@ -116,6 +124,8 @@ class PluginMetrics:
             self.allocate_errors.labels(node, reason)
         for result in REGISTER_RESULTS:
             self.register.labels(node, result)
+        for reason in SPEC_ERRORS:
+            self.cdi_spec_errors.labels(node, reason)
 
     def set_config(self, cfg: PluginConfig) -> None:
         self.split_count.labels(self.node).set(cfg.device_split_count)

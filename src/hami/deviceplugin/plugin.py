@@ -56,6 +56,8 @@ class Settings:
     topology_score: bool = False  # ENABLE_TOPOLOGY_SCORE: write hami.io/node-nvidia-score
     grpc_probe_s: float = 5.0  # how often the gRPC server's liveness is checked
     grpc_backoff_s: float = 0.5  # first delay before serving again after a crash
+    cdi_spec_dir: Path = Path("/var/run/cdi")  # where runtimes look for CDI specs
+    driver_root: str = "/"  # --nvidia-driver-root: the driver files the CDI spec mounts
 
 
 class DevicePlugin:

@@ -80,12 +80,14 @@ def start_rig(
     fast: bool = True,
     checks: frozenset[str] = frozenset(),
     topology: bool = False,
+    settings: dict[str, Any] | None = None,
 ) -> Rig:
     """Creates ``node``, starts kubelet, informer and plugin, and waits until the plugin serves.
 
     ``fast``: register, retry and health intervals of a fraction of a second, so that tests see
     changes quickly; False keeps the daemon's own (a benchmark's steady state). ``checks``: the
-    opt-in health checks (``--health-checks``); ``topology``: ``ENABLE_TOPOLOGY_SCORE``.
+    opt-in health checks (``--health-checks``); ``topology``: ``ENABLE_TOPOLOGY_SCORE``; ``settings``:
+    other ``Settings`` fields (``runtime``, ``cdi_spec_dir``...).
     """
     core = client.CoreV1Api(kube_client)
     core.create_node({"metadata": {"name": node}})
@@ -104,20 +106,20 @@ def start_rig(
         if fast
         else {}
     )
-    settings = Settings(
+    plugin_settings = Settings(
         node=node,
         socket_dir=directory,
         kubelet_socket=kubelet.socket,
         layout=HostLayout(str(directory / "hook"), str(directory / "vgpulock")),
         mig_apply_lock=directory / "hami-mig-apply.lock",
         topology_score=topology,
-        **quick,
+        **{**quick, **(settings or {})},
     )
     loops: dict[str, Any] = (
         {"retry_s": 0.2, "health_wait_ms": 50, "health_poll_s": 0.05, "watch_interval": 0.05} if fast else {}
     )
     manager = Manager(
-        settings,
+        plugin_settings,
         cfg or PluginConfig(device_split_count=4, operating_mode="hami-core"),
         nvml=nvml,
         ops=NodeOps(kube_client),
