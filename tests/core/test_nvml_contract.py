@@ -13,6 +13,7 @@ from hami.core.nvml import (
     CLOCK_EVENT_REASONS,
     EVENT_XID_CRITICAL,
     HEALTH_EVENTS,
+    GpuInstanceProfile,
     Nvml,
     NvmlError,
     open_nvml,
@@ -45,6 +46,12 @@ SPEC: dict[str, Any] = {
             "nvlinks": {0: 2},
             "mig": {
                 "enabled": True,
+                "profiles": [
+                    {"id": 19, "name": "1g.5gb", "slices": 1, "memory_mib": 4864,
+                     "placements": [[s, 1] for s in range(7)]},
+                    {"id": 14, "name": "2g.10gb", "slices": 2, "memory_mib": 9856,
+                     "placements": [[0, 2], [2, 2], [4, 2]]},
+                ],
                 "instances": [
                     {
                         "uuid": "MIG-aaaa",
@@ -182,6 +189,52 @@ def test_mig_identity(nvml: Nvml) -> None:
             assert migs == []
         for m in migs:
             assert m.uuid.startswith("MIG-") and m.gpu_instance_id >= 0 and m.compute_instance_id >= 0
+
+
+def _partitionable(nvml: Nvml) -> tuple[Any, GpuInstanceProfile, tuple[int, int]]:
+    """A MIG GPU, its smallest profile and a placement of it that no instance uses."""
+    for i in _devices(nvml):
+        dev = nvml.device(i)
+        profiles = _or_unsupported(dev.gpu_instance_profiles)
+        if not profiles:
+            continue
+        used = [(g.start, g.size) for g in dev.gpu_instances()]
+        smallest = min(profiles, key=lambda p: p.slice_count)
+        for start, size in smallest.placements:
+            if all(start + size <= s or s + z <= start for s, z in used):
+                return dev, smallest, (start, size)
+    pytest.skip("no GPU in MIG mode with a free placement")
+
+
+def test_mig_instances_are_created_and_destroyed(nvml: Nvml) -> None:
+    dev, profile, (start, size) = _partitionable(nvml)
+    assert profile.name and profile.memory_mib > 0 and profile.placements
+    gi = dev.create_gpu_instance(profile.id, start, size)
+    try:
+        with pytest.raises(NvmlError) as info:  # the slices are taken now
+            dev.create_gpu_instance(profile.id, start, size)
+        assert info.value.code == "INSUFFICIENT_RESOURCES"
+        ci = dev.create_compute_instance(gi)
+        (made,) = [m for m in dev.mig_devices() if (m.gpu_instance_id, m.compute_instance_id) == (gi, ci)]
+        assert made.uuid.startswith("MIG-")
+        (listed,) = [g for g in dev.gpu_instances() if g.id == gi]
+        assert (listed.profile_id, listed.start, listed.size, listed.compute_instances) == (
+            profile.id, start, size, (ci,)
+        )
+        with pytest.raises(NvmlError) as info:  # not while a compute instance lives in it
+            dev.destroy_gpu_instance(gi)
+        assert info.value.code == "IN_USE"
+        dev.destroy_compute_instance(gi, ci)
+    finally:
+        for g in dev.gpu_instances():
+            if g.id == gi:
+                for c in g.compute_instances:
+                    dev.destroy_compute_instance(gi, c)
+                dev.destroy_gpu_instance(gi)
+    assert gi not in [g.id for g in dev.gpu_instances()]
+    with pytest.raises(NvmlError) as info:
+        dev.create_gpu_instance(profile.id, start, size + 99)  # not a placement of the profile
+    assert info.value.code == "INVALID_ARGUMENT"
 
 
 def test_event_set_times_out_with_none(nvml: Nvml) -> None:

@@ -254,6 +254,8 @@ def test_init_error_and_yaml_spec(tmp_path: Path) -> None:
         ({"devices": [{"memory_mib": 1, "temperature_thresholds": 90}]}, "temperature_thresholds"),
         ({"devices": [{"memory_mib": 1, "nvlinks": {0: 1}}]}, r"devices\[0\]\.nvlinks: peer 0"),
         ({"devices": [{"memory_mib": 1, "nvlinks": {"x": 1}}]}, r"devices\[0\]\.nvlinks: want"),
+        ({"devices": [{"memory_mib": 1, "mig": {"instances": [{"placement": [0, 1]}]}}]}, "placed instance"),
+        ({"devices": [{"memory_mib": 1, "mig": {"profiles": [{"placements": [0, 1]}]}}]}, r"profiles\[0\]"),
     ],
 )
 def test_spec_errors_name_the_key(spec: Any, message: str) -> None:

@@ -15,6 +15,7 @@ from hami.core.hamicore import CONTAINER_LOCK_DIR, HostLayout, control_disabled
 from hami.deviceplugin.cdi import ANNOTATION_PREFIX, ENVVAR, device_list_edits
 from hami.deviceplugin.config import PluginConfig
 from hami.deviceplugin.inventory import physical_device_id
+from hami.deviceplugin.migplan import REASONS as MIG_REASONS
 
 # Reason codes of hami_deviceplugin_allocate_errors_total (metrics contract, seed 001 §4.4).
 DEVICE_NUMBER_MISMATCH = "device_number_mismatch"
@@ -34,6 +35,7 @@ REASONS = (
     DECODE_FAILED,
     POD_UPDATE_FAILED,
     HOST_PREPARE_FAILED,
+    *MIG_REASONS,
 )
 
 VENDOR_KEYWORD = "NVIDIA"

@@ -6,10 +6,15 @@ import threading
 import time
 from collections.abc import Callable
 
+from hami.core import annotations as ann
 from hami.core import klog
+from hami.core.codec.errors import CodecError
+from hami.core.codec.mig import decode_mig_allocations
 from hami.core.codec.node_devices import encode_pair_scores
+from hami.core.devices import MODE_MIG
 from hami.core.kube.events import WARNING, EventRecorder, ObjectRef
 from hami.core.nvml import Nvml, NvmlError
+from hami.core.objects import annotations_of, object_key
 from hami.deviceplugin.allocator import PodCache
 from hami.deviceplugin.cdi import CDI_STRATEGIES, SpecGpu, build_spec
 from hami.deviceplugin.config import PluginConfig
@@ -17,7 +22,9 @@ from hami.deviceplugin.health import XidPolicy
 from hami.deviceplugin.inventory import GpuFacts, build_register_devices
 from hami.deviceplugin.kubeops import NodeOps
 from hami.deviceplugin.metrics import PluginMetrics
-from hami.deviceplugin.nvml_source import HealthChecker, read_gpu_facts, read_links
+from hami.deviceplugin.migpartition import MigPartitioner, MigReconciler
+from hami.deviceplugin.migplan import held
+from hami.deviceplugin.nvml_source import HealthChecker, read_gpu_facts, read_links, with_mig_profiles
 from hami.deviceplugin.plugin import DevicePlugin, Settings
 from hami.deviceplugin.server import SocketWatcher
 from hami.deviceplugin.specdir import SpecWriteError, find_driver_files, write_spec
@@ -64,6 +71,7 @@ class Manager:
         self._on_fatal = on_fatal  # the process gives up (main exits 255)
         self.plugin: DevicePlugin | None = None
         self._checker: HealthChecker | None = None
+        self._reconciler: MigReconciler | None = None
         self._kick = threading.Event()
         self._stop = threading.Event()
         self.started = threading.Event()  # set after each successful (re)start, for observers
@@ -104,6 +112,9 @@ class Manager:
             self._kick.clear()
 
     def _stop_plugin(self) -> None:
+        reconciler, self._reconciler = self._reconciler, None
+        if reconciler is not None:
+            reconciler.stop()
         checker, self._checker = self._checker, None
         plugin, self.plugin = self.plugin, None
         if checker is not None:
@@ -145,6 +156,36 @@ class Manager:
         log.info("Wrote the CDI spec %s for %d device(s)", path, len(gpus))
         return True
 
+    def _mig(self, facts: list[GpuFacts], uuids: list[str]) -> MigPartitioner | None:
+        """In mig mode: the partitioner Allocate creates instances with, and its reconciler, whose
+        first pass (now) destroys what pods that went while the plugin was down left behind."""
+        if self.cfg.operating_mode != MODE_MIG:
+            return None
+        allowed = {f.uuid: self.cfg.allowed_mig_profiles(f.name) for f in facts if f.uuid in uuids}
+        s = self.settings
+        partitioner = MigPartitioner(
+            self._nvml, s.mig_apply_lock, allowed, lock_wait_s=s.mig_lock_wait_s, grace_s=s.mig_grace_s
+        )
+        self._reconciler = MigReconciler(partitioner, uuids, self._held_mig, s.mig_reconcile_s)
+        self._reconciler.start()
+        return partitioner
+
+    def _held_mig(self) -> set[tuple[str, int]] | None:
+        """The MIG instances the live pods of this node hold; None until the pod cache is complete."""
+        if not self._pods.has_synced():
+            return None
+        allocations = []
+        for pod in self._pods.list():
+            text = annotations_of(pod).get(ann.POD_MIG_ALLOCATIONS)
+            if not text or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            try:
+                allocations.append(decode_mig_allocations(text))
+            except CodecError as exc:
+                log.warning("pod %s: undecodable %s: %s", object_key(pod), ann.POD_MIG_ALLOCATIONS, exc)
+                return None  # cannot tell what it holds: destroy nothing this pass
+        return held(allocations)
+
     def _cycle(self) -> bool:
         self._stop_plugin()
         if self._stop.is_set():
@@ -154,6 +195,8 @@ class Manager:
         except NvmlError as exc:
             log.error("nvml Init err: %s", exc)
             return False
+        if self.cfg.operating_mode == MODE_MIG:
+            facts = with_mig_profiles(self._nvml, facts, self.cfg)
         uuids = [d.id for d in build_register_devices(facts, self.cfg, {})[0]]
         if not uuids:
             log.info("No devices found. Waiting indefinitely.")
@@ -172,6 +215,7 @@ class Manager:
             events=self._events,
             scores=self._scores(uuids) if self.settings.topology_score else None,
             on_fatal=self._on_fatal,
+            mig=self._mig(facts, uuids),
         )
         plugin.register_devices()  # the device metrics before the first kubelet call
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -18,6 +19,7 @@ from hami.core.nvml import (
     NvmlEventSet,
     XidEvent,
 )
+from hami.deviceplugin.config import PluginConfig
 from hami.deviceplugin.health import (
     CHECK_ECC,
     CHECK_RETIRED_PAGES,
@@ -31,6 +33,7 @@ from hami.deviceplugin.health import (
     judge,
 )
 from hami.deviceplugin.inventory import GpuFacts, numa_from_sysfs_text, pci_sysfs_id
+from hami.deviceplugin.migplan import mig_profiles
 from hami.deviceplugin.topology import GpuLinks
 
 log = klog.get_logger(__name__)
@@ -98,6 +101,19 @@ def read_gpu_facts(nvml: Nvml, sysfs: Path = Path("/sys")) -> list[GpuFacts]:
         )
         facts.append(fact)
     return facts
+
+
+def with_mig_profiles(nvml: Nvml, facts: Sequence[GpuFacts], cfg: PluginConfig) -> list[GpuFacts]:
+    """The facts of ``mig`` mode: each card's allowlisted GPU-instance profiles (none when MIG is off)."""
+    out = []
+    for fact in facts:
+        try:
+            offered = nvml.device_by_uuid(fact.uuid).gpu_instance_profiles()
+        except NvmlError as exc:
+            log.warning("no MIG profiles on %s: %s", fact.uuid, exc)
+            offered = []
+        out.append(replace(fact, mig_profiles=mig_profiles(offered, cfg.allowed_mig_profiles(fact.name))))
+    return out
 
 
 def read_links(nvml: Nvml, uuids: Sequence[str]) -> list[GpuLinks]:

@@ -31,6 +31,7 @@ from hami.deviceplugin.inventory import (
 )
 from hami.deviceplugin.kubeops import NodeOps
 from hami.deviceplugin.metrics import PluginMetrics
+from hami.deviceplugin.migpartition import MigPartitioner
 from hami.deviceplugin.registrar import Registrar
 from hami.deviceplugin.server import PluginServer, register_with_kubelet
 from hami.deviceplugin.topology import PairScores
@@ -58,6 +59,9 @@ class Settings:
     grpc_backoff_s: float = 0.5  # first delay before serving again after a crash
     cdi_spec_dir: Path = Path("/var/run/cdi")  # where runtimes look for CDI specs
     driver_root: str = "/"  # --nvidia-driver-root: the driver files the CDI spec mounts
+    mig_reconcile_s: float = 5.0  # how often MIG instances of pods that are gone are destroyed
+    mig_lock_wait_s: float = 10.0  # how long Allocate waits for another holder of the MIG apply lock
+    mig_grace_s: float = 60.0  # a new MIG instance is not judged before its pod's annotation is seen
 
 
 class DevicePlugin:
@@ -73,6 +77,7 @@ class DevicePlugin:
         events: EventRecorder | None = None,
         scores: PairScores | None = None,
         on_fatal: Callable[[str], None] = lambda message: log.error("%s", message),
+        mig: MigPartitioner | None = None,
     ) -> None:
         self.settings = settings
         self.cfg = cfg
@@ -96,6 +101,7 @@ class DevicePlugin:
             layout=settings.layout,
             plugin_version=settings.plugin_version,
             opts=settings.runtime,
+            mig=mig,
         )
         self.server = PluginServer(
             self,

@@ -20,6 +20,8 @@ from hami.deviceplugin.inventory import KubeletDevice
 
 log = klog.get_logger(__name__)
 
+# How long a dial of our own socket may take before the server counts as dead (HAMi's self-dial).
+DIAL_TIMEOUT_S = 5.0
 # How often an idle ListAndWatch stream checks that the kubelet is still there.
 STREAM_POLL_S = 1.0
 
@@ -218,13 +220,13 @@ class PluginServer:
         self._stopping = threading.Event()
         self._supervisor: threading.Thread | None = None
 
-    def start(self, dial_timeout: float = 5.0) -> None:
+    def start(self, dial_timeout: float = DIAL_TIMEOUT_S) -> None:
         self._stopping.clear()
         self._serve(dial_timeout)
         self._supervisor = threading.Thread(target=self._supervise, name="grpc-supervisor", daemon=True)
         self._supervisor.start()
 
-    def _serve(self, dial_timeout: float = 5.0) -> None:
+    def _serve(self, dial_timeout: float = DIAL_TIMEOUT_S) -> None:
         log.info("Starting GRPC server for '%s'", self.resource)
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)  # the kubelet makes it; a demo may not
         if self.socket_path.exists() or self.socket_path.is_symlink():
@@ -256,7 +258,7 @@ class PluginServer:
             return "the server terminated"
         if not self.socket_path.is_socket():
             return f"socket {self.socket_path} is gone"
-        if not self._answers(self._probe_s):
+        if not self._answers(DIAL_TIMEOUT_S):
             return f"socket {self.socket_path} does not answer"
         return None
 

@@ -1,4 +1,4 @@
-"""Fake NVML node descriptions of two real board layouts, for topology tests and the demo.
+"""Fake NVML node descriptions of real boards: two layouts for topology, and a MIG-enabled A100.
 
 ``nvlink_board()`` is an 8-GPU V100 SXM2 board wired as a hybrid cube mesh (six NVLinks per GPU: each
 quad fully connected by one or two links, and one double or single link to the GPU opposite in the
@@ -51,3 +51,40 @@ def nvlink_board(name: str = "nvlink") -> dict[str, Any]:
     for i, dev in enumerate(spec["devices"]):
         dev["nvlinks"] = dict(CUBE_MESH[i])
     return spec
+
+
+# An A100-SXM4-40GB's GPU-instance profiles: NVML profile id, name, slices, memory, placements.
+A100_40GB_MIG: tuple[tuple[int, str, int, int, tuple[tuple[int, int], ...]], ...] = (
+    (19, "1g.5gb", 1, 4864, tuple((s, 1) for s in range(7))),
+    (14, "2g.10gb", 2, 9856, ((0, 2), (2, 2), (4, 2))),
+    (9, "3g.20gb", 3, 19968, ((0, 4), (4, 4))),
+    (5, "4g.20gb", 4, 19968, ((0, 4),)),
+    (0, "7g.40gb", 7, 40192, ((0, 8),)),
+)
+
+
+def mig_board(name: str = "mig", gpus: int = 1) -> dict[str, Any]:
+    """A100-SXM4-40GBs in MIG mode with no instance yet, ready for dynamic partitioning."""
+    return {
+        "devices": [
+            {
+                "uuid": board_uuid(name, i),
+                "name": "NVIDIA A100-SXM4-40GB",
+                "memory_mib": 40960,
+                "mig": {
+                    "enabled": True,
+                    "profiles": [
+                        {
+                            "id": pid,
+                            "name": pname,
+                            "slices": slices,
+                            "memory_mib": mem,
+                            "placements": [list(p) for p in places],
+                        }
+                        for pid, pname, slices, mem, places in A100_40GB_MIG
+                    ],
+                },
+            }
+            for i in range(gpus)
+        ]
+    }

@@ -102,7 +102,15 @@ def start_rig(
     pods.start()
     assert pods.wait_for_sync(30)
     quick: dict[str, Any] = (
-        {"register_interval": 0.2, "register_retry": 0.1, "grpc_probe_s": 0.05, "grpc_backoff_s": 0.01}
+        {
+            "register_interval": 0.2,
+            "register_retry": 0.1,
+            "grpc_probe_s": 0.05,
+            "grpc_backoff_s": 0.01,
+            "mig_reconcile_s": 0.1,
+            "mig_lock_wait_s": 0.3,
+            "mig_grace_s": 0.5,
+        }
         if fast
         else {}
     )

@@ -32,8 +32,13 @@ NVML calls covered (method → NVML function):
   ``nvmlEventSetCreate``; ``register`` → ``nvmlDeviceRegisterEvents``; ``wait`` → ``nvmlEventSetWait``
   (a TIMEOUT is ``None``); ``close`` → ``nvmlEventSetFree``.
 
-Not covered: GPU-instance profile placements for dynamic MIG partitioning, clock speeds, fan speed,
-per-process utilisation samples.
+- dynamic MIG: ``gpu_instance_profiles`` → ``nvmlDeviceGetGpuInstanceProfileInfo`` (+ possible placements);
+  ``gpu_instances`` → ``nvmlDeviceGetGpuInstances`` (+ their compute instances); ``create_gpu_instance``
+  → ``nvmlDeviceCreateGpuInstanceWithPlacement``; ``create_compute_instance`` →
+  ``nvmlGpuInstanceCreateComputeInstance``; ``destroy_compute_instance`` → ``nvmlComputeInstanceDestroy``;
+  ``destroy_gpu_instance`` → ``nvmlGpuInstanceDestroy``.
+
+Not covered: clock speeds, fan speed, per-process utilisation samples.
 
 Backends: ``hami.core.nvml.real`` (pynvml) and ``hami.core.nvml.fake`` (``FakeNvml``). Select with
 ``open_nvml(kind)``; with ``kind="auto"`` the environment decides: ``HAMI_NVML=fake`` plus
@@ -53,6 +58,8 @@ from hami.core.nvml.api import (
     EVENT_XID_CRITICAL,
     HEALTH_EVENTS,
     NO_INSTANCE,
+    GpuInstanceInfo,
+    GpuInstanceProfile,
     MemoryInfo,
     MigDeviceInfo,
     NvLinkRemote,
@@ -79,6 +86,8 @@ __all__ = [
     "EVENT_XID_CRITICAL",
     "HEALTH_EVENTS",
     "NO_INSTANCE",
+    "GpuInstanceInfo",
+    "GpuInstanceProfile",
     "MemoryInfo",
     "MigDeviceInfo",
     "NvLinkRemote",

@@ -144,6 +144,29 @@ class NvLinkRemote:
 
 
 @dataclass(frozen=True)
+class GpuInstanceProfile:
+    """A MIG GPU-instance profile the card offers, and where on its slices one may start."""
+
+    id: int  # NVML's profile id, what creating an instance takes
+    name: str  # "1g.5gb"
+    slice_count: int
+    memory_mib: int
+    instance_count: int
+    placements: tuple[tuple[int, int], ...]  # (start, size) in memory slices
+
+
+@dataclass(frozen=True)
+class GpuInstanceInfo:
+    """A GPU instance present on the card, with the compute instances inside it."""
+
+    id: int
+    profile_id: int
+    start: int
+    size: int
+    compute_instances: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class MigDeviceInfo:
     index: int  # slot on the parent GPU
     uuid: str  # MIG-...
@@ -189,6 +212,12 @@ class NvmlDevice(Protocol):
     def nvlink_remotes(self) -> list[NvLinkRemote]: ...  # one per active link; [] without NVLink
     def mig_mode(self) -> tuple[bool, bool]: ...  # (current, pending)
     def mig_devices(self) -> list[MigDeviceInfo]: ...  # [] when MIG is off or unsupported
+    def gpu_instance_profiles(self) -> list[GpuInstanceProfile]: ...  # the card's, with placements
+    def gpu_instances(self) -> list[GpuInstanceInfo]: ...
+    def create_gpu_instance(self, profile_id: int, start: int, size: int) -> int: ...  # the GI id
+    def create_compute_instance(self, gpu_instance_id: int) -> int: ...  # the CI spanning the GI; its id
+    def destroy_compute_instance(self, gpu_instance_id: int, compute_instance_id: int) -> None: ...
+    def destroy_gpu_instance(self, gpu_instance_id: int) -> None: ...  # IN_USE while it has CIs
     def supported_event_types(self) -> int: ...
 
 

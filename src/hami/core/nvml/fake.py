@@ -29,6 +29,8 @@ from hami.core.nvml.api import (
     TOPOLOGY_NODE,
     TOPOLOGY_SINGLE,
     TOPOLOGY_SYSTEM,
+    GpuInstanceInfo,
+    GpuInstanceProfile,
     MemoryInfo,
     MigDeviceInfo,
     NvLinkRemote,
@@ -65,6 +67,7 @@ class FakeNvml:
         self._failures: list[_Failure] = []
         self._event_sets: list[FakeEventSet] = []
         self.calls: dict[str, int] = {}
+        self.created = 0  # compute instances created, for fresh MIG UUIDs as the driver gives
         self._open = False
         if self.node.init_error is not None:
             raise NvmlError("nvmlInit", self.node.init_error, "fake node without a usable driver")
@@ -330,6 +333,93 @@ class FakeDevice:
                 self._nvml._call(call, self._index)
             out.append(mig)
         return out
+
+    def _mig_gpu(self, call: str) -> FakeGpu:
+        gpu = self._gpu(call)
+        if not (gpu.mig_capable and gpu.mig_enabled):
+            raise NvmlError(call, "NOT_SUPPORTED", "MIG mode is off")
+        return gpu
+
+    def gpu_instance_profiles(self) -> list[GpuInstanceProfile]:
+        gpu = self._mig_gpu("nvmlDeviceGetGpuInstanceProfileInfo")
+        self._nvml._call("nvmlDeviceGetGpuInstancePossiblePlacements", self._index)
+        return list(gpu.mig_profiles)
+
+    def gpu_instances(self) -> list[GpuInstanceInfo]:
+        gpu = self._mig_gpu("nvmlDeviceGetGpuInstances")
+        with self._nvml.lock:
+            return [
+                GpuInstanceInfo(
+                    gi,
+                    profile,
+                    start,
+                    size,
+                    tuple(m.compute_instance_id for m in gpu.mig_instances if m.gpu_instance_id == gi),
+                )
+                for gi, (profile, start, size) in sorted(gpu.mig_gpu_instances.items())
+            ]
+
+    def create_gpu_instance(self, profile_id: int, start: int, size: int) -> int:
+        call = "nvmlDeviceCreateGpuInstanceWithPlacement"
+        gpu = self._mig_gpu(call)
+        with self._nvml.lock:
+            profile = next((p for p in gpu.mig_profiles if p.id == profile_id), None)
+            if profile is None or (start, size) not in profile.placements:
+                raise NvmlError(call, "INVALID_ARGUMENT", f"profile {profile_id} placement {start}+{size}")
+            for _, used_start, used_size in gpu.mig_gpu_instances.values():
+                if start < used_start + used_size and used_start < start + size:
+                    raise NvmlError(call, "INSUFFICIENT_RESOURCES", f"slices {start}+{size} are in use")
+            gi = 1 + max(gpu.mig_gpu_instances, default=0)
+            gpu.mig_gpu_instances[gi] = (profile_id, start, size)
+            return gi
+
+    def create_compute_instance(self, gpu_instance_id: int) -> int:
+        call = "nvmlGpuInstanceCreateComputeInstance"
+        gpu = self._mig_gpu(call)
+        with self._nvml.lock:
+            placed = gpu.mig_gpu_instances.get(gpu_instance_id)
+            if placed is None:
+                raise NvmlError(call, "NOT_FOUND", f"GPU instance {gpu_instance_id}")
+            if any(m.gpu_instance_id == gpu_instance_id for m in gpu.mig_instances):
+                raise NvmlError(call, "INSUFFICIENT_RESOURCES", "a compute instance spans the GPU instance")
+            profile = next(p for p in gpu.mig_profiles if p.id == placed[0])
+            self._nvml.created += 1
+            mem = profile.memory_mib << 20
+            gpu.mig_instances.append(
+                MigDeviceInfo(
+                    index=len(gpu.mig_instances),
+                    uuid=f"MIG-{self._index:04x}{gpu_instance_id:04x}-0000-4000-8000-{self._nvml.created:012x}",
+                    name=f"{gpu.name} MIG {profile.name}",
+                    gpu_instance_id=gpu_instance_id,
+                    compute_instance_id=0,
+                    memory=MemoryInfo(total=mem, free=mem, used=0),
+                )
+            )
+            return 0
+
+    def destroy_compute_instance(self, gpu_instance_id: int, compute_instance_id: int) -> None:
+        call = "nvmlComputeInstanceDestroy"
+        gpu = self._mig_gpu(call)
+        with self._nvml.lock:
+            keep = [
+                m
+                for m in gpu.mig_instances
+                if (m.gpu_instance_id, m.compute_instance_id) != (gpu_instance_id, compute_instance_id)
+            ]
+            if len(keep) == len(gpu.mig_instances):
+                where = f"{gpu_instance_id}/{compute_instance_id}"
+                raise NvmlError(call, "NOT_FOUND", f"compute instance {where}")
+            gpu.mig_instances[:] = [replace(m, index=j) for j, m in enumerate(keep)]
+
+    def destroy_gpu_instance(self, gpu_instance_id: int) -> None:
+        call = "nvmlGpuInstanceDestroy"
+        gpu = self._mig_gpu(call)
+        with self._nvml.lock:
+            if gpu_instance_id not in gpu.mig_gpu_instances:
+                raise NvmlError(call, "NOT_FOUND", f"GPU instance {gpu_instance_id}")
+            if any(m.gpu_instance_id == gpu_instance_id for m in gpu.mig_instances):
+                raise NvmlError(call, "IN_USE", "destroy its compute instances first")
+            del gpu.mig_gpu_instances[gpu_instance_id]
 
     def supported_event_types(self) -> int:
         return self._gpu("nvmlDeviceGetSupportedEventTypes").supported_events

@@ -31,8 +31,11 @@ devices:
     processes: [{pid: 1234, used_mib: 1024}]
     mig:                           # present = MIG-capable; enabled toggles MIG mode
       enabled: true
-      instances:
-        - {uuid: MIG-..., profile: 1g.5gb, gpu_instance_id: 7, compute_instance_id: 0, memory_mib: 4864}
+      profiles:                    # the GPU-instance profiles the card offers (dynamic partitioning)
+        - {id: 19, name: 1g.5gb, slices: 1, memory_mib: 4864, instances: 7, placements: [[0, 1], [1, 1]]}
+      instances:                   # present at nvmlInit (left over); placement makes it a GPU instance
+        - {uuid: MIG-..., profile: 1g.5gb, gpu_instance_id: 7, compute_instance_id: 0, memory_mib: 4864,
+           placement: [0, 1]}
 events:                            # optional: critical Xids the fake raises on its own, so a process
                                    # that holds the fake (a device plugin) can be driven from outside
   - {after_seconds: 5, device: 3, xid: 79}                     # once, 5 s after nvmlInit
@@ -48,7 +51,14 @@ from typing import Any
 
 import yaml
 
-from hami.core.nvml.api import CODE_NAMES, HEALTH_EVENTS, MemoryInfo, MigDeviceInfo, ProcessInfo
+from hami.core.nvml.api import (
+    CODE_NAMES,
+    HEALTH_EVENTS,
+    GpuInstanceProfile,
+    MemoryInfo,
+    MigDeviceInfo,
+    ProcessInfo,
+)
 
 MIB = 1 << 20
 
@@ -96,7 +106,10 @@ class FakeGpu:
     processes: list[ProcessInfo] = field(default_factory=list)
     mig_capable: bool = False
     mig_enabled: bool = False
-    mig_instances: list[MigDeviceInfo] = field(default_factory=list)
+    mig_instances: list[MigDeviceInfo] = field(default_factory=list)  # compute instances (MIG devices)
+    mig_profiles: list[GpuInstanceProfile] = field(default_factory=list)
+    # GPU instances: id -> (profile id, placement start, size)
+    mig_gpu_instances: dict[int, tuple[int, int, int]] = field(default_factory=dict)
 
     def memory(self) -> MemoryInfo:
         return MemoryInfo(
@@ -213,22 +226,54 @@ def _gpu(i: int, d: Any) -> FakeGpu:
     if mig is not None:
         gpu.mig_capable = True
         gpu.mig_enabled = bool(mig.get("enabled", False))
+        gpu.mig_profiles = [
+            _profile(p, f"{where}.mig.profiles[{j}]")
+            for j, p in enumerate(_get(mig, "profiles", list, f"{where}.mig", []))
+        ]
         for j, raw in enumerate(_get(mig, "instances", list, f"{where}.mig", [])):
             at = f"{where}.mig.instances[{j}]"
             m = _mapping(raw, at)
             mem = _bytes(m, "memory", at, 0) or 0
             profile = _get(m, "profile", str, at, "1g.5gb")
-            gpu.mig_instances.append(
-                MigDeviceInfo(
-                    index=j,
-                    uuid=_get(m, "uuid", str, at, f"MIG-{i:04x}{j:04x}-0000-0000-0000-000000000000"),
-                    name=f"{gpu.name} MIG {profile}",
-                    gpu_instance_id=_get(m, "gpu_instance_id", int, at, j + 1),
-                    compute_instance_id=_get(m, "compute_instance_id", int, at, 0),
-                    memory=MemoryInfo(total=mem, free=mem, used=0),
-                )
+            info = MigDeviceInfo(
+                index=j,
+                uuid=_get(m, "uuid", str, at, f"MIG-{i:04x}{j:04x}-0000-0000-0000-000000000000"),
+                name=f"{gpu.name} MIG {profile}",
+                gpu_instance_id=_get(m, "gpu_instance_id", int, at, j + 1),
+                compute_instance_id=_get(m, "compute_instance_id", int, at, 0),
+                memory=MemoryInfo(total=mem, free=mem, used=0),
             )
+            gpu.mig_instances.append(info)
+            placement = _get(m, "placement", list, at)
+            if placement is not None:
+                known = {p.name: p.id for p in gpu.mig_profiles}
+                if profile not in known or len(placement) != 2:
+                    raise FakeSpecError(
+                        f"{at}: a placed instance needs a profile of mig.profiles and [start, size]"
+                    )
+                gpu.mig_gpu_instances[info.gpu_instance_id] = (
+                    known[profile],
+                    int(placement[0]),
+                    int(placement[1]),
+                )
     return gpu
+
+
+def _profile(raw: Any, where: str) -> GpuInstanceProfile:
+    d = _mapping(raw, where)
+    placements = _get(d, "placements", list, where, [])
+    if not all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(v, int) for v in p) for p in placements
+    ):
+        raise FakeSpecError(f"{where}.placements: want [[start, size], ...], got {placements!r}")
+    return GpuInstanceProfile(
+        id=_get(d, "id", int, where, 0),
+        name=_get(d, "name", str, where, ""),
+        slice_count=_get(d, "slices", int, where, 1),
+        memory_mib=_get(d, "memory_mib", int, where, 0),
+        instance_count=_get(d, "instances", int, where, len(placements)),
+        placements=tuple((p[0], p[1]) for p in placements),
+    )
 
 
 def _event(i: int, d: Any, gpus: int) -> FakeEvent:
