@@ -83,6 +83,9 @@ def test_allocate_one_container(rig: Rig) -> None:
     annos = pod_annotations(rig, "p1")
     assert annos[ann.POD_DEVICES_TO_ALLOCATE] == ";"
     assert annos[ann.POD_BIND_PHASE] == ann.BIND_PHASE_SUCCESS
+    # The label HAMi's vGPU monitor lists pods by: the scheduler's Binding cannot set it.
+    labels = client.CoreV1Api(rig.kube_client).read_namespaced_pod("p1", "default").metadata.labels
+    assert labels[ann.POD_VGPU_NODE] == annos[ann.POD_VGPU_NODE]
     assert ann.NODE_LOCK not in rig.node_annotations()
     assert rig.metric("hami_deviceplugin_allocate_duration_seconds_count", result="success") == 1
 

@@ -149,7 +149,7 @@ def test_a_fresh_extender_exports_every_bounded_label_value_at_zero(kube_api: Ku
         "hami_scheduler_decode_errors_total": ("source", {"node_register", "pod_devices"}),
         "hami_scheduler_filter_duration_seconds_count": ("result", {"fit", "unschedulable", "error"}),
         "hami_scheduler_bind_duration_seconds_count": ("result", {"success", "error", "not_leader"}),
-        "hami_scheduler_bind_phase_duration_seconds_count": ("phase", {"node_lock", "patch_pod", "bind"}),
+        "hami_scheduler_bind_phase_duration_seconds_count": ("phase", {"node_lock", "bind"}),
     }
     for name, (label, values) in counters.items():
         for value in values:

@@ -8,7 +8,7 @@ from hami.core.codec.mig import decode_mig_allocations, encode_mig_allocations
 from hami.core.codec.pod_devices import decode_pod_devices
 from hami.core.devices import MigPlacement
 from hami.testing.builders import gpu_pod, mig_node
-from hami.testing.extender import create_pod, filter_pod, metrics_text, running
+from hami.testing.extender import bind_pod, create_pod, filter_pod, metrics_text, running
 from hami.testing.kubeapi import KubeAPIServer
 from hami.testing.wait import wait_until
 
@@ -19,6 +19,7 @@ def test_mig_node_gets_a_pod_with_decodable_mig_allocations(kube_api: KubeAPISer
         pod = create_pod(kube_api, ext, gpu_pod("p1", gpus=2, mem=8000))
         reply = filter_pod(ext, pod, ["mig1"])
         assert reply["Error"] == "" and reply["NodeNames"] == ["mig1"]
+        assert bind_pod(ext, pod, "mig1") == ""
         stored = kube_api.store.get("pods", "p1", "default")
         assert stored is not None
         annos = stored["metadata"]["annotations"]
@@ -34,9 +35,9 @@ def test_mig_node_gets_a_pod_with_decodable_mig_allocations(kube_api: KubeAPISer
         wait_until(lambda: ext.state.usage.get(pod["metadata"]["uid"]) is not None, what="reservation cached")
         other = create_pod(kube_api, ext, gpu_pod("p2", gpus=1, mem=8000))
         assert filter_pod(ext, other, ["mig1"])["NodeNames"] == ["mig1"]
-        stored2 = kube_api.store.get("pods", "p2", "default")
-        assert stored2 is not None
-        (only,) = decode_mig_allocations(stored2["metadata"]["annotations"]["hami.io/vgpu-mig-allocations"])
+        # p2's annotations wait for its bind (the node lock is p1's until the device plugin is done).
+        assignment = ext.state.assignments[other["metadata"]["uid"]]
+        (only,) = decode_mig_allocations(assignment.annotations["hami.io/vgpu-mig-allocations"])
         assert only.placement == MigPlacement(4, 2)
 
         # The device plugin realises the instances; the scheduler exports their identity.

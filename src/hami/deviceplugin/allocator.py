@@ -322,15 +322,18 @@ class Allocator:
             "Allocate for pod %s: %s=%s%s", who, ann.POD_DEVICES_TO_ALLOCATE, erased,
             f", {ann.POD_BIND_PHASE}={ann.BIND_PHASE_SUCCESS}" if done else "",
         )
-        # The erase and, after the last container, bind-phase=success go in one patch.
+        # The erase and, after the last container, bind-phase=success go in one patch. It also
+        # sets the hami.io/vgpu-node label HAMi's filter patch sets (HAMi's vGPU monitor lists pods
+        # by it): this scheduler writes no filter patch, and a Binding cannot carry labels.
         values: dict[str, str | None] = {ann.POD_DEVICES_TO_ALLOCATE: erased}
         if made:
             values[ann.POD_MIG_ALLOCATIONS] = encode_mig_allocations(fill(mig_allocations, made))
         if done:
             values[ann.POD_BIND_PHASE] = ann.BIND_PHASE_SUCCESS
         ns, name = namespace_of(pod), name_of(pod)
+        labels = {ann.POD_VGPU_NODE: annotations_of(pod).get(ann.POD_VGPU_NODE, "")}
         try:
-            self._written.record(pod, self._ops.patch_pod_annotations(ns, name, values))
+            self._written.record(pod, self._ops.patch_pod_annotations(ns, name, values, labels))
         except Exception as exc:
             raise AllocateError(POD_UPDATE_FAILED, f"failed to update pod annotation: {exc}") from exc
         if done:

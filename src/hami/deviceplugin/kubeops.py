@@ -1,6 +1,7 @@
 """The few API-server calls the plugin makes, through the core Kubernetes access (plain JSON dicts).
 
-Every write is a JSON merge patch of ``metadata.annotations`` (spec §C.4, §C.7), optionally guarded by
+Every write is a JSON merge patch of ``metadata.annotations`` (spec §C.4, §C.7; Allocate's also sets the
+``hami.io/vgpu-node`` pod label, see ``allocator``), optionally guarded by
 ``metadata.resourceVersion`` so that the API server refuses it (409) when the object changed.
 """
 
@@ -33,8 +34,10 @@ class NodeOps:
     ) -> Obj:
         return patches.patch_node_annotations(self.api_client, name, values, resource_version)
 
-    def patch_pod_annotations(self, namespace: str, name: str, values: dict[str, str | None]) -> Obj:
-        return patches.patch_pod_metadata(self.api_client, namespace, name, annotations=values)
+    def patch_pod_annotations(
+        self, namespace: str, name: str, values: dict[str, str | None], labels: dict[str, str] | None = None
+    ) -> Obj:
+        return patches.patch_pod_metadata(self.api_client, namespace, name, annotations=values, labels=labels)
 
     def release_node_lock(
         self, node: str, namespace: str, pod: str, known: Obj | None = None, attempts: int = 5

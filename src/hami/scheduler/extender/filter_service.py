@@ -6,8 +6,9 @@ and ``filter_pod`` decides under the state lock. The candidates and what happens
 differ:
 
 - live (``NodeNames``): candidates are the registered nodes; ``commit`` reserves the capacity
-  under the lock, so concurrent filters never hand out the same cards, and the pod patch runs
-  outside it and is undone if it fails.
+  under the lock, so concurrent filters never hand out the same cards, and the allocation
+  annotations HAMi patches onto the pod here are kept as the pod's ``Assignment`` for /bind to
+  carry in the Binding (see ``state``): the filter writes nothing but its event.
 - dry run (``Nodes``, §4.1 step 2, §9.3): a caller configured with ``nodeCacheCapable: false``
   (Cluster Autoscaler asking "would this pod fit on a node like this template?") sends whole
   Node objects. Each is decoded from its own annotations with the register loop's decoder
@@ -30,8 +31,6 @@ from hami.core import annotations as ann
 from hami.core import klog
 from hami.core.codec.mig import encode_mig_allocations
 from hami.core.codec.pod_devices import encode_pod_devices
-from hami.core.kube import errors
-from hami.core.kube.patches import patch_pod_metadata
 from hami.core.objects import annotations_of, name_of
 from hami.scheduler.engine import reasons as r
 from hami.scheduler.engine.decision import FilterConfig, FilterResult, commit, filter_pod
@@ -42,7 +41,7 @@ from hami.scheduler.engine.requests import PodRequest, pod_request
 from hami.scheduler.engine.usage import UsageIndex
 from hami.scheduler.extender.events import PodEvents
 from hami.scheduler.extender.metrics import SIMULATED, failure_codes
-from hami.scheduler.extender.state import ClusterState
+from hami.scheduler.extender.state import Assignment, ClusterState
 
 log = klog.get_logger(__name__)
 
@@ -121,6 +120,21 @@ def dry_run(
     return _dry_result({"metadata": {}, "items": [best]}, failed=result.failed), "fit"
 
 
+def _annotations(result: FilterResult) -> dict[str, str]:
+    """HAMi's filter-time pod annotations (§2.1) for the chosen devices."""
+    assert result.node is not None
+    devices = encode_pod_devices(result.devices)
+    annotations = {
+        ann.POD_VGPU_NODE: result.node,
+        ann.POD_VGPU_TIME: str(int(time.time())),
+        ann.POD_DEVICES_TO_ALLOCATE: devices,
+        ann.POD_DEVICES_ALLOCATED: devices,
+    }
+    if result.mig:  # §2.1: only when MIG placements were chosen
+        annotations[ann.POD_MIG_ALLOCATIONS] = encode_mig_allocations(result.mig)
+    return annotations
+
+
 class FilterService:
     def __init__(
         self,
@@ -184,6 +198,7 @@ class FilterService:
             )
             if result.node is not None:
                 commit(result, self.state.usage, self.state.quotas)
+                self.state.assignments[request.uid] = Assignment(result.node, _annotations(result))
             if klog.v(4):
                 self._log_verdicts(request, names, result)
         if result.error is not None:
@@ -196,9 +211,6 @@ class FilterService:
             self.metrics.pods_unschedulable.inc()
             self.events.filtering(pod, result.events(len(names)), result.failed)
             return {"NodeNames": None, "FailedNodes": dict(result.failed), "Error": ""}, "unschedulable"
-        error = self._patch(pod, request, result)
-        if error:
-            return {"Error": error}, "error"
         self.events.filtering(pod, result.events(len(names)))
         if klog.v(2):
             log.info(
@@ -208,34 +220,6 @@ class FilterService:
                 ", ".join(f"{n}:{s:.2f}" for n, s in result.fits),
             )
         return {"NodeNames": [result.node], "FailedNodes": dict(result.failed), "Error": ""}, "fit"
-
-    def _patch(self, pod: Obj, request: PodRequest, result: FilterResult) -> str:
-        assert result.node is not None and result.reservation is not None
-        devices = encode_pod_devices(result.devices)
-        annotations: dict[str, str | None] = {
-            ann.POD_VGPU_NODE: result.node,
-            ann.POD_VGPU_TIME: str(int(time.time())),
-            ann.POD_DEVICES_TO_ALLOCATE: devices,
-            ann.POD_DEVICES_ALLOCATED: devices,
-        }
-        if result.mig:  # §2.1: only when MIG placements were chosen
-            annotations[ann.POD_MIG_ALLOCATIONS] = encode_mig_allocations(result.mig)
-        namespace, name = request.namespace, request.name
-        try:
-            patch_pod_metadata(
-                self.api, namespace, name, annotations=annotations, labels={ann.POD_VGPU_NODE: result.node}
-            )
-        except errors.ApiError as err:
-            self.metrics.api_errors.labels("pod_patch", errors.error_reason(err)).inc()
-            with self.state.lock:
-                if self.state.usage.get(result.reservation.uid) == result.reservation:
-                    self.state.usage.remove(result.reservation.uid)
-                    self.state.quotas.remove_usage(namespace, result.reservation.shares)
-            message = f"patch pod annotations failed: {err}"
-            log.error("pod %s/%s: %s", namespace, name, message)
-            self.events.filtering(pod, [("Warning", message)])
-            return message
-        return ""
 
     def _log_verdicts(self, request: PodRequest, names: list[str], result: FilterResult) -> None:
         """-v4 per-node lines in the form operators grep for (called under the state lock)."""

@@ -1,9 +1,17 @@
 """Cluster state from watches: nodes, pods (allocations), ResourceQuotas (§6.1, §6.3, §6.4).
 
 One ``ClusterState`` owns the informers and the decoded caches. ``lock`` guards ``nodes`` (the
-registered nodes the filter sees, kept by the register pass), ``usage`` and ``quotas``; the
-filter runs ``filter_pod`` and ``commit`` under it. Pod events keep usage and quota in step
-with the pods' ``hami.io/vgpu-devices-allocated`` annotations, as HAMi's pod manager does.
+registered nodes the filter sees, kept by the register pass), ``usage``, ``quotas`` and
+``assignments``; the filter runs ``filter_pod`` and ``commit`` under it. Pod events keep usage and
+quota in step with the pods' ``hami.io/vgpu-devices-allocated`` annotations, as HAMi's pod manager
+does.
+
+Unlike HAMi, the filter does not patch the pod: what it chose (the allocation annotations) waits
+in ``assignments`` beside the in-memory reservation, and /bind sends it in the Binding, whose
+annotations the API server copies onto the pod together with ``spec.nodeName``. That saves one
+write per pod, and the device plugin never sees a pod with half of its annotations. The cost: a
+bind needs the replica that filtered the pod (kube-scheduler's sidecar extender is that one), and
+a bind after a restart or a leadership change fails, so kube-scheduler filters the pod again.
 """
 
 from __future__ import annotations
@@ -54,6 +62,14 @@ class NodeRecord:
     reported_gpus: int = 0  # HAMi's ReportedGPUNum
 
 
+@dataclass(frozen=True)
+class Assignment:
+    """What /filter chose for a pod: the node and the annotations /bind carries in the Binding."""
+
+    node: str
+    annotations: Mapping[str, str]
+
+
 def _init_done(pod: Mapping[str, Any]) -> bool:
     """All init containers terminated with exit code 0 (and there was at least one)."""
     status = pod.get("status")
@@ -83,6 +99,7 @@ class ClusterState:
         self.records: dict[str, NodeRecord] = {}
         self.usage = UsageIndex()
         self.quotas = QuotaManager(nvidia)
+        self.assignments: dict[str, Assignment] = {}  # pod UID -> the filter's choice, until bound
         self.synced = threading.Event()
         self.wake = threading.Event()  # register work is waiting (see ``take_register_work``)
         self._work_lock = threading.Lock()
@@ -132,8 +149,9 @@ class ClusterState:
         return count
 
     def drop_reservation(self, uid: str) -> None:
-        """Forget a pod's reservation and its quota usage (bind of a pod that is gone)."""
+        """Forget a pod's reservation, its assignment and its quota usage (a pod that is gone)."""
         with self.lock:
+            self.assignments.pop(uid, None)
             old = self.usage.remove(uid)
             if old is not None:
                 self.quotas.remove_usage(old.namespace, old.shares)
