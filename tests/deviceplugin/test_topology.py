@@ -15,7 +15,7 @@ from hami.deviceplugin.api import deviceplugin_pb2 as pb
 from hami.deviceplugin.config import PluginConfig
 from hami.deviceplugin.nvml_source import read_links
 from hami.deviceplugin.topology import pair_scores
-from hami.testing.extender import create_pod, filter_pod, running
+from hami.testing.extender import bind_pod, create_pod, filter_pod, running
 from hami.testing.gpuboards import CUBE_MESH, board_uuid, nvlink_board, pcie_board
 from hami.testing.kubeapi import KubeAPIServer
 from hami.testing.pluginrig import NODE, start_rig
@@ -126,7 +126,8 @@ def test_a_two_gpu_topology_aware_pod_lands_on_a_linked_pair(
                 },
             )
             reply = filter_pod(ext, pod, [NODE])
-        assert reply["NodeNames"] == [NODE], reply
+            assert reply["NodeNames"] == [NODE], reply
+            assert bind_pod(ext, pod, NODE) == ""  # the devices are written with the binding
         stored = kube_api.store.get("pods", "trainer", "default")
         assert stored is not None
         (chosen, *_) = decode_pod_devices(stored["metadata"]["annotations"][ann.POD_DEVICES_ALLOCATED])
