@@ -1635,7 +1635,7 @@
             "type": "prometheus",
             "uid": "${datasource}"
           },
-          "description": "Containers that ran no kernel for an hour (HAMiVGPUIdle fires for each).",
+          "description": "Processes of vGPU containers without a HAMi-core region: their limits are not enforced (HAMiVGPUNotLimited).",
           "fieldConfig": {
             "defaults": {
               "custom": {
@@ -1654,6 +1654,64 @@
             "y": 26
           },
           "id": 10,
+          "options": {
+            "legend": {
+              "calcs": [
+                "lastNotNull",
+                "max"
+              ],
+              "displayMode": "table",
+              "placement": "bottom",
+              "showLegend": true
+            },
+            "tooltip": {
+              "mode": "multi",
+              "sort": "asc"
+            }
+          },
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "expr": "sum by (namespace, pod, container, reason) (hami_vgpu_unlimited_processes{%(clusterLabel)s=~\"$cluster\", node=~\"$node\", namespace=~\"$namespace\"})" % $._config,
+              "instant": false,
+              "legendFormat": "{{namespace}}/{{pod}}/{{container}} {{reason}}",
+              "range": true,
+              "refId": "A"
+            }
+          ],
+          "title": "GPU processes not limited by HAMi-core",
+          "transformations": [],
+          "transparent": false,
+          "type": "timeseries"
+        },
+        {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}"
+          },
+          "description": "Containers that ran no kernel for an hour (HAMiVGPUIdle fires for each).",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+                "lineWidth": 1
+              },
+              "min": 0,
+              "unit": "none"
+            },
+            "overrides": []
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 12,
+            "x": 0,
+            "y": 34
+          },
+          "id": 11,
           "options": {
             "legend": {
               "calcs": [
@@ -1703,10 +1761,10 @@
           "gridPos": {
             "h": 8,
             "w": 24,
-            "x": 0,
+            "x": 12,
             "y": 34
           },
-          "id": 11,
+          "id": 12,
           "options": null,
           "repeatDirection": "h",
           "targets": [
@@ -2190,6 +2248,63 @@
             "type": "prometheus",
             "uid": "${datasource}"
           },
+          "description": "The kubelet-facing server found dead and served again; the seventh crash in a row within an hour of each other ends the plugin.",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+                "lineWidth": 1
+              },
+              "unit": "short"
+            },
+            "overrides": []
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 12,
+            "x": 12,
+            "y": 17
+          },
+          "id": 7,
+          "options": {
+            "legend": {
+              "calcs": [
+                "lastNotNull",
+                "max"
+              ],
+              "displayMode": "table",
+              "placement": "bottom",
+              "showLegend": true
+            },
+            "tooltip": {
+              "mode": "multi",
+              "sort": "asc"
+            }
+          },
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "expr": "sum by (node) (increase(hami_deviceplugin_grpc_restarts_total{%(clusterLabel)s=~\"$cluster\", node=~\"$node\"}[$__rate_interval]))" % $._config,
+              "instant": false,
+              "legendFormat": "{{node}}",
+              "range": true,
+              "refId": "A"
+            }
+          ],
+          "title": "gRPC server restarts",
+          "transformations": [],
+          "transparent": false,
+          "type": "timeseries"
+        },
+        {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}"
+          },
           "description": "The device config per node: deviceSplitCount and the scalings.",
           "fieldConfig": {
             "defaults": {
@@ -2204,10 +2319,10 @@
           "gridPos": {
             "h": 8,
             "w": 12,
-            "x": 12,
-            "y": 17
+            "x": 0,
+            "y": 25
           },
-          "id": 7,
+          "id": 8,
           "options": {
             "legend": {
               "calcs": [
@@ -2270,9 +2385,9 @@
             "h": 1,
             "w": 24,
             "x": 0,
-            "y": 25
+            "y": 33
           },
-          "id": 8,
+          "id": 9,
           "panels": [],
           "title": "vGPU monitor",
           "type": "row"
@@ -2297,9 +2412,9 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 26
+            "y": 34
           },
-          "id": 9,
+          "id": 10,
           "options": {
             "legend": {
               "calcs": [
@@ -2368,9 +2483,9 @@
             "h": 8,
             "w": 12,
             "x": 12,
-            "y": 26
+            "y": 34
           },
-          "id": 10,
+          "id": 11,
           "options": {
             "legend": {
               "calcs": [
@@ -2425,9 +2540,9 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 34
+            "y": 42
           },
-          "id": 11,
+          "id": 12,
           "options": {
             "legend": {
               "calcs": [
@@ -2482,9 +2597,9 @@
             "h": 8,
             "w": 12,
             "x": 12,
-            "y": 34
+            "y": 42
           },
-          "id": 12,
+          "id": 13,
           "options": {
             "legend": {
               "calcs": [
@@ -2786,7 +2901,7 @@
             "type": "prometheus",
             "uid": "${datasource}"
           },
-          "description": "Core temperature of each card.",
+          "description": "HAMiGPUTemperatureHigh fires 5 \u00b0C below the card's slowdown threshold.",
           "fieldConfig": {
             "defaults": {
               "custom": {
@@ -2831,9 +2946,20 @@
               "legendFormat": "{{node}} {{device_uuid}}",
               "range": true,
               "refId": "A"
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "expr": "hami_host_gpu_temperature_slowdown_threshold_celsius{%(clusterLabel)s=~\"$cluster\", node=~\"$node\"}" % $._config,
+              "instant": false,
+              "legendFormat": "slowdown {{node}} {{device_uuid}}",
+              "range": true,
+              "refId": "B"
             }
           ],
-          "title": "Temperature",
+          "title": "Temperature vs slowdown threshold",
           "transformations": [],
           "transparent": false,
           "type": "timeseries"
@@ -2964,14 +3090,151 @@
           "type": "timeseries"
         },
         {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}"
+          },
+          "description": "Pages retired (before Ampere) or rows remapped (Ampere+) for ECC errors; 'needs reset' marks a pending retirement or a failed remap (HAMiGPUEccErrors).",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+                "lineWidth": 1
+              },
+              "unit": "short"
+            },
+            "overrides": []
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 12,
+            "x": 0,
+            "y": 17
+          },
+          "id": 7,
+          "options": {
+            "legend": {
+              "calcs": [
+                "lastNotNull",
+                "max"
+              ],
+              "displayMode": "table",
+              "placement": "bottom",
+              "showLegend": true
+            },
+            "tooltip": {
+              "mode": "multi",
+              "sort": "asc"
+            }
+          },
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "expr": "hami_host_gpu_retired_pages{%(clusterLabel)s=~\"$cluster\", node=~\"$node\"}" % $._config,
+              "instant": false,
+              "legendFormat": "retired {{cause}} {{node}} {{device_uuid}}",
+              "range": true,
+              "refId": "A"
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "expr": "hami_host_gpu_remapped_rows{%(clusterLabel)s=~\"$cluster\", node=~\"$node\"}" % $._config,
+              "instant": false,
+              "legendFormat": "remapped {{type}} {{node}} {{device_uuid}}",
+              "range": true,
+              "refId": "B"
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "expr": "hami_host_gpu_retired_pages_pending{%(clusterLabel)s=~\"$cluster\", node=~\"$node\"} == 1 or hami_host_gpu_row_remap_failure{%(clusterLabel)s=~\"$cluster\", node=~\"$node\"} == 1" % $._config,
+              "instant": false,
+              "legendFormat": "needs reset {{node}} {{device_uuid}}",
+              "range": true,
+              "refId": "C"
+            }
+          ],
+          "title": "Retired pages and remapped rows",
+          "transformations": [],
+          "transparent": false,
+          "type": "timeseries"
+        },
+        {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}"
+          },
+          "description": "Active reasons other than idle and application clocks: power cap, thermal and hardware slowdowns.",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+                "lineWidth": 1
+              },
+              "min": 0,
+              "unit": "none"
+            },
+            "overrides": []
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 12,
+            "x": 12,
+            "y": 17
+          },
+          "id": 8,
+          "options": {
+            "legend": {
+              "calcs": [
+                "lastNotNull",
+                "max"
+              ],
+              "displayMode": "table",
+              "placement": "bottom",
+              "showLegend": true
+            },
+            "tooltip": {
+              "mode": "multi",
+              "sort": "asc"
+            }
+          },
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "expr": "hami_host_gpu_clock_throttle_active{%(clusterLabel)s=~\"$cluster\", node=~\"$node\", reason!~\"gpu_idle|applications_clocks_setting\"} == 1" % $._config,
+              "instant": false,
+              "legendFormat": "{{reason}} {{node}} {{device_uuid}}",
+              "range": true,
+              "refId": "A"
+            }
+          ],
+          "title": "Clock throttle reasons",
+          "transformations": [],
+          "transparent": false,
+          "type": "timeseries"
+        },
+        {
           "collapsed": false,
           "gridPos": {
             "h": 1,
             "w": 24,
             "x": 0,
-            "y": 17
+            "y": 25
           },
-          "id": 7,
+          "id": 9,
           "panels": [],
           "title": "Health",
           "type": "row"
@@ -2996,9 +3259,9 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 18
+            "y": 26
           },
-          "id": 8,
+          "id": 10,
           "options": {
             "legend": {
               "calcs": [
@@ -3064,9 +3327,9 @@
             "h": 8,
             "w": 12,
             "x": 12,
-            "y": 18
+            "y": 26
           },
-          "id": 9,
+          "id": 11,
           "options": {
             "legend": {
               "calcs": [
@@ -3107,9 +3370,9 @@
             "h": 1,
             "w": 24,
             "x": 0,
-            "y": 26
+            "y": 34
           },
-          "id": 10,
+          "id": 12,
           "panels": [],
           "title": "Allocation (scheduler)",
           "type": "row"
@@ -3134,9 +3397,9 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 27
+            "y": 35
           },
-          "id": 11,
+          "id": 13,
           "options": {
             "legend": {
               "calcs": [
@@ -3203,9 +3466,9 @@
             "h": 8,
             "w": 12,
             "x": 12,
-            "y": 27
+            "y": 35
           },
-          "id": 12,
+          "id": 14,
           "options": {
             "legend": {
               "calcs": [
@@ -3260,9 +3523,9 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 35
+            "y": 43
           },
-          "id": 13,
+          "id": 15,
           "options": {
             "legend": {
               "calcs": [
@@ -3345,9 +3608,9 @@
             "h": 8,
             "w": 12,
             "x": 12,
-            "y": 35
+            "y": 43
           },
-          "id": 14,
+          "id": 16,
           "options": {
             "legend": {
               "calcs": [

@@ -71,6 +71,7 @@ class Monitor:
             legacy=cfg.legacy_metrics,
             labels_allowlist=cfg.pod_labels_allowlist,
             registry=self.registry,
+            proc_root=cfg.proc_root,
         )
         # not registered: /metrics renders it itself (serve's ``exposition``), beside the registry
         build_info("monitor", self.registry)
