@@ -1,4 +1,5 @@
-"""Loading deploy/ for the tests: every object of every file the kustomization lists, and lookups."""
+"""Loading deploy/ for the tests: every object of every file the kustomization lists (the chart
+rendered with the production values, see scripts/gen_deploy.py), and lookups."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ from typing import Any
 
 import yaml
 
+from hami.core import names
 from hami.deviceplugin import main as deviceplugin_main
 from hami.exporter import config as exporter_config
 from hami.scheduler.extender import main as scheduler_main
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-NAMESPACE = "hami-system"
+NAMESPACE = names.NAMESPACE
 Obj = dict[str, Any]
 
 # Console script (pyproject [project.scripts]) -> the argparse parser that daemon really uses.

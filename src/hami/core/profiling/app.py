@@ -10,7 +10,7 @@ from urllib.parse import parse_qs
 
 from hami.core import klog
 from hami.core.profiling.cpu import ProfilerBusy, cpu_profile
-from hami.core.profiling.heap import heap_profile
+from hami.core.profiling.heap import heap_profile, start_tracing
 from hami.core.profiling.threads import goroutine_profile, goroutine_text
 
 log = klog.get_logger(__name__)
@@ -80,7 +80,27 @@ def _index() -> str:
             f"</body></html>\n")
 
 
+def is_pprof_path(path: str) -> bool:
+    return path == PPROF_PREFIX.rstrip("/") or path.startswith(PPROF_PREFIX)
+
+
+def mount_pprof(app: WSGIApp) -> WSGIApp:
+    """``app`` with /debug/pprof/* in front of it, behind whatever guards the server that runs it
+    (the extender mounts it on its mutual-TLS listener, where the profiling guide looks)."""
+    pprof = make_pprof_app()
+
+    def mounted(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        if is_pprof_path(environ.get("PATH_INFO", "")):
+            return pprof(environ, start_response)
+        return app(environ, start_response)
+
+    return mounted
+
+
 def make_pprof_app() -> WSGIApp:
+    """The /debug/pprof/ app; heap tracing starts now (see `heap`)."""
+    start_tracing()
+
     def app(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         name = environ.get("PATH_INFO", "").removeprefix(PPROF_PREFIX.rstrip("/")).strip("/")
         query = parse_qs(environ.get("QUERY_STRING", ""))
