@@ -9,9 +9,9 @@ import tomllib
 import pytest
 import yaml
 
+from hami.core import names
 from hami.deviceplugin.config import PluginConfig, apply_device_yaml, apply_node_json
 from hami.exporter.config import load_config
-from hami.core import names
 from hami.scheduler.engine.device_config import load_nvidia_config
 from tests.deploy import manifests as m
 
