@@ -6,8 +6,8 @@ from typing import Any
 
 from hami.core import annotations as ann
 from hami.core.kube import errors, raw
-from hami.doctor.podinputs import PodCluster
-from hami.doctor.settings import SCHEDULER_SELECTORS
+from hami.doctor.podinputs import PodCluster, lease_of
+from hami.doctor.settings import DEVICE_PLUGIN_SELECTORS, SCHEDULER_SELECTORS
 
 Obj = dict[str, Any]
 
@@ -42,9 +42,18 @@ def pod_events(api: Any, namespace: str, name: str) -> list[Obj]:
 
 def scheduler_pods(api: Any, namespace: str = "") -> list[Obj] | None:
     """Pods of the HAMi scheduler by either known label; None when listing is forbidden."""
+    return _pods_by_selectors(api, SCHEDULER_SELECTORS, namespace)
+
+
+def device_plugin_pods(api: Any) -> list[Obj] | None:
+    """Pods of the HAMi device plugin, in any namespace, by either known label; None when forbidden."""
+    return _pods_by_selectors(api, DEVICE_PLUGIN_SELECTORS, "")
+
+
+def _pods_by_selectors(api: Any, selectors: tuple[str, ...], namespace: str) -> list[Obj] | None:
     found: dict[str, Obj] = {}
     path = raw.resource_path("", "v1", "pods", namespace or None)
-    for selector in SCHEDULER_SELECTORS:
+    for selector in selectors:
         try:
             items = _items(raw.request_json(api, "GET", path, query=[("labelSelector", selector)]))
         except errors.ApiError as exc:
@@ -85,6 +94,9 @@ def pod_cluster(
 ) -> PodCluster:
     pod = get_pod(api, namespace, name)
     nodes = list_nodes(api)
+    schedulers = scheduler_pods(api, scheduler_namespace)
+    # Without --scheduler-lease, the Lease the extenders follow, as their own flags name it.
+    lease_ref = lease_ref or lease_of(schedulers or [])
     lease = None
     if lease_ref:
         lease_ns, _, lease_name = lease_ref.partition("/")
@@ -92,7 +104,7 @@ def pod_cluster(
     return PodCluster(
         pod=pod,
         events=pod_events(api, namespace, name),
-        scheduler_pods=scheduler_pods(api, scheduler_namespace),
+        scheduler_pods=schedulers,
         lease=lease,
         lease_ref=lease_ref,
         nodes={str((n.get("metadata") or {}).get("name")): n for n in nodes},

@@ -17,7 +17,7 @@ from hami.core.codec.nodelock import NodeLock, format_go_duration, is_expired, p
 from hami.core.codec.quantity import parse_quantity
 from hami.core.devices import DeviceInfo
 from hami.doctor.findings import BROKEN, OK, WARNING, Finding, Remedy, Section, Table
-from hami.doctor.settings import Settings
+from hami.doctor.settings import DEVICE_PLUGIN_LOGS, GET_DEVICE_PLUGIN, Settings
 
 Obj = dict[str, Any]
 
@@ -342,9 +342,65 @@ def check_node_lock(
     ], lock
 
 
-def check_node(node: Obj, owner_exists: bool | None, s: Settings, now: datetime) -> Section:
+def _pod_line(p: Obj) -> tuple[bool, str]:
+    meta, status = p.get("metadata") or {}, p.get("status") or {}
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
+    restarts = sum(int(cs.get("restartCount", 0)) for cs in status.get("containerStatuses") or [])
+    phase = status.get("phase", "Unknown")
+    text = (
+        f"{meta.get('namespace', '')}/{meta.get('name', '')}: phase {phase}, ready {str(ready).lower()}, "
+        f"restarts {restarts}"
+    )
+    return phase == "Running" and ready, text
+
+
+def check_device_plugin(node: Obj, plugin_pods: list[Obj] | None) -> list[Finding]:
+    """The device plugin pod on this node. Nothing is said when the plugin's pods cannot be
+    listed, or when none exists anywhere (it may run under labels of its own), or for a node that
+    neither registers nor offers GPUs."""
+    if not plugin_pods:
+        return []
+    name = name_of(node)
+    here = [p for p in plugin_pods if (p.get("spec") or {}).get("nodeName") == name]
+    if not here:
+        if ann.NODE_REGISTER not in annotations_of(node) and not allocatable_gpus(node):
+            return []
+        return [
+            Finding(
+                WARNING,
+                "node.device-plugin.missing",
+                "no device plugin pod runs on this node, though it has GPUs",
+                (f"device plugin pods run on: {', '.join(sorted({_node_of(p) for p in plugin_pods}))}",),
+                f"check the node's labels against the DaemonSet's nodeSelector (gpu=on): {GET_DEVICE_PLUGIN}",
+            )
+        ]
+    states = [_pod_line(p) for p in here]
+    evidence = tuple(text for _, text in states)
+    if not any(ok for ok, _ in states):
+        return [
+            Finding(
+                BROKEN,
+                "node.device-plugin.not-running",
+                "the device plugin pod on this node is not running and ready",
+                evidence,
+                f"read its logs: {DEVICE_PLUGIN_LOGS}",
+            )
+        ]
+    return [Finding(OK, "node.device-plugin.running", "the device plugin runs on this node", evidence)]
+
+
+def _node_of(p: Obj) -> str:
+    return str((p.get("spec") or {}).get("nodeName") or "<unscheduled>")
+
+
+def check_node(
+    node: Obj, owner_exists: bool | None, s: Settings, now: datetime, plugin_pods: list[Obj] | None = None
+) -> Section:
     section = Section(f"node {name_of(node)}")
     findings, devs = check_registration(node)
+    section.findings += check_device_plugin(node, plugin_pods)
     section.findings += findings
     section.findings += check_devices(devs)
     if devs:

@@ -1,0 +1,160 @@
+"""A rendered chart, installed into the API emulator as a cluster would run it.
+
+The emulator has no controllers, so ``install`` stands in for them: every object is stored as
+given, each Deployment gets its replicas and each DaemonSet a pod on every node its nodeSelector
+matches, Running and Ready, named as the controllers name them (``hami-scheduler-<hash>-<id>``,
+``hami-device-plugin-<id>``), with the workload's status to match. ``downward_env`` resolves a
+container's downward-API variables (POD_NAME, NODE_NAME, ...) against its pod, as the kubelet does.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hami.testing.kubeapi import Store
+from hami.testing.kubeapi.objects import type_of
+
+Obj = dict[str, Any]
+_ID_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # the controllers' name alphabet
+
+
+@dataclass
+class Installed:
+    """The pods the stand-in controllers made, by workload name."""
+
+    pods: dict[str, list[Obj]] = field(default_factory=dict)
+
+    def pod_names(self, workload: str) -> list[str]:
+        return [p["metadata"]["name"] for p in self.pods.get(workload, [])]
+
+
+def _suffix(seed: str, length: int) -> str:
+    digest = hashlib.sha256(seed.encode()).digest()
+    return "".join(_ID_CHARS[b % len(_ID_CHARS)] for b in digest[:length])
+
+
+def _matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def _pod(workload: Obj, name: str, node: str, ip: str, extra_labels: dict[str, str]) -> Obj:
+    template = copy.deepcopy(workload["spec"]["template"])
+    meta = template.get("metadata") or {}
+    spec = template["spec"]
+    spec["nodeName"] = node
+    containers = [c["name"] for c in spec["containers"]]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": workload["metadata"]["namespace"],
+            "labels": {**(meta.get("labels") or {}), **extra_labels},
+            "annotations": meta.get("annotations") or {},
+            "ownerReferences": [
+                {
+                    "apiVersion": workload["apiVersion"],
+                    "kind": workload["kind"],
+                    "name": workload["metadata"]["name"],
+                    "uid": workload["metadata"].get("uid", ""),
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": spec,
+        "status": {
+            "phase": "Running",
+            "podIP": ip,
+            "hostIP": ip.rsplit(".", 1)[0] + ".1",
+            "conditions": [
+                {"type": t, "status": "True"}
+                for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+            ],
+            "containerStatuses": [
+                {
+                    "name": c,
+                    "ready": True,
+                    "restartCount": 0,
+                    "started": True,
+                    "state": {"running": {}},
+                    "image": next(x["image"] for x in spec["containers"] if x["name"] == c),
+                    "imageID": "",
+                }
+                for c in containers
+            ],
+        },
+    }
+
+
+def install(store: Store, objects: Iterable[Obj], nodes: Iterable[str] = ()) -> Installed:
+    """Store ``objects``, then run their Deployments and DaemonSets (on ``nodes``, which must exist)."""
+    installed = Installed()
+    stored = [store.put(obj, type_of(obj).key) for obj in objects]
+    node_objs = [n for n in (store.get("nodes", name) for name in nodes) if n is not None]
+    ip = 10
+    for workload in stored:
+        kind, name = workload["kind"], workload["metadata"]["name"]
+        if kind not in ("Deployment", "DaemonSet"):
+            continue
+        template_spec = workload["spec"]["template"]["spec"]
+        pods = []
+        if kind == "Deployment":
+            template_hash = _suffix(repr(workload["spec"]["template"]), 10)
+            for i in range(int(workload["spec"].get("replicas", 1))):
+                node = node_objs[i % len(node_objs)]["metadata"]["name"] if node_objs else "node-1"
+                pod_name = f"{name}-{template_hash}-{_suffix(f'{name}/{i}', 5)}"
+                pods.append(
+                    _pod(workload, pod_name, node, f"10.42.0.{ip}", {"pod-template-hash": template_hash})
+                )
+                ip += 1
+            status = {
+                "replicas": len(pods),
+                "readyReplicas": len(pods),
+                "availableReplicas": len(pods),
+                "updatedReplicas": len(pods),
+                "observedGeneration": 1,
+            }
+        else:
+            selector = template_spec.get("nodeSelector") or {}
+            for n in node_objs:
+                if not _matches(selector, (n["metadata"].get("labels") or {})):
+                    continue
+                node = n["metadata"]["name"]
+                pod_name = f"{name}-{_suffix(f'{name}/{node}', 5)}"
+                pods.append(_pod(workload, pod_name, node, f"10.42.0.{ip}", {}))
+                ip += 1
+            count = len(pods)
+            status = {
+                "desiredNumberScheduled": count,
+                "currentNumberScheduled": count,
+                "numberReady": count,
+                "updatedNumberScheduled": count,
+                "numberAvailable": count,
+                "numberMisscheduled": 0,
+                "observedGeneration": 1,
+            }
+        store.put({**workload, "status": status})
+        installed.pods[name] = [store.put(p) for p in pods]
+    return installed
+
+
+def downward_env(pod: Obj, container: str) -> dict[str, str]:
+    """The container's env as the kubelet sets it: literal values and downward-API fields."""
+    fields = {
+        "metadata.name": pod["metadata"]["name"],
+        "metadata.namespace": pod["metadata"]["namespace"],
+        "spec.nodeName": pod["spec"].get("nodeName", ""),
+        "status.podIP": (pod.get("status") or {}).get("podIP", ""),
+    }
+    (spec,) = [c for c in pod["spec"]["containers"] if c["name"] == container]
+    env = {}
+    for var in spec.get("env") or []:
+        if "value" in var:
+            env[var["name"]] = str(var["value"])
+        elif "fieldRef" in (var.get("valueFrom") or {}):
+            env[var["name"]] = fields[var["valueFrom"]["fieldRef"]["fieldPath"]]
+    return env
