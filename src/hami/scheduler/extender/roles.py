@@ -12,15 +12,13 @@ from __future__ import annotations
 from typing import Final
 
 from hami.core import annotations as ann
-from hami.core import klog
+from hami.core import klog, names
 from hami.core.kube import errors
 from hami.core.kube.patches import patch_pod_metadata
 from hami.scheduler.extender.state import ClusterState, meta_field
 
 log = klog.get_logger(__name__)
 
-COMPONENT_LABEL: Final = "app.kubernetes.io/component"
-COMPONENT: Final = "hami-scheduler"
 LEADER: Final = "leader"
 FOLLOWER: Final = "follower"
 
@@ -38,7 +36,7 @@ class RoleLabels:
             if meta_field(pod, "namespace") != self.namespace:
                 continue
             labels = (pod.get("metadata") or {}).get("labels") or {}
-            if labels.get(COMPONENT_LABEL) != COMPONENT:
+            if labels.get(names.COMPONENT_LABEL) != names.SCHEDULER_APP:
                 continue
             name = meta_field(pod, "name")
             want = LEADER if name == self.own_pod else FOLLOWER
