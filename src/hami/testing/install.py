@@ -92,14 +92,20 @@ def _pod(workload: Obj, name: str, node: str, ip: str, extra_labels: dict[str, s
 
 def install(store: Store, objects: Iterable[Obj], nodes: Iterable[str] = ()) -> Installed:
     """Store ``objects``, then run their Deployments and DaemonSets (on ``nodes``, which must exist)."""
+    for obj in objects:
+        store.put(obj, type_of(obj).key)
+    return run_workloads(store, nodes)
+
+
+def run_workloads(store: Store, nodes: Iterable[str] = ()) -> Installed:
+    """Pods for every stored Deployment and DaemonSet (after `kubectl apply`, say), as their
+    controllers would make them on ``nodes``."""
     installed = Installed()
-    stored = [store.put(obj, type_of(obj).key) for obj in objects]
     node_objs = [n for n in (store.get("nodes", name) for name in nodes) if n is not None]
+    workloads = [*store.list("deployments.apps"), *store.list("daemonsets.apps")]
     ip = 10
-    for workload in stored:
+    for workload in workloads:
         kind, name = workload["kind"], workload["metadata"]["name"]
-        if kind not in ("Deployment", "DaemonSet"):
-            continue
         template_spec = workload["spec"]["template"]["spec"]
         pods = []
         if kind == "Deployment":
