@@ -10,7 +10,8 @@ command -v prometheus-alertmanager >/dev/null 2>&1 || need+=(prometheus-alertman
 command -v go >/dev/null 2>&1 || need+=(golang-go)
 command -v jq >/dev/null 2>&1 || need+=(jq)
 command -v curl >/dev/null 2>&1 || need+=(curl)
-# kubectl: where none is installed, Debian's kubernetes-client.
+# kubectl: where none is installed, Debian's kubernetes-client (1.20 on Debian 12: enough for tests/deploy
+# kustomize checks; tests/deploy/test_recipes.py needs 1.27+, which validates through OpenAPI v3).
 command -v kubectl >/dev/null 2>&1 || need+=(kubernetes-client)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then

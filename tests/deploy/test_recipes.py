@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -30,8 +31,21 @@ GPU_NODE, CPU_NODE = "gpu-node-01", "cpu-node-01"
 PENDING = "train-1"  # a GPU pod in `default`, as the guides' namespace-less commands expect
 TOOLS = ("kubectl", "jq", "curl", "go", "bash", "python3")
 
+
+def _kubectl_minor() -> int:
+    """The client's minor version: 1.27 is the first to validate through OpenAPI v3 (server-side)."""
+    done = subprocess.run(
+        ["kubectl", "version", "--client", "-o", "json"], capture_output=True, text=True, check=False
+    )
+    try:
+        return int(str(json.loads(done.stdout)["clientVersion"]["minor"]).rstrip("+"))
+    except (ValueError, KeyError):
+        return 0
+
+
 pytestmark = pytest.mark.skipif(
-    any(shutil.which(t) is None for t in TOOLS), reason=f"needs {', '.join(TOOLS)} (make sysdeps)"
+    any(shutil.which(t) is None for t in TOOLS) or _kubectl_minor() < 27,
+    reason=f"needs {', '.join(TOOLS)} (make sysdeps), kubectl 1.27 or later",
 )
 
 
