@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "docs" / "guides" / "recipes.md"
 GPU_NODE, CPU_NODE = "gpu-node-01", "cpu-node-01"
 PENDING = "train-1"  # a GPU pod in `default`, as the guides' namespace-less commands expect
+_EVENT_WORDS = ("CardInsufficientMemory", "no available node")
 TOOLS = ("kubectl", "jq", "curl", "go", "bash", "python3")
 
 
@@ -270,11 +271,20 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
                 timeout=30,
             )
             assert answer.status_code == 200 and answer.json()["FailedNodes"], answer.text
-            api.store.wait_for(
-                "events",
-                "",
-                "default",
-                lambda _e: any(e["reason"] == "FilteringFailed" for e in api.store.list("events", "default")),
+            # the recorder writes the pod's events in the background: all of them, before the rows run
+            wait_until(
+                lambda: (
+                    {"CardInsufficientMemory", "no available node"}
+                    <= {
+                        w
+                        for e in api.store.list("events", "default")
+                        for w in _EVENT_WORDS
+                        if w in e["message"]
+                    }
+                ),
+                30,
+                "the extender's FilteringFailed events",
+                procs.check_alive,
             )
             yield Env(
                 api,

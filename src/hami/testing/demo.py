@@ -3,8 +3,11 @@
 Starts the Kubernetes API emulator with a simulated GPU cluster, the simulated node with the vGPU
 monitor (:9394), the scheduler extender (metrics :9395), the device plugin (:9396), a
 kube-state-metrics stand-in, Debian's Prometheus (:9090) with alerts/hami-rules.yaml, and Debian's
-Alertmanager (:9093). Prints the URLs and the dashboards to import into Grafana, runs until Ctrl-C,
-then stops everything. Logs and data live under ``.demo/`` (removed at the next start).
+Alertmanager (:9093). The Helm chart, rendered with the production template, is installed in the
+emulator, its pods standing for the daemons, so the guides' `kubectl` commands work against it.
+Prints the URLs, the dashboards to import into Grafana and the `helm` lines for a real cluster, runs
+until Ctrl-C, then stops everything. Logs and data live under ``.demo/`` (removed at the next start).
+``--helm`` prints only the `helm` lines.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ import sys
 import threading
 from pathlib import Path
 
-from hami.testing import cluster
+from hami.core import names
+from hami.testing import chart, cluster
 from hami.testing.processes import StartError
 from hami.testing.stack import (
     DASHBOARDS,
@@ -49,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scrape-interval", default="5s", help="Prometheus scrape/evaluation interval")
     p.add_argument("--no-scenarios", action="store_true",
                    help="no stale node, pending pod, over-limit container or XIDs")  # fmt: skip
+    p.add_argument("--helm", action="store_true", help="print the helm lines for a real cluster and exit")
     p.add_argument(
         "--skip",
         action="append",
@@ -104,8 +109,34 @@ def banner(stack: Stack, skipped: list[str]) -> str:
         " (monitor and device plugin)",
         "",
     ]
+    lines += ["The Helm chart is installed in the emulator, so the guides' commands work here:"]
+    lines += kubectl_lines(stack)
+    lines += ["", "On a real cluster:", *helm_lines(), ""]
     lines += [f"Logs: {stack.procs.log_dir}", ""]
     return "\n".join(lines)
+
+
+def helm_lines() -> list[str]:
+    """The same product on a real cluster, from the chart (paths relative to the checkout)."""
+    values = chart.EXAMPLES.relative_to(chart.ROOT) / "production.yaml"
+    where = f"{chart.CHART.relative_to(chart.ROOT)} -n {names.NAMESPACE} -f {values}"
+    return [
+        f"  helm install {names.RELEASE} {where}",
+        f"  helm template {names.RELEASE} {where}   # the manifests only",
+    ]
+
+
+def kubectl_lines(stack: Stack) -> list[str]:
+    pod = stack.scheduler_pod
+    lines = [
+        f"  export KUBECONFIG={stack.kubeconfig}",
+        f"  kubectl get pods -n {names.NAMESPACE} -l {names.selector(names.SCHEDULER_APP)}",
+        f"  kubectl get ds -n {names.NAMESPACE}",
+    ]
+    if pod is not None:
+        lines.append(f"  kubectl logs -n {names.NAMESPACE} {pod['metadata']['name']} --tail=20")
+    lines.append("  hami-doctor nodes")
+    return lines
 
 
 MARKER = ".hami-demo"
@@ -124,6 +155,9 @@ def reset_workdir(workdir: Path) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.helm:
+        print("\n".join(["On a real cluster:", *helm_lines()]))
+        return 0
     opts = options(args)
     absent = [c for c in opts.components if not installed(c)]
     opts.components = tuple(c for c in opts.components if c not in absent)

@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import requests
+
 from hami.testing.kubeapi import Store
 from hami.testing.kubeapi.objects import type_of
 
@@ -90,22 +92,17 @@ def _pod(workload: Obj, name: str, node: str, ip: str, extra_labels: dict[str, s
     }
 
 
-def install(store: Store, objects: Iterable[Obj], nodes: Iterable[str] = ()) -> Installed:
-    """Store ``objects``, then run their Deployments and DaemonSets (on ``nodes``, which must exist)."""
-    for obj in objects:
-        store.put(obj, type_of(obj).key)
-    return run_workloads(store, nodes)
-
-
-def run_workloads(store: Store, nodes: Iterable[str] = ()) -> Installed:
-    """Pods for every stored Deployment and DaemonSet (after `kubectl apply`, say), as their
-    controllers would make them on ``nodes``."""
+def controlled(workloads: Iterable[Obj], nodes: Iterable[Obj]) -> tuple[Installed, list[Obj]]:
+    """The pods the controllers would make for ``workloads`` (Deployments, DaemonSets) on ``nodes``,
+    and the workloads with their status to match. Pure."""
     installed = Installed()
-    node_objs = [n for n in (store.get("nodes", name) for name in nodes) if n is not None]
-    workloads = [*store.list("deployments.apps"), *store.list("daemonsets.apps")]
+    node_objs = list(nodes)
+    updated = []
     ip = 10
     for workload in workloads:
         kind, name = workload["kind"], workload["metadata"]["name"]
+        if kind not in ("Deployment", "DaemonSet"):
+            continue
         template_spec = workload["spec"]["template"]["spec"]
         pods = []
         if kind == "Deployment":
@@ -143,8 +140,64 @@ def run_workloads(store: Store, nodes: Iterable[str] = ()) -> Installed:
                 "numberMisscheduled": 0,
                 "observedGeneration": 1,
             }
-        store.put({**workload, "status": status})
-        installed.pods[name] = [store.put(p) for p in pods]
+        updated.append({**workload, "status": status})
+        installed.pods[name] = pods
+    return installed, updated
+
+
+def install(store: Store, objects: Iterable[Obj], nodes: Iterable[str] = ()) -> Installed:
+    """Store ``objects``, then run their Deployments and DaemonSets (on ``nodes``, which must exist)."""
+    for obj in objects:
+        store.put(obj, type_of(obj).key)
+    return run_workloads(store, nodes)
+
+
+def run_workloads(store: Store, nodes: Iterable[str] = ()) -> Installed:
+    """Pods for every stored Deployment and DaemonSet (after `kubectl apply`, say), as their
+    controllers would make them on ``nodes``."""
+    node_objs = [n for n in (store.get("nodes", name) for name in nodes) if n is not None]
+    workloads = [*store.list("deployments.apps"), *store.list("daemonsets.apps")]
+    installed, updated = controlled(workloads, node_objs)
+    for workload in updated:
+        store.put(workload)
+    installed.pods = {name: [store.put(p) for p in pods] for name, pods in installed.pods.items()}
+    return installed
+
+
+def _collection(obj: Obj) -> str:
+    rtype = type_of(obj)
+    prefix = f"/apis/{rtype.group}/{rtype.version}" if rtype.group else f"/api/{rtype.version}"
+    namespace = f"/namespaces/{obj['metadata']['namespace']}" if rtype.namespaced else ""
+    return f"{prefix}{namespace}/{rtype.plural}"
+
+
+def install_over_http(
+    api_url: str, objects: Iterable[Obj], nodes: Iterable[Obj], timeout: float = 10.0
+) -> Installed:
+    """``install`` through the API (the demo's emulator runs in its own process): create every
+    object, then the controllers' pods, then write the statuses (a create resets a pod's)."""
+    objects = list(objects)
+    installed, updated = controlled(objects, nodes)
+    pods = [p for group in installed.pods.values() for p in group]
+    with requests.Session() as session:
+        for obj in [*objects, *pods]:
+            reply = session.post(api_url + _collection(obj), json=obj, timeout=timeout)
+            if reply.status_code != 201:
+                raise RuntimeError(
+                    f"creating {obj['kind']} {obj['metadata']['name']}: {reply.status_code} {reply.text}"
+                )
+        for obj in [*updated, *pods]:
+            url = f"{api_url}{_collection(obj)}/{obj['metadata']['name']}/status"
+            reply = session.patch(
+                url,
+                json={"status": obj["status"]},
+                headers={"Content-Type": "application/merge-patch+json"},
+                timeout=timeout,
+            )
+            if reply.status_code != 200:
+                raise RuntimeError(
+                    f"status of {obj['kind']} {obj['metadata']['name']}: {reply.status_code} {reply.text}"
+                )
     return installed
 
 

@@ -26,7 +26,9 @@ from hami.testing.kubeapi.resources import RESOURCES, ResourceType
 
 Obj = dict[str, Any]
 SCHEMA_VERSION = "1.31"
-_DEFS_REF = "/api/_definitions.json#/$defs/"
+# References between definitions, as _definitions.json writes them (the per-kind files use the
+# absolute form).
+_DEFS_REF = "#/$defs/"
 
 
 def gv_path(group: str, version: str) -> str:
@@ -64,8 +66,8 @@ def _openapi3(node: Any) -> Any:
         return node
     out: dict[str, Any] = {}
     for key, value in node.items():
-        if key == "$ref" and isinstance(value, str) and value.startswith(_DEFS_REF):
-            out[key] = "#/components/schemas/" + value.removeprefix(_DEFS_REF)
+        if key == "$ref" and isinstance(value, str) and _DEFS_REF in value:
+            out[key] = "#/components/schemas/" + value.split(_DEFS_REF, 1)[1]
         elif key == "type" and isinstance(value, list):
             kinds = [v for v in value if v != "null"]
             out[key] = kinds[0] if len(kinds) == 1 else kinds
