@@ -21,6 +21,7 @@ from hami.core.codec.pod_devices import decode_pod_devices
 from hami.core.kube.client import new_api_client
 from hami.core.kube.informer import Informer
 from hami.core.nvml import Nvml, NvmlError, open_nvml
+from hami.core.profiling import start_tracing
 from hami.core.serve import Server, build_info, serve_metrics
 from hami.exporter.collector import MonitorCollector, Tally
 from hami.exporter.config import Config, ConfigError, load_config
@@ -158,6 +159,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hami-monitor: {err}", file=sys.stderr)
         return 1
     klog.setup(cfg.verbosity)
+    if cfg.profiling:
+        start_tracing()  # the heap profile shows what was allocated before the request
     for warning in cfg.warnings:
         log.warning("%s", warning)
     stop = threading.Event()

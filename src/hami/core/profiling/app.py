@@ -10,7 +10,7 @@ from urllib.parse import parse_qs
 
 from hami.core import klog
 from hami.core.profiling.cpu import ProfilerBusy, cpu_profile
-from hami.core.profiling.heap import heap_profile, start_tracing
+from hami.core.profiling.heap import heap_profile
 from hami.core.profiling.threads import goroutine_profile, goroutine_text
 
 log = klog.get_logger(__name__)
@@ -98,9 +98,6 @@ def mount_pprof(app: WSGIApp) -> WSGIApp:
 
 
 def make_pprof_app() -> WSGIApp:
-    """The /debug/pprof/ app; heap tracing starts now (see `heap`)."""
-    start_tracing()
-
     def app(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         name = environ.get("PATH_INFO", "").removeprefix(PPROF_PREFIX.rstrip("/")).strip("/")
         query = parse_qs(environ.get("QUERY_STRING", ""))

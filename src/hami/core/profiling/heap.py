@@ -4,14 +4,14 @@ Sample types, as Go's heap profile: `alloc_objects/count`, `alloc_space/bytes`,
 `inuse_objects/count`, `inuse_space/bytes`. tracemalloc keeps only blocks that are still alive, so
 alloc_* equals inuse_* (`heap` shows inuse_space, `allocs` alloc_space by default).
 
-Tracing starts when profiling is enabled (`start_tracing`, called as `/debug/pprof/` is mounted), as
-Go's heap profile records from the start: a plain request is then a snapshot of every block still
-alive, whenever it was allocated, so a cache that is never freed shows up under the code that
-filled it. `?seconds=N` answers the growth over N seconds instead (negative growth dropped); for
-growth between two arbitrary points use `go tool pprof -base old.pb.gz new.pb.gz`. Python has no
-sampling allocator, so tracing is the price of `--profiling` (see bench/bench_extender.py
---profiling); where tracing is off (pprof not mounted), a request traces for its own window
-(default `DEFAULT_WINDOW_S`).
+Tracing starts when profiling is enabled (the daemons call `start_tracing` at start-up with
+`--profiling`), as Go's heap profile records from the start: a plain request is then a snapshot of
+every block still alive, whenever it was allocated, so a cache that is never freed shows up under
+the code that filled it. `?seconds=N` answers the growth over N seconds instead (negative growth
+dropped); for growth between two arbitrary points use `go tool pprof -base old.pb.gz new.pb.gz`.
+Python has no sampling allocator, so tracing is the price of `--profiling` (see
+bench/bench_extender.py --profiling). Where nothing traces (pprof mounted in a test process), a
+request traces for its own window (default `DEFAULT_WINDOW_S`).
 
 The snapshot is taken here; grouping, naming and encoding run in a child process
 (`heap_encode`), because every allocation made while tracemalloc traces costs a stack capture,

@@ -17,6 +17,7 @@ from hami.core import klog
 from hami.core.codec.nodelock import format_go_duration
 from hami.core.kube.client import KubeConfigError
 from hami.core.kube.options import add_kube_flags, from_args
+from hami.core.profiling import start_tracing
 from hami.scheduler.engine.decision import FilterConfig
 from hami.scheduler.engine.device_config import DeviceConfigError, load_nvidia_config
 from hami.scheduler.engine.policy import DEFAULT_GPU_POLICY, DEFAULT_NODE_POLICY
@@ -142,6 +143,8 @@ def options(args: argparse.Namespace) -> Options:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     klog.setup(args.v)
+    if args.profiling:
+        start_tracing()  # before the caches fill, so the heap profile shows what holds them
     try:
         opts = options(args)
         extender = Extender(opts)
