@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import io
 import json
-import time
-from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,6 +21,7 @@ from hami.scheduler.extender import main as scheduler_main
 from hami.scheduler.extender.daemon import Extender, Options
 from hami.testing import chart, install
 from hami.testing.kubeapi import KubeAPIServer
+from hami.testing.wait import wait_until
 
 Obj = dict[str, Any]
 ROLE = "hami.io/scheduler-role"
@@ -38,15 +37,6 @@ def _node(name: str, gpu: bool) -> Obj:
         node["metadata"]["annotations"] = {"hami.io/node-nvidia-register": encode_node_devices([dev])}
         node["status"] = {"allocatable": {"nvidia.com/gpu": "10"}}
     return node
-
-
-def _wait(check: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-    return value
 
 
 def _doctor(kubeconfig: Path, *args: str) -> tuple[int, Obj]:
@@ -115,10 +105,11 @@ def test_rendered_install_is_found_by_the_doctor_and_labelled_by_the_extender(
                 out[p["metadata"]["name"]] = (stored["metadata"].get("labels") or {}).get(ROLE)
             return out
 
-        _wait(
+        wait_until(
             lambda: (
                 roles() == {leader["metadata"]["name"]: "leader", follower["metadata"]["name"]: "follower"}
             ),
+            15,
             "the role labels",
         )
         kube_api.store.put(

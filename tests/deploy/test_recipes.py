@@ -23,7 +23,8 @@ from hami.core import names
 from hami.testing import certs, chart, cluster, install
 from hami.testing.kubeapi import KubeAPIServer
 from hami.testing.kubeapi.logs import log_path
-from hami.testing.processes import ProcessGroup, free_port, http_ok, wait_until
+from hami.testing.processes import ProcessGroup, free_port, http_ok
+from hami.testing.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "docs" / "guides" / "recipes.md"
@@ -232,7 +233,10 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
                 env=install.downward_env(plugin_pod, names.DEVICE_PLUGIN_CONTAINER),
             )
             wait_until(
-                http_ok(f"http://127.0.0.1:{metrics_port}/readyz"), 60, "the extender", procs.check_alive
+                http_ok(f"http://127.0.0.1:{metrics_port}/readyz"),
+                60,
+                "the extender",
+                alive=procs.check_alive,
             )
             wait_until(
                 lambda: (
@@ -241,7 +245,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
                 ),
                 60,
                 "the device plugin's registration and the scheduler's handshake",
-                procs.check_alive,
+                alive=procs.check_alive,
             )
             pending = api.store.put(
                 {
@@ -284,7 +288,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
                 ),
                 30,
                 "the extender's FilteringFailed events",
-                procs.check_alive,
+                alive=procs.check_alive,
             )
             yield Env(
                 api,
@@ -489,7 +493,7 @@ def test_pprof_behind_mutual_tls(env: Env) -> None:
         ],
     )
     try:
-        wait_until(http_ok(f"http://127.0.0.1:{metrics}/readyz"), 60, "the extender", procs.check_alive)
+        wait_until(http_ok(f"http://127.0.0.1:{metrics}/readyz"), 60, "the extender", alive=procs.check_alive)
         as_written = env.run(
             f"go tool pprof https+insecure://127.0.0.1:{port}/debug/pprof/heap", stdin="top\n"
         )

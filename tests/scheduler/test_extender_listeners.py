@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 import requests
-from tests.scheduler.extender_env import running
 
 from hami.scheduler.extender.daemon import Extender
 from hami.scheduler.extender.main import build_parser, options
 from hami.testing import certs
+from hami.testing.extender import running
 from hami.testing.kubeapi import KubeAPIServer
 
 REVIEW = {

@@ -6,6 +6,7 @@ from typing import Any
 
 from hami.core import annotations as ann
 from hami.core.kube import errors, raw
+from hami.core.objects import annotations_of, name_of, namespace_of
 from hami.doctor.podinputs import PodCluster, lease_of
 from hami.doctor.settings import DEVICE_PLUGIN_SELECTORS, SCHEDULER_SELECTORS
 
@@ -61,8 +62,7 @@ def _pods_by_selectors(api: Any, selectors: tuple[str, ...], namespace: str) -> 
                 return None
             raise
         for p in items:
-            meta = p.get("metadata") or {}
-            found[f"{meta.get('namespace')}/{meta.get('name')}"] = p
+            found[f"{namespace_of(p)}/{name_of(p)}"] = p
     return [found[k] for k in sorted(found)]
 
 
@@ -80,8 +80,7 @@ def lock_owners(api: Any, nodes: list[Obj]) -> dict[str, bool]:
     """For every node lock with an owner, whether that pod still exists ("ns/name" → bool)."""
     out: dict[str, bool] = {}
     for node in nodes:
-        value = ((node.get("metadata") or {}).get("annotations") or {}).get(ann.NODE_LOCK, "")
-        parts = str(value).split(",")
+        parts = annotations_of(node).get(ann.NODE_LOCK, "").split(",")
         if len(parts) == 3 and parts[1] and parts[2]:
             key = f"{parts[1]}/{parts[2]}"
             if key not in out:
@@ -107,7 +106,7 @@ def pod_cluster(
         scheduler_pods=schedulers,
         lease=lease,
         lease_ref=lease_ref,
-        nodes={str((n.get("metadata") or {}).get("name")): n for n in nodes},
+        nodes={name_of(n): n for n in nodes},
         owner_exists=lock_owners(api, nodes),
     )
 

@@ -21,6 +21,7 @@ from hami.core.codec.pod_devices import decode_pod_devices
 from hami.core.kube.client import new_api_client
 from hami.core.kube.informer import Informer
 from hami.core.nvml import Nvml, NvmlError, open_nvml
+from hami.core.objects import uid_of
 from hami.core.profiling import start_tracing
 from hami.core.serve import Server, build_info, serve_metrics
 from hami.exporter.collector import MonitorCollector, Tally
@@ -134,7 +135,7 @@ def run(cfg: Config, stop: threading.Event, registry: CollectorRegistry | None =
     def uids() -> set[str] | None:
         if not informer.has_synced():
             return None
-        return {str((p.get("metadata") or {}).get("uid", "")) for p in informer.list()}
+        return {uid_of(p) for p in informer.list()}
 
     monitor = Monitor(
         cfg, nvml, informer.list, uids, ready=informer.has_synced, registry=registry, nvml_errors=nvml_errors

@@ -20,9 +20,8 @@ from werkzeug.exceptions import HTTPException
 
 from hami.core import klog
 from hami.scheduler.engine.admission import AdmissionError, WebhookConfig, admit
-from hami.scheduler.extender import dryrun as simulate
 from hami.scheduler.extender.bind import BindArgs, Binder
-from hami.scheduler.extender.filter_service import FilterService
+from hami.scheduler.extender.filter_service import FilterService, node_items
 from hami.scheduler.extender.state import ClusterState
 
 log = klog.get_logger(__name__)
@@ -125,13 +124,13 @@ def make_app(
         ):
             return _bad_request("Pod must be an object and NodeNames a list of strings")
         nodes = field(args, "Nodes")
+        items = None
         if nodes is not None:  # §4.1 step 2: a nodeCacheCapable: false caller gets a dry run (§9.3)
             try:
-                items = simulate.node_items(nodes)
+                items = node_items(nodes)
             except ValueError as err:
                 return _bad_request(str(err))
-            return _json(simulate.serve(filters, pod, items, names))
-        return _json(filters.filter(pod, names or []))
+        return _json(filters.filter(pod, names, items))
 
     @app.post("/bind")
     def _bind() -> Response:

@@ -1,5 +1,6 @@
-"""Loading deploy/ for the tests: every object of every file the kustomization lists (the chart
-rendered with the production values, see scripts/gen_deploy.py), and lookups."""
+"""This checkout's deploy/ for the tests (the Helm chart rendered with the production values, see
+scripts/gen_deploy.py): every object of every file the kustomization lists, lookups, and each
+container's command line read by the daemon's own argument parser."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from hami.deviceplugin import main as deviceplugin_main
 from hami.exporter import config as exporter_config
 from hami.scheduler.extender import main as scheduler_main
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]  # src/hami/testing/manifests.py
 DEPLOY = ROOT / "deploy"
 NAMESPACE = names.NAMESPACE
 Obj = dict[str, Any]
