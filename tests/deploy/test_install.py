@@ -140,6 +140,8 @@ def test_rendered_install_is_found_by_the_doctor_and_labelled_by_the_extender(
             found = _findings(doc, f"node {gpu_node}")
             assert found["node.device-plugin.running"]["severity"] == "ok", found
             assert found["node.handshake.ok"]["severity"] == "ok", found  # the leader wrote it
+            # the deliberate difference from the guides' Unix timestamp is said where it is seen
+            assert any("not a Unix timestamp" in e for e in found["node.handshake.ok"]["evidence"])
         assert not [c for c in _findings(doc, "node cpu-node-01") if c.startswith("node.device-plugin")]
     finally:
         extender.stop()

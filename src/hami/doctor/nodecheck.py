@@ -25,6 +25,10 @@ Obj = dict[str, Any]
 
 UUID_RE = re.compile(r"GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 DEVICE_COLUMNS = ("ID", "Index", "Count", "Devmem", "Devcore", "Type", "Numa", "Mode", "Health")
+HANDSHAKE_FORMAT = (
+    "written by the scheduler as HAMi v2.10 does (Requesting_<its local time>), not a Unix timestamp "
+    "from the device plugin: compare it with the time, not with date +%s"
+)
 # Clocks further apart than this break the handshake (seed 001 §4.3: keep skew under 30 s).
 CLOCK_SKEW = timedelta(seconds=30)
 
@@ -242,6 +246,8 @@ def check_node_handshake(node: Obj, s: Settings, now: datetime) -> list[Finding]
             )
         ]
     healthy, _ = check_handshake(value, now, gpus, s.scheduler_tz)
+    # The guides' check subtracts the value from `date +%s`: say once why that cannot work here.
+    evidence.append(HANDSHAKE_FORMAT)
     if now - when < s.handshake_timeout:
         return [
             Finding(OK, "node.handshake.ok", f"handshake requested {age(when, now)} ago", tuple(evidence))
