@@ -30,9 +30,6 @@ class Installed:
 
     pods: dict[str, list[Obj]] = field(default_factory=dict)
 
-    def pod_names(self, workload: str) -> list[str]:
-        return [p["metadata"]["name"] for p in self.pods.get(workload, [])]
-
 
 def _suffix(seed: str, length: int) -> str:
     digest = hashlib.sha256(seed.encode()).digest()

@@ -16,6 +16,7 @@ from hami.core import names
 from hami.deviceplugin import main as deviceplugin_main
 from hami.exporter import config as exporter_config
 from hami.scheduler.extender import main as scheduler_main
+from hami.testing import chart
 
 ROOT = Path(__file__).resolve().parents[3]  # src/hami/testing/manifests.py
 DEPLOY = ROOT / "deploy"
@@ -43,9 +44,7 @@ def objects() -> list[Obj]:
 
 
 def find(kind: str, name: str) -> Obj:
-    found = [o for o in objects() if o["kind"] == kind and o["metadata"]["name"] == name]
-    assert len(found) == 1, f"expected one {kind}/{name}, found {len(found)}"
-    return found[0]
+    return chart.find(objects(), kind, name)
 
 
 def of_kind(kind: str) -> list[Obj]:
