@@ -48,9 +48,8 @@ app.kubernetes.io/name: {{ default .ctx.Chart.Name .ctx.Values.nameOverride }}
 app.kubernetes.io/instance: {{ .ctx.Release.Name }}
 {{- end -}}
 
-{{/* Pod template labels: selector labels, and hami.io/webhook=ignore so the webhook skips hami's own pods. */}}
+{{/* Pod template labels. */}}
 {{- define "hami.podLabels" -}}
 {{ include "hami.selectorLabels" . }}
 app.kubernetes.io/part-of: hami
-hami.io/webhook: ignore
 {{- end -}}
