@@ -31,7 +31,7 @@ HAMI_RESOURCES = (
 )
 MAX_INT32 = 2**31 - 1  # HAMi rejects gpumem above MaxInt32 (spec §3.2; memoryFactor 1)
 FIX_ADD_RESOURCES = (
-    "add nvidia.com/gpu (and nvidia.com/gpumem / gpucores) to the container resources (seed 000)"
+    "add nvidia.com/gpu (and nvidia.com/gpumem / gpucores) to the container resources"
 )
 
 
@@ -46,6 +46,8 @@ class PodCluster:
     lease_ref: str = ""  # "ns/name" when --scheduler-lease was given
     nodes: dict[str, Obj] = field(default_factory=dict)
     owner_exists: dict[str, bool] = field(default_factory=dict)  # "ns/name" of lock owners
+    decision: Obj | None = None  # the scheduler's decision record, when it could be read
+    decision_source: str = ""  # where it came from, or why it could not be read
 
 
 def _resource(container: Obj, name: str) -> str | None:
@@ -99,7 +101,7 @@ def check_requests(pod: Obj) -> list[Finding]:
                 "HAMi treats a container whose nvidia.com/gpumem is not an int32 of MiB "
                 "as asking for nothing",
                 tuple(lines + problems),
-                "write nvidia.com/gpumem in MiB as an integer, e.g. 8192 (not 8Gi) (spec/scheduler.md §3.2)",
+                "write nvidia.com/gpumem in MiB as an integer, e.g. 8192 (not 8Gi)",
             )
         ]
     if consumers:
