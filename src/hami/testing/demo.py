@@ -113,7 +113,7 @@ def commands(stack: Stack) -> list[str]:
 
 
 def banner(stack: Stack, skipped: list[str]) -> str:
-    names = {
+    titles = {
         MONITOR: "vGPU monitor",
         SCHEDULER: "scheduler extender",
         DEVICE_PLUGIN: "device plugin",
@@ -125,11 +125,11 @@ def banner(stack: Stack, skipped: list[str]) -> str:
     lines.append(f"  Alertmanager        {stack.url('alertmanager')}/#/alerts")
     lines.append(f"    notifications     {stack.notifications}   (tail -f; grouped and inhibited)")
     for c in stack.running:
-        lines.append(f"  {names[c]:<20}{stack.url(c)}/metrics")
+        lines.append(f"  {titles[c]:<20}{stack.url(c)}/metrics")
     lines.append(f"  kube-state-metrics  {stack.url('ksm')}/metrics   (stand-in)")
     lines.append(f"  Kubernetes API      {stack.kube_url}   (KUBECONFIG={stack.kubeconfig})")
     for c in skipped:
-        lines.append(f"  {names[c]:<20}not started ({MODULES[c]} is not in this checkout, or --skip)")
+        lines.append(f"  {titles[c]:<20}not started ({MODULES[c]} is not in this checkout, or --skip)")
     lines += ["", "Grafana: add a Prometheus data source at " + stack.url("prometheus") + ", then import:"]
     lines += [f"  {path}" for path in sorted(DASHBOARDS.glob("*.json"))]
     lines += ["", "Ask the doctor and the tuner about this cluster:"]
@@ -172,7 +172,6 @@ def kubectl_lines(stack: Stack) -> list[str]:
     ]
     if pod is not None:
         lines.append(f"  kubectl logs -n {names.NAMESPACE} {pod['metadata']['name']} --tail=20")
-    lines.append("  hami-doctor nodes")
     return lines
 
 
