@@ -34,6 +34,12 @@ NVML_CALLS = (
     "nvmlDeviceGetPowerUsage",
     "nvmlDeviceGetTemperature",
     "nvmlDeviceGetTotalEccErrors",
+    "nvmlDeviceGetTemperatureThreshold",
+    "nvmlDeviceGetRetiredPages",
+    "nvmlDeviceGetRetiredPagesPendingStatus",
+    "nvmlDeviceGetRemappedRows",
+    "nvmlDeviceGetCurrentClocksEventReasons",
+    "nvmlDeviceGetComputeRunningProcesses",
     "nvmlDeviceGetMaxMigDeviceCount",
     "nvmlDeviceGetMigDeviceHandleByIndex",
     "nvmlDeviceGetGpuInstanceId",
@@ -91,6 +97,7 @@ class HostReader:
         util = self._try(errors, dev.utilization_rates)
         power = self._try(errors, dev.power_usage)
         migs = self._try(errors, dev.mig_devices) or []
+        procs = self._try(errors, dev.compute_running_processes) or []
         with self._lock:
             xids, healthy = self._xids[uuid], uuid not in self._unhealthy
         return HostDevice(
@@ -105,12 +112,17 @@ class HostReader:
             power_watts=None if power is None else power / 1000.0,
             ecc_corrected=self._try(errors, lambda: dev.total_ecc_errors(False)),
             ecc_uncorrected=self._try(errors, lambda: dev.total_ecc_errors(True)),
+            temperature_slowdown=self._try(errors, lambda: dev.temperature_threshold("slowdown")),
+            retired=self._try(errors, dev.retired_pages),
+            remapped=self._try(errors, dev.remapped_rows),
+            clock_event_reasons=self._try(errors, dev.clock_event_reasons),
             xid_errors=xids,
             healthy=healthy,
             migs=tuple(
                 MigIdentity(m.uuid, mig_profile(m.name), m.gpu_instance_id, m.compute_instance_id)
                 for m in migs
             ),
+            pids=tuple(p.pid for p in procs if p.pid > 0),
         )
 
     def start_xid_watch(self) -> None:
