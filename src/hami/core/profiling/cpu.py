@@ -9,14 +9,15 @@ server's profile read `threading.Condition.wait` and `socket.readinto`.
 So each tick tells running threads from blocked ones by their CPU clocks
 (`pthread_getcpuclockid`): the sampler hands the GIL over for a moment (the switch interval
 lowered to `HANDOFF_S` for that moment only), reads the stacks, and hands it over again. A thread
-whose clock moved for a good part of both windows was running right before and right after the
-stacks were read, so its stack is where it spends CPU; it is charged all the CPU it used since it
-was last charged, so each thread's total is its CPU time over the profile. Threads that only woke
-up, or that ran a burst and blocked, are left for a later tick.
+that moved its clock the most in both windows (by at least `MIN_RUN_NS`), or ran native code
+without the GIL through most of them, was running right before and right after the stacks were
+read, so its stack is where it spends CPU. It is charged all the CPU it used since it was last
+charged. Threads that only woke up, or ran a burst and blocked, wait for a later tick.
 
 Caveats: a tick at which no thread is running adds nothing, so a mostly idle process gives few
 samples; CPU spent in native code that releases the GIL is charged to the Python frame that called
-it; CPU a thread used after it was last seen running is not in the profile; the sampler's own
+it; CPU a thread used after it was last seen running is not in the profile; under heavy contention
+some CPU of threads waking from a blocking call is still charged to that call; the sampler's own
 thread is excluded.
 
 Sample types: `samples/count` (ticks at which the thread was seen running) and `cpu/nanoseconds`.
@@ -35,7 +36,7 @@ from hami.core.profiling.symbols import stack_of
 SAMPLE_HZ = 100
 PERIOD_NS = 1_000_000_000 // SAMPLE_HZ
 HANDOFF_S = 50e-6
-MIN_RUN_NS = 10_000
+MIN_RUN_NS = 30_000
 
 
 class ProfilerBusy(RuntimeError):
@@ -79,11 +80,15 @@ def _hand_off(me: int, switch_interval: float) -> tuple[dict[int, int], set[int]
         time.sleep(HANDOFF_S)
     finally:
         sys.setswitchinterval(switch_interval)
-    # A thread that ran for most of the window held the GIL (or ran native code without it);
-    # one that only woke up to wait for the GIL, or from a blocking call, moved its clock a little.
-    enough = max(MIN_RUN_NS, (time.monotonic_ns() - opened) // 4)
+    # The thread that held the GIL moved its clock the most; others moved theirs only waking up
+    # (to wait for the GIL, or from a blocking call), unless they ran native code without the GIL
+    # for most of the window.
+    window = time.monotonic_ns() - opened
     after = _clocks(me)
-    return after, {i for i, c in after.items() if c - before.get(i, c) >= enough}
+    moved = {i: c - before[i] for i, c in after.items() if i in before}
+    top = max(moved.values(), default=0)
+    return after, {i for i, m in moved.items()
+                   if m >= MIN_RUN_NS and (m == top or 2 * m >= window)}
 
 
 def _sample(seconds: float, stop: Callable[[], bool]) -> ProfileBuilder:
