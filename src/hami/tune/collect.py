@@ -286,6 +286,8 @@ def _scheduler_resources(s: _Session, cfg: Settings) -> Recommendation:
     oom = s.scalar(
         "sum(max by (namespace, pod) (max_over_time("
         f'kube_pod_container_status_last_terminated_reason{{{ctr}, reason="OOMKilled"}}[{w}])))'
+        # kube-state-metrics has the series only after a restart: reporting the container is reporting 0
+        f" or count(kube_pod_container_resource_limits{{{ctr}}}) * 0"
     )
     working_set = s.scalar(f"max(max_over_time(container_memory_working_set_bytes{{{ctr}}}[{w}]))")
     evidence = s.take()

@@ -76,7 +76,10 @@ def recommend_scheduler_resources(
         )
         memory_limit = max(memory_limit, raised)
     if inp.oom_kills is None:
-        reasons.append("OOM kills unknown: kube_pod_container_status_last_terminated_reason has no sample")
+        reasons.append(
+            "OOM kills unknown: no kube_pod_container_status_last_terminated_reason or "
+            "kube_pod_container_resource_limits sample for the extender's container (kube-state-metrics)"
+        )
     if inp.current is None:
         reasons.append("current resources unknown: kube_pod_container_resource_limits has no sample")
     want = Resources(
@@ -85,12 +88,14 @@ def recommend_scheduler_resources(
         _at_least(cur.memory_request_mi, tier.memory_request_mi),
         memory_limit,
     )
-    details = {
-        "requests.cpu": f"{want.cpu_request_m}m",
-        "limits.cpu": f"{want.cpu_limit_m}m",
-        "requests.memory": f"{want.memory_request_mi}Mi",
-        "limits.memory": f"{want.memory_limit_mi}Mi",
+    fields = {
+        "requests.cpu": (want.cpu_request_m, cur.cpu_request_m, "m"),
+        "limits.cpu": (want.cpu_limit_m, cur.cpu_limit_m, "m"),
+        "requests.memory": (want.memory_request_mi, cur.memory_request_mi, "Mi"),
+        "limits.memory": (want.memory_limit_mi, cur.memory_limit_mi, "Mi"),
     }
+    # Only the fields that change: the values file sets these keys and no other.
+    details = {key: f"{w}{unit}" for key, (w, c, unit) in fields.items() if w != c}
     current = inp.current.render() if inp.current is not None else None
     return Recommendation(RESOURCES, want.render(), current, tuple(reasons), evidence, details=details)
 

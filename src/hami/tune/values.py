@@ -5,7 +5,6 @@ with its evidence (``helm upgrade hami charts/hami --reuse-values -f FILE``)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -108,27 +107,34 @@ def _comment(rec: Recommendation) -> list[str]:
     return lines
 
 
-@dataclass
-class _Leaf:
-    value: Any
-    comment: list[str]
+Path = tuple[str, ...]
 
 
-def _emit(tree: dict[str, Any], indent: int, out: list[str]) -> None:
-    pad = "  " * indent
+def _emit(tree: dict[str, Any], notes: dict[Path, list[str]], at: Path, out: list[str]) -> None:
+    pad = "  " * len(at)
     for key, node in tree.items():
+        path = (*at, key)
+        out.extend(f"{pad}# {line}" for line in notes.get(path, ()))
         if isinstance(node, dict):
             out.append(f"{pad}{key}:")
-            _emit(node, indent + 1, out)
-            continue
-        out.extend(f"{pad}# {line}" for line in node.comment)
-        text = yaml.safe_dump(node.value, default_flow_style=True, width=1 << 16).strip()
-        out.append(f"{pad}{key}: {text.removesuffix('...').strip()}")
+            _emit(node, notes, path, out)
+        else:
+            text = yaml.safe_dump(node, default_flow_style=True, width=1 << 16).strip()
+            out.append(f"{pad}{key}: {text.removesuffix('...').strip()}")
+
+
+def _common(paths: list[Path]) -> Path:
+    first = paths[0]
+    n = 0
+    while n < len(first) and all(len(p) > n and p[n] == first[n] for p in paths):
+        n += 1
+    return first[: max(n, 1)]
 
 
 def render(recs: list[Recommendation], doc: Mapping[str, Any]) -> str:
     """The values file: changed keys only, each under its evidence; the rest as comments."""
     tree: dict[str, Any] = {}
+    notes: dict[Path, list[str]] = {}
     header = [
         "# hami-tune recommendations for charts/hami: only the keys they change.",
         "#   helm upgrade hami charts/hami --reuse-values -f THIS_FILE",
@@ -147,12 +153,14 @@ def render(recs: list[Recommendation], doc: Mapping[str, Any]) -> str:
             header.append(f"# not a chart value: {rec.parameter} {rec.value}")
             header += [f"#   {reason}" for reason in rec.reasons]
             continue
-        for i, (path, value) in enumerate(setter(rec, doc)):
-            *parents, leaf = path.split(".")
+        pairs = [(tuple(path.split(".")), value) for path, value in setter(rec, doc)]
+        for path, value in pairs:
             node = tree
-            for part in parents:
+            for part in path[:-1]:
                 node = node.setdefault(part, {})
-            node[leaf] = _Leaf(value, _comment(rec) if i == 0 else [])
+            node[path[-1]] = value
+        # The evidence goes above the innermost key that holds all of the rule's values.
+        notes[_common([p for p, _ in pairs])] = _comment(rec)
     if rec_nodes := [
         f"# per-node {k.removeprefix('node/')}: devicememoryscaling {v} in devicePlugin.nodeConfiguration"
         for rec in recs
@@ -162,7 +170,7 @@ def render(recs: list[Recommendation], doc: Mapping[str, Any]) -> str:
     ]:
         header += rec_nodes
     out = list(header)
-    _emit(tree, 0, out)
+    _emit(tree, notes, (), out)
     if not tree:
         out.append("{}")
     return "\n".join(out) + "\n"
