@@ -106,6 +106,9 @@ def _calm() -> list[tuple[str, str]]:
     ]
     for n in ("n1", "n2"):
         series.append((f'hami_device_memory_scaling{{job="hami-device-plugin",node="{n}"}}', "const:1"))
+    # A second monitor job scraped through a relabelling that dropped the node label.
+    unlabelled = 'job="relabelled-monitor",instance="x:9394",namespace="ml",pod="a",container="main"'
+    series.append((f"hami_vgpu_memory_limit_bytes{{{unlabelled}}}", f"const:{8 * GIB}"))
     return series
 
 
@@ -203,3 +206,38 @@ def test_calm_cluster_values_file_is_empty(calm_url: str, capsys: pytest.Capture
     out = capsys.readouterr().out
     assert out.splitlines()[-1] == "{}"
     assert not [line for line in out.splitlines() if line and not line.startswith(("#", "{}"))]
+
+
+def test_series_without_a_join_label_is_bad_input(calm_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--prometheus-url", calm_url, "--time", str(END), "--window", WINDOW]
+    assert main([*args, "--monitor-job", "relabelled-monitor"]) == 2
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert out.err.splitlines() == [
+        'hami-tune: hami_vgpu_memory_limit_bytes{job="relabelled-monitor"} has series without a node label: '
+        "hami-tune joins on node, namespace, pod, container; keep the exporters' labels when scraping "
+        "(honor_labels: true)"
+    ]
+
+
+def test_before_after_shows_what_moved(busy_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # The containers peak at 7 GiB once, mid-way (START + 90 min), and idle at 3.5 GiB: a 1h window
+    # just after the peak holds it, the last hour does not.
+    peak = START + 90 * 60
+    args = ["--prometheus-url", busy_url, "--window", "1h", "--json"]
+    assert main([*args, "--before", str(peak + 60), "--after", str(END)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rows = [q for q in doc["quantities"] if q["parameter"] == "deviceMemoryScaling"]
+    # 16 GiB requested over 14 GiB peak x 0.9 = 1.03 -> 1; over 7 GiB -> 2.06, capped at 2.
+    assert (rows[0]["quantity"], rows[0]["before"], rows[0]["after"]) == ("recommendation", "1", "2")
+    moved = {q["quantity"] for q in rows if q["changed"]}
+    assert any(q.startswith("sum by (node) (max_over_time(hami_vgpu_memory_used_bytes") for q in moved)
+    split = [q["changed"] for q in doc["quantities"] if q["parameter"] == "deviceSplitCount"]
+    assert split and not any(split)  # constant inputs, the same answer
+
+
+def test_before_needs_after(busy_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--prometheus-url", busy_url, "--before", str(END)])
+    assert exc.value.code == 2
+    assert "--before and --after go together" in capsys.readouterr().err

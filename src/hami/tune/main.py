@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             preflight(client.query, settings)
             answers.append(recommend_all(client.query, settings))
         except (PrometheusError, InputError) as exc:
-            when = "" if at is None else f" at {_iso(at)}"
+            when = f" at {_iso(at)}" if comparing and at is not None else ""
             print(f"hami-tune{when}: {exc}", file=sys.stderr)
             return 2
         finally:
