@@ -32,6 +32,7 @@
     schedulerJob: "hami-scheduler",
     schedulerPendingPods: 0,
     schedulerPendingPodsFor: "15m",
+    smUseWindow: "1h",
     vgpuCoreOverLimitFor: "15m",
     vgpuCoreOverLimitPoints: 10,
     vgpuIdleFor: "15m",

@@ -32,7 +32,7 @@ class ContainerCores:
 
 
 def _share(c: ContainerCores) -> str:
-    return f"{c.name} p{tables.CORE_QUANTILE * 100:.0f} {c.used_p95:.0f}% of limit {c.limit:.0f}%"
+    return f"{c.name} {tables.CORE_QUANTILE_NAME} {c.used_p95:.0f}% of limit {c.limit:.0f}%"
 
 
 def recommend_policy(
@@ -46,7 +46,7 @@ def recommend_policy(
         value = "force"
         reasons = [
             f"{len(over)} of {len(containers)} containers use more SM than their limit "
-            f"(p{tables.CORE_QUANTILE * 100:.0f} > {tables.CORE_OVERSHOOT_RATIO} x limit): {shown}; "
+            f"({tables.CORE_QUANTILE_NAME} > {tables.CORE_OVERSHOOT_RATIO} x limit): {shown}; "
             "core isolation is imprecise: force (tuning.md §6.1)"
         ]
     elif environment == "development":

@@ -88,6 +88,7 @@ SPLIT_LOW_UTILISATION = 20
 CORE_OVERSHOOT_RATIO = 1.1
 # The SM-use quantile taken over the window (§5's distribution, as quantile_over_time of the gauge).
 CORE_QUANTILE = 0.95
+CORE_QUANTILE_NAME = f"p{CORE_QUANTILE * 100:.0f}"  # in recording rule names and reasons
 # §5 "SM use stays below the limit: lower gpucores": the p95 below this share of the limit.
 CORE_UNDERUSE_RATIO = 0.5
 # A per-pod gpucores proposal leaves this headroom above the p95 and rounds up to a multiple of 5.
