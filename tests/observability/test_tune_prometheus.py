@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from hami.core import names
 from hami.testing import prometheus
 from hami.testing.processes import free_port, python_env
 from hami.tune.main import main
@@ -204,7 +205,9 @@ def test_patch_output_rewrites_only_the_recommended_fields(
     args = ["--prometheus-url", prom_url, "--time", str(END), "--window", WINDOW, "--output", "patch"]
     assert main([*args, "--device-config", str(current), "--node-config", str(nodes)]) == 0
     device, node = yaml.safe_load_all(capsys.readouterr().out)
-    assert device["metadata"] == {"name": "hami-device-config", "namespace": "hami-system"}
+    # the ConfigMap the chart installs, where the guides install it
+    assert device["metadata"] == {"name": names.DEVICE_CONFIGMAP, "namespace": names.NAMESPACE}
+    assert node["metadata"] == {"name": names.NODE_CONFIGMAP, "namespace": names.NAMESPACE}
     assert yaml.safe_load(device["data"]["device-config.yaml"]) == {
         "nvidia": {
             "resourceCountName": "nvidia.com/gpu",

@@ -23,6 +23,7 @@ from hami.core.kube.client import new_api_client
 from hami.core.kube.informer import Informer
 from hami.core.kube.options import add_kube_flags, from_args
 from hami.core.nvml import NvmlError, open_nvml
+from hami.core.profiling import start_tracing
 from hami.core.serve import add_web_config_flag, build_info, serve_metrics
 from hami.deviceplugin.config import ConfigError, PluginConfig, load_config
 from hami.deviceplugin.container_setup import HostLayout, RuntimeOptions
@@ -256,6 +257,8 @@ def run(args: argparse.Namespace, stop: threading.Event, running: dict[str, Mana
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     klog.setup(args.v)
+    if args.profiling:
+        start_tracing()  # the heap profile shows what was allocated before the request
     stop = threading.Event()
     holder: dict[str, Manager] = {}
 

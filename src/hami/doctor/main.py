@@ -183,11 +183,12 @@ def _cluster_sections(args: argparse.Namespace, api: Any, now: datetime) -> list
     else:
         items = fetch.list_nodes(api, args.selector)
     owners = fetch.lock_owners(api, items)
+    plugin_pods = fetch.device_plugin_pods(api)
     sections = []
     for n in sorted(items, key=name_of):
         value = annotations_of(n).get("hami.io/mutex.lock", "")
         key = "/".join(value.split(",")[1:]) if value.count(",") == 2 else ""
-        sections.append(nodecheck.check_node(n, owners.get(key) if key else None, s, now))
+        sections.append(nodecheck.check_node(n, owners.get(key) if key else None, s, now, plugin_pods))
     return sections
 
 

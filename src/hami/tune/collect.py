@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from hami.core import names
 from hami.core.duration import parse_prometheus_duration
 from hami.tune import components, cores, recommend, tables
 from hami.tune.recommend import Evidence, Recommendation
@@ -32,7 +33,7 @@ class Settings:
     deviceplugin_job: str = "hami-device-plugin"
     node_lock_expire_seconds: float = tables.LOCK_DEFAULT_SECONDS
     environment: str = "production"
-    scheduler_container: str = "vgpu-scheduler-extender"
+    scheduler_container: str = names.EXTENDER_CONTAINER
     # The chart values in force (--values FILE), or the chart's defaults, and which of the two.
     core_policy: str = tables.CHART_CORE_POLICY
     log_level: int = tables.CHART_LOG_LEVEL

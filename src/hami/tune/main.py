@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 
 import yaml
 
+from hami.core import names
 from hami.core.duration import duration_flag, prometheus_duration_flag
 from hami.tune import compare, patch, report, tables, values
 from hami.tune.collect import InputError, Settings, preflight, recommend_all
@@ -66,19 +67,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--device-config",
         type=argparse.FileType("r", encoding="utf-8"),
-        help="with --output patch: the current device-config.yaml (kubectl -n hami-system get configmap "
-        "hami-device-config -o jsonpath='{.data.device-config\\.yaml}')",
+        help="with --output patch: the current device-config.yaml (kubectl -n "
+        f"{names.NAMESPACE} get configmap {names.DEVICE_CONFIGMAP} "
+        "-o jsonpath='{.data.device-config\\.yaml}')",
     )
     p.add_argument(
         "--node-config",
         type=argparse.FileType("r", encoding="utf-8"),
         help="with --output patch: the device plugin's current node config.json, for per-node scaling",
     )
-    p.add_argument("--namespace", default="hami-system", help="namespace of the ConfigMaps (patch)")
-    p.add_argument("--device-configmap", default="hami-device-config", help="device config ConfigMap (patch)")
+    p.add_argument("--namespace", default=names.NAMESPACE, help="namespace of the ConfigMaps (patch)")
     p.add_argument(
-        "--node-configmap", default="hami-device-plugin-node-config", help="node config ConfigMap (patch)"
+        "--device-configmap", default=names.DEVICE_CONFIGMAP, help="device config ConfigMap (patch)"
     )
+    p.add_argument("--node-configmap", default=names.NODE_CONFIGMAP, help="node config ConfigMap (patch)")
     p.add_argument(
         "--environment",
         choices=tables.ENVIRONMENTS,
@@ -93,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--scheduler-container",
-        default="vgpu-scheduler-extender",
+        default=names.EXTENDER_CONTAINER,
         help="the extender's container name in kube-state-metrics and cAdvisor series",
     )
     p.add_argument(
