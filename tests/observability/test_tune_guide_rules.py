@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from hami.testing import prometheus
+from hami.testing import chart, prometheus
 from hami.tune.main import main
 
 pytestmark = pytest.mark.skipif(not prometheus.available(), reason="prometheus/promtool not installed")
@@ -241,3 +242,61 @@ def test_before_needs_after(busy_url: str, capsys: pytest.CaptureFixture[str]) -
         main(["--prometheus-url", busy_url, "--before", str(END)])
     assert exc.value.code == 2
     assert "--before and --after go together" in capsys.readouterr().err
+
+
+def _values_file(capsys: pytest.CaptureFixture[str], tmp_path: Path, url: str, *args: str) -> Path:
+    main(["--prometheus-url", url, "--time", str(END), "--window", WINDOW, "--output", "values", *args])
+    path = tmp_path / "tuned.yaml"
+    path.write_text(capsys.readouterr().out, encoding="utf-8")
+    return path
+
+
+def test_values_file_renders_with_the_chart_and_each_value_lands(
+    busy_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    current = tmp_path / "current.yaml"
+    current.write_text("devices:\n  nvidia:\n    libCudaLogLevel: 3\n")
+    tuned = _values_file(capsys, tmp_path, busy_url, "--values", str(current))
+    doc = yaml.safe_load(tuned.read_text(encoding="utf-8"))
+    # Only the keys the recommendations change (the SM-use rules keep theirs).
+    assert doc == {
+        "devicePlugin": {
+            "deviceMemoryScaling": 1.0,
+            "deviceSplitCount": 20,
+            "monitor": {"extraArgs": ["-v=4"]},
+        },
+        "scheduler": {
+            "extender": {
+                "extraArgs": ["--debug", "-v=4", "--kube-qps=5", "--kube-burst=10", "--kube-timeout=15"],
+                "resources": {"limits": {"cpu": "500m", "memory": "2048Mi"}},
+            }
+        },
+        "devices": {"nvidia": {"libCudaLogLevel": 0}},
+    }
+    # Each key sits under the evidence for it.
+    text = tuned.read_text(encoding="utf-8")
+    assert "# deviceSplitCount: 10 -> 20\n" in text
+    assert "mean GPU utilisation 10%" in text.split("deviceSplitCount: 20")[0]
+    # helm upgrade -f current.yaml -f tuned.yaml
+    objects = chart.render([current, tuned])
+    assert chart.validate(objects) == []
+    assert chart.unlanded(objects, doc) == []
+    assert chart.tuned(objects)["scheduler.extender.kube_client"] == (5.0, 10, 15.0)
+
+
+def test_development_values_turn_the_core_limit_off(
+    busy_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    tuned = _values_file(capsys, tmp_path, busy_url, "--environment", "development")
+    doc = yaml.safe_load(tuned.read_text(encoding="utf-8"))
+    assert doc["devices"] == {"nvidia": {"gpuCorePolicy": "disable"}}
+    objects = chart.render([tuned])
+    assert chart.unlanded(objects, doc) == []
+    assert chart.tuned(objects)["devices.nvidia.gpuCorePolicy"] == "disable"
+
+
+def test_unlanded_names_a_value_the_chart_did_not_take() -> None:
+    # The check itself can fail: the chart's defaults do not carry a tuned split count.
+    assert chart.unlanded(chart.render(), {"devicePlugin": {"deviceSplitCount": 20}}) == [
+        "devicePlugin.deviceSplitCount: the values file says 20, the rendered chart carries 10"
+    ]

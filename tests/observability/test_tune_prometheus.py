@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from hami.core import names
-from hami.testing import prometheus
+from hami.testing import chart, prometheus
 from hami.testing.processes import free_port, python_env
 from hami.tune.main import main
 
@@ -285,3 +285,21 @@ def test_module_entry_point(prom_url: str, tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["recommendations"][0]["parameter"] == "deviceMemoryScaling"
+
+
+def test_values_output_lands_in_the_chart(
+    prom_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    args = ["--prometheus-url", prom_url, "--time", str(END), "--window", WINDOW, "--output", "values"]
+    assert main(args) == 0
+    tuned = tmp_path / "tuned.yaml"
+    tuned.write_text(capsys.readouterr().out, encoding="utf-8")
+    doc = yaml.safe_load(tuned.read_text(encoding="utf-8"))
+    assert doc["scheduler"]["nodeLockExpire"] == "3m0s"
+    assert doc["devices"] == {"nvidia": {"gpuCorePolicy": "force"}}
+    assert doc["devicePlugin"]["deviceMemoryScaling"] == 1.5
+    objects = chart.render([tuned])
+    assert chart.unlanded(objects, doc) == []
+    landed = chart.tuned(objects)
+    assert landed["scheduler.nodeLockExpire"] == 180.0
+    assert landed["scheduler.extender.kube_client"] == (20.0, 40, 20.0)
