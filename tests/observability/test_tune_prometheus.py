@@ -213,7 +213,8 @@ def test_patch_output_rewrites_only_the_recommended_fields(
             "resourceCountName": "nvidia.com/gpu",
             "deviceSplitCount": 30,
             "deviceMemoryScaling": 1.5,
-            "libCudaLogLevel": 0,
+            "libCudaLogLevel": 0,  # the rule keeps the chart's quiet level: the file's stays
+            "gpuCorePolicy": "force",  # a's SM use exceeds its limit
         }
     }
     assert json.loads(node["data"]["config.json"]) == {
