@@ -143,4 +143,5 @@ def recommend_log_level(current: int, environment: str, source: str) -> Recommen
     else:
         value = current
         reasons.append(f"{environment}: keep it")
-    return Recommendation(LOG_LEVEL, str(value), str(current), tuple(reasons))
+    evidence = (Evidence(f"{LOG_LEVEL} in force", float(current), source),)
+    return Recommendation(LOG_LEVEL, str(value), str(current), tuple(reasons), evidence)
