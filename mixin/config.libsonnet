@@ -33,6 +33,7 @@
     schedulerJob: "hami-scheduler",
     schedulerPendingPods: 0,
     schedulerPendingPodsFor: "15m",
+    smUseWindow: "1h",
     temperatureHighFor: "5m",
     temperatureMarginCelsius: 5,
     vgpuCoreOverLimitFor: "15m",

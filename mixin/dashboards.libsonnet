@@ -5247,7 +5247,7 @@
           }
         ]
       },
-      "description": "Over-commit, split, API client and node-lock quantities with the tuning guide's thresholds. `hami-tune --prometheus-url ...` turns them into recommended values.",
+      "description": "Over-commit, split, SM use, API client and node-lock quantities with the tuning guide's thresholds. `hami-tune --prometheus-url ...` turns them into recommended values.",
       "editable": true,
       "fiscalYearStartMonth": 0,
       "graphTooltip": 1,
@@ -5893,6 +5893,246 @@
           },
           "id": 10,
           "panels": [],
+          "title": "gpuCorePolicy and gpucores (\u00a75, \u00a76.1)",
+          "type": "row"
+        },
+        {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}"
+          },
+          "description": "Above 1.1: the container is not held to its limit, gpuCorePolicy force (\u00a76.1). Below 0.5: lower its gpucores (\u00a75). A quantile over time of the gauge; hami-tune takes the same quantile over its --window.",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+                "lineWidth": 1,
+                "thresholdsStyle": {
+                  "mode": "dashed"
+                }
+              },
+              "min": 0,
+              "thresholds": {
+                "mode": "absolute",
+                "steps": [
+                  {
+                    "color": "green",
+                    "value": null
+                  },
+                  {
+                    "color": "yellow",
+                    "value": 0.5
+                  },
+                  {
+                    "color": "red",
+                    "value": 1.1
+                  }
+                ]
+              },
+              "unit": "percentunit"
+            },
+            "overrides": []
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 12,
+            "x": 0,
+            "y": 35
+          },
+          "id": 11,
+          "options": {
+            "legend": {
+              "calcs": [
+                "lastNotNull",
+                "max"
+              ],
+              "displayMode": "table",
+              "placement": "bottom",
+              "showLegend": true
+            },
+            "tooltip": {
+              "mode": "multi",
+              "sort": "asc"
+            }
+          },
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "expr": "namespace_pod_container:hami_vgpu_core_used_p95_per_limit:ratio1h{%(clusterLabel)s=~\"$cluster\", node=~\"$node\"}" % $._config,
+              "instant": false,
+              "legendFormat": "{{namespace}}/{{pod}}/{{container}}",
+              "range": true,
+              "refId": "A"
+            }
+          ],
+          "title": "SM use p95 over 1h / gpucores limit, per container",
+          "transformations": [],
+          "transparent": false,
+          "type": "timeseries"
+        },
+        {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}"
+          },
+          "description": "How busy containers are, each by its own SM-use quantile over time.",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+                "lineWidth": 1
+              },
+              "min": 0,
+              "unit": "percent"
+            },
+            "overrides": []
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 12,
+            "x": 12,
+            "y": 35
+          },
+          "id": 12,
+          "options": {
+            "legend": {
+              "calcs": [
+                "lastNotNull",
+                "max"
+              ],
+              "displayMode": "table",
+              "placement": "bottom",
+              "showLegend": true
+            },
+            "tooltip": {
+              "mode": "multi",
+              "sort": "asc"
+            }
+          },
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "expr": "quantile(0.5, namespace_pod_container:hami_vgpu_core_used_percent:p95_over_time1h{%(clusterLabel)s=~\"$cluster\", node=~\"$node\"})" % $._config,
+              "instant": false,
+              "legendFormat": "median container",
+              "range": true,
+              "refId": "A"
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "expr": "quantile(0.9, namespace_pod_container:hami_vgpu_core_used_percent:p95_over_time1h{%(clusterLabel)s=~\"$cluster\", node=~\"$node\"})" % $._config,
+              "instant": false,
+              "legendFormat": "90th percentile container",
+              "range": true,
+              "refId": "B"
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "expr": "max(namespace_pod_container:hami_vgpu_core_used_percent:p95_over_time1h{%(clusterLabel)s=~\"$cluster\", node=~\"$node\"})" % $._config,
+              "instant": false,
+              "legendFormat": "busiest container",
+              "range": true,
+              "refId": "C"
+            }
+          ],
+          "title": "SM-use distribution across containers (p95 over 1h)",
+          "transformations": [],
+          "transparent": false,
+          "type": "timeseries"
+        },
+        {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}"
+          },
+          "description": "Allocatable nvidia.com/gpu minus the requests of pods holding a place (kube-state-metrics), beside HAMi's free split slots. Apart: the two disagree on what runs on the node.",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+                "lineWidth": 1
+              },
+              "min": 0,
+              "unit": "none"
+            },
+            "overrides": []
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 12,
+            "x": 0,
+            "y": 43
+          },
+          "id": 13,
+          "options": {
+            "legend": {
+              "calcs": [
+                "lastNotNull",
+                "max"
+              ],
+              "displayMode": "table",
+              "placement": "bottom",
+              "showLegend": true
+            },
+            "tooltip": {
+              "mode": "multi",
+              "sort": "asc"
+            }
+          },
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "expr": "node:kube_gpu_allocatable_free:sum{%(clusterLabel)s=~\"$cluster\", node=~\"$node\"}" % $._config,
+              "instant": false,
+              "legendFormat": "kubelet {{node}}",
+              "range": true,
+              "refId": "A"
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "expr": "node:hami_gpu_split_free:sum{%(clusterLabel)s=~\"$cluster\", node=~\"$node\"}" % $._config,
+              "instant": false,
+              "legendFormat": "HAMi {{node}}",
+              "range": true,
+              "refId": "B"
+            }
+          ],
+          "title": "Node GPU headroom: the kubelet's vs HAMi's",
+          "transformations": [],
+          "transparent": false,
+          "type": "timeseries"
+        },
+        {
+          "collapsed": false,
+          "gridPos": {
+            "h": 1,
+            "w": 24,
+            "x": 0,
+            "y": 51
+          },
+          "id": 14,
+          "panels": [],
           "title": "--kube-qps / --kube-burst (\u00a72.1)",
           "type": "row"
         },
@@ -5936,9 +6176,9 @@
             "h": 8,
             "w": 8,
             "x": 0,
-            "y": 35
+            "y": 52
           },
-          "id": 11,
+          "id": 15,
           "options": {
             "legend": {
               "calcs": [
@@ -6010,9 +6250,9 @@
             "h": 8,
             "w": 8,
             "x": 8,
-            "y": 35
+            "y": 52
           },
-          "id": 12,
+          "id": 16,
           "options": {
             "legend": {
               "calcs": [
@@ -6083,9 +6323,9 @@
             "h": 8,
             "w": 8,
             "x": 16,
-            "y": 35
+            "y": 52
           },
-          "id": 13,
+          "id": 17,
           "options": {
             "legend": {
               "calcs": [
@@ -6168,9 +6408,9 @@
             "h": 8,
             "w": 24,
             "x": 0,
-            "y": 43
+            "y": 60
           },
-          "id": 14,
+          "id": 18,
           "options": {
             "legend": {
               "calcs": [
@@ -6222,9 +6462,9 @@
             "h": 1,
             "w": 24,
             "x": 0,
-            "y": 51
+            "y": 68
           },
-          "id": 15,
+          "id": 19,
           "panels": [],
           "title": "nodeLockExpire (\u00a72.2)",
           "type": "row"
@@ -6281,9 +6521,9 @@
             "h": 8,
             "w": 8,
             "x": 0,
-            "y": 52
+            "y": 69
           },
-          "id": 16,
+          "id": 20,
           "options": {
             "legend": {
               "calcs": [
@@ -6354,9 +6594,9 @@
             "h": 8,
             "w": 8,
             "x": 8,
-            "y": 52
+            "y": 69
           },
-          "id": 17,
+          "id": 21,
           "options": {
             "legend": {
               "calcs": [
@@ -6427,9 +6667,9 @@
             "h": 8,
             "w": 8,
             "x": 16,
-            "y": 52
+            "y": 69
           },
-          "id": 18,
+          "id": 22,
           "options": {
             "legend": {
               "calcs": [

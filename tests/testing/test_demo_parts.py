@@ -136,9 +136,12 @@ def test_ksm_families_follow_kube_state_metrics_names() -> None:
     req = {(s.labels["pod"], s.labels["resource"]): s.value for s in requests.samples}
     assert req[(cluster.PENDING, "nvidia_com_gpu")] == 1.0
     assert req[(cluster.PENDING, "nvidia_com_gpumem")] == cluster.GPU_MEM_MIB * 4
-    (labels,) = ksm.node_families([cluster.gpu_node("n", 0, 1, "Reported_2026-01-02 03:04:05", "a100")])
+    node = cluster.gpu_node("n", 0, 1, "Reported_2026-01-02 03:04:05", "a100")
+    labels, allocatable = ksm.node_families([node])
     (sample,) = labels.samples
     assert sample.labels["node"] == "n" and sample.labels["label_hami_io_pool"] == "a100"
+    free = {(s.labels["resource"], s.labels["unit"]): s.value for s in allocatable.samples}
+    assert free[("nvidia_com_gpu", "integer")] == cluster.SPLIT_COUNT
 
 
 def test_cluster_objects_carry_the_scenarios() -> None:

@@ -21,6 +21,10 @@ import kubernetes_validate
 import yaml
 
 from hami.core import names
+from hami.core.duration import parse_duration
+from hami.deviceplugin.config import PluginConfig, apply_device_yaml
+from hami.scheduler.engine.device_config import load_nvidia_config
+from hami.scheduler.extender import main as scheduler_main
 
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "charts" / "hami"
@@ -131,3 +135,67 @@ def find(objects: Iterable[Obj], kind: str, name: str) -> Obj:
     if len(found) != 1:
         raise LookupError(f"expected one {kind}/{name}, found {len(found)}")
     return found[0]
+
+
+def tuned(objects: list[Obj]) -> dict[str, Any]:
+    """What the rendered chart carries for each values key ``hami-tune --output values`` writes, read
+    the way the daemons read it: the device ConfigMap through the device plugin's and the scheduler's
+    parsers, the extender's arguments through its own argument parser."""
+    def container(kind: str, workload: str, name: str) -> Obj:
+        spec = find(objects, kind, workload)["spec"]["template"]["spec"]
+        (found,) = [c for c in spec["containers"] if c["name"] == name]
+        return dict(found)
+
+    device_yaml = find(objects, "ConfigMap", names.DEVICE_CONFIGMAP)["data"][names.DEVICE_CONFIG_KEY]
+    plugin = apply_device_yaml(PluginConfig(), device_yaml)
+    extender = container("Deployment", names.SCHEDULER_DEPLOYMENT, names.EXTENDER_CONTAINER)
+    args = [str(a) for a in extender["args"]]
+    parsed = scheduler_main.build_parser().parse_args(args)
+    monitor = container("DaemonSet", names.MONITOR_DAEMONSET, names.MONITOR_CONTAINER)
+    return {
+        "devicePlugin.deviceSplitCount": plugin.device_split_count,
+        "devicePlugin.deviceMemoryScaling": plugin.device_memory_scaling,
+        "devices.nvidia.libCudaLogLevel": plugin.lib_cuda_log_level,
+        "devices.nvidia.gpuCorePolicy": load_nvidia_config(yaml.safe_load(device_yaml)).gpu_core_policy,
+        "devicePlugin.monitor.extraArgs": [str(a) for a in monitor.get("args", [])],
+        "scheduler.nodeLockExpire": parsed.node_lock_timeout.total_seconds(),
+        "scheduler.extender.extraArgs": args,
+        "scheduler.extender.kube_client": (
+            parsed.kube_qps, parsed.kube_burst, parsed.kube_timeout.total_seconds()
+        ),
+        "scheduler.extender.resources": extender.get("resources", {}),
+    }
+
+
+def _leaves(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if isinstance(value, Mapping):
+            out.update(_leaves(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def unlanded(objects: list[Obj], values: Mapping[str, Any]) -> list[str]:
+    """One line per key of a ``hami-tune --output values`` file that the rendered objects do not carry
+    (empty: every value landed)."""
+    got = tuned(objects)
+    resources = "scheduler.extender.resources."
+    problems = []
+    for path, value in _leaves(values).items():
+        want = value
+        if path.startswith(resources):
+            kind, _, resource = path.removeprefix(resources).partition(".")
+            have = got["scheduler.extender.resources"].get(kind, {}).get(resource)
+        elif path == "scheduler.nodeLockExpire":
+            want, have = parse_duration(str(value)).total_seconds(), got[path]
+        elif path in ("scheduler.extender.extraArgs", "devicePlugin.monitor.extraArgs"):
+            have = got[path][-len(value) :]  # the chart puts a list after its own arguments
+        elif path == "devices.nvidia.libCudaLogLevel":
+            want, have = str(value), got[path]  # an environment variable's value
+        else:
+            have = got.get(path, "<not a key hami-tune writes>")
+        if have != want:
+            problems.append(f"{path}: the values file says {want!r}, the rendered chart carries {have!r}")
+    return problems
