@@ -102,6 +102,19 @@
             }
           },
           {
+            "alert": "HAMiVGPUNotLimited",
+            "expr": "sum by (node, namespace, pod, container, reason) (hami_vgpu_unlimited_processes{job=\"%(monitorJob)s\"}) > 0" % $._config,
+            "for": "%(vgpuNotLimitedFor)s" % $._config,
+            "labels": {
+              "severity": "warning"
+            },
+            "annotations": {
+              "summary": "A container given vGPUs runs GPU processes that HAMi-core does not limit.",
+              "description": "{{ $labels.namespace }}/{{ $labels.pod }} container {{ $labels.container }} (node {{ $labels.node }}) runs {{ $value }} GPU processes without HAMi-core ({{ $labels.reason }}): its vGPU memory and core limits are not enforced and it can take the whole GPU from the pods sharing it.",
+              "runbook_url": $._config.runbookURLPattern % "HAMiVGPUNotLimited"
+            }
+          },
+          {
             "alert": "HAMiVGPUCoreOverLimit",
             "expr": "hami_vgpu_core_used_percent{job=\"%(monitorJob)s\"}\n  > on (namespace, pod, container, vdevice_index, device_uuid) group_left ()\n  (hami_vgpu_core_limit_percent{job=\"%(monitorJob)s\"} < 100) + %(vgpuCoreOverLimitPoints)s" % $._config,
             "for": "%(vgpuCoreOverLimitFor)s" % $._config,
@@ -182,6 +195,32 @@
               "summary": "A GPU reported XID errors.",
               "description": "Device {{ $labels.device_uuid }} on node {{ $labels.node }} reported {{ printf \"%%.0f\" $value }} XID errors in the last %(errorsWindow)s." % $._config,
               "runbook_url": $._config.runbookURLPattern % "HAMiGPUXidErrors"
+            }
+          },
+          {
+            "alert": "HAMiGPUEccErrors",
+            "expr": "label_replace(sum by (node, device_uuid) (increase(hami_host_gpu_ecc_errors_total{job=\"%(monitorJob)s\", type=\"uncorrected\"}[%(errorsWindow)s])) > 0, \"problem\", \"uncorrected ECC errors\", \"\", \"\")\nor label_replace(max by (node, device_uuid) (hami_host_gpu_retired_pages_pending{job=\"%(monitorJob)s\"}) == 1, \"problem\", \"retired pages waiting for a reset\", \"\", \"\")\nor label_replace(max by (node, device_uuid) (hami_host_gpu_row_remap_failure{job=\"%(monitorJob)s\"}) == 1, \"problem\", \"a failed row remap\", \"\", \"\")" % $._config,
+            "for": "%(eccErrorsFor)s" % $._config,
+            "labels": {
+              "severity": "critical"
+            },
+            "annotations": {
+              "summary": "A GPU has uncorrectable memory errors.",
+              "description": "Device {{ $labels.device_uuid }} on node {{ $labels.node }} reports {{ $labels.problem }} (uncorrected ECC errors in the last %(errorsWindow)s, or NVML's retired-page / row-remap state): drain it and reset it." % $._config,
+              "runbook_url": $._config.runbookURLPattern % "HAMiGPUEccErrors"
+            }
+          },
+          {
+            "alert": "HAMiGPUTemperatureHigh",
+            "expr": "max by (node, device_uuid) (hami_host_gpu_temperature_celsius{job=\"%(monitorJob)s\"})\n  >= on (node, device_uuid)\nmax by (node, device_uuid) (hami_host_gpu_temperature_slowdown_threshold_celsius{job=\"%(monitorJob)s\"}) - %(temperatureMarginCelsius)s" % $._config,
+            "for": "%(temperatureHighFor)s" % $._config,
+            "labels": {
+              "severity": "warning"
+            },
+            "annotations": {
+              "summary": "A GPU runs close to its slowdown temperature.",
+              "description": "Device {{ $labels.device_uuid }} on node {{ $labels.node }} is at {{ $value }} \u00b0C, within %(temperatureMarginCelsius)s \u00b0C of the temperature at which it slows its clocks down: its workloads are or will soon be throttled." % $._config,
+              "runbook_url": $._config.runbookURLPattern % "HAMiGPUTemperatureHigh"
             }
           },
           {

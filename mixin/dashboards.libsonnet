@@ -2584,7 +2584,7 @@
             "type": "prometheus",
             "uid": "${datasource}"
           },
-          "description": "Containers that ran no kernel for an hour (HAMiVGPUIdle fires for each).",
+          "description": "Processes of vGPU containers without a HAMi-core region: their limits are not enforced (HAMiVGPUNotLimited).",
           "fieldConfig": {
             "defaults": {
               "custom": {
@@ -2603,6 +2603,64 @@
             "y": 26
           },
           "id": 10,
+          "options": {
+            "legend": {
+              "calcs": [
+                "lastNotNull",
+                "max"
+              ],
+              "displayMode": "table",
+              "placement": "bottom",
+              "showLegend": true
+            },
+            "tooltip": {
+              "mode": "multi",
+              "sort": "asc"
+            }
+          },
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "expr": "sum by (namespace, pod, container, reason) (hami_vgpu_unlimited_processes{%(clusterLabel)s=~\"$cluster\", node=~\"$node\", namespace=~\"$namespace\"})" % $._config,
+              "instant": false,
+              "legendFormat": "{{namespace}}/{{pod}}/{{container}} {{reason}}",
+              "range": true,
+              "refId": "A"
+            }
+          ],
+          "title": "GPU processes not limited by HAMi-core",
+          "transformations": [],
+          "transparent": false,
+          "type": "timeseries"
+        },
+        {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}"
+          },
+          "description": "Containers that ran no kernel for an hour (HAMiVGPUIdle fires for each).",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+                "lineWidth": 1
+              },
+              "min": 0,
+              "unit": "none"
+            },
+            "overrides": []
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 12,
+            "x": 0,
+            "y": 34
+          },
+          "id": 11,
           "options": {
             "legend": {
               "calcs": [
@@ -2652,10 +2710,10 @@
           "gridPos": {
             "h": 8,
             "w": 24,
-            "x": 0,
+            "x": 12,
             "y": 34
           },
-          "id": 11,
+          "id": 12,
           "options": null,
           "repeatDirection": "h",
           "targets": [
@@ -3139,6 +3197,63 @@
             "type": "prometheus",
             "uid": "${datasource}"
           },
+          "description": "The kubelet-facing server found dead and served again; the seventh crash in a row within an hour of each other ends the plugin.",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+                "lineWidth": 1
+              },
+              "unit": "short"
+            },
+            "overrides": []
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 12,
+            "x": 12,
+            "y": 17
+          },
+          "id": 7,
+          "options": {
+            "legend": {
+              "calcs": [
+                "lastNotNull",
+                "max"
+              ],
+              "displayMode": "table",
+              "placement": "bottom",
+              "showLegend": true
+            },
+            "tooltip": {
+              "mode": "multi",
+              "sort": "asc"
+            }
+          },
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "expr": "sum by (node) (increase(hami_deviceplugin_grpc_restarts_total{%(clusterLabel)s=~\"$cluster\", node=~\"$node\"}[$__rate_interval]))" % $._config,
+              "instant": false,
+              "legendFormat": "{{node}}",
+              "range": true,
+              "refId": "A"
+            }
+          ],
+          "title": "gRPC server restarts",
+          "transformations": [],
+          "transparent": false,
+          "type": "timeseries"
+        },
+        {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}"
+          },
           "description": "The device config per node: deviceSplitCount and the scalings.",
           "fieldConfig": {
             "defaults": {
@@ -3153,10 +3268,10 @@
           "gridPos": {
             "h": 8,
             "w": 12,
-            "x": 12,
-            "y": 17
+            "x": 0,
+            "y": 25
           },
-          "id": 7,
+          "id": 8,
           "options": {
             "legend": {
               "calcs": [
@@ -3219,9 +3334,9 @@
             "h": 1,
             "w": 24,
             "x": 0,
-            "y": 25
+            "y": 33
           },
-          "id": 8,
+          "id": 9,
           "panels": [],
           "title": "vGPU monitor",
           "type": "row"
@@ -3246,9 +3361,9 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 26
+            "y": 34
           },
-          "id": 9,
+          "id": 10,
           "options": {
             "legend": {
               "calcs": [
@@ -3317,9 +3432,9 @@
             "h": 8,
             "w": 12,
             "x": 12,
-            "y": 26
+            "y": 34
           },
-          "id": 10,
+          "id": 11,
           "options": {
             "legend": {
               "calcs": [
@@ -3374,9 +3489,9 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 34
+            "y": 42
           },
-          "id": 11,
+          "id": 12,
           "options": {
             "legend": {
               "calcs": [
@@ -3431,9 +3546,9 @@
             "h": 8,
             "w": 12,
             "x": 12,
-            "y": 34
+            "y": 42
           },
-          "id": 12,
+          "id": 13,
           "options": {
             "legend": {
               "calcs": [
@@ -3735,7 +3850,7 @@
             "type": "prometheus",
             "uid": "${datasource}"
           },
-          "description": "Core temperature of each card.",
+          "description": "HAMiGPUTemperatureHigh fires 5 \u00b0C below the card's slowdown threshold.",
           "fieldConfig": {
             "defaults": {
               "custom": {
@@ -3780,9 +3895,20 @@
               "legendFormat": "{{node}} {{device_uuid}}",
               "range": true,
               "refId": "A"
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "expr": "hami_host_gpu_temperature_slowdown_threshold_celsius{%(clusterLabel)s=~\"$cluster\", node=~\"$node\"}" % $._config,
+              "instant": false,
+              "legendFormat": "slowdown {{node}} {{device_uuid}}",
+              "range": true,
+              "refId": "B"
             }
           ],
-          "title": "Temperature",
+          "title": "Temperature vs slowdown threshold",
           "transformations": [],
           "transparent": false,
           "type": "timeseries"
@@ -3913,14 +4039,151 @@
           "type": "timeseries"
         },
         {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}"
+          },
+          "description": "Pages retired (before Ampere) or rows remapped (Ampere+) for ECC errors; 'needs reset' marks a pending retirement or a failed remap (HAMiGPUEccErrors).",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+                "lineWidth": 1
+              },
+              "unit": "short"
+            },
+            "overrides": []
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 12,
+            "x": 0,
+            "y": 17
+          },
+          "id": 7,
+          "options": {
+            "legend": {
+              "calcs": [
+                "lastNotNull",
+                "max"
+              ],
+              "displayMode": "table",
+              "placement": "bottom",
+              "showLegend": true
+            },
+            "tooltip": {
+              "mode": "multi",
+              "sort": "asc"
+            }
+          },
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "expr": "hami_host_gpu_retired_pages{%(clusterLabel)s=~\"$cluster\", node=~\"$node\"}" % $._config,
+              "instant": false,
+              "legendFormat": "retired {{cause}} {{node}} {{device_uuid}}",
+              "range": true,
+              "refId": "A"
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "expr": "hami_host_gpu_remapped_rows{%(clusterLabel)s=~\"$cluster\", node=~\"$node\"}" % $._config,
+              "instant": false,
+              "legendFormat": "remapped {{type}} {{node}} {{device_uuid}}",
+              "range": true,
+              "refId": "B"
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "expr": "hami_host_gpu_retired_pages_pending{%(clusterLabel)s=~\"$cluster\", node=~\"$node\"} == 1 or hami_host_gpu_row_remap_failure{%(clusterLabel)s=~\"$cluster\", node=~\"$node\"} == 1" % $._config,
+              "instant": false,
+              "legendFormat": "needs reset {{node}} {{device_uuid}}",
+              "range": true,
+              "refId": "C"
+            }
+          ],
+          "title": "Retired pages and remapped rows",
+          "transformations": [],
+          "transparent": false,
+          "type": "timeseries"
+        },
+        {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}"
+          },
+          "description": "Active reasons other than idle and application clocks: power cap, thermal and hardware slowdowns.",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+                "lineWidth": 1
+              },
+              "min": 0,
+              "unit": "none"
+            },
+            "overrides": []
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 12,
+            "x": 12,
+            "y": 17
+          },
+          "id": 8,
+          "options": {
+            "legend": {
+              "calcs": [
+                "lastNotNull",
+                "max"
+              ],
+              "displayMode": "table",
+              "placement": "bottom",
+              "showLegend": true
+            },
+            "tooltip": {
+              "mode": "multi",
+              "sort": "asc"
+            }
+          },
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "expr": "hami_host_gpu_clock_throttle_active{%(clusterLabel)s=~\"$cluster\", node=~\"$node\", reason!~\"gpu_idle|applications_clocks_setting\"} == 1" % $._config,
+              "instant": false,
+              "legendFormat": "{{reason}} {{node}} {{device_uuid}}",
+              "range": true,
+              "refId": "A"
+            }
+          ],
+          "title": "Clock throttle reasons",
+          "transformations": [],
+          "transparent": false,
+          "type": "timeseries"
+        },
+        {
           "collapsed": false,
           "gridPos": {
             "h": 1,
             "w": 24,
             "x": 0,
-            "y": 17
+            "y": 25
           },
-          "id": 7,
+          "id": 9,
           "panels": [],
           "title": "Health",
           "type": "row"
@@ -3945,9 +4208,9 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 18
+            "y": 26
           },
-          "id": 8,
+          "id": 10,
           "options": {
             "legend": {
               "calcs": [
@@ -4013,9 +4276,9 @@
             "h": 8,
             "w": 12,
             "x": 12,
-            "y": 18
+            "y": 26
           },
-          "id": 9,
+          "id": 11,
           "options": {
             "legend": {
               "calcs": [
@@ -4056,9 +4319,9 @@
             "h": 1,
             "w": 24,
             "x": 0,
-            "y": 26
+            "y": 34
           },
-          "id": 10,
+          "id": 12,
           "panels": [],
           "title": "Allocation (scheduler)",
           "type": "row"
@@ -4083,9 +4346,9 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 27
+            "y": 35
           },
-          "id": 11,
+          "id": 13,
           "options": {
             "legend": {
               "calcs": [
@@ -4152,9 +4415,9 @@
             "h": 8,
             "w": 12,
             "x": 12,
-            "y": 27
+            "y": 35
           },
-          "id": 12,
+          "id": 14,
           "options": {
             "legend": {
               "calcs": [
@@ -4209,9 +4472,9 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 35
+            "y": 43
           },
-          "id": 13,
+          "id": 15,
           "options": {
             "legend": {
               "calcs": [
@@ -4294,9 +4557,9 @@
             "h": 8,
             "w": 12,
             "x": 12,
-            "y": 35
+            "y": 43
           },
-          "id": 14,
+          "id": 16,
           "options": {
             "legend": {
               "calcs": [
@@ -5933,7 +6196,7 @@
           }
         ]
       },
-      "description": "Over-commit, split, API client and node-lock quantities with the tuning guide's thresholds. `hami-tune --prometheus-url ...` turns them into recommended values.",
+      "description": "Over-commit, split, SM use, API client and node-lock quantities with the tuning guide's thresholds. `hami-tune --prometheus-url ...` turns them into recommended values.",
       "editable": true,
       "fiscalYearStartMonth": 0,
       "graphTooltip": 1,
@@ -6579,6 +6842,246 @@
           },
           "id": 10,
           "panels": [],
+          "title": "gpuCorePolicy and gpucores (\u00a75, \u00a76.1)",
+          "type": "row"
+        },
+        {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}"
+          },
+          "description": "Above 1.1: the container is not held to its limit, gpuCorePolicy force (\u00a76.1). Below 0.5: lower its gpucores (\u00a75). A quantile over time of the gauge; hami-tune takes the same quantile over its --window.",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+                "lineWidth": 1,
+                "thresholdsStyle": {
+                  "mode": "dashed"
+                }
+              },
+              "min": 0,
+              "thresholds": {
+                "mode": "absolute",
+                "steps": [
+                  {
+                    "color": "green",
+                    "value": null
+                  },
+                  {
+                    "color": "yellow",
+                    "value": 0.5
+                  },
+                  {
+                    "color": "red",
+                    "value": 1.1
+                  }
+                ]
+              },
+              "unit": "percentunit"
+            },
+            "overrides": []
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 12,
+            "x": 0,
+            "y": 35
+          },
+          "id": 11,
+          "options": {
+            "legend": {
+              "calcs": [
+                "lastNotNull",
+                "max"
+              ],
+              "displayMode": "table",
+              "placement": "bottom",
+              "showLegend": true
+            },
+            "tooltip": {
+              "mode": "multi",
+              "sort": "asc"
+            }
+          },
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "expr": "namespace_pod_container:hami_vgpu_core_used_p95_per_limit:ratio1h{%(clusterLabel)s=~\"$cluster\", node=~\"$node\"}" % $._config,
+              "instant": false,
+              "legendFormat": "{{namespace}}/{{pod}}/{{container}}",
+              "range": true,
+              "refId": "A"
+            }
+          ],
+          "title": "SM use p95 over 1h / gpucores limit, per container",
+          "transformations": [],
+          "transparent": false,
+          "type": "timeseries"
+        },
+        {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}"
+          },
+          "description": "How busy containers are, each by its own SM-use quantile over time.",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+                "lineWidth": 1
+              },
+              "min": 0,
+              "unit": "percent"
+            },
+            "overrides": []
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 12,
+            "x": 12,
+            "y": 35
+          },
+          "id": 12,
+          "options": {
+            "legend": {
+              "calcs": [
+                "lastNotNull",
+                "max"
+              ],
+              "displayMode": "table",
+              "placement": "bottom",
+              "showLegend": true
+            },
+            "tooltip": {
+              "mode": "multi",
+              "sort": "asc"
+            }
+          },
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "expr": "quantile(0.5, namespace_pod_container:hami_vgpu_core_used_percent:p95_over_time1h{%(clusterLabel)s=~\"$cluster\", node=~\"$node\"})" % $._config,
+              "instant": false,
+              "legendFormat": "median container",
+              "range": true,
+              "refId": "A"
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "expr": "quantile(0.9, namespace_pod_container:hami_vgpu_core_used_percent:p95_over_time1h{%(clusterLabel)s=~\"$cluster\", node=~\"$node\"})" % $._config,
+              "instant": false,
+              "legendFormat": "90th percentile container",
+              "range": true,
+              "refId": "B"
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "expr": "max(namespace_pod_container:hami_vgpu_core_used_percent:p95_over_time1h{%(clusterLabel)s=~\"$cluster\", node=~\"$node\"})" % $._config,
+              "instant": false,
+              "legendFormat": "busiest container",
+              "range": true,
+              "refId": "C"
+            }
+          ],
+          "title": "SM-use distribution across containers (p95 over 1h)",
+          "transformations": [],
+          "transparent": false,
+          "type": "timeseries"
+        },
+        {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}"
+          },
+          "description": "Allocatable nvidia.com/gpu minus the requests of pods holding a place (kube-state-metrics), beside HAMi's free split slots. Apart: the two disagree on what runs on the node.",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+                "lineWidth": 1
+              },
+              "min": 0,
+              "unit": "none"
+            },
+            "overrides": []
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 12,
+            "x": 0,
+            "y": 43
+          },
+          "id": 13,
+          "options": {
+            "legend": {
+              "calcs": [
+                "lastNotNull",
+                "max"
+              ],
+              "displayMode": "table",
+              "placement": "bottom",
+              "showLegend": true
+            },
+            "tooltip": {
+              "mode": "multi",
+              "sort": "asc"
+            }
+          },
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "expr": "node:kube_gpu_allocatable_free:sum{%(clusterLabel)s=~\"$cluster\", node=~\"$node\"}" % $._config,
+              "instant": false,
+              "legendFormat": "kubelet {{node}}",
+              "range": true,
+              "refId": "A"
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "expr": "node:hami_gpu_split_free:sum{%(clusterLabel)s=~\"$cluster\", node=~\"$node\"}" % $._config,
+              "instant": false,
+              "legendFormat": "HAMi {{node}}",
+              "range": true,
+              "refId": "B"
+            }
+          ],
+          "title": "Node GPU headroom: the kubelet's vs HAMi's",
+          "transformations": [],
+          "transparent": false,
+          "type": "timeseries"
+        },
+        {
+          "collapsed": false,
+          "gridPos": {
+            "h": 1,
+            "w": 24,
+            "x": 0,
+            "y": 51
+          },
+          "id": 14,
+          "panels": [],
           "title": "--kube-qps / --kube-burst (\u00a72.1)",
           "type": "row"
         },
@@ -6622,9 +7125,9 @@
             "h": 8,
             "w": 8,
             "x": 0,
-            "y": 35
+            "y": 52
           },
-          "id": 11,
+          "id": 15,
           "options": {
             "legend": {
               "calcs": [
@@ -6696,9 +7199,9 @@
             "h": 8,
             "w": 8,
             "x": 8,
-            "y": 35
+            "y": 52
           },
-          "id": 12,
+          "id": 16,
           "options": {
             "legend": {
               "calcs": [
@@ -6769,9 +7272,9 @@
             "h": 8,
             "w": 8,
             "x": 16,
-            "y": 35
+            "y": 52
           },
-          "id": 13,
+          "id": 17,
           "options": {
             "legend": {
               "calcs": [
@@ -6854,9 +7357,9 @@
             "h": 8,
             "w": 24,
             "x": 0,
-            "y": 43
+            "y": 60
           },
-          "id": 14,
+          "id": 18,
           "options": {
             "legend": {
               "calcs": [
@@ -6908,9 +7411,9 @@
             "h": 1,
             "w": 24,
             "x": 0,
-            "y": 51
+            "y": 68
           },
-          "id": 15,
+          "id": 19,
           "panels": [],
           "title": "nodeLockExpire (\u00a72.2)",
           "type": "row"
@@ -6967,9 +7470,9 @@
             "h": 8,
             "w": 8,
             "x": 0,
-            "y": 52
+            "y": 69
           },
-          "id": 16,
+          "id": 20,
           "options": {
             "legend": {
               "calcs": [
@@ -7040,9 +7543,9 @@
             "h": 8,
             "w": 8,
             "x": 8,
-            "y": 52
+            "y": 69
           },
-          "id": 17,
+          "id": 21,
           "options": {
             "legend": {
               "calcs": [
@@ -7113,9 +7616,9 @@
             "h": 8,
             "w": 8,
             "x": 16,
-            "y": 52
+            "y": 69
           },
-          "id": 18,
+          "id": 22,
           "options": {
             "legend": {
               "calcs": [

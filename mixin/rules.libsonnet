@@ -22,6 +22,14 @@
             "expr": "hami_vgpu_core_used_percent{job=\"%(monitorJob)s\"} / (hami_vgpu_core_limit_percent{job=\"%(monitorJob)s\"} > 0)" % $._config
           },
           {
+            "record": "namespace_pod_container:hami_vgpu_core_used_percent:p95_over_time%(smUseWindow)s" % $._config,
+            "expr": "quantile_over_time(0.95, hami_vgpu_core_used_percent{job=\"%(monitorJob)s\"}[%(smUseWindow)s])" % $._config
+          },
+          {
+            "record": "namespace_pod_container:hami_vgpu_core_used_p95_per_limit:ratio%(smUseWindow)s" % $._config,
+            "expr": "namespace_pod_container:hami_vgpu_core_used_percent:p95_over_time%(smUseWindow)s\n  / (hami_vgpu_core_limit_percent{job=\"%(monitorJob)s\"} > 0)" % $._config
+          },
+          {
             "record": "node:hami_vgpu_memory_limit_bytes:sum",
             "expr": "sum by (node) (hami_vgpu_memory_limit_bytes{job=\"%(monitorJob)s\"})" % $._config
           },
@@ -58,6 +66,14 @@
       {
         "name": "hami-device.rules",
         "rules": [
+          {
+            "record": "node:kube_gpu_allocatable_free:sum",
+            "expr": "sum by (node) (kube_node_status_allocatable{%(kubeStateMetricsSelector)s, resource=~\"%(gpuResourceRegex)s\"})\n  - (\n    sum by (node) (\n      kube_pod_container_resource_requests{%(kubeStateMetricsSelector)s, resource=~\"%(gpuResourceRegex)s\"}\n      * on (namespace, pod) group_left ()\n      (max by (namespace, pod) (kube_pod_status_phase{%(kubeStateMetricsSelector)s, phase=~\"Pending|Running\"}) == 1)\n    )\n    or sum by (node) (kube_node_status_allocatable{%(kubeStateMetricsSelector)s, resource=~\"%(gpuResourceRegex)s\"}) * 0\n  )" % $._config
+          },
+          {
+            "record": "node:hami_gpu_split_free:sum",
+            "expr": "sum by (node) (\n  max by (node, device_uuid) (hami_gpu_split_limit{job=\"%(schedulerJob)s\"})\n  - max by (node, device_uuid) (hami_gpu_shared_count{job=\"%(schedulerJob)s\"})\n)" % $._config
+          },
           {
             "record": "node:hami_gpu_memory_allocated_per_limit:ratio",
             "expr": "sum by (node) (max by (node, device_uuid) (hami_gpu_memory_allocated_bytes{job=\"%(schedulerJob)s\"}))\n  / (sum by (node) (max by (node, device_uuid) (hami_gpu_memory_limit_bytes{job=\"%(schedulerJob)s\"})) > 0)" % $._config

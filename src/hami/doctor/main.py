@@ -1,6 +1,7 @@
 """hami-doctor: diagnose HAMi from the API server (pods, nodes) or from logs.
 
-  hami-doctor pod NAMESPACE/NAME    walk the pod-pending tree to the diagnosis
+  hami-doctor pod NAMESPACE/NAME    walk the pod-pending tree to the diagnosis; for a running pod
+                                    with vGPUs, whether HAMi-core limits it (--hook-path)
   hami-doctor nodes [--selector S]  registration, devices, handshake and lock of every node
   hami-doctor node NAME             the same for one node
   hami-doctor logs [FILE|DIR|-]     known scheduler/device-plugin log lines, counted (DIR: each file)
@@ -30,12 +31,13 @@ from hami.core import thresholds
 from hami.core.codec import CodecError
 from hami.core.codec.nodelock import format_rfc3339, parse_rfc3339
 from hami.core.duration import duration_flag
+from hami.core.hamicore import HostLayout
 from hami.core.kube import errors
 from hami.core.kube.client import KubeConfigError, new_api_client
 from hami.core.kube.options import add_kube_flags, from_args
 from hami.core.objects import annotations_of, name_of
 from hami.core.promapi import PrometheusClient, PrometheusError
-from hami.doctor import fetch, fix, idle, logscan, nodecheck, podtree, render, truth
+from hami.doctor import fetch, fix, gpulimit, idle, logscan, nodecheck, podtree, render, truth
 from hami.doctor.findings import EXIT_CLUSTER, EXIT_USAGE, Section, exit_code
 from hami.doctor.settings import DEFAULT_SCHEDULER_NAME, Settings
 
@@ -135,6 +137,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     pod = sub.add_parser("pod", parents=[common, cluster], help="diagnose a pending pod")
     pod.add_argument("target", metavar="NAMESPACE/NAME")
+    pod.add_argument(
+        "--hook-path",
+        default=os.environ.get("HOOK_PATH", "/usr/local"),
+        help="the device plugin's HOOK_PATH on this node, for the GPU-limit checks of a running pod "
+        "(default $HOOK_PATH or %(default)s)",
+    )
     nodes = sub.add_parser("nodes", parents=[common, cluster], help="check every node's HAMi annotations")
     nodes.add_argument("--selector", default="", help="label selector for the nodes")
     node = sub.add_parser("node", parents=[common, cluster], help="check one node's HAMi annotations")
@@ -200,7 +208,8 @@ def _cluster_sections(args: argparse.Namespace, api: Any, now: datetime) -> list
             )
         except errors.NotFound:
             raise UsageError(f"pod {args.target} not found") from None
-        return [podtree.diagnose_pod(cluster, s, now)]
+        limits = gpulimit.diagnose(cluster.pod, HostLayout(args.hook_path.rstrip("/") or "/"))
+        return [podtree.diagnose_pod(cluster, s, now), *([limits] if limits is not None else [])]
     if args.command == "node":
         try:
             items = [fetch.get_node(api, args.target)]
@@ -209,12 +218,13 @@ def _cluster_sections(args: argparse.Namespace, api: Any, now: datetime) -> list
     else:
         items = fetch.list_nodes(api, args.selector)
     owners = fetch.lock_owners(api, items)
+    plugin_pods = fetch.device_plugin_pods(api)
     found = _truth(args, now) if args.prometheus_url else {}
     sections = []
     for n in sorted(items, key=name_of):
         value = annotations_of(n).get("hami.io/mutex.lock", "")
         key = "/".join(value.split(",")[1:]) if value.count(",") == 2 else ""
-        section = nodecheck.check_node(n, owners.get(key) if key else None, s, now)
+        section = nodecheck.check_node(n, owners.get(key) if key else None, s, now, plugin_pods)
         section.findings.extend(truth.findings(found.get(name_of(n), {})))
         sections.append(section)
     return sections

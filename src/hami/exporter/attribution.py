@@ -16,7 +16,9 @@ from typing import Any
 
 from hami.core.annotations import POD_DEVICES_ALLOCATED, POD_MIG_ALLOCATIONS
 from hami.core.devices import MigAllocation, PodDevices
+from hami.core.hamicore import control_disabled
 from hami.core.objects import annotations_of, labels_of, name_of, namespace_of, uid_of
+from hami.exporter.cgroups import container_id
 from hami.exporter.region.layout import UUID_EXPORT_LEN
 from hami.exporter.region.parse import DeviceUsage, RegionSnapshot
 
@@ -49,6 +51,24 @@ class MigView:
     profile: str
     gpu_instance_id: int
     compute_instance_id: int
+
+
+@dataclass(frozen=True)
+class UnlimitedView:
+    """GPU processes of a HAMi container that HAMi-core does not limit, and why (``reason``)."""
+
+    namespace: str
+    pod: str
+    container: str
+    reason: str
+    processes: int
+
+
+# Why a container's GPU processes run without HAMi-core (the bounded reason label).
+CONTROL_DISABLED = "control_disabled"  # CUDA_DISABLE_CONTROL=true: no ld.so.preload by request
+NO_CACHE_DIR = "no_cache_dir"  # Allocate never prepared <uid>_<container> under the monitor's HOOK_PATH
+NO_REGION = "no_region"  # the dir is there but HAMi-core never created its region: it is not loaded
+UNLIMITED_REASONS = (CONTROL_DISABLED, NO_CACHE_DIR, NO_REGION)
 
 
 @dataclass(frozen=True)
@@ -166,6 +186,58 @@ def mig_devices(
                     a.compute_instance_id,
                 )
             )
+    return out
+
+
+def unlimited_containers(
+    pods: Iterable[Mapping[str, Any]],
+    owners: Iterable[tuple[str, str]],
+    has_region_file: Mapping[tuple[str, str], bool],
+    decode: Callable[[str], PodDevices],
+) -> list[UnlimitedView]:
+    """Containers given HAMi vGPUs whose GPU processes run outside HAMi-core.
+
+    ``owners`` holds the (pod UID, container ID) of each GPU process NVML lists; ``has_region_file``
+    maps the (pod UID, container) of every dir under the monitor's containers path to whether it
+    holds a region file. A container counts when it has processes, devices in
+    ``hami.io/vgpu-devices-allocated`` and no region file (HAMi-core creates it when it loads).
+    MIG allocations have no HAMi-core by design and are left out.
+    """
+    per_container: dict[tuple[str, str], int] = {}
+    for owner in owners:
+        per_container[owner] = per_container.get(owner, 0) + 1
+    if not per_container:
+        return []
+    out: list[UnlimitedView] = []
+    for pod in pods:
+        uid = uid_of(pod)
+        if POD_MIG_ALLOCATIONS in annotations_of(pod) or (pod.get("status") or {}).get("phase") in _FINISHED:
+            continue
+        ids = {
+            str(s.get("name", "")): container_id(str(s.get("containerID", "")))
+            for s in (pod.get("status") or {}).get("containerStatuses") or []
+            if isinstance(s, Mapping)
+        }
+        running = {name: per_container.get((uid, cid), 0) for name, cid in ids.items() if cid}
+        if not any(running.values()):
+            continue
+        try:
+            allocated = allocated_devices(pod, decode)
+        except ValueError:
+            continue  # the collector reports an undecodable annotation already
+        containers = (pod.get("spec") or {}).get("containers") or []
+        specs = {str(c.get("name", "")): c for c in containers if isinstance(c, Mapping)}
+        for name, count in sorted(running.items()):
+            if not count or name not in allocated:
+                continue
+            region = has_region_file.get((uid, name))
+            if region:
+                continue
+            if control_disabled(specs.get(name, {})):
+                reason = CONTROL_DISABLED
+            else:
+                reason = NO_CACHE_DIR if region is None else NO_REGION
+            out.append(UnlimitedView(namespace_of(pod), name_of(pod), name, reason, count))
     return out
 
 

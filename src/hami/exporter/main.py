@@ -22,6 +22,7 @@ from hami.core.kube.client import new_api_client
 from hami.core.kube.informer import Informer
 from hami.core.nvml import Nvml, NvmlError, open_nvml
 from hami.core.objects import uid_of
+from hami.core.profiling import start_tracing
 from hami.core.serve import Server, build_info, serve_metrics
 from hami.exporter.collector import MonitorCollector, Tally
 from hami.exporter.config import Config, ConfigError, load_config
@@ -71,6 +72,7 @@ class Monitor:
             legacy=cfg.legacy_metrics,
             labels_allowlist=cfg.pod_labels_allowlist,
             registry=self.registry,
+            proc_root=cfg.proc_root,
         )
         # not registered: /metrics renders it itself (serve's ``exposition``), beside the registry
         build_info("monitor", self.registry)
@@ -156,6 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hami-monitor: {err}", file=sys.stderr)
         return 1
     klog.setup(cfg.verbosity)
+    if cfg.profiling:
+        start_tracing()  # the heap profile shows what was allocated before the request
     for warning in cfg.warnings:
         log.warning("%s", warning)
     stop = threading.Event()

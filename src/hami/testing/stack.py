@@ -13,12 +13,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import requests
 import yaml
 
-from hami.testing import cluster, dashqueries, promconfig
+from hami.core import names
+from hami.testing import chart, cluster, dashqueries, install, promconfig
 from hami.testing.kubeapi import SERVING
+from hami.testing.kubeapi.logs import log_path
 from hami.testing.processes import ProcessGroup, StartError, free_port, http_ok, port_problem
 from hami.testing.prometheus import PROMETHEUS
 from hami.testing.wait import wait_until
@@ -88,6 +91,8 @@ class Stack:
         self.running: list[str] = []
         self.kubeconfig = self.work / "kubeconfig"
         self.notifications = self.work / "notifications.log"
+        self.pod_logs = self.work / "pod-logs"  # what `kubectl logs` reads (the emulator's --log-dir)
+        self.chart = install.Installed()
 
     # ---- addresses ----
 
@@ -199,12 +204,43 @@ class Stack:
                 str(self.ports["kubeapi"]),
                 "--kubeconfig",
                 str(self.kubeconfig),
+                "--log-dir",
+                str(self.pod_logs),
             ],
         )
         self.procs.wait_for_log(child, SERVING, self.opts.ready_timeout, "the kube API emulator")
-        cluster.seed(
-            self.kube_url, cluster.objects(self.opts.gpus, datetime.now().astimezone(), self.opts.scenarios)
-        )
+        seeded = cluster.objects(self.opts.gpus, datetime.now().astimezone(), self.opts.scenarios)
+        cluster.seed(self.kube_url, seeded)
+        self._install_chart([o for o in seeded if o["kind"] == "Node"])
+
+    def _install_chart(self, nodes: list[dict[str, Any]]) -> None:
+        """The Helm chart, rendered with the production template, installed in the emulator, its
+        pods standing for the daemons this stack runs: `kubectl get pods -n kube-system -l
+        app=hami-scheduler` lists them and `kubectl logs` reads the daemons' logs."""
+        objects = chart.render([chart.EXAMPLES / "production.yaml"])
+        self.chart = install.install_over_http(self.kube_url, objects, nodes)
+        # container -> the log of the process standing in for it (on the node the daemons run as)
+        stand_ins = {
+            names.EXTENDER_CONTAINER: "scheduler",
+            names.DEVICE_PLUGIN_CONTAINER: "device-plugin",
+            names.MONITOR_CONTAINER: "simnode-monitor",
+        }
+        for pod in [p for pods in self.chart.pods.values() for p in pods]:
+            if pod["spec"]["nodeName"] != cluster.NODE and pod is not self.scheduler_pod:
+                continue
+            for container in pod["spec"]["containers"]:
+                process = stand_ins.get(container["name"])
+                if process is None:
+                    continue
+                link = log_path(self.pod_logs, names.NAMESPACE, pod["metadata"]["name"], container["name"])
+                link.parent.mkdir(parents=True, exist_ok=True)
+                link.symlink_to(self.procs.log_dir / f"{process}.log")
+
+    @property
+    def scheduler_pod(self) -> dict[str, Any] | None:
+        """The scheduler replica the extender stands for (the first by name, as `.items[0]`)."""
+        pods = self.chart.pods.get(names.SCHEDULER_DEPLOYMENT) or []
+        return min(pods, key=lambda p: str(p["metadata"]["name"])) if pods else None
 
     def _start_ksm(self) -> None:
         self.procs.python(
@@ -234,7 +270,9 @@ class Stack:
         ]  # fmt: skip
         if self.opts.node_lock_timeout:
             args += ["--node-lock-timeout", self.opts.node_lock_timeout]
-        self.procs.python("scheduler", "hami.scheduler", args)
+        pod = self.scheduler_pod
+        env = None if pod is None else install.downward_env(pod, names.EXTENDER_CONTAINER)
+        self.procs.python("scheduler", "hami.scheduler", args, env=env)
         self._wait(self.url(SCHEDULER) + "/metrics", "the scheduler extender's metrics")
         self._wait(self.url("extender") + "/healthz", "the scheduler extender")
 

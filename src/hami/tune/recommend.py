@@ -31,25 +31,42 @@ class Recommendation:
     evidence: tuple[Evidence, ...] = ()
     missing: tuple[str, ...] = ()  # series whose absence made us refuse
     details: dict[str, str] = field(default_factory=dict)
+    # The guide's value for a cluster without history, shown beside a refusal and never as `value`,
+    # so that no number looks measured when it is not.
+    start: str | None = None
 
     @property
     def refused(self) -> bool:
         return self.value is None
 
+    @property
+    def changed(self) -> bool:
+        """A measured value that differs from the current one (a silent rule keeps the current)."""
+        return self.value is not None and self.value != self.current
 
-def refuse(parameter: str, missing: tuple[str, ...], evidence: tuple[Evidence, ...] = ()) -> Recommendation:
+
+def refuse(
+    parameter: str, missing: tuple[str, ...], evidence: tuple[Evidence, ...] = (), *, start: str | None = None
+) -> Recommendation:
     return Recommendation(
         parameter,
         None,
         reasons=(f"refusing to guess: no data for {', '.join(missing)}",),
         evidence=evidence,
         missing=missing,
+        start=start,
     )
 
 
 def short_history(
-    parameter: str, series: str, window: str, need_seconds: float, have_seconds: float,
-    *, evidence: tuple[Evidence, ...] = (),
+    parameter: str,
+    series: str,
+    window: str,
+    need_seconds: float,
+    have_seconds: float,
+    *,
+    evidence: tuple[Evidence, ...] = (),
+    start: str | None = None,
 ) -> Recommendation:
     """Refusal of a recommendation computed over ``window`` when Prometheus holds less history."""
     have = f"{have_seconds / 3600:.1f}h" if have_seconds >= 3600 else f"{have_seconds / 60:.0f}m"
@@ -63,6 +80,7 @@ def short_history(
         evidence=evidence,
         missing=(f"{window} of {series} history (have {have})",),
         details={"needed_seconds": f"{need_seconds:.0f}", "history_seconds": f"{have_seconds:.0f}"},
+        start=start,
     )
 
 
@@ -243,11 +261,26 @@ class SplitInputs:
     current_split: int | None
     pending_pods: float | None  # most GPU pods pending at once in the last hour
     saturated_devices: float | None  # devices whose shared count reached their split count
+    mean_utilisation: float | None = None  # mean device utilisation (0-1) over the window
 
 
 def recommend_split_count(inp: SplitInputs, evidence: tuple[Evidence, ...] = ()) -> Recommendation:
     value, why = split_for_min_request(inp.min_request_bytes, inp.nodes)
     reasons = [why]
+    util = inp.mean_utilisation
+    if util is not None and util < tables.LOW_UTILISATION_RATIO:
+        if inp.saturated_devices and max(value, inp.current_split or 0) < tables.SPLIT_LOW_UTILISATION:
+            value = tables.SPLIT_LOW_UTILISATION
+            reasons.append(
+                f"mean GPU utilisation {util:.0%} (< {tables.LOW_UTILISATION_RATIO:.0%}) while "
+                f"{inp.saturated_devices:g} devices are full by count: the split keeps pods off idle GPUs, "
+                f"raise to {value} (tuning.md §6.1)"
+            )
+        elif not inp.saturated_devices:
+            reasons.append(
+                f"mean GPU utilisation {util:.0%} is low, but no device is full by count: the split is not "
+                "what leaves GPUs idle"
+            )
     if inp.pending_pods and inp.pending_pods > 0:
         if inp.saturated_devices and inp.saturated_devices > 0:
             base = max(value, inp.current_split or 0)

@@ -17,6 +17,7 @@ from hami.core import klog
 from hami.core.duration import duration_flag, format_duration
 from hami.core.kube.client import KubeConfigError
 from hami.core.kube.options import add_kube_flags, from_args
+from hami.core.profiling import start_tracing
 from hami.scheduler.engine.decision import FilterConfig
 from hami.scheduler.engine.device_config import DeviceConfigError, load_nvidia_config
 from hami.scheduler.engine.policy import DEFAULT_GPU_POLICY, DEFAULT_NODE_POLICY
@@ -50,6 +51,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--http_bind", default="127.0.0.1:8080", help="extender/webhook HTTP address")
     p.add_argument("--cert_file", default="", help="TLS certificate (TLS when both files are set; reloaded)")
     p.add_argument("--key_file", default="", help="TLS key")
+    p.add_argument(
+        "--client-ca-file",
+        default="",
+        help="require client certificates from this CA on --http_bind (mutual TLS; needs --cert_file)",
+    )
+    p.add_argument(
+        "--webhook-bind",
+        default="",
+        help="serve /webhook on this address instead (TLS with --cert_file, no client certificates)",
+    )
     p.add_argument("--scheduler-name", default="", help="name set by the webhook; event source")
     p.add_argument("--node-scheduler-policy", default=DEFAULT_NODE_POLICY, help="binpack or spread")
     p.add_argument(
@@ -110,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def options(args: argparse.Namespace) -> Options:
+    if args.client_ca_file and not (args.cert_file and args.key_file):
+        raise ValueError("--client-ca-file needs --cert_file and --key_file (mutual TLS is TLS first)")
     nvidia = load_nvidia_config(None)
     if args.device_config_file:
         with open(args.device_config_file, encoding="utf-8") as fh:
@@ -118,6 +131,8 @@ def options(args: argparse.Namespace) -> Options:
         http_bind=args.http_bind,
         cert_file=args.cert_file,
         key_file=args.key_file,
+        client_ca_file=args.client_ca_file,
+        webhook_bind=args.webhook_bind,
         scheduler_name=args.scheduler_name,
         filter=FilterConfig(nvidia, args.node_scheduler_policy, args.gpu_scheduler_policy),
         metrics_bind=args.metrics_bind_address,
@@ -141,6 +156,8 @@ def options(args: argparse.Namespace) -> Options:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     klog.setup(args.v)
+    if args.profiling:
+        start_tracing()  # before the caches fill, so the heap profile shows what holds them
     try:
         opts = options(args)
         extender = Extender(opts)
