@@ -48,6 +48,7 @@ T = TypeVar("T")
 COMPONENTS = tuple(c for c in (MONITOR, SCHEDULER, DEVICE_PLUGIN) if installed(c))
 WAIT_S = 120.0  # every bounded wait: generous for a loaded 2-core machine
 LAST_GPU = cluster.gpu_uuid(0, 3)
+HOT_GPU = cluster.gpu_uuid(0, 2)
 
 def poll(check: Callable[[], T | None], what: str, timeout: float = WAIT_S) -> T:
     return wait_until(check, timeout, what, interval=0.5)
@@ -188,6 +189,19 @@ SCENARIOS = [
     ("pending pod", (), "HAMiGPUPodPending", {"namespace": "scenarios", "pod": cluster.PENDING}),
     ("pending pod", (SCHEDULER,), "HAMiSchedulerPendingPods", {"reason": "CardInsufficientMemory"}),
     ("idle vGPU", (MONITOR,), "HAMiVGPUIdle", {"namespace": "notebooks", "pod": cluster.IDLE.name}),
+    (
+        "GPU not limited",
+        (MONITOR,),
+        "HAMiVGPUNotLimited",
+        {"namespace": "scenarios", "pod": cluster.UNLIMITED.name, "reason": "control_disabled"},
+    ),
+    (
+        "failed row remap",
+        (MONITOR,),
+        "HAMiGPUEccErrors",
+        {"device_uuid": LAST_GPU, "problem": "a failed row remap"},
+    ),
+    ("thermal slowdown", (MONITOR,), "HAMiGPUTemperatureHigh", {"device_uuid": HOT_GPU}),
 ]
 
 
@@ -292,8 +306,11 @@ def test_no_node_alert_fires_for_a_node_the_scheduler_calls_schedulable(stack: S
 
 
 def _doctor(stack: Stack, *args: str) -> tuple[int, dict[str, Any]]:
+    """``hami-doctor`` run on sim-node: a pod's GPU-limit walk reads the node's files there."""
     out = io.StringIO()
     argv = [*args, "--kubeconfig", str(stack.kubeconfig), "--scheduler-url", stack.url(SCHEDULER), "--json"]
+    if args[0] == "pod":
+        argv += ["--hook-path", str(stack.hook_path)]
     code = doctor_main(argv, stdout=out)
     return code, json.loads(out.getvalue())
 
@@ -323,6 +340,15 @@ def test_the_doctor_agrees_with_the_scheduler_and_the_alerts(stack: Stack) -> No
     assert summary.startswith("CardInsufficientMemory: requests 160 GiB per card; the largest free")
     code, running = _doctor(stack, "pod", "ml-train/bert-train-0")
     assert code == 0 and running["sections"][0]["findings"][-1]["code"] == "pod.bind-phase.success"
+    assert running["sections"][1]["findings"][-1]["code"] == "gpulimit.region.present"
+
+
+def test_the_doctor_names_why_the_unlimited_container_is_not_limited(stack: Stack) -> None:
+    need(MONITOR, SCHEDULER)
+    poll(_alert_fires(stack, "HAMiVGPUNotLimited", {"pod": cluster.UNLIMITED.name}), "HAMiVGPUNotLimited")
+    code, report = _doctor(stack, "pod", f"{cluster.UNLIMITED.namespace}/{cluster.UNLIMITED.name}")
+    assert code == 1
+    assert [f["code"] for f in report["sections"][1]["findings"]] == ["gpulimit.control-disabled"]
 
 
 def test_alertmanager_inhibits_the_over_limit_containers_other_alerts(stack: Stack) -> None:
