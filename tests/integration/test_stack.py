@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import shlex
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any, TypeVar
 import pytest
 import requests
 
+from hami.doctor.findings import EXIT_BROKEN, EXIT_OK, EXIT_WARNING
 from hami.doctor.main import main as doctor_main
 from hami.testing import cluster, dashqueries, demo, promconfig
 from hami.testing.prometheus import PROMETHEUS, PROMTOOL
@@ -282,6 +284,18 @@ def test_every_url_the_banner_prints_answers(stack: Stack) -> None:
         assert got.status_code == 200, (url, got.status_code)
     assert str(stack.notifications) in text
     assert f"pod scenarios/{cluster.PENDING}" in text
+
+
+def test_every_doctor_command_the_banner_prints_reads_the_demo(stack: Stack) -> None:
+    """Run in-process with the printed arguments: a report each (0-2), never a usage or cluster error."""
+    need(SCHEDULER)
+    doctor = demo.tool("hami-doctor")
+    lines = [line for line in demo.commands(stack) if line.startswith(doctor + " ")]
+    assert len(lines) == 4, lines
+    for line in lines:
+        argv = shlex.split(line.removeprefix(doctor + " "))
+        code = doctor_main([*argv, "--json"], stdout=io.StringIO())
+        assert code in (EXIT_OK, EXIT_WARNING, EXIT_BROKEN), line
 
 
 def test_notifications_reach_the_file_the_banner_names(stack: Stack) -> None:

@@ -94,21 +94,17 @@ def tool(name: str) -> str:
 
 def commands(stack: Stack) -> list[str]:
     """The exact hami-doctor and hami-tune command lines for this demo cluster."""
-    doctor = f"{tool('hami-doctor')} --kubeconfig {stack.kubeconfig}"
-    out = []
-    if SCHEDULER in stack.running:
-        url = f" --scheduler-url {stack.url(SCHEDULER)}"
-        out += [
-            f"{tool('hami-doctor')} pod scenarios/{cluster.PENDING} --kubeconfig {stack.kubeconfig}{url}",
-            f"{doctor} nodes{url}",
-        ]
-    else:
-        out.append(f"{tool('hami-doctor')} pod scenarios/{cluster.PENDING} --kubeconfig {stack.kubeconfig}")
+    kube = f" --kubeconfig {stack.kubeconfig}"
+    url = f" --scheduler-url {stack.url(SCHEDULER)}" if SCHEDULER in stack.running else ""
+    doctor = tool("hami-doctor")
     # a running pod's GPU-limit walk reads the node's files: this machine is sim-node
     unlimited = f"{cluster.UNLIMITED.namespace}/{cluster.UNLIMITED.name}"
-    out.append(f"{doctor} pod {unlimited} --hook-path {stack.hook_path}")
+    out = [f"{doctor} pod scenarios/{cluster.PENDING}{kube}{url}"]
+    if url:
+        out.append(f"{doctor} nodes{kube}{url}")
     out += [
-        f"{tool('hami-doctor')} logs {stack.procs.log_dir}",
+        f"{doctor} pod {unlimited}{kube}{url} --hook-path {stack.hook_path}",
+        f"{doctor} logs {stack.procs.log_dir}",
         # the demo's history is minutes long: a window the tuner accepts for it, and it says so
         f"{tool('hami-tune')} --prometheus-url {stack.url('prometheus')} --window 10m",
     ]
