@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dashboards.panels import NAMESPACE, NODE, RI, Board, Line, Q, alert_thresholds
+from dashboards.panels import FIRING, NAMESPACE, NODE, RI, Board, Line, Q, alert_thresholds
 
 CTR = "{{namespace}}/{{pod}}/{{container}} v{{vdevice_index}}"
 DEV = "{{node}} {{device_uuid}}"
@@ -10,7 +10,18 @@ DEV = "{{node}} {{device_uuid}}"
 
 def cluster_overview() -> Board:
     b = Board(
-        "hami-cluster-overview", "HAMi / Cluster overview", "GPU capacity, allocation and health.", ["node"]
+        "hami-cluster-overview",
+        "HAMi / Cluster overview",
+        "GPU capacity, allocation and health.",
+        ["node", "namespace"],
+    )
+    b.row("Alerts")
+    b.table(
+        "Firing HAMi alerts",
+        "none",
+        Q(f"sum by (alertname, severity, node, namespace, pod) ({FIRING})", instant=True),
+        "HAMi's alerts firing now (Prometheus ALERTS); each has a runbook in docs/runbooks/. "
+        "Alertmanager's inhibitions (alerts/alertmanager.yaml) still apply to what gets notified.",
     )
     b.row("Capacity")
     b.stat("Physical GPUs", "none", Q(f"count(hami_gpu_memory_limit_bytes{{{NODE}}})", instant=True))
@@ -28,7 +39,7 @@ def cluster_overview() -> Board:
     b.stat(
         "GPU pods pending",
         "none",
-        Q("cluster:hami_scheduler_pending_pods:max", instant=True),
+        Q("cluster:hami_scheduler_pending_pods:sum", instant=True),
         lines=[Line(1, "red")],
     )
     b.stat(
@@ -60,6 +71,30 @@ def cluster_overview() -> Board:
         lines=[Line(1, "red")],
         minimum=0,
     )
+    b.row("Namespaces")
+    b.timeseries(
+        "vGPU memory allocated by namespace",
+        "bytes",
+        [Q(f"sum by (namespace) (hami_vgpu_memory_limit_bytes{{{NODE}, {NAMESPACE}}})", "{{namespace}}")],
+        "vGPU memory limits of the running containers, summed per namespace.",
+        stack=True,
+        minimum=0,
+    )
+    b.timeseries(
+        "vGPU memory used by namespace",
+        "bytes",
+        [Q(f"sum by (namespace) (hami_vgpu_memory_used_bytes{{{NODE}, {NAMESPACE}}})", "{{namespace}}")],
+        "Device memory the containers of each namespace use now (HAMi-core accounting).",
+        stack=True,
+        minimum=0,
+    )
+    b.timeseries(
+        "Pending GPU pods by namespace and reason",
+        "none",
+        [Q(f"namespace_reason:hami_scheduler_pending_pods:sum{{{NAMESPACE}}}", "{{namespace}} {{reason}}")],
+        "Pending GPU pods per namespace, by the scheduler's latest verdict on them.",
+        minimum=0,
+    )
     b.timeseries(
         "Components up",
         "none",
@@ -84,7 +119,17 @@ def node_and_device() -> Board:
     b.timeseries(
         "GPU utilisation", "percent", [Q(f"hami_host_gpu_utilization_ratio{{{NODE}}}", DEV)], minimum=0
     )
-    b.timeseries("Temperature", "celsius", [Q(f"hami_host_gpu_temperature_celsius{{{NODE}}}", DEV)], width=8)
+    b.timeseries(
+        "Temperature vs slowdown threshold",
+        "celsius",
+        [
+            Q(f"hami_host_gpu_temperature_celsius{{{NODE}}}", DEV),
+            Q(f"hami_host_gpu_temperature_slowdown_threshold_celsius{{{NODE}}}", f"slowdown {DEV}"),
+        ],
+        f"HAMiGPUTemperatureHigh fires {alert_thresholds()['temperature_margin_celsius']} °C below the "
+        "card's slowdown threshold.",
+        width=8,
+    )
     b.timeseries("Power", "watt", [Q(f"hami_host_gpu_power_watts{{{NODE}}}", DEV)], width=8)
     b.timeseries(
         "XID and ECC errors",
@@ -101,6 +146,36 @@ def node_and_device() -> Board:
             ),
         ],
         width=8,
+    )
+    b.timeseries(
+        "Retired pages and remapped rows",
+        "short",
+        [
+            Q(f"hami_host_gpu_retired_pages{{{NODE}}}", f"retired {{{{cause}}}} {DEV}"),
+            Q(f"hami_host_gpu_remapped_rows{{{NODE}}}", f"remapped {{{{type}}}} {DEV}"),
+            Q(
+                f"hami_host_gpu_retired_pages_pending{{{NODE}}} == 1"
+                f" or hami_host_gpu_row_remap_failure{{{NODE}}} == 1",
+                f"needs reset {DEV}",
+            ),
+        ],
+        "Pages retired (before Ampere) or rows remapped (Ampere+) for ECC errors; 'needs reset' marks a "
+        "pending retirement or a failed remap (HAMiGPUEccErrors).",
+        width=12,
+    )
+    b.timeseries(
+        "Clock throttle reasons",
+        "none",
+        [
+            Q(
+                f"hami_host_gpu_clock_throttle_active"
+                f'{{{NODE}, reason!~"gpu_idle|applications_clocks_setting"}} == 1',
+                f"{{{{reason}}}} {DEV}",
+            )
+        ],
+        "Active reasons other than idle and application clocks: power cap, thermal and hardware slowdowns.",
+        width=12,
+        minimum=0,
     )
     b.row("Health")
     b.timeseries(
@@ -143,7 +218,7 @@ def node_and_device() -> Board:
         "none",
         [
             Q(f"max by (node, device_uuid) (hami_gpu_shared_count{{{NODE}}})", f"shared {DEV}"),
-            Q(f"max by (node, device_uuid) (hami_gpu_split_count{{{NODE}}})", f"split {DEV}"),
+            Q(f"max by (node, device_uuid) (hami_gpu_split_limit{{{NODE}}})", f"split {DEV}"),
         ],
     )
     b.timeseries(
@@ -225,6 +300,19 @@ def container_workloads() -> Board:
         lines=[Line(alert_thresholds()["idle_seconds"], "orange")],
     )
     b.timeseries("Processes per vGPU", "none", [Q(f"hami_vgpu_processes{{{sel}}}", CTR)], minimum=0)
+    b.timeseries(
+        "GPU processes not limited by HAMi-core",
+        "none",
+        [
+            Q(
+                f"sum by (namespace, pod, container, reason) (hami_vgpu_unlimited_processes{{{sel}}})",
+                "{{namespace}}/{{pod}}/{{container}} {{reason}}",
+            )
+        ],
+        "Processes of vGPU containers without a HAMi-core region: their limits are not enforced "
+        "(HAMiVGPUNotLimited).",
+        minimum=0,
+    )
     b.timeseries(
         "Idle vGPUs per node", "none", [Q(f"node:hami_vgpu_idle:count{{{NODE}}}", "{{node}}")], minimum=0
     )

@@ -146,7 +146,7 @@ def test_the_demo_cluster_as_a_snapshot(
     )
     assert len(s.notes) == 1 and "deviceMemoryScaling not given" in s.notes[0]
     err = capsys.readouterr().err
-    assert "snapshot: 3 nodes, 13 GPU pods (11 placed, 1 finished), 1 quotas, 1 held locks" in err
+    assert "snapshot: 3 nodes, 14 GPU pods (12 placed, 1 finished), 1 quotas, 1 held locks" in err
     assert "note: deviceMemoryScaling not given" in err
     # The doctor only read: a GET for every list, nothing else.
     assert {r.method for r in seeded.requests.records} == {"GET"}
@@ -191,7 +191,7 @@ def test_stdout_and_the_replay_read_the_same_file(
     argv = ["snapshot", "-o", "-", "--kubeconfig", str(kube_config_file), "--now", "2026-03-02T12:00:00Z"]
     assert main(argv, stdout=stdout) == 0
     s = snap.loads(stdout.getvalue())
-    assert len(s.pods) == 13
+    assert len(s.pods) == 14
 
 
 @pytest.mark.parametrize(

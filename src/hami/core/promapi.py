@@ -1,8 +1,9 @@
 """The Prometheus HTTP API (``/api/v1/query`` and ``/api/v1/query_range``) for the tools that read
-history: hami-tune's recommendations and hami-doctor's snapshots."""
+history: hami-tune's recommendations, hami-doctor's checks and its history snapshots."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +14,10 @@ import requests
 class Sample:
     labels: dict[str, str]
     value: float
+
+
+# What the pure code that reads Prometheus takes: a PromQL expression in, an instant vector out.
+QueryFn = Callable[[str], list[Sample]]
 
 
 @dataclass(frozen=True)

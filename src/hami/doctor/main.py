@@ -1,9 +1,12 @@
 """hami-doctor: diagnose HAMi from the API server (pods, nodes) or from logs.
 
-  hami-doctor pod NAMESPACE/NAME    walk the pod-pending tree to the diagnosis
+  hami-doctor pod NAMESPACE/NAME    walk the pod-pending tree to the diagnosis; for a running pod
+                                    with vGPUs, whether HAMi-core limits it (--hook-path)
   hami-doctor nodes [--selector S]  registration, devices, handshake and lock of every node
   hami-doctor node NAME             the same for one node
-  hami-doctor logs [FILE|-]         known scheduler/device-plugin log lines, counted
+  hami-doctor logs [FILE|DIR|-]     known scheduler/device-plugin log lines, counted (DIR: each file)
+  hami-doctor idle --prometheus-url URL
+                                    pods holding vGPU memory with no kernel run: a reclaim table
   hami-doctor snapshot -o FILE      write a scheduling snapshot for hami-tune simulate
 
 Reads only (GET/LIST). --fix applies the guides' remedies the report offers (clear a stale,
@@ -11,13 +14,14 @@ dangling or malformed node lock; drop a handshake the scheduler will not refresh
 --yes skips the question.
 
 Exit status: 0 healthy, 1 warning, 2 broken, 3 usage error (bad arguments, unknown pod or node,
-unreadable log), 4 the cluster (or, for a snapshot, Prometheus) could not be reached or read.
-``snapshot`` exits 0 once the file is written.
+unreadable log), 4 the cluster (or, for idle and a history snapshot, Prometheus) could not be reached
+or read. ``snapshot`` exits 0 once the file is written.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -25,16 +29,18 @@ from typing import IO, Any, NoReturn
 
 from prometheus_client import CollectorRegistry
 
+from hami.core import thresholds
 from hami.core.codec import CodecError
 from hami.core.codec.nodelock import DEFAULT_TIMEOUT as DEFAULT_LOCK_TIMEOUT
 from hami.core.codec.nodelock import format_rfc3339, parse_rfc3339
 from hami.core.duration import duration_flag
+from hami.core.hamicore import HostLayout
 from hami.core.kube import errors
 from hami.core.kube.client import KubeConfigError, new_api_client
 from hami.core.kube.options import add_kube_flags, from_args
 from hami.core.objects import annotations_of, name_of
-from hami.core.promapi import PrometheusError
-from hami.doctor import fetch, fix, logscan, nodecheck, podtree, render
+from hami.core.promapi import PrometheusClient, PrometheusError
+from hami.doctor import fetch, fix, gpulimit, idle, logscan, nodecheck, podtree, render, truth
 from hami.doctor import snapshot as snapshot_cmd
 from hami.doctor.findings import EXIT_CLUSTER, EXIT_USAGE, Section, exit_code
 from hami.doctor.settings import DEFAULT_SCHEDULER_NAME, Settings
@@ -109,6 +115,12 @@ def build_parser() -> argparse.ArgumentParser:
     # The checks' own thresholds and remedies (pod, nodes, node).
     cluster = _Parser(add_help=False, parents=[access])
     cluster.add_argument(
+        "--scheduler-url",
+        default="",
+        help="the scheduler's metrics address (e.g. http://127.0.0.1:9395), for its decision record; "
+        "default: its metrics Service through the API server",
+    )
+    cluster.add_argument(
         "--scheduler-lease",
         default="",
         metavar="NS/NAME",
@@ -118,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--handshake-timeout",
         type=_duration,
         default=timedelta(seconds=60),
-        help="handshake expiry (default 60s, HAMi v2.10; seed 000's 300s is stale)",
+        help="handshake expiry (default 60s, as HAMi v2.10's scheduler applies it)",
     )
     cluster.add_argument(
         "--bind-timeout",
@@ -133,12 +145,42 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     pod = sub.add_parser("pod", parents=[common, cluster], help="diagnose a pending pod")
     pod.add_argument("target", metavar="NAMESPACE/NAME")
+    pod.add_argument(
+        "--hook-path",
+        default=os.environ.get("HOOK_PATH", "/usr/local"),
+        help="the device plugin's HOOK_PATH on this node, for the GPU-limit checks of a running pod "
+        "(default $HOOK_PATH or %(default)s)",
+    )
     nodes = sub.add_parser("nodes", parents=[common, cluster], help="check every node's HAMi annotations")
     nodes.add_argument("--selector", default="", help="label selector for the nodes")
     node = sub.add_parser("node", parents=[common, cluster], help="check one node's HAMi annotations")
     node.add_argument("target", metavar="NAME")
+    for p_ in (nodes, node):
+        p_.add_argument(
+            "--prometheus-url",
+            default=None,
+            help="also show the vGPU monitor's reconciler findings (hami_inconsistency) from this Prometheus",
+        )
+        p_.add_argument("--monitor-job", default="hami-monitor", help="the monitor's scrape job")
     logs = sub.add_parser("logs", parents=[common], help="explain scheduler/device-plugin log lines")
-    logs.add_argument("file", nargs="?", default="-", metavar="FILE|-")
+    logs.add_argument(
+        "file", nargs="?", default="-", metavar="FILE|DIR|-", help="a log file, a directory of them, or stdin"
+    )
+    idle_p = sub.add_parser("idle", parents=[common], help="pods holding vGPU memory without running kernels")
+    idle_p.add_argument(
+        "--prometheus-url", required=True, help="base URL of the Prometheus scraping the monitor"
+    )
+    idle_p.add_argument(
+        "--monitor-job", default="hami-monitor", help="the monitor's scrape job (default %(default)s)"
+    )
+    idle_p.add_argument(
+        "--idle-for",
+        type=_duration,
+        default=timedelta(seconds=thresholds.load()["thresholds"]["idle_seconds"]),
+        help="no kernel for this long is idle (default: HAMiVGPUIdle's threshold, idle_seconds in the "
+        "thresholds file)",
+    )
+    idle_p.add_argument("--timeout", type=float, default=30.0, help="HTTP timeout per query, seconds")
     snapshot = sub.add_parser(
         "snapshot", parents=[when, access], help="write a scheduling snapshot for hami-tune simulate"
     )
@@ -168,10 +210,18 @@ def _cluster_sections(args: argparse.Namespace, api: Any, now: datetime) -> list
         if not sep or not namespace or not name:
             raise UsageError(f"pod must be NAMESPACE/NAME, got {args.target!r}")
         try:
-            cluster = fetch.pod_cluster(api, namespace, name, args.scheduler_namespace, args.scheduler_lease)
+            cluster = fetch.pod_cluster(
+                api,
+                namespace,
+                name,
+                scheduler_namespace=args.scheduler_namespace,
+                lease_ref=args.scheduler_lease,
+                scheduler_url=args.scheduler_url,
+            )
         except errors.NotFound:
             raise UsageError(f"pod {args.target} not found") from None
-        return [podtree.diagnose_pod(cluster, s, now)]
+        limits = gpulimit.diagnose(cluster.pod, HostLayout(args.hook_path.rstrip("/") or "/"))
+        return [podtree.diagnose_pod(cluster, s, now), *([limits] if limits is not None else [])]
     if args.command == "node":
         try:
             items = [fetch.get_node(api, args.target)]
@@ -180,12 +230,24 @@ def _cluster_sections(args: argparse.Namespace, api: Any, now: datetime) -> list
     else:
         items = fetch.list_nodes(api, args.selector)
     owners = fetch.lock_owners(api, items)
+    plugin_pods = fetch.device_plugin_pods(api)
+    found = _truth(args, now) if args.prometheus_url else {}
     sections = []
     for n in sorted(items, key=name_of):
         value = annotations_of(n).get("hami.io/mutex.lock", "")
         key = "/".join(value.split(",")[1:]) if value.count(",") == 2 else ""
-        sections.append(nodecheck.check_node(n, owners.get(key) if key else None, s, now))
+        section = nodecheck.check_node(n, owners.get(key) if key else None, s, now, plugin_pods)
+        section.findings.extend(truth.findings(found.get(name_of(n), {})))
+        sections.append(section)
     return sections
+
+
+def _truth(args: argparse.Namespace, now: datetime) -> dict[str, dict[str, int]]:
+    client = PrometheusClient(args.prometheus_url, timeout=30.0, at=now.timestamp())
+    try:
+        return truth.read(client.query, args.monitor_job)
+    finally:
+        client.close()
 
 
 def main(argv: list[str] | None = None, stdin: IO[str] | None = None, stdout: IO[str] | None = None) -> int:
@@ -198,7 +260,10 @@ def main(argv: list[str] | None = None, stdin: IO[str] | None = None, stdout: IO
         return _snapshot(args, stdout)
     try:
         if args.command == "logs":
-            sections = [_logs(args.file, stdin)]
+            sections = _logs(args.file, stdin)
+            api = None
+        elif args.command == "idle":
+            sections = [_idle(args, now)]
             api = None
         else:
             api = _api(args)
@@ -208,6 +273,9 @@ def main(argv: list[str] | None = None, stdin: IO[str] | None = None, stdout: IO
         return EXIT_USAGE
     except (KubeConfigError, errors.ApiError) as exc:
         print(f"hami-doctor: cannot read the cluster: {exc}", file=sys.stderr)
+        return EXIT_CLUSTER
+    except PrometheusError as exc:
+        print(f"hami-doctor: {exc}", file=sys.stderr)
         return EXIT_CLUSTER
     applied = None
     if api is not None and args.fix:
@@ -250,11 +318,35 @@ def _fix(api: Any, sections: list[Section], yes: bool, stdin: IO[str]) -> list[s
     return fix.apply(api, todo)
 
 
-def _logs(path: str, stdin: IO[str]) -> Section:
-    if path == "-":
-        return logscan.report(logscan.scan(stdin), "log <stdin>")
+def _idle(args: argparse.Namespace, now: datetime) -> Section:
+    if args.idle_for <= timedelta(0):
+        raise UsageError(f"--idle-for must be positive, got {args.idle_for}")
+    client = PrometheusClient(args.prometheus_url, timeout=args.timeout, at=now.timestamp())
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return logscan.report(logscan.scan(fh), f"log {path}")
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+        pods = idle.find_idle(client.query, args.monitor_job, args.idle_for)
+    finally:
+        client.close()
+    return idle.idle_section(pods, args.monitor_job, args.idle_for, now)
+
+
+def _logs(path: str, stdin: IO[str]) -> list[Section]:
+    """One section per log: stdin, the file, or every regular file of the directory (sorted)."""
+    if path == "-":
+        return [logscan.report(logscan.scan(stdin), "log <stdin>")]
+    files = [path]
+    if os.path.isdir(path):
+        try:
+            names = sorted(os.listdir(path))
+        except OSError as exc:
+            raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+        files = [p for name in names if os.path.isfile(p := os.path.join(path, name))]
+        if not files:
+            raise UsageError(f"{path} holds no log files")
+    sections = []
+    for name in files:
+        try:
+            with open(name, encoding="utf-8", errors="replace") as fh:
+                sections.append(logscan.report(logscan.scan(fh), f"log {name}"))
+        except OSError as exc:
+            raise UsageError(f"cannot read {name}: {exc.strerror}") from None
+    return sections

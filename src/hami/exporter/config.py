@@ -34,6 +34,7 @@ class Config:
     verbosity: int = 0
     web_config_file: str | None = None
     pod_labels_allowlist: tuple[str, ...] = ()
+    proc_root: str = "/proc"
     kube: KubeOptions = field(default_factory=KubeOptions)
     warnings: tuple[str, ...] = ()
 
@@ -47,6 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--pod-labels-allowlist",
         default="",
         help="comma-separated pod label keys ('*' = all) exposed in hami_pod_labels_info",
+    )
+    p.add_argument(
+        "--proc-root",
+        default="/proc",
+        help="the host's /proc (the monitor runs with hostPID), to find the pod of each GPU process",
     )
     klog.add_log_flags(p)
     add_kube_flags(p)
@@ -88,6 +94,7 @@ def load_config(argv: Sequence[str], env: Mapping[str, str]) -> Config:
         verbosity=args.v,
         web_config_file=getattr(args, "web_config_file", None),
         pod_labels_allowlist=tuple(k.strip() for k in args.pod_labels_allowlist.split(",") if k.strip()),
+        proc_root=args.proc_root,
         kube=kube,
         warnings=tuple(warnings),
     )

@@ -141,9 +141,11 @@ class ContainerLister:
         cache_path = None if name is None else os.path.join(path, name)
         if c.region is not None and cache_path == c.cache_path and self._still_valid(c.region):
             return
+        log.v(4).info("Checking path %s", path)
         self._unmap(c)
         c.cache_path = cache_path
         if cache_path is None:
+            log.v(4).info("No cache file in %s", path)
             return
         opened = MappedRegion.open(cache_path)
         if isinstance(opened, RegionRejected):

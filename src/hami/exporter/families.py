@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from hami.core.nvml import CLOCK_EVENT_REASONS, RemappedRows, RetiredPages
 from hami.core.serve.families import Family
-from hami.exporter.attribution import ContainerView, MigView, PodLabels
+from hami.exporter.attribution import ContainerView, MigView, PodLabels, UnlimitedView
 
 ZONE = "vGPU"
 HOST_LABELS = ("node", "device_index", "device_uuid", "device_type", "zone")
@@ -50,9 +51,15 @@ class HostDevice:
     power_watts: float | None = None
     ecc_corrected: int | None = None
     ecc_uncorrected: int | None = None
+    temperature_slowdown: int | None = None
+    retired: RetiredPages | None = None
+    remapped: RemappedRows | None = None
+    clock_event_reasons: int | None = None
     xid_errors: int = 0
     healthy: bool = True
     migs: tuple[MigIdentity, ...] = ()
+    process_memory: int | None = None  # Σ of NVML's compute processes; None: unread or not available
+    pids: tuple[int, ...] = ()  # host PIDs of the compute processes NVML lists on the GPU
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,9 @@ class NodeView:
     pod_labels: tuple[PodLabels, ...] = ()
     migs: tuple[MigView, ...] = ()
     regions: Mapping[str, int] = field(default_factory=dict)  # state -> count
+    skipped: Mapping[str, int] = field(default_factory=dict)  # reason -> regions affected now
+    inconsistencies: Mapping[str, int] = field(default_factory=dict)  # kind -> count (exporter.reconcile)
+    unlimited: tuple[UnlimitedView, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -105,7 +115,58 @@ def host_families(view: NodeView, legacy: bool) -> list[Family]:
         "MIG instances present on the GPU, from NVML",
         (*HOST_LABELS, "mig_uuid", "profile", "gpu_instance_id", "compute_instance_id"),
     )
-    out: list[Family] = [mem, total, util, mcu, temp, power, health, xid, ecc, mig]
+    slowdown = _g(
+        "hami_host_gpu_temperature_slowdown_threshold_celsius",
+        "Temperature at which the GPU slows its clocks down, in degrees Celsius",
+        HOST_LABELS,
+    )
+    retired = _g(
+        "hami_host_gpu_retired_pages",
+        "Framebuffer pages retired by the driver (before Ampere), by cause single_bit/double_bit",
+        (*HOST_LABELS, "cause"),
+    )
+    retired_pending = _g(
+        "hami_host_gpu_retired_pages_pending",
+        "1 while a page retirement waits for a GPU reset or reboot, else 0",
+        HOST_LABELS,
+    )
+    remapped = _g(
+        "hami_host_gpu_remapped_rows",
+        "Memory rows remapped (Ampere and later), by the error type correctable/uncorrectable",
+        (*HOST_LABELS, "type"),
+    )
+    remap_pending = _g(
+        "hami_host_gpu_row_remap_pending", "1 while a row remap waits for a GPU reset, else 0", HOST_LABELS
+    )
+    remap_failure = _g(
+        "hami_host_gpu_row_remap_failure",
+        "1 when a row remap failed (the GPU needs service), else 0",
+        HOST_LABELS,
+    )
+    throttle = _g(
+        "hami_host_gpu_clock_throttle_active",
+        "1 while NVML reports this clock throttle reason active on the GPU, else 0",
+        (*HOST_LABELS, "reason"),
+    )
+    out: list[Family] = [
+        mem,
+        total,
+        util,
+        mcu,
+        temp,
+        slowdown,
+        power,
+        health,
+        xid,
+        ecc,
+        retired,
+        retired_pending,
+        remapped,
+        remap_pending,
+        remap_failure,
+        throttle,
+        mig,
+    ]
     lmem = _g("HostGPUMemoryUsage", "GPU device memory usage", LEGACY_HOST)
     lutil = _g("HostCoreUtilization", "GPU core utilization", LEGACY_HOST)
     for h in view.hosts:
@@ -116,6 +177,7 @@ def host_families(view: NodeView, legacy: bool) -> list[Family]:
             (util, h.util_gpu),
             (mcu, h.util_memory),
             (temp, h.temperature),
+            (slowdown, h.temperature_slowdown),
             (power, h.power_watts),
         ):
             if value is not None:
@@ -125,6 +187,18 @@ def host_families(view: NodeView, legacy: bool) -> list[Family]:
         for kind, count in (("corrected", h.ecc_corrected), ("uncorrected", h.ecc_uncorrected)):
             if count is not None:
                 ecc.add((*lv, kind), count)
+        if h.retired is not None:
+            retired.add((*lv, "single_bit"), h.retired.single_bit)
+            retired.add((*lv, "double_bit"), h.retired.double_bit)
+            retired_pending.add(lv, 1 if h.retired.pending else 0)
+        if h.remapped is not None:
+            remapped.add((*lv, "correctable"), h.remapped.correctable)
+            remapped.add((*lv, "uncorrectable"), h.remapped.uncorrectable)
+            remap_pending.add(lv, 1 if h.remapped.pending else 0)
+            remap_failure.add(lv, 1 if h.remapped.failure else 0)
+        if h.clock_event_reasons is not None:
+            for bit, reason in CLOCK_EVENT_REASONS.items():
+                throttle.add((*lv, reason), 1 if h.clock_event_reasons & bit else 0)
         for m in h.migs:
             mig.add((*lv, m.uuid, m.profile, str(m.gpu_instance_id), str(m.compute_instance_id)), 1)
         if h.memory_used is not None:
@@ -145,7 +219,13 @@ _CTR = (
         "over",
     ),
     ("hami_container_device_memory_bytes", "Container device memory usage in bytes", "used"),
-    ("hami_container_device_utilization_ratio", "Container device SM utilization ratio (0-100)", "sm"),
+    # HAMi's meaning: the raw sum over the container's processes, which can exceed 100.
+    (
+        "hami_container_device_utilization_ratio",
+        "Container device SM utilization ratio: the sum of its processes' SM use (0-100 each, so the "
+        "sum can exceed 100)",
+        "sm_sum",
+    ),
     ("hami_vgpu_memory_context_bytes", "Container device memory context size in bytes", "context"),
     ("hami_vgpu_memory_module_bytes", "Container device memory module size in bytes", "module"),
     ("hami_vgpu_memory_buffer_bytes", "Container device memory buffer size in bytes", "buffer"),
@@ -186,6 +266,7 @@ def container_families(view: NodeView, legacy: bool) -> list[Family]:
                 "limit": d.limit_bytes,
                 "over": 1 if d.over_limit else 0,
                 "sm": d.sm_util_percent,
+                "sm_sum": d.sm_util_sum,
                 "context": d.context_bytes,
                 "module": d.module_bytes,
                 "buffer": d.buffer_bytes,
@@ -206,11 +287,27 @@ def container_families(view: NodeView, legacy: bool) -> list[Family]:
                     (*llv, str(d.context_bytes), str(d.module_bytes), str(d.buffer_bytes), str(off)),
                     d.used_bytes,
                 )
-                lutil.add(llv, d.sm_util_percent)
+                lutil.add(llv, d.sm_util_sum)
                 if since is not None:
                     lkern.add(llv, since)
     out: list[Family] = [*fams, elapsed]
     return [*out, lused, llimit, ldesc, lutil, lkern] if legacy else out
+
+
+UNLIMITED_LABELS = ("namespace", "pod", "container", "node", "zone", "reason")
+
+
+def unlimited_families(view: NodeView) -> list[Family]:
+    """``hami_vgpu_unlimited_processes``: the guide's "GPU not limited" branch, counted."""
+    fam = _g(
+        "hami_vgpu_unlimited_processes",
+        "GPU processes of a container given HAMi vGPUs that run without HAMi-core (no memory or core "
+        "limit), by reason control_disabled/no_cache_dir/no_region",
+        UNLIMITED_LABELS,
+    )
+    for u in view.unlimited:
+        fam.add((u.namespace, u.pod, u.container, view.node, ZONE, u.reason), u.processes)
+    return [fam]
 
 
 MIG_LABELS = (*CTR_LABELS, "mig_uuid", "profile", "gpu_instance_id", "compute_instance_id")
@@ -249,15 +346,36 @@ def self_families(
         regions.add((state, view.node, ZONE), view.regions.get(state, 0))
     skips = _c(
         "hami_monitor_region_skips",
-        "Regions, slots or devices skipped or clamped, by reason",
+        "Times a region started being skipped or clamped for a reason (a region that stays broken "
+        "counts once)",
+        ("reason", "node", "zone"),
+    )
+    skipped = _g(
+        "hami_monitor_regions_skipped",
+        "Regions skipped or clamped at this scrape, by reason",
         ("reason", "node", "zone"),
     )
     for reason in reasons:
         skips.add((reason, view.node, ZONE), counters.region_skips.get(reason, 0))
+        skipped.add((reason, view.node, ZONE), view.skipped.get(reason, 0))
     nvml = _c("hami_monitor_nvml_errors", "Failed NVML calls, by call", ("call", "node", "zone"))
     for call in sorted({*calls, *counters.nvml_errors}):
         nvml.add((call, view.node, ZONE), counters.nvml_errors.get(call, 0))
-    return [regions, skips, nvml]
+    return [regions, skips, skipped, nvml]
+
+
+def inconsistency_families(view: NodeView, kinds: Iterable[str]) -> list[Family]:
+    """What the truth reconciler found at this scrape; every kind is exported, at 0 when clean."""
+    family = _g(
+        "hami_inconsistency",
+        "Disagreements between the scheduler's allocations, HAMi-core's regions and NVML's processes on "
+        "this node, by kind (allocation_without_region, region_without_pod, region_unreadable, "
+        "memory_outside_hami)",
+        ("kind", "node", "zone"),
+    )
+    for kind in kinds:
+        family.add((kind, view.node, ZONE), view.inconsistencies.get(kind, 0))
+    return [family]
 
 
 POD_LABELS_BASE = ("namespace", "pod", "node")
@@ -286,8 +404,10 @@ def describe(legacy: bool, pod_labels: bool) -> list[Family]:
     return [
         *host_families(empty, legacy),
         *container_families(empty, legacy),
+        *unlimited_families(empty),
         info,
         *([linfo] if legacy else []),
         *([_pod_labels_family()] if pod_labels else []),
         *self_families(empty, Counters({}, {}), ()),
+        *inconsistency_families(empty, ()),
     ]

@@ -203,7 +203,16 @@ class FeedbackLoop:
             log.error("Failed to update container list: %s", err)
             return
         self._on_update(result.errors)
-        feedback_tick(self._lister)
+        writes = feedback_tick(self._lister)
+        if log.v(4):
+            log.v(4).info(
+                "Updated container list: %d dir(s), %d region(s) loaded, %d removed; "
+                "feedback wrote %d value(s)",
+                len(self._lister.containers()),
+                result.loaded,
+                len(result.removed),
+                len(writes),
+            )
 
     def _run(self) -> None:
         log.info("Starting watchAndFeedback")

@@ -22,6 +22,7 @@ from hami.core.kube.client import new_api_client
 from hami.core.kube.informer import Informer
 from hami.core.nvml import Nvml, NvmlError, open_nvml
 from hami.core.objects import uid_of
+from hami.core.profiling import start_tracing
 from hami.core.serve import Server, build_info, serve_metrics
 from hami.exporter.collector import MonitorCollector, Tally
 from hami.exporter.config import Config, ConfigError, load_config
@@ -71,16 +72,14 @@ class Monitor:
             legacy=cfg.legacy_metrics,
             labels_allowlist=cfg.pod_labels_allowlist,
             registry=self.registry,
+            proc_root=cfg.proc_root,
         )
         # not registered: /metrics renders it itself (serve's ``exposition``), beside the registry
         build_info("monitor", self.registry)
-        self.feedback = FeedbackLoop(self.lister, pod_uids, on_update=self._on_update, mig_lock=mig_lock)
+        self.feedback = FeedbackLoop(self.lister, pod_uids, mig_lock=mig_lock)
         self._cfg = cfg
         self._ready = ready
         self.server: Server | None = None
-
-    def _on_update(self, errors: list[str]) -> None:
-        self.skips.add(errors)
 
     def start(self) -> None:
         os.makedirs(os.path.join(self._cfg.hook_path, "containers"), exist_ok=True)
@@ -159,6 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hami-monitor: {err}", file=sys.stderr)
         return 1
     klog.setup(cfg.verbosity)
+    if cfg.profiling:
+        start_tracing()  # the heap profile shows what was allocated before the request
     for warning in cfg.warnings:
         log.warning("%s", warning)
     stop = threading.Event()

@@ -12,11 +12,14 @@ from hami.core import gctune, klog
 from hami.core.kube.client import new_api_client
 from hami.core.kube.events import EventRecorder
 from hami.core.kube.options import KubeOptions
+from hami.core.profiling import mount_pprof
 from hami.core.serve import Server, TLSConfig, WebConfig, build_info, serve_metrics, serve_wsgi
 from hami.scheduler.engine.admission import WebhookConfig
 from hami.scheduler.engine.decision import FilterConfig
 from hami.scheduler.extender.bind import Binder
 from hami.scheduler.extender.collector import StateCollector
+from hami.scheduler.extender.decisions import DEFAULT_CAPACITY, DecisionStore, Recorder
+from hami.scheduler.extender.decisions import make_app as decisions_app
 from hami.scheduler.extender.events import PodEvents
 from hami.scheduler.extender.filter_service import FilterService
 from hami.scheduler.extender.leader import Leadership
@@ -24,7 +27,7 @@ from hami.scheduler.extender.metrics import SchedulerMetrics
 from hami.scheduler.extender.nodelock import NodeLocker
 from hami.scheduler.extender.register import TICK_SECONDS, Register
 from hami.scheduler.extender.roles import RoleLabels
-from hami.scheduler.extender.routes import make_app
+from hami.scheduler.extender.routes import make_app, make_webhook_app
 from hami.scheduler.extender.state import ClusterState
 
 log = klog.get_logger(__name__)
@@ -35,6 +38,10 @@ class Options:
     http_bind: str = "127.0.0.1:8080"
     cert_file: str = ""
     key_file: str = ""
+    # Mutual TLS on http_bind: clients need a certificate from this CA (kube-scheduler's).
+    client_ca_file: str = ""
+    # /webhook on a listener of its own (TLS, no client certificates: the API server calls it).
+    webhook_bind: str = ""
     scheduler_name: str = ""
     filter: FilterConfig = field(default_factory=FilterConfig)
     metrics_bind: str = ":9395"
@@ -53,6 +60,7 @@ class Options:
     pod_namespace: str = ""
     register_tick: float = TICK_SECONDS
     http_threads: int = 16
+    decision_records: int = DEFAULT_CAPACITY  # --decision-records: pods whose latest verdict is kept
     gc_freeze: bool = True  # see hami.core.gctune; off where many daemons share one process (tests)
 
 
@@ -94,7 +102,9 @@ class Extender:
             self.api, opts.scheduler_name or "hami-scheduler", registry=self.registry
         )
         self.events = PodEvents(self.recorder, self.metrics)
-        self.filters = FilterService(self.state, self.api, self.events, opts.filter)
+        self.decisions = DecisionStore(opts.decision_records, on_evict=self.metrics.decisions_evicted.inc)
+        decided = Recorder(self.decisions, self.state, opts.node_lock_timeout)
+        self.filters = FilterService(self.state, self.api, self.events, opts.filter, recorder=decided)
         self.binder = Binder(
             self.state,
             self.api,
@@ -102,16 +112,23 @@ class Extender:
             self.events,
             is_leader=self.leader.is_leader,
             lock_retry_timeout=opts.node_lock_retry_timeout,
+            recorder=decided,
         )
         # not registered: /metrics renders it itself (serve's ``exposition``), beside the registry
-        self.collector = StateCollector(self.state, self.leader.is_leader, opts.legacy_metrics)
-        self.app = make_app(
+        self.collector = StateCollector(
             self.state,
-            self.filters,
-            self.binder,
-            WebhookConfig(opts.scheduler_name, opts.force_overwrite_default_scheduler, opts.filter.nvidia),
+            self.leader.is_leader,
+            opts.legacy_metrics,
+            lock_timeout=opts.node_lock_timeout,
+            decisions=self.decisions,
         )
+        webhook = WebhookConfig(
+            opts.scheduler_name, opts.force_overwrite_default_scheduler, opts.filter.nvidia
+        )
+        self.app = make_app(self.state, self.filters, self.binder, None if opts.webhook_bind else webhook)
+        self.webhook_app = make_webhook_app(self.state, webhook) if opts.webhook_bind else None
         self.http: Server | None = None
+        self.webhook_server: Server | None = None
         self.metrics_server: Server | None = None
 
     def _synced(self) -> None:
@@ -125,14 +142,28 @@ class Extender:
         self.register.start(self.opts.register_tick)
         tls = None
         if self.opts.cert_file and self.opts.key_file:
-            tls = WebConfig(tls=TLSConfig(cert_file=self.opts.cert_file, key_file=self.opts.key_file))
+            tls = TLSConfig(cert_file=self.opts.cert_file, key_file=self.opts.key_file)
+        mutual = tls
+        if tls is not None and self.opts.client_ca_file:
+            mutual = TLSConfig(
+                tls.cert_file, tls.key_file, "RequireAndVerifyClientCert", self.opts.client_ca_file
+            )
+        # pprof sits behind the listener's own authentication, where the profiling guide looks.
+        app = mount_pprof(self.app) if self.opts.profiling else self.app
         self.http = serve_wsgi(
             self.opts.http_bind,
-            self.app,
-            web_config=tls,
+            app,
+            web_config=None if mutual is None else WebConfig(tls=mutual),
             name="hami-scheduler",
             threads=self.opts.http_threads,
         )
+        if self.webhook_app is not None:
+            self.webhook_server = serve_wsgi(
+                self.opts.webhook_bind,
+                self.webhook_app,
+                web_config=None if tls is None else WebConfig(tls=tls),
+                name="hami-scheduler-webhook",
+            )
         self.metrics_server = serve_metrics(
             self.opts.metrics_bind,
             self.registry,
@@ -140,10 +171,11 @@ class Extender:
             ready=lambda: (self.state.synced.is_set(), "cache not synced"),
             name="hami-scheduler-metrics",
             exposition=self.collector,
+            extra_app=decisions_app(self.decisions, self.opts.node_lock_timeout),
         )
 
     def stop(self) -> None:
-        for server in (self.http, self.metrics_server):
+        for server in (self.http, self.webhook_server, self.metrics_server):
             if server is not None:
                 server.stop()
         self.register.stop()

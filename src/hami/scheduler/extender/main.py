@@ -17,13 +17,25 @@ from hami.core import klog
 from hami.core.duration import duration_flag, format_duration
 from hami.core.kube.client import KubeConfigError
 from hami.core.kube.options import add_kube_flags, from_args
+from hami.core.profiling import start_tracing
 from hami.scheduler.engine.decision import FilterConfig
 from hami.scheduler.engine.device_config import DeviceConfigError, load_nvidia_config
 from hami.scheduler.engine.policy import DEFAULT_GPU_POLICY, DEFAULT_NODE_POLICY
 from hami.scheduler.extender.daemon import Extender, Options
+from hami.scheduler.extender.decisions import DEFAULT_CAPACITY
 from hami.scheduler.extender.nodelock import default_timeout
 
 log = klog.get_logger("hami.scheduler")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"not a positive integer: {text!r}")
+    return value
 
 
 def _bool(text: str) -> bool:
@@ -39,6 +51,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--http_bind", default="127.0.0.1:8080", help="extender/webhook HTTP address")
     p.add_argument("--cert_file", default="", help="TLS certificate (TLS when both files are set; reloaded)")
     p.add_argument("--key_file", default="", help="TLS key")
+    p.add_argument(
+        "--client-ca-file",
+        default="",
+        help="require client certificates from this CA on --http_bind (mutual TLS; needs --cert_file)",
+    )
+    p.add_argument(
+        "--webhook-bind",
+        default="",
+        help="serve /webhook on this address instead (TLS with --cert_file, no client certificates)",
+    )
     p.add_argument("--scheduler-name", default="", help="name set by the webhook; event source")
     p.add_argument("--node-scheduler-policy", default=DEFAULT_NODE_POLICY, help="binpack or spread")
     p.add_argument(
@@ -86,6 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="also export HAMi's pre-2.9 CamelCase metric names",
     )
     p.add_argument("--debug", nargs="?", const=True, default=False, type=_bool, help="accepted, no effect")
+    p.add_argument(
+        "--decision-records",
+        type=_positive,
+        default=DEFAULT_CAPACITY,
+        help="pods whose latest filter/bind verdict is kept for /debug/decisions (LRU; default %(default)s)",
+    )
     p.add_argument("--device-config-file", default="", help="HAMi device config YAML")
     add_kube_flags(p)
     klog.add_log_flags(p)
@@ -93,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def options(args: argparse.Namespace) -> Options:
+    if args.client_ca_file and not (args.cert_file and args.key_file):
+        raise ValueError("--client-ca-file needs --cert_file and --key_file (mutual TLS is TLS first)")
     nvidia = load_nvidia_config(None)
     if args.device_config_file:
         with open(args.device_config_file, encoding="utf-8") as fh:
@@ -101,6 +131,8 @@ def options(args: argparse.Namespace) -> Options:
         http_bind=args.http_bind,
         cert_file=args.cert_file,
         key_file=args.key_file,
+        client_ca_file=args.client_ca_file,
+        webhook_bind=args.webhook_bind,
         scheduler_name=args.scheduler_name,
         filter=FilterConfig(nvidia, args.node_scheduler_policy, args.gpu_scheduler_policy),
         metrics_bind=args.metrics_bind_address,
@@ -117,12 +149,15 @@ def options(args: argparse.Namespace) -> Options:
         legacy_metrics=args.legacy_metrics,
         pod_name=os.environ.get("POD_NAME", ""),
         pod_namespace=os.environ.get("POD_NAMESPACE", ""),
+        decision_records=args.decision_records,
     )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     klog.setup(args.v)
+    if args.profiling:
+        start_tracing()  # before the caches fill, so the heap profile shows what holds them
     try:
         opts = options(args)
         extender = Extender(opts)

@@ -1,5 +1,8 @@
 """The extender's HTTP API (§5.1–§5.2): POST /filter, /bind, /webhook; GET /healthz, /readyz.
 
+With a webhook listener of its own (``--webhook-bind``), /webhook moves there (``make_webhook_app``),
+so the main listener can require client certificates that the API server does not have.
+
 Keys are Go field names (``Pod``, ``NodeNames``, ``FailedNodes``, ``Error``), read
 case-insensitively like Go's decoder. A missing, oversized (> 1 MiB) or undecodable body is
 answered 400 with a message (HAMi truncates and answers 200 with ``Error``; kube-scheduler treats
@@ -61,12 +64,47 @@ def _read_json() -> Any:
         return _bad_request(f"invalid JSON: {err}")
 
 
-def make_app(state: ClusterState, filters: FilterService, binder: Binder, webhook: WebhookConfig) -> Flask:
-    app = Flask("hami-scheduler")
+def _flask(name: str) -> Flask:
+    app = Flask(name)
 
     @app.errorhandler(HTTPException)
     def _http_error(err: HTTPException) -> Response:
         return _json({"Error": err.description or err.name}, err.code or 500)
+
+    @app.get("/healthz")
+    def _healthz() -> Response:
+        return Response(b"", status=200)
+
+    return app
+
+
+def _add_webhook(app: Flask, state: ClusterState, webhook: WebhookConfig) -> None:
+    @app.post("/webhook")
+    def _webhook() -> Response:
+        review = _read_json()
+        if isinstance(review, Response):
+            return review
+        try:
+            with state.lock:
+                return _json(admit(review, webhook, state.quotas))
+        except AdmissionError as err:
+            return _bad_request(str(err))
+
+
+def make_webhook_app(state: ClusterState, webhook: WebhookConfig) -> Flask:
+    """/webhook and /healthz only: what the API server may reach."""
+    app = _flask("hami-scheduler-webhook")
+    _add_webhook(app, state, webhook)
+    return app
+
+
+def make_app(
+    state: ClusterState, filters: FilterService, binder: Binder, webhook: WebhookConfig | None
+) -> Flask:
+    """/filter, /bind, /healthz, /readyz, and /webhook unless ``webhook`` is None (served apart)."""
+    app = _flask("hami-scheduler")
+    if webhook is not None:
+        _add_webhook(app, state, webhook)
 
     @app.post("/filter")
     def _filter() -> Response:
@@ -105,21 +143,6 @@ def make_app(state: ClusterState, filters: FilterService, binder: Binder, webhoo
         if not all(isinstance(v, str) for v in values) or not values[0] or not values[3]:
             return _bad_request("ExtenderBindingArgs needs string PodName, PodNamespace, PodUID and Node")
         return _json({"Error": binder.bind(BindArgs(*values))})
-
-    @app.post("/webhook")
-    def _webhook() -> Response:
-        review = _read_json()
-        if isinstance(review, Response):
-            return review
-        try:
-            with state.lock:
-                return _json(admit(review, webhook, state.quotas))
-        except AdmissionError as err:
-            return _bad_request(str(err))
-
-    @app.get("/healthz")
-    def _healthz() -> Response:
-        return Response(b"", status=200)
 
     @app.get("/readyz")
     def _readyz() -> Response:
