@@ -632,12 +632,7 @@ class Replay:
                 continue
             spare = max(d.devmem - mem, 0)
             free += spare
-            if (
-                slots >= d.count
-                or spare < typ_mem
-                or d.devcore - cores < typ_cores
-                or (cores and typ_cores >= 100)
-            ):
+            if slots >= d.count or spare < typ_mem or d.devcore - cores < typ_cores:
                 stranded += spare
         return free, stranded, over, headroom if headroom is not None else 0
 
