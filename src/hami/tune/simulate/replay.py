@@ -7,9 +7,10 @@ and quota manager, then ``commit``. Around it the replay plays kube-scheduler an
   the order of what happened within one second (arrivals, departures, the retries they caused)
   is lost. Under the snapshot's own configuration the replay searches, for each second, for the
   order under which the most pods get the outcome the snapshot recorded (depth-first, a bounded
-  number of filter calls), and retries waiting pods created in the same second with those the
-  snapshot placed then first; every other scenario replays the order found. Without this, one
-  swapped pair changes the cards of every later pod on a busy node.
+  number of filter calls), and retries waiting pods created in the same second in the order
+  under which the most of them get their recorded outcome (every order of up to four, else
+  greedily); every other scenario replays the order found. Without this, one swapped pair changes
+  the cards of every later pod on a busy node.
 - When no node fits a pod it waits; kube-scheduler retries waiting pods when capacity frees up, so
   every departure retries them in arrival order. A retry after a departure from node N filters
   over N alone: no other node gained capacity since the pod's last attempt, so N is the only node
@@ -35,8 +36,9 @@ from __future__ import annotations
 import heapq
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import groupby, permutations
 
 from hami.core import snapshot as snap
 from hami.core.devices import MODE_MIG, PodDevices
@@ -57,6 +59,7 @@ SAMPLES = 120
 NO_REQUEST = "asks for no GPU under the snapshot's device config"
 Placement = tuple[str | None, tuple[tuple[str, ...], ...]]
 SEARCH_STEPS = 5000  # filter calls spent looking for the order of one second's events
+GROUP_PERMUTE = 4  # waiting pods created at one time whose retry orders are all tried
 # Placements this close count as the same moment: the API's times are whole seconds, and a pod created
 # at the end of one second is often filtered in the next.
 SAME_TIME = 1.0
@@ -421,37 +424,95 @@ class Replay:
             return 0
         self.quotas.remove_usage(old.namespace, old.shares)
         self._undo.append(("", old))
-        state = self.cluster.by_name.get(old.node)
-        quota_freed = self.quotas.limited(old.namespace)
         gained = 0
-        refused: set[str] = set()
-        for other in self._retry_order(trial.waiting, t):
-            if other.pod.uid in trial.placed:
-                continue
-            if quota_freed and other.pod.namespace == old.namespace:
-                nodes: Sequence[NodeState] = self.all_nodes
-            elif state is None or other.shape in refused:
-                continue
-            else:
-                nodes = [state]
+
+        def place(other: PodRun, nodes: Sequence[NodeState]) -> bool:
+            nonlocal gained
             budget[0] -= 1
             got = self._filter(other, nodes)
             if got.node is None or got.reservation is None:
-                if nodes is not self.all_nodes:
-                    refused.add(other.shape)
-                continue
+                return False
             self._trial_commit(other, got, trial)
             expected = self._expected(other, t)
             gained += 1 if filter_placement(got) == expected else -1 if expected[0] is None else 0
+            return True
+
+        self._retry_pass(
+            trial.waiting, old.node, old.namespace, t, place=place, skip=lambda r: r.pod.uid in trial.placed
+        )
         return gained
 
-    def _retry_order(self, waiting: list[PodRun], t: float) -> list[PodRun]:
-        """Waiting pods in the order kube-scheduler retries them: as they arrived. Among pods
-        created at the same (whole-second) time that order is lost too, so under the snapshot's
-        own configuration those the snapshot places at ``t`` go first."""
-        if self.rank is not None:
-            return waiting
-        return sorted(waiting, key=lambda run: (run.pod.created, self._expected(run, t)[0] is None))
+    def _retry_pass(
+        self,
+        waiting: Sequence[PodRun],
+        node: str,
+        namespace: str,
+        t: float,
+        *,
+        place: Callable[[PodRun, Sequence[NodeState]], bool],
+        skip: Callable[[PodRun], bool],
+    ) -> None:
+        """Retry waiting pods after capacity freed on ``node`` (and quota in ``namespace``), in
+        kube-scheduler's order: as they arrived. ``place`` filters and commits one pod over the
+        nodes given and says whether it was placed. Pods created at the same (whole-second) time
+        came in an order that is lost: under the snapshot's own configuration each step of such a
+        group takes the first pod whose filter gives what the snapshot recorded for it at ``t``.
+        A request shape refused on ``node`` in this pass is not tried there again."""
+        state = self.cluster.by_name.get(node)
+        quota_freed = self.quotas.limited(namespace)
+        refused: set[str] = set()
+
+        def nodes_for(run: PodRun) -> Sequence[NodeState] | None:
+            if quota_freed and run.pod.namespace == namespace:
+                return self.all_nodes
+            if state is None or run.shape in refused:
+                return None
+            return [state]
+
+        queue = sorted((run for run in waiting if not skip(run)), key=lambda run: run.pod.created)
+        for _, same in groupby(queue, key=lambda run: run.pod.created):
+            group = list(same)
+            if self.rank is None and 1 < len(group) <= GROUP_PERMUTE:
+                group = self._group_order(group, nodes_for, t)
+            while group:
+                pick = 0
+                if self.rank is None and len(group) > 1:
+                    for k, run in enumerate(group):
+                        nodes = nodes_for(run)
+                        if nodes is not None and filter_placement(self._filter(run, nodes)) == self._expected(
+                            run, t
+                        ):
+                            pick = k
+                            break
+                run = group.pop(pick)
+                nodes = nodes_for(run)
+                if nodes is not None and not place(run, nodes) and nodes is not self.all_nodes:
+                    refused.add(run.shape)
+
+    def _group_order(
+        self, group: list[PodRun], nodes_for: Callable[[PodRun], Sequence[NodeState] | None], t: float
+    ) -> list[PodRun]:
+        """The order of a few waiting pods created at the same time under which the most of them
+        get what the snapshot recorded at ``t`` (each order tried on the usage index and undone)."""
+        best: tuple[int, tuple[int, ...]] = (-1, tuple(range(len(group))))
+        for perm in permutations(range(len(group))):
+            mark, score = len(self._undo), 0
+            for i in perm:
+                run = group[i]
+                nodes = nodes_for(run)
+                if nodes is None:
+                    continue
+                got = self._filter(run, nodes)
+                if got.node is not None and got.reservation is not None:
+                    commit(got, self.usage, self.quotas)
+                    self._undo.append((run.pod.uid, got.replaced))
+                score += filter_placement(got) == self._expected(run, t)
+            self._undo_to(mark)
+            if score > best[0]:
+                best = (score, perm)
+                if score == len(group):
+                    break
+        return [group[i] for i in best[1]]
 
     def _trial_commit(self, run: PodRun, result: FilterResult, trial: _Trial) -> None:
         commit(result, self.usage, self.quotas)
@@ -598,20 +659,14 @@ class Replay:
 
     def _retry_after(self, node: str, namespace: str, t: float) -> None:
         """Capacity freed on ``node`` (and quota in ``namespace``): waiting pods try again."""
-        state = self.cluster.by_name.get(node)
-        only = [state] if state is not None else []
-        refused: set[str] = set()
-        quota_freed = self.quotas.limited(namespace)
-        for run in self._retry_order(list(self.pending.values()), t):
-            if run.backoff or run.placed_at is not None:
-                continue
-            if quota_freed and run.pod.namespace == namespace:
-                self._attempt(run, t, self.all_nodes)
-                continue
-            if not only or run.shape in refused:
-                continue
-            if not self._attempt(run, t, only):
-                refused.add(run.shape)
+        self._retry_pass(
+            list(self.pending.values()),
+            node,
+            namespace,
+            t,
+            place=lambda run, nodes: self._attempt(run, t, nodes),
+            skip=lambda run: run.backoff or run.placed_at is not None,
+        )
 
     # --- samples --------------------------------------------------------------------------------
 
