@@ -4,6 +4,7 @@
     groups+: [
       {
         "name": "hami-capacity.alerts",
+        "interval": "%(capacityAlertsInterval)s" % $._config,
         "rules": [
           {
             "alert": "HAMiGPUOvercommitExhaustionRisk",

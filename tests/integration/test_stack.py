@@ -3,8 +3,9 @@ plugin on the simulated cluster (``hami.testing.stack``, the processes of ``make
 loaded; its alerts reach Debian's Alertmanager.
 
 Speed-ups, and only these: scrape and evaluation every 1 s; a test copy of alerts/hami-rules.yaml in
-which every alert's ``for:`` is divided by 60, minutes becoming seconds (``promconfig.fast_rules``;
-expressions and thresholds unchanged); XIDs every 5 s and a batch pod every 5 s.
+which every alert's ``for:`` and every group's own ``interval:`` is divided by 60, minutes becoming
+seconds (``promconfig.fast_rules``; expressions and thresholds unchanged); XIDs every 5 s and a batch
+pod every 5 s.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @needs_promtool
-def test_fast_rules_scale_every_for_and_keep_everything_else(tmp_path: Path) -> None:
+def test_fast_rules_scale_every_for_and_group_interval_and_keep_everything_else(tmp_path: Path) -> None:
     original = yaml.safe_load(RULES.read_text(encoding="utf-8"))
     fast_text = promconfig.fast_rules(RULES.read_text(encoding="utf-8"))
     fast = yaml.safe_load(fast_text)
@@ -44,6 +44,11 @@ def test_fast_rules_scale_every_for_and_keep_everything_else(tmp_path: Path) -> 
         {k: v for k, v in a.items() if k != "for"} == {k: v for k, v in b.items() if k != "for"}
         for a, b in pairs
     )
+    groups = zip(original["groups"], fast["groups"], strict=True)
+    intervals = {g["name"]: (g["interval"], h["interval"]) for g, h in groups if "interval" in g}
+    assert intervals["hami-fragmentation.rules"] == ("5m", "5000ms")
+    assert all(promconfig.seconds(new) * 60 == promconfig.seconds(old) for old, new in intervals.values())
+    assert [g["name"] for g in fast["groups"] if "interval" in g] == list(intervals)
     path = tmp_path / "fast.yaml"
     path.write_text(fast_text)
     out = _promtool("check", "rules", str(path))
