@@ -3,7 +3,8 @@
 Code, tests, docs, alert text, runbooks and CLI output cite the design docs and guides by path and
 section (``docs/design/scheduler.md §4.5``); a file that names a document may then cite its sections
 as bare ``§4.5``. A bare section resolves to the document named last before it, or to the file's
-home document: the first one it names, or for a page under ``docs/`` the page itself. Sources that are
+home document: the one a "Section signs (§) refer to <doc>." sentence names, else the first one it
+names, or for a page under ``docs/`` the page itself. Sources that are
 not in the repository (HAMi's own notes, the upstream guides they were written from) must not be
 cited at all.
 """
@@ -39,6 +40,7 @@ BARE_DOC = re.compile(r"(?<![\w/.-])(?:scheduler|node-agent|metrics-contract|dif
 DOC_PATH = re.compile(r"(?<![\w/.-])docs/[\w./-]*[\w-]")
 MD_LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
 SECTION = re.compile(r"§\s?([A-Z]|\d+)((?:\.\d+)*)")
+HOME_NOTE = re.compile(r"Section signs \(§\) refer to (docs/[\w./-]+\.md)")
 HEADING = re.compile(r"^#{1,6}\s+(?:§\s?)?([A-Z]|\d+)((?:\.\d+)*)\.?(?=\s)")
 
 
@@ -123,7 +125,13 @@ def check_text(path: Path, text: str, section_cache: dict[Path, set[str]]) -> li
                 mentions.append((m.end(), target))
     mentions.sort(key=lambda x: x[0])
 
-    home = path if in_docs and path.suffix == ".md" else (mentions[0][1] if mentions else None)
+    declared = HOME_NOTE.search(text)
+    if in_docs and path.suffix == ".md":
+        home: Path | None = path
+    elif declared:
+        home = ROOT / declared.group(1)
+    else:
+        home = mentions[0][1] if mentions else None
     for m in SECTION.finditer(text):
         sid = m.group(1) + m.group(2)
         before = [doc for end, doc in mentions if end <= m.start()]
@@ -198,7 +206,8 @@ def test_a_broken_citation_is_reported(case: str) -> None:
     [
         '"""Docs: docs/design/scheduler.md §4.1 and §4.5; docs/guides/tuning.md §2.1-§2.2."""',
         "rng = random.Random(seed)  # def seed(api), ``seed`` writes, tuple[Seed, int]",
-        '"""Bind (§5.3).\n\nSection signs (§) refer to docs/design/scheduler.md."""',
+        '"""Bind (§5.3), docs/guides/tuning.md §2.1.\n\n'
+        'Section signs (§) refer to docs/design/scheduler.md."""',
     ],
 )
 def test_a_sound_citation_passes(text: str) -> None:
