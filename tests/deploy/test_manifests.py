@@ -115,7 +115,8 @@ def test_device_config_loads_in_plugin_and_scheduler() -> None:
     text = _config_map_file(plugin, p_args.config_file)
     assert text == _config_map_file(sched, s_args.device_config_file)
     cfg = apply_device_yaml(PluginConfig(), text)
-    # seed 003 production template: deviceSplitCount 10, deviceMemoryScaling 1.0, libCudaLogLevel 0
+    # docs/guides/tuning.md §6.2 production template: deviceSplitCount 10, deviceMemoryScaling 1.0,
+    # libCudaLogLevel 0
     assert (cfg.device_split_count, cfg.device_memory_scaling, cfg.lib_cuda_log_level) == (10, 1.0, "0")
     node_cfg = apply_node_json(cfg, _config_map_file(plugin, p_args.node_config_file), "gpu-node-1")
     assert node_cfg == cfg

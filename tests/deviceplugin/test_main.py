@@ -1,4 +1,5 @@
-"""The ``hami-device-plugin`` process: flags, seed 001 §1.2 log sequence, :9396 metrics, SIGHUP, SIGTERM."""
+"""The ``hami-device-plugin`` process: flags, docs/guides/device-plugin-debugging.md §1.2 log sequence, :9396
+metrics, SIGHUP, SIGTERM."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from tests.deviceplugin.kubelet import FakeKubelet, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Seed 001 §1.2, in order (the substrings operators grep for).
+# docs/guides/device-plugin-debugging.md §1.2, in order (the substrings operators grep for).
 STARTUP = [
     "Initializing metrics for scheduler",
     "reading config=",

@@ -1,4 +1,4 @@
-"""Builders for the clusters the doctor tests seed into the API emulator (plain API dicts)."""
+"""Builders for the clusters the doctor tests load into the API emulator (plain API dicts)."""
 
 from __future__ import annotations
 

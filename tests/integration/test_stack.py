@@ -102,7 +102,7 @@ def test_prometheus_scrapes_every_daemon(stack: Stack) -> None:
     assert {t["labels"]["instance"]: t["labels"]["job"] for t in active} == expected
 
 
-# Names fixed by HAMi v2.10 (spec/scheduler.md §7.1) and the metrics contract: promtool's naming lint
+# Names fixed by HAMi v2.10 (docs/design/scheduler.md §7.1) and the metrics contract: promtool's naming lint
 # flags their `_count` suffix. Only this finding, on only these names, is accepted.
 LINT_ACCEPTED = {
     f'{name} non-histogram and non-summary metrics should not have "_count" suffix'

@@ -1,4 +1,7 @@
-"""Behaviour vectors of spec §10 through ``filter_pod`` (scheduler, score and numa_sort tests)."""
+"""Behaviour vectors of §10 through ``filter_pod`` (scheduler, score and numa_sort tests).
+
+Section signs (§) refer to docs/design/scheduler.md.
+"""
 
 from __future__ import annotations
 

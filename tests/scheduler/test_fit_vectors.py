@@ -1,4 +1,7 @@
-"""Behaviour vectors of spec §10 for NVIDIA Fit (one row per HAMi test case, named after it)."""
+"""Behaviour vectors of §10 for NVIDIA Fit (one row per HAMi test case, named after it).
+
+Section signs (§) refer to docs/design/scheduler.md.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
-"""Health decisions (spec §C.9) and the shared per-GPU health state that ListAndWatch streams.
+"""Health decisions (§C.9) and the shared per-GPU health state that ListAndWatch streams.
 
 Recovery follows HAMi: a device marked unhealthy stays so until the plugin is restarted (kubelet
 restart, SIGHUP or process restart re-create the state). There is no automatic way back.
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""The NVML edge: GPU facts for registration (spec §C.3–§C.4) and the Xid health loop (§C.9)."""
+"""The NVML edge: GPU facts for registration (§C.3–§C.4) and the Xid health loop (§C.9).
+
+Section signs (§) refer to docs/design/node-agent.md.
+"""
 
 from __future__ import annotations
 

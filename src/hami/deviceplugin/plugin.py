@@ -1,7 +1,9 @@
 """One device plugin instance: devices + health, the gRPC server, kubelet registration, the register loop.
 
 An instance lives from one (re)start to the next; a kubelet restart or SIGHUP builds a new one from fresh
-NVML facts, which is also the only way an unhealthy GPU comes back (spec §C.6: no recovery path).
+NVML facts, which is also the only way an unhealthy GPU comes back (§C.6: no recovery path).
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations
@@ -132,7 +134,8 @@ class DevicePlugin:
 
     # --- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
-        """Serve, register with the kubelet, write the annotation once, then loop (seed 001 §1.2 order)."""
+        """Serve, register with the kubelet, write the annotation once, then loop
+        (docs/guides/device-plugin-debugging.md §1.2 order)."""
         self._metrics.set_config(self.cfg)
         resource = self.cfg.resource_name
         self._metrics.set_kubelet_registered(resource, False)

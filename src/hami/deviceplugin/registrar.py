@@ -1,7 +1,9 @@
-"""``hami.io/node-nvidia-register``: written every 30 s when it changed, retried in 5 s (spec §C.4).
+"""``hami.io/node-nvidia-register``: written every 30 s when it changed, retried in 5 s (§C.4).
 
 Unlike HAMi, the "last written" cache is updated only after the patch succeeded, so a failed write is
 really retried 5 s later instead of waiting for the next device change.
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Known scheduler and device-plugin log lines → meaning and action (seed 001 §1.3, §4.3, §4.4, §7;
-seed 000's Filter lines). ``scan`` counts each pattern and keeps its first occurrence."""
+"""Known scheduler and device-plugin log lines → meaning and action
+(docs/guides/device-plugin-debugging.md §1.3, §4.3, §4.4, §7; the filter lines of
+docs/guides/scheduler-debugging.md §3.2). ``scan`` counts each pattern and keeps its first occurrence."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import dataclass, field
 from hami.doctor import reasons
 from hami.doctor.findings import BROKEN, OK, WARNING, Finding, Section, Severity, Table
 
-# The seed's severity column (严重程度) and what it means for the exit status.
+# The severity column of docs/guides/device-plugin-debugging.md §7 and what it means for the exit status.
 LEVELS: dict[str, Severity] = {"Fatal": BROKEN, "Error": BROKEN, "Warning": WARNING, "Info": OK}
 
 
@@ -176,7 +177,8 @@ PATTERNS: tuple[LogPattern, ...] = (
         SCHED,
         "Error",
         "the node's handshake expired",
-        "follow seed 001 §4.3: device plugin pod state, then its WatchAndRegister log "
+        "follow docs/guides/device-plugin-debugging.md §4.3: device plugin pod state, then its "
+        "WatchAndRegister log "
         "(hami-doctor node NAME)",
     ),
     _p(

@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--handshake-timeout",
         type=parse_duration,
         default=timedelta(seconds=60),
-        help="handshake expiry (default 60s, HAMi v2.10; seed 000's 300s is stale)",
+        help="handshake expiry (default 60s, HAMi v2.10's rule; the 300s of older HAMi docs is stale)",
     )
     cluster.add_argument(
         "--scheduler-tz",

@@ -1,4 +1,5 @@
-"""Node checks: seed 000's batch annotation check and seed 001 §2.3/§4.2, as pure functions.
+"""Node checks: the batch annotation check of docs/guides/scheduler-debugging.md §5 and
+docs/guides/device-plugin-debugging.md §2.3/§4.2, as pure functions.
 
 Input is a Node as the API returns it (a dict); output is findings and the decoded device table.
 """
@@ -23,12 +24,22 @@ Obj = dict[str, Any]
 
 UUID_RE = re.compile(r"GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 DEVICE_COLUMNS = ("ID", "Index", "Count", "Devmem", "Devcore", "Type", "Numa", "Mode", "Health")
-# Clocks further apart than this break the handshake (seed 001 §4.3: keep skew under 30 s).
+# Clocks further apart than this break the handshake (docs/guides/device-plugin-debugging.md §4.3: keep skew
+# under 30 s).
 CLOCK_SKEW = timedelta(seconds=30)
 
-FIX_DEVICE_PLUGIN = "check that the device plugin pod on the node is running (seed 001 §4.1)"
-FIX_HEALTH = "check the GPU: nvidia-smi -q -d HEALTH and -d ECC on the node (seed 001 §3.3)"
-FIX_VERSIONS = "device plugin and scheduler versions differ: upgrade HAMi components together (seed 001 §4.3)"
+FIX_DEVICE_PLUGIN = (
+    "check that the device plugin pod on the node is running "
+    "(docs/guides/device-plugin-debugging.md §4.1)"
+)
+FIX_HEALTH = (
+    "check the GPU: nvidia-smi -q -d HEALTH and -d ECC on the node "
+    "(docs/guides/device-plugin-debugging.md §3.3)"
+)
+FIX_VERSIONS = (
+    "device plugin and scheduler versions differ: upgrade HAMi components together "
+    "(docs/guides/device-plugin-debugging.md §4.3)"
+)
 
 
 def name_of(obj: Obj) -> str:
@@ -69,7 +80,8 @@ def check_registration(node: Obj) -> tuple[list[Finding], list[DeviceInfo]]:
                     f"but {ann.NODE_REGISTER} is absent",
                     (f"{ann.NODE_REGISTER}: <absent>",),
                     "the device plugin registered with kubelet but could not patch the node: check that its "
-                    "ServiceAccount may patch nodes and that NODE_NAME matches the node (seed 001 §4.1)",
+                    "ServiceAccount may patch nodes and that NODE_NAME matches the node "
+                    "(docs/guides/device-plugin-debugging.md §4.1)",
                 )
             ], []
         return [
@@ -105,7 +117,7 @@ def check_registration(node: Obj) -> tuple[list[Finding], list[DeviceInfo]]:
 
 
 def check_devices(devs: list[DeviceInfo]) -> list[Finding]:
-    """Seed 001 §4.2 field checks, plus device health."""
+    """docs/guides/device-plugin-debugging.md §4.2 field checks, plus device health."""
     out: list[Finding] = []
     for d in devs:
         label = f"device {d.index} ({d.id or '<no id>'})"
@@ -138,7 +150,7 @@ def check_devices(devs: list[DeviceInfo]) -> list[Finding]:
                     f"{label}: Devmem must be > 0 (MiB)",
                     (f"devmem={d.devmem}",),
                     "check deviceMemoryScaling and, for unified-memory GPUs, "
-                    "preConfiguredDeviceMemory (seed 001 §7)",
+                    "preConfiguredDeviceMemory (docs/guides/device-plugin-debugging.md §7)",
                 )
             )
         if not d.type.startswith("NVIDIA"):
@@ -164,7 +176,8 @@ def check_devices(devs: list[DeviceInfo]) -> list[Finding]:
                 )
             )
     if devs and not out:
-        out.append(Finding(OK, "node.device.ok", "every device passes the register checks (seed 001 §4.2)"))
+        out.append(Finding(OK, "node.device.ok", "every device passes the register checks "
+                                                 "(docs/guides/device-plugin-debugging.md §4.2)"))
     return out
 
 
@@ -244,7 +257,8 @@ def check_node_handshake(node: Obj, s: Settings, now: datetime) -> list[Finding]
                 "node.handshake.future",
                 "handshake time is in the future: clocks differ",
                 tuple(evidence),
-                "check NTP on the nodes and the control plane; keep skew under 30 s (seed 001 §4.3)",
+                "check NTP on the nodes and the control plane; keep skew under 30 s "
+                "(docs/guides/device-plugin-debugging.md §4.3)",
             )
         ]
     healthy, _ = check_handshake(value, now, gpus, s.scheduler_tz)
@@ -271,7 +285,8 @@ def check_node_handshake(node: Obj, s: Settings, now: datetime) -> list[Finding]
             f"reports no allocatable {ann.RESOURCE_GPU}: the scheduler drops the node's devices",
             tuple(evidence),
             "check the device plugin pod (CrashLoopBackOff → its logs), its kubelet registration "
-            "('Registered device plugin ... with Kubelet') and NTP (skew under 30 s) (seed 001 §4.3)",
+            "('Registered device plugin ... with Kubelet') and NTP (skew under 30 s) "
+            "(docs/guides/device-plugin-debugging.md §4.3)",
             clear,
         )
     ]
@@ -301,7 +316,7 @@ def check_node_lock(
                 "node.lock.malformed",
                 "node lock cannot be parsed: every bind to this node fails until it is removed",
                 (*evidence, f"error: {exc}"),
-                "clear the node lock (seed 001 §5.4)",
+                "clear the node lock (docs/guides/device-plugin-debugging.md §5.4)",
                 clear,
             )
         ], None
@@ -317,7 +332,8 @@ def check_node_lock(
                 f"node lock held by {owner} for {age(lock.time, now)}: expired, the next bind takes it "
                 "over; whoever set it did not release it",
                 tuple(evidence),
-                "check the device plugin's Allocate on this node; clear the lock (seed 001 §5.4)",
+                "check the device plugin's Allocate on this node; clear the lock "
+                "(docs/guides/device-plugin-debugging.md §5.4)",
                 clear,
             )
         ], lock
@@ -328,7 +344,8 @@ def check_node_lock(
                 "node.lock.dangling",
                 f"node lock held by {owner}, which no longer exists",
                 tuple(evidence),
-                "the scheduler releases it at the next bind; or clear it now (seed 001 §5.4)",
+                "the scheduler releases it at the next bind; or clear it now "
+                "(docs/guides/device-plugin-debugging.md §5.4)",
                 clear,
             )
         ], lock

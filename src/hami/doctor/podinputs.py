@@ -21,9 +21,10 @@ HAMI_RESOURCES = (
     ann.RESOURCE_GPUMEM_PERCENTAGE,
     ann.RESOURCE_GPUCORES,
 )
-MAX_INT32 = 2**31 - 1  # HAMi rejects gpumem above MaxInt32 (spec §3.2; memoryFactor 1)
+MAX_INT32 = 2**31 - 1  # HAMi rejects gpumem above MaxInt32 (docs/design/scheduler.md §3.2; memoryFactor 1)
 FIX_ADD_RESOURCES = (
-    "add nvidia.com/gpu (and nvidia.com/gpumem / gpucores) to the container resources (seed 000)"
+    "add nvidia.com/gpu (and nvidia.com/gpumem / gpucores) to the container resources "
+    "(docs/guides/scheduler-debugging.md §4.1)"
 )
 
 
@@ -41,7 +42,7 @@ class PodCluster:
 
 
 def _resource(container: Obj, name: str) -> str | None:
-    """HAMi reads limits first, then requests (spec/scheduler.md §3.2)."""
+    """HAMi reads limits first, then requests (docs/design/scheduler.md §3.2)."""
     res = container.get("resources") or {}
     for part in ("limits", "requests"):
         value = (res.get(part) or {}).get(name)
@@ -91,7 +92,8 @@ def check_requests(pod: Obj) -> list[Finding]:
                 "HAMi treats a container whose nvidia.com/gpumem is not an int32 of MiB "
                 "as asking for nothing",
                 tuple(lines + problems),
-                "write nvidia.com/gpumem in MiB as an integer, e.g. 8192 (not 8Gi) (spec/scheduler.md §3.2)",
+                "write nvidia.com/gpumem in MiB as an integer, e.g. 8192 (not 8Gi) "
+                "(docs/design/scheduler.md §3.2)",
             )
         ]
     if consumers:
@@ -159,7 +161,8 @@ def _pod_state(p: Obj) -> tuple[bool, str]:
 def check_scheduler(c: PodCluster, s: Settings, now: datetime) -> list[Finding]:
     """Observable from the API: the scheduler's pods (phase, readiness, restarts, role label) and,
     when named, the kube-scheduler Lease the extender follows. The extender's HTTP port is reached
-    over 127.0.0.1 by its sidecar (spec §5.5), so Services/Endpoints would prove nothing."""
+    over 127.0.0.1 by its sidecar (docs/design/scheduler.md §5.5), so Services/Endpoints would prove
+    nothing."""
     if c.scheduler_pods is None:
         return [
             Finding(
@@ -203,7 +206,7 @@ def check_scheduler(c: PodCluster, s: Settings, now: datetime) -> list[Finding]:
                 WARNING,
                 "scheduler.no-leader",
                 "no scheduler pod is labelled leader: the extender "
-                "registers nodes only while it is leader (spec §6.5)",
+                "registers nodes only while it is leader (docs/design/scheduler.md §6.5)",
                 evidence,
                 "check the kube-scheduler leader election and --leader-elect-resource-name",
             )
@@ -245,7 +248,8 @@ def _check_lease(c: PodCluster, now: datetime) -> list[Finding]:
             Finding(
                 WARNING,
                 "scheduler.lease.stale",
-                f"lease {c.lease_ref} is expired: the extender is not leader and Filter waits (spec §6.5)",
+                f"lease {c.lease_ref} is expired: the extender is not leader and Filter waits "
+                "(docs/design/scheduler.md §6.5)",
                 evidence,
                 "check the kube-scheduler sidecar's logs",
             )

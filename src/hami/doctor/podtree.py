@@ -1,4 +1,5 @@
-"""The pod-pending tree of seed 000 (调试决策树) and seed 001 §6, walked until the diagnosis.
+"""The pod-pending tree of docs/guides/scheduler-debugging.md §7 and
+docs/guides/device-plugin-debugging.md §6, walked until the diagnosis.
 
 Order: resources → schedulerName → scheduler running → (bound? bind phase) → HAMi events →
 FilteringFailed reason codes → node registration / handshake for unfit nodes → BindingFailed /
@@ -24,7 +25,10 @@ Obj = dict[str, Any]
 
 HAMI_REASONS = ("FilteringFailed", "FilteringSucceed", "BindingFailed", "BindingSucceed")
 _NODE_IN_MESSAGE = re.compile(r"node \[?([\w.-]+)\]?")
-FIX_RAISE_V5 = "raise the scheduler log level to V(5) and read its log for this pod (seed 000)"
+FIX_RAISE_V5 = (
+    "raise the scheduler log level to V(5) and read its log for this pod "
+    "(docs/guides/scheduler-debugging.md §7)"
+)
 FIX_RAISE_V4 = "raise the scheduler log level to V(4) and check the Filter lines (hami-doctor logs)"
 
 
@@ -91,7 +95,7 @@ def _after_scheduling(c: PodCluster, s: Settings, now: datetime) -> list[Finding
             "pod.pending-after-filter",
             "filtering succeeded but the pod is still Pending: another scheduler plugin may hold it",
             (_describe(latest, now),),
-            "check the complete kube-scheduler log for this pod (seed 000)",
+            "check the complete kube-scheduler log for this pod (docs/guides/scheduler-debugging.md §7)",
         )
     ]
 
@@ -121,7 +125,7 @@ def _no_hami_events(c: PodCluster) -> list[Finding]:
                 f"Insufficient {ann.RESOURCE_GPU}: no node has allocatable {ann.RESOURCE_GPU}",
                 evidence,
                 "the device plugin has not registered devices with kubelet "
-                "(seed 001 §4.1): check its pod and logs",
+                "(docs/guides/device-plugin-debugging.md §4.1): check its pod and logs",
             )
         ]
     return [
@@ -130,7 +134,8 @@ def _no_hami_events(c: PodCluster) -> list[Finding]:
             "pod.insufficient.all-used",
             f"Insufficient {ann.RESOURCE_GPU}: the existing pods use every device slot",
             evidence,
-            "wait for resources to be released or increase deviceSplitCount (seed 001 §6)",
+            "wait for resources to be released or increase deviceSplitCount "
+            "(docs/guides/device-plugin-debugging.md §6)",
         )
     ]
 
@@ -159,7 +164,8 @@ def _filtering_failed(events: list[Obj], c: PodCluster, s: Settings, now: dateti
 
 
 def _node_annotations(names: list[str], c: PodCluster, s: Settings, now: datetime) -> list[Finding]:
-    """Seed 000 E4 → F → G: register present? handshake expired? else raise the log level."""
+    """docs/guides/scheduler-debugging.md §7, E4 → F → G: register present? handshake expired? else raise the
+    log level."""
     out: list[Finding] = []
     for name in names:
         node = c.nodes.get(name)
@@ -217,7 +223,7 @@ def _binding_failed(event: Obj, c: PodCluster, s: Settings, now: datetime) -> li
             f"bind failed: {message}",
             described,
             "check the scheduler's connection to the API server (etcd) and its permission to patch "
-            "node annotations and bind pods (seed 000)",
+            "node annotations and bind pods (docs/guides/scheduler-debugging.md §7)",
         )
     ]
 
@@ -274,7 +280,8 @@ def _bind_phase(c: PodCluster, s: Settings, now: datetime) -> list[Finding]:
                 f"the device plugin failed to allocate devices on {node}",
                 tuple(evidence),
                 "read the Allocate error in the pod's events and the device plugin log "
-                "(seed 001 §4.4; hami-doctor logs), fix it, then delete the pod so it is scheduled again",
+                "(docs/guides/device-plugin-debugging.md §4.4; hami-doctor logs), fix it, then delete the "
+                "pod so it is scheduled again",
             ),
             *[f for f in locks if f.severity != OK],
         ]
@@ -288,7 +295,8 @@ def _bind_phase(c: PodCluster, s: Settings, now: datetime) -> list[Finding]:
                     f"{format_go_duration(s.bind_timeout)}): the device plugin never finished Allocate",
                     tuple(evidence),
                     f"check the device plugin pod on {node} and kubelet's device "
-                    "plugin log (journalctl -u kubelet | grep -i device); seed 001 §4.4",
+                    "plugin log (journalctl -u kubelet | grep -i device); "
+                    "docs/guides/device-plugin-debugging.md §4.4",
                 ),
                 *locks,
             ]

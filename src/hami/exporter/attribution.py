@@ -1,8 +1,10 @@
-"""Joining regions to pods (spec §B.3) and zero series for allocated-but-idle containers (HAMi #281).
+"""Joining regions to pods (§B.3) and zero series for allocated-but-idle containers (HAMi #281).
 
 Pods are the API's JSON dicts from the node-scoped informer. A region belongs to the container
 whose pod UID and name match its dir; a container holding devices in ``hami.io/vgpu-devices-allocated``
 but without a readable region yet (no CUDA call so far) gets 0-valued usage with its allocated limits.
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ class ContainerView:
 
 @dataclass(frozen=True)
 class MigView:
-    """The runtime MIG identity of one container device (``hami_mig_device_info``, spec §B.4)."""
+    """The runtime MIG identity of one container device (``hami_mig_device_info``, §B.4)."""
 
     namespace: str
     pod: str

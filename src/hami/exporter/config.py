@@ -1,4 +1,7 @@
-"""Flags and environment of the vGPU monitor (spec §B.1), parsed without side effects."""
+"""Flags and environment of the vGPU monitor (§B.1), parsed without side effects.
+
+Section signs (§) refer to docs/design/node-agent.md.
+"""
 
 from __future__ import annotations
 

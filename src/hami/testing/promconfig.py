@@ -1,7 +1,7 @@
 """Configuration files for the demo's Prometheus and Alertmanager, and a fast copy of the rules.
 
 The scrape job names are the ones alerts/config.yaml gives the rules (`hami-monitor`, `hami-scheduler`,
-`hami-device-plugin`), plus `kube-state-metrics` for the seed's per-pod pending alert.
+`hami-device-plugin`), plus `kube-state-metrics` for the per-pod pending alert of docs/guides/tuning.md §5.4.
 """
 
 from __future__ import annotations

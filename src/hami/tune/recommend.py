@@ -75,7 +75,7 @@ class ClientInputs:
 
 def recommend_kube_client(inp: ClientInputs, evidence: tuple[Evidence, ...] = ()) -> Recommendation:
     index = client_tier(inp.nodes)
-    reasons = [f"{inp.nodes} nodes: tier {tables.CLIENT_TIERS[index].name} (tuning guide §2.1)"]
+    reasons = [f"{inp.nodes} nodes: tier {tables.CLIENT_TIERS[index].name} (docs/guides/tuning.md §2.1)"]
     throttled = (
         inp.mean_wait_seconds is not None and inp.mean_wait_seconds > tables.CLIENT_THROTTLED_WAIT_SECONDS
     )

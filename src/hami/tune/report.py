@@ -7,6 +7,9 @@ from typing import Any
 
 from hami.tune.recommend import Recommendation
 
+# The guide whose sections the reasons cite (its tables are hami.tune.tables).
+GUIDE = "docs/guides/tuning.md"
+
 
 def _value(v: float | None) -> str:
     return "no data" if v is None else f"{v:.6g}"
@@ -32,6 +35,8 @@ def to_text(recs: list[Recommendation]) -> str:
             lines.append(f"    {ev.query}")
             lines.append(f"      ={where} {_value(ev.value)}")
         lines.append("")
+    if any("§" in reason for rec in recs for reason in rec.reasons):
+        lines.extend((f"§: sections of {GUIDE}", ""))
     return "\n".join(lines)
 
 

@@ -1,4 +1,4 @@
-"""The tuning guide's tables and thresholds (seed 003 §2-§4, §6), as data.
+"""The tuning guide's tables and thresholds (docs/guides/tuning.md §2-§4, §6), as data.
 
 The dashboards generator draws its threshold lines from these same values.
 """
@@ -62,7 +62,7 @@ SPLIT_ROWS: tuple[SplitRow, ...] = (
 SPLIT_LARGE_CLUSTER_NODES = 200
 SPLIT_LARGE_CLUSTER_MAX = 30
 SPLIT_DEFAULT = 10
-# Steps used when pending pods call for a larger split (§4.3 "有 Pending -> 增大").
+# Steps used when pending pods call for a larger split (§4.3 "pods pending -> increase").
 SPLIT_STEPS: tuple[int, ...] = (5, 10, 20, 30, 50)
 
 # §2.2: default 5m, range 2m-10m; 8m-10m for slow API paths; §6.1: 3m when nodes stay locked.

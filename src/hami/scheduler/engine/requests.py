@@ -2,6 +2,8 @@
 
 Pods are the API's JSON as plain dicts. Every resource lookup is "limits first, then requests",
 and a quantity counts only when it is an exact int64, as in HAMi ``GenerateResourceRequests``.
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations

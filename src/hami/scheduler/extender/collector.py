@@ -9,6 +9,8 @@ The families are plain ``Family`` rows (``hami.core.serve.families``): ``render(
 through the cached ``TextRenderer`` (a plain scrape of 1,000 nodes × 8 GPUs is ~66k series, and the
 extender holds the GIL while it renders), ``collect()`` yields them as prometheus_client metrics for
 every other request; ``hami.core.serve`` picks between the two (its ``Exposition``).
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ exactly as the live filter does. Nothing is written: no event, no pod patch, no 
 quota usage; the namespace's quota is read as it stands. The answer names the single best node
 (a copy of the object the caller sent) in ``Nodes``, with ``FailedNodes`` for the others; a node
 whose annotations yield no device, or fail to decode, is ``node unregistered``.
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations

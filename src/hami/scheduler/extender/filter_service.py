@@ -2,6 +2,8 @@
 
 ``filter_pod`` and ``commit`` run under the state lock, so concurrent filters never hand out the
 same capacity; the pod patch runs outside it and is undone if it fails.
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations
@@ -134,7 +136,7 @@ class FilterService:
         return ""
 
     def _log_verdicts(self, pod: Obj, names: list[str], result: FilterResult) -> None:
-        """-v4 per-node lines, as in seed 000 (called under the state lock)."""
+        """-v4 per-node lines, as in docs/guides/scheduler-debugging.md §3.2 (called under the state lock)."""
         name = meta_field(pod, "name")
         reqs, _ = pod_requests(pod, self.config.nvidia)
         requested = max((q.memreq for q in reqs if q is not None), default=0)
@@ -149,6 +151,7 @@ class FilterService:
                 view = self.state.usage.view(state)
                 free = max((view.devs[i].totalmem - view.umem[i] for i in view.nvidia), default=0)
                 detail = f", requested {requested}Mi but available {free}Mi"
-            # Seed 000's line names the reason codes without HAMi's "<n>/<m>" card counts.
+            # The line of docs/guides/scheduler-debugging.md §3.2 names the reason codes without HAMi's
+            # "<n>/<m>" card counts.
             codes = ", ".join(r.parse_reason(reason)) or reason
             log.info("Node %s filtered out: %s%s", node, codes, detail)

@@ -4,6 +4,8 @@ One ``ClusterState`` owns the informers and the decoded caches. ``lock`` guards 
 registered nodes the filter sees, kept by the register pass), ``usage`` and ``quotas``; the
 filter runs ``filter_pod`` and ``commit`` under it. Pod events keep usage and quota in step
 with the pods' ``hami.io/vgpu-devices-allocated`` annotations, as HAMi's pod manager does.
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations
