@@ -1,8 +1,10 @@
 """Rule evaluation cost in Debian's Prometheus: the shipped rules against the same rules without the
-capacity groups (chargeback, fragmentation, over-commit and the capacity alerts), on one backfilled
+capacity groups (chargeback, fragmentation, over-commit and the capacity alerts), on a backfilled
 history of 1,000 containers on 1,000 cards (125 nodes of 8).
 
-The rule sets run in one sitting, alternating servers (one at a time, on copies of the same blocks),
+The rule sets run in one sitting, alternating servers (one at a time, each on the same history backfilled
+just before it starts, so that its last samples are fresh: older than the 5-minute lookback, the raw
+series would be stale and the rules would evaluate to nothing),
 every group at the same evaluation interval (a group's own `interval:` is dropped for the run, so each is
 read many times). Figures per set, each beside the set without the capacity groups: the median over all
 reads of Σ `prometheus_rule_group_last_duration_seconds` (what the issue budgets), Prometheus's own CPU
@@ -42,6 +44,9 @@ CAPACITY_GROUPS = {
 NODES, CARDS = 125, 8
 STEP, POINTS = 30, 20
 MON, SCH = 'job="hami-monitor"', 'job="hami-scheduler",instance="s:9395"'
+# One series per container (vGPU rules) and per pod (chargeback) when the rules saw fresh raw series.
+VGPU_RECORD = "namespace_pod_container:hami_vgpu_memory_used_per_limit:ratio"
+CHARGEBACK_RECORD = "namespace_pod:hami_gpu_memory_reserved_bytes:sum"
 CPU = re.compile(r"^process_cpu_seconds_total (\S+)$", re.M)
 LAST = re.compile(r'^prometheus_rule_group_last_duration_seconds\{rule_group="[^;]*;([^"]*)"\} (\S+)$', re.M)
 
@@ -97,14 +102,15 @@ def intervals(rules: dict[str, Any], default: float) -> dict[str, float]:
 
 
 def measure(
-    rules_path: Path, blocks: Path, work: Path, interval: int, reads: int, *, capacity: bool
+    rules_path: Path, work: Path, interval: int, reads: int, *, capacity: bool
 ) -> tuple[list[dict[str, float]], dict[str, float], float]:
     """Per-group last durations, ``reads`` times one interval apart, after every group ran at least once;
     each rule's last evaluation time (the rules API), to say where a group spends it; and the server's
     CPU seconds per second over the reads."""
     data = work / "data"
     shutil.rmtree(data, ignore_errors=True)
-    shutil.copytree(blocks, data)
+    data.mkdir()
+    backfill(data, work)
     cfg = f"global:\n  evaluation_interval: {interval}s\nrule_files: [{rules_path}]\n"
     out: list[dict[str, float]] = []
     with prometheus.PrometheusServer(data, config_text=cfg) as srv:
@@ -122,13 +128,11 @@ def measure(
             out.append({name: float(v) for name, v in LAST.findall(body)})
             time.sleep(interval)
         cpu = (cpu_seconds(srv.url) - cpu0) / (time.monotonic() - t0)
-        check = requests.get(
-            f"{srv.url}/api/v1/query",
-            timeout=30,
-            params={"query": "count(namespace:hami_gpu_memory_reserved_bytes:sum)"},
-        ).json()
-        if capacity and not check["data"]["result"]:
-            raise RuntimeError("the chargeback rules recorded nothing: the fixture no longer matches them")
+        for record in (VGPU_RECORD, CHARGEBACK_RECORD) if capacity else (VGPU_RECORD,):
+            found = requests.get(f"{srv.url}/api/v1/query", timeout=30, params={"query": f"count({record})"})
+            result = found.json()["data"]["result"]
+            if not result or float(result[0]["value"][1]) != NODES * CARDS:
+                raise RuntimeError(f"{record} lacks series: the fixture no longer matches the rules")
         api = requests.get(f"{srv.url}/api/v1/rules", timeout=30).json()["data"]["groups"]
     per_rule = {
         f"{g['name']}/{r['name']}#{i}": float(r["evaluationTime"])
@@ -177,15 +181,12 @@ def main() -> None:
     rules: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-rules-") as tmp:
         work = Path(tmp)
-        blocks = work / "blocks"
-        blocks.mkdir()
-        backfill(blocks, work)
         for _ in range(args.rounds):
             for i, (name, data) in enumerate(sets.items()):
                 path = work / f"rules-{i}.yaml"
                 path.write_text(yaml.safe_dump(strip_intervals(data)), encoding="utf-8")
                 got, per_rule, used = measure(
-                    path, blocks, work, args.interval, args.reads, capacity=name != "no capacity"
+                    path, work, args.interval, args.reads, capacity=name != "no capacity"
                 )
                 reads[name] += got
                 cpu[name].append(used)
