@@ -133,7 +133,7 @@ def _empty_queries(stack: Stack) -> dict[tuple[str, str], str]:
 
 def test_every_dashboard_panel_query_returns_data(stack: Stack) -> None:
     need(MONITOR, SCHEDULER, DEVICE_PLUGIN)
-    assert len(dashqueries.dashboard_files(DASHBOARDS)) == 6
+    assert len(dashqueries.dashboard_files(DASHBOARDS)) == 7
     last: dict[tuple[str, str], str] = {}
 
     def settled() -> bool:
@@ -205,6 +205,13 @@ SCENARIOS = [
         {"device_uuid": LAST_GPU, "problem": "a failed row remap"},
     ),
     ("thermal slowdown", (MONITOR,), "HAMiGPUTemperatureHigh", {"device_uuid": HOT_GPU}),
+    # The unlimited container's process holds memory on its card that no region accounts for.
+    (
+        "process outside HAMi",
+        (MONITOR,),
+        "HAMiAllocationInconsistent",
+        {"node": cluster.NODE, "kind": "memory_outside_hami"},
+    ),
 ]
 
 
