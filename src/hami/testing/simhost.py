@@ -194,10 +194,14 @@ class PodDrivenNode(SimNode):
             # NVML lists every process on a card, HAMi-core's (what the regions account for) and those
             # without it, whose memory no region holds: the reconciler's memory_outside_hami.
             for g in range(len(self.uuids)):
-                hami = [(pid + HOST_PID_OFFSET, used) for c in self.containers if c.gpu == g
-                        for pid, used in c.used.items()]  # fmt: skip
-                outside = [(u.pid, UNLIMITED_USE) for u in self.unlimited.values() if u.gpu == g]
-                self.nvml.set_processes(g, hami + outside)
+                processes: list[tuple[int, int | None]] = [
+                    (pid + HOST_PID_OFFSET, used)
+                    for c in self.containers
+                    if c.gpu == g
+                    for pid, used in c.used.items()
+                ]
+                processes += [(u.pid, UNLIMITED_USE) for u in self.unlimited.values() if u.gpu == g]
+                self.nvml.set_processes(g, processes)
 
 
 def main(argv: list[str] | None = None) -> int:
