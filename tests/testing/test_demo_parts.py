@@ -123,7 +123,7 @@ def test_substitute_interpolates_like_grafana() -> None:
 
 def test_every_dashboard_variable_is_a_supported_label_values_query() -> None:
     files = dashqueries.dashboard_files(DASHBOARDS)
-    assert len(files) == 6
+    assert len(files) == 7
     for path in files:
         variables = dashqueries.variable_queries(path)
         assert "node" in variables
