@@ -117,6 +117,8 @@ def test_substitute_interpolates_like_grafana() -> None:
     expr = 'rate(x{node=~"$node", job=~"${job}"}[$__rate_interval])'
     got = dashqueries.substitute(expr, {"node": ["a-1", "b.2"], "job": ["hami-scheduler"]}, "15s")
     assert got == 'rate(x{node=~"(a\\\\-1|b\\\\.2)", job=~"(hami\\\\-scheduler)"}[15s])'
+    got = dashqueries.substitute("sum_over_time(x[$__range:60s])", {}, "15s", "6h")
+    assert got == "sum_over_time(x[6h:60s])"
     with pytest.raises(ValueError, match="unresolved"):
         dashqueries.substitute('x{ns=~"$namespace"}', {"node": ["a"]}, "15s")
 
