@@ -33,7 +33,7 @@ PodSource = Callable[[], Sequence[Mapping[str, Any]]]
 
 
 def _raise_fd_limit() -> None:
-    """Each mapped region holds a descriptor; a node can run a thousand containers."""
+    """Each open region file holds a descriptor; a node can run a thousand containers."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
