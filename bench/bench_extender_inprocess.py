@@ -36,9 +36,9 @@ from hami.scheduler.engine.decision import FilterConfig
 from hami.scheduler.extender.daemon import Extender, Options
 from hami.testing.kubeapi import KubeAPIServer
 
-# Threads of the extender (cheroot workers, informers, register loop, event recorder); the rest of
+# Threads of the extender (HTTP workers, informers, register loop, event recorder); the rest of
 # the process is the emulator and the simulated kube-scheduler clients.
-EXTENDER_THREADS = ("CP Server Thread", "informer-", "register", "events-", "hami-scheduler")
+EXTENDER_THREADS = ("informer-", "register", "events-", "hami-scheduler")
 
 
 def thread_cpu() -> dict[int, tuple[str, float]]:

@@ -21,7 +21,7 @@ from hami.core.kube.client import new_api_client
 from hami.core.kube.informer import Informer
 from hami.core.kube.options import add_kube_flags, from_args
 from hami.core.nvml import NvmlError, open_nvml
-from hami.core.serve import add_web_config_flag, build_info, serve_metrics
+from hami.core.serve import add_web_flags, build_info, serve_metrics
 from hami.deviceplugin.config import ConfigError, PluginConfig, load_config
 from hami.deviceplugin.container_setup import HostLayout, RuntimeOptions
 from hami.deviceplugin.health import parse_xid_policy
@@ -133,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--register-retry", type=float, default=5.0, help=argparse.SUPPRESS)
     a("--start-retry", type=float, default=30.0, help=argparse.SUPPRESS)
     add_kube_flags(p)
-    add_web_config_flag(p)
+    add_web_flags(p)
     klog.add_log_flags(p)
     return p
 

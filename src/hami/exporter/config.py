@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from hami.core import klog
 from hami.core.kube.options import KubeOptions, add_kube_flags, from_args
-from hami.core.serve import add_web_config_flag
+from hami.core.serve import add_web_flags
 
 DEFAULT_BIND = ":9394"
 DEFAULT_RESYNC_S = 300.0
@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     klog.add_log_flags(p)
     add_kube_flags(p)
-    add_web_config_flag(p)
+    add_web_flags(p)
     return p
 
 

@@ -1,19 +1,48 @@
-"""Run any WSGI app on cheroot in a background thread, with web-config TLS and basic auth."""
+"""Run any WSGI app on Hypercorn in a background thread, with web-config TLS and basic auth.
+
+Every node and network peer is untrusted, so no client may hold what others need:
+
+- Connections are read by one asyncio event loop (Hypercorn): a TLS handshake, a slow request
+  head or an idle connection costs a coroutine, never a thread. A handshake must finish within
+  ``HANDSHAKE_TIMEOUT_S``; a new connection's first request head, and any later idle gap, within
+  ``IDLE_TIMEOUT_S`` (Hypercorn's keep-alive timer runs from the accept until a whole request head
+  has arrived); a body within ``BODY_TIMEOUT_S`` of its head (408) and up to ``max_body`` bytes
+  (413). The WSGI app is called only once the whole request is in.
+- The app runs on ``threads`` daemon threads: a response the client does not read is given up
+  after ``WRITE_TIMEOUT_S``, so it frees its thread; a request still running when the daemon stops
+  does not keep the process alive.
+- Each listener bounds its open connections (``listener.BoundedListener``) and counts refusals.
+
+Hypercorn was chosen over cheroot (the TLS handshake runs on its accept thread and every new
+connection takes a worker thread until its head is read), waitress (no TLS), uvicorn (no timer on
+a connection until its first request) and gunicorn (a process manager, not a library); the
+comparison and the figures are in docs/design/serving.md.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
+import contextlib
+import logging
+import queue
 import socket
+import ssl
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, MutableMapping
+from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Final
 
-from cheroot import wsgi
-from cheroot.ssl.builtin import BuiltinSSLAdapter
+from hypercorn.app_wrappers import WSGIWrapper
+from hypercorn.asyncio.run import worker_serve
+from hypercorn.config import Config, Sockets
+from hypercorn.utils import wrap_app
+from prometheus_client import CollectorRegistry
 
 from hami.core import klog
+from hami.core.serve.listener import DEFAULT_MAX_CONNECTIONS, ConnectionLimit, listen, listener_metrics
 from hami.core.serve.webconfig import BasicAuth, ReloadingTLS, WebConfig, load_web_config
 
 log = klog.get_logger(__name__)
@@ -21,9 +50,21 @@ log = klog.get_logger(__name__)
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
 
 # Paths answered without credentials so that kubelet probes work; they reveal only ok/not-ready.
 UNAUTHENTICATED_PATHS: Final = frozenset({"/healthz", "/readyz"})
+
+HANDSHAKE_TIMEOUT_S: Final = 10.0
+IDLE_TIMEOUT_S: Final = 10.0
+BODY_TIMEOUT_S: Final = 10.0
+WRITE_TIMEOUT_S: Final = 30.0
+GRACE_S: Final = 3.0  # in-flight requests get this long to finish when the server stops
+MAX_BODY: Final = 1 << 20
+LISTEN_BACKLOG: Final = 256  # a burst of kube-scheduler calls must not see resets
 
 
 def parse_bind(bind: str) -> tuple[str, int]:
@@ -38,21 +79,6 @@ def parse_bind(bind: str) -> tuple[str, int]:
     if not host:
         host = "::" if socket.has_ipv6 else "0.0.0.0"
     return host, int(port_text)
-
-
-class _ReloadingSSLAdapter(BuiltinSSLAdapter):
-    """cheroot's builtin adapter, but each handshake uses the current (reloaded) context."""
-
-    def __init__(self, reloading: ReloadingTLS, cert_file: str, key_file: str) -> None:
-        super().__init__(cert_file, key_file)
-        self._reloading = reloading
-        self.context = reloading.context()
-
-    def wrap(self, sock: socket.socket) -> Any:
-        ctx = self._reloading.context()
-        if ctx is not self.context:
-            self.context = ctx
-        return super().wrap(sock)  # type: ignore[no-untyped-call]
 
 
 def basic_auth_middleware(app: WSGIApp, auth: BasicAuth, realm: str = "hami") -> WSGIApp:
@@ -80,22 +106,183 @@ def _authorized(environ: Environ, auth: BasicAuth) -> bool:
     return bool(sep) and auth.check(user, password)
 
 
-class Server:
-    """A started cheroot server; `stop()` (or leaving a `with` block) shuts it down."""
+class _Workers:
+    """The app's threads. Daemon threads (asyncio's default executor joins its threads at exit):
+    a request still running (a bind waiting on a node lock) must not hold the process once the
+    daemon has stopped."""
 
-    def __init__(self, httpd: wsgi.Server, thread: threading.Thread, tls: ReloadingTLS | None) -> None:
-        self._httpd = httpd
-        self._thread = thread
+    def __init__(self, threads: int, name: str) -> None:
+        self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None] = queue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(threads)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def run(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+        """Run ``fn(*args)`` on a worker; awaitable from the event loop."""
+        future: Future[Any] = Future()
+        self._queue.put((future, lambda: fn(*args)))
+        return asyncio.wrap_future(future)
+
+    def _work(self) -> None:
+        while (item := self._queue.get()) is not None:
+            future, call = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(call())
+            except BaseException as err:  # handed to the awaiting coroutine
+                future.set_exception(err)
+
+    def shutdown(self) -> None:
+        """Let idle workers end; a busy one ends with its request (or with the process)."""
+        for _ in self._threads:
+            self._queue.put(None)
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _WriteTimedOut(Exception):
+    pass
+
+
+class _Guard:
+    """ASGI around Hypercorn's WSGI bridge (which reads the whole body before it calls the app):
+    the body's size and deadline, a deadline on each write, and the app on our workers."""
+
+    def __init__(self, app: WSGIApp, max_body: int, workers: _Workers) -> None:
+        self._app = WSGIWrapper(app, max_body + 1)  # our limit answers first, with a message
+        self._max_body = max_body
+        self._workers = workers
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        loop = asyncio.get_running_loop()
+
+        def call_soon(func: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
+            # from a worker: hand a send to the loop and wait for it (the response's back-pressure)
+            asyncio.run_coroutine_threadsafe(func(*args), loop).result()
+
+        if scope["type"] != "http":
+            await self._app(scope, receive, send, self._workers.run, call_soon)  # type: ignore[arg-type]
+            return
+        deadline = loop.time() + BODY_TIMEOUT_S
+        size = 0
+
+        async def bounded_receive() -> Message:
+            nonlocal size
+            try:
+                message = await asyncio.wait_for(receive(), max(deadline - loop.time(), 0))
+            except TimeoutError:
+                raise _Refused(408, f"request body not received within {BODY_TIMEOUT_S:g}s") from None
+            size += len(message.get("body", b""))
+            if size > self._max_body:
+                raise _Refused(413, f"request body too large: limit {self._max_body} bytes")
+            return message
+
+        async def bounded_send(message: Message) -> None:
+            try:
+                await asyncio.wait_for(send(message), WRITE_TIMEOUT_S)
+            except TimeoutError:
+                raise _WriteTimedOut from None
+
+        try:
+            await self._app(scope, bounded_receive, bounded_send, self._workers.run, call_soon)  # type: ignore[arg-type]
+        except _Refused as err:
+            body = f"{err}\n".encode()
+            await send({"type": "http.response.start", "status": err.status, "headers": [
+                (b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ]})
+            await send({"type": "http.response.body", "body": body})
+        except _WriteTimedOut:
+            log.v(2).info("http: a client did not read its response within %ss; closing", WRITE_TIMEOUT_S)
+
+
+class _HypercornConfig(Config):
+    """Hypercorn's config with our TLS context (and its certificate reload) instead of its own."""
+
+    def __init__(self, context: ssl.SSLContext | None) -> None:
+        super().__init__()
+        self._context = context
+
+    @property
+    def ssl_enabled(self) -> bool:
+        return self._context is not None
+
+    def create_ssl_context(self) -> ssl.SSLContext | None:
+        return self._context
+
+
+def _server_context(reloading: ReloadingTLS) -> ssl.SSLContext:
+    """The handshake context: each handshake switches to the current (reloaded) certificate."""
+    base = reloading.context()
+
+    def pick(sslobj: ssl.SSLObject, _server_name: str | None, _ctx: ssl.SSLContext) -> None:
+        current = reloading.context()
+        if sslobj.context is not current:
+            sslobj.context = current
+
+    # OpenSSL calls it on every ClientHello, whether or not the client sent a server name
+    base.sni_callback = pick
+    return base
+
+
+class Server:
+    """A started server; `stop()` (or leaving a `with` block) shuts it down."""
+
+    def __init__(
+        self, sock: socket.socket, app: WSGIApp, *, name: str, threads: int, max_body: int,
+        tls: ReloadingTLS | None, limit: ConnectionLimit,
+    ) -> None:
         self.tls = tls
+        self.limit = limit
+        self._addr = sock.getsockname()
+        config = _HypercornConfig(_server_context(tls) if tls is not None else None)
+        config.keep_alive_timeout = IDLE_TIMEOUT_S
+        config.ssl_handshake_timeout = HANDSHAKE_TIMEOUT_S
+        config.graceful_timeout = GRACE_S
+        config.backlog = LISTEN_BACKLOG
+        config.h2_max_concurrent_streams = threads
+        config.include_server_header = False
+        config.errorlog = logging.getLogger("hypercorn.error")
+        config.accesslog = None
+        sockets = Sockets([sock] if tls is not None else [], [] if tls is not None else [sock], [])
+        self._workers = _Workers(threads, name)
+        self._loop = asyncio.new_event_loop()
+        self._stopping = asyncio.Event()
+        serving = worker_serve(
+            wrap_app(_Guard(app, max_body, self._workers), max_body, "asgi"),  # type: ignore[arg-type]
+            config, sockets=sockets, shutdown_trigger=self._stopping.wait,
+        )
+        self._thread = threading.Thread(target=self._run, args=(serving,), name=f"{name}-http", daemon=True)
+        self._thread.start()
+
+    def _run(self, serving: Awaitable[None]) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(serving)
+        except Exception:
+            log.error("http server stopped on an error", exc_info=True)
+        finally:
+            for task in asyncio.all_tasks(self._loop):
+                task.cancel()
+            with contextlib.suppress(Exception):
+                self._loop.run_until_complete(asyncio.sleep(0))
+            self._loop.close()
+            self._workers.shutdown()
 
     @property
     def host(self) -> str:
-        addr = self._httpd.bind_addr
-        return str(addr[0])
+        return str(self._addr[0])
 
     @property
     def port(self) -> int:
-        return int(self._httpd.bind_addr[1])
+        return int(self._addr[1])
 
     @property
     def url(self) -> str:
@@ -107,7 +294,9 @@ class Server:
         return f"{scheme}://{host}:{self.port}"
 
     def stop(self, timeout: float = 10.0) -> None:
-        self._httpd.stop()
+        """Stop accepting, give in-flight requests ``GRACE_S``, and return within ``timeout``."""
+        with contextlib.suppress(RuntimeError):  # the loop already closed
+            self._loop.call_soon_threadsafe(self._stopping.set)
         self._thread.join(timeout)
 
     def __enter__(self) -> Server:
@@ -118,19 +307,6 @@ class Server:
         self.stop()
 
 
-LISTEN_BACKLOG = 256
-
-
-class _KlogServer(wsgi.Server):
-    """cheroot's server with its error log routed through klog."""
-
-    def error_log(self, msg: str = "", level: int = 20, traceback: bool = False) -> None:
-        if level >= 40:
-            log.error("http server: %s", msg, exc_info=traceback)
-        else:
-            log.v(4).info("http server: %s", msg)
-
-
 def serve_wsgi(
     bind: str,
     app: WSGIApp,
@@ -139,36 +315,34 @@ def serve_wsgi(
     web_config_file: str | None = None,
     name: str = "hami",
     threads: int = 8,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    max_body: int = MAX_BODY,
+    registry: CollectorRegistry | None = None,
 ) -> Server:
     """Serve `app` on `bind` in a daemon thread; returns once the socket listens.
 
     TLS/basic auth come from `web_config` or from `web_config_file` (exporter-toolkit YAML; an
     invalid file raises `WebConfigError` here). Bind errors raise `OSError` here, not later.
+    With `registry`, the listener's connection figures are exported there, labelled `name`.
     """
     if web_config is None and web_config_file:
         web_config = load_web_config(web_config_file)
     if web_config is not None and web_config.basic_auth_users:
         app = basic_auth_middleware(app, BasicAuth(web_config.basic_auth_users), realm=name)
-    host, port = parse_bind(bind)
-    # cheroot's default listen backlog is 5: a burst of kube-scheduler calls would see resets.
-    httpd = _KlogServer(
-        (host, port), app, numthreads=threads, server_name=name, request_queue_size=LISTEN_BACKLOG
-    )
     reloading = None
     if web_config is not None and web_config.tls is not None:
         reloading = ReloadingTLS(web_config.tls)
-        httpd.ssl_adapter = _ReloadingSSLAdapter(reloading, web_config.tls.cert_file,
-                                                 web_config.tls.key_file)
+    host, port = parse_bind(bind)
+    limit = ConnectionLimit(max_connections)
     try:
-        httpd.prepare()
+        sock = listen(host, port, limit, LISTEN_BACKLOG)
     except OSError:
         if host != "::":
             raise
         # No usable IPv6 (e.g. disabled in the pod): fall back to IPv4 wildcard.
-        httpd.bind_addr = ("0.0.0.0", port)
-        httpd.prepare()
-    thread = threading.Thread(target=httpd.serve, name=f"{name}-http", daemon=True)
-    thread.start()
-    server = Server(httpd, thread, reloading)
+        sock = listen("0.0.0.0", port, limit, LISTEN_BACKLOG)
+    if registry is not None:
+        listener_metrics(registry).add(name, limit)
+    server = Server(sock, app, name=name, threads=threads, max_body=max_body, tls=reloading, limit=limit)
     log.info("serving %s on %s", name, server.url)
     return server

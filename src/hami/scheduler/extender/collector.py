@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 
 from hami.core import annotations as ann
 from hami.core.kube.metrics import kube_metrics
-from hami.core.serve import build_info
+from hami.core.serve import build_info, listener_metrics
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor, describe_families
 from hami.core.serve.families import Family, TextRenderer, declared_metric, to_metric
 from hami.scheduler.engine.usage import PodAllocation
@@ -319,4 +319,5 @@ def describe(legacy: bool = False) -> list[MetricDescriptor]:
     build_info("scheduler", registry)
     SchedulerMetrics(registry)
     kube_metrics(registry)
+    listener_metrics(registry)
     return [*registry.descriptors(), *describe_families(declared_metric(f) for f in state_families(legacy))]
