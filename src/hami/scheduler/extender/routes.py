@@ -1,9 +1,12 @@
 """The extender's HTTP API (§5.1–§5.2): POST /filter, /bind, /webhook; GET /healthz, /readyz.
 
 Keys are Go field names (``Pod``, ``NodeNames``, ``FailedNodes``, ``Error``), read
-case-insensitively like Go's decoder. A missing, oversized (> 1 MiB) or undecodable body is
-answered 400 with a message (HAMi truncates and answers 200 with ``Error``; kube-scheduler treats
-either as an extender error). Errors from scheduling are HTTP 200 with ``Error``.
+case-insensitively like Go's decoder. A missing, oversized (> 1 MiB), undecodable, too deeply
+nested or wrongly typed body (``bodies``) is answered 400 with a message (HAMi truncates and
+answers 200 with ``Error``; kube-scheduler treats either as an extender error). Errors from
+scheduling are HTTP 200 with ``Error``; so is a pod with negative or impossible HAMi resource
+values, which HAMi would schedule (``container_problems``). With ``--webhook-bind``, /webhook is
+served on its own listener (``make_webhook_app``) and not on this one.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from werkzeug.exceptions import HTTPException
 
 from hami.core import klog
 from hami.scheduler.engine.admission import AdmissionError, WebhookConfig, admit
+from hami.scheduler.engine.requests import pod_problems
+from hami.scheduler.extender import bodies
 from hami.scheduler.extender import dryrun as simulate
 from hami.scheduler.extender.bind import BindArgs, Binder
 from hami.scheduler.extender.filter_service import FilterService
@@ -57,17 +62,53 @@ def _read_json() -> Any:
     if len(data) > MAX_BODY:
         return _bad_request(f"request body too large: limit {MAX_BODY} bytes")
     try:
-        return json.loads(data)
-    except (ValueError, UnicodeDecodeError) as err:
-        return _bad_request(f"invalid JSON: {err}")
+        return bodies.decode(data)
+    except bodies.BodyError as err:
+        return _bad_request(str(err))
 
 
-def make_app(state: ClusterState, filters: FilterService, binder: Binder, webhook: WebhookConfig) -> Flask:
+def _base_app() -> Flask:
     app = Flask("hami-scheduler")
 
     @app.errorhandler(HTTPException)
     def _http_error(err: HTTPException) -> Response:
         return _json({"Error": err.description or err.name}, err.code or 500)
+
+    @app.get("/healthz")
+    def _healthz() -> Response:
+        return Response(b"", status=200)
+
+    return app
+
+
+def _add_webhook(app: Flask, state: ClusterState, webhook: WebhookConfig) -> None:
+    @app.post("/webhook")
+    def _webhook() -> Response:
+        review = _read_json()
+        if isinstance(review, Response):
+            return review
+        try:
+            bodies.check(review, bodies.ADMISSION_REVIEW, "AdmissionReview")
+            with state.lock:
+                return _json(admit(review, webhook, state.quotas))
+        except (AdmissionError, bodies.BodyError) as err:
+            return _bad_request(str(err))
+
+
+def make_webhook_app(state: ClusterState, webhook: WebhookConfig) -> Flask:
+    """/webhook (and /healthz) alone, for the listener the API server calls (``--webhook-bind``)."""
+    app = _base_app()
+    _add_webhook(app, state, webhook)
+    return app
+
+
+def make_app(
+    state: ClusterState, filters: FilterService, binder: Binder, webhook: WebhookConfig, *,
+    with_webhook: bool = True,
+) -> Flask:
+    app = _base_app()
+    if with_webhook:
+        _add_webhook(app, state, webhook)
 
     @app.post("/filter")
     def _filter() -> Response:
@@ -87,11 +128,21 @@ def make_app(state: ClusterState, filters: FilterService, binder: Binder, webhoo
         ):
             return _bad_request("Pod must be an object and NodeNames a list of strings")
         nodes = field(args, "Nodes")
-        if nodes is not None:  # §4.1 step 2: a nodeCacheCapable: false caller gets a dry run (§9.3)
-            try:
-                items = simulate.node_items(nodes)
-            except ValueError as err:
-                return _bad_request(str(err))
+        try:
+            bodies.check(pod, bodies.POD, "Pod")
+            # §4.1 step 2: a nodeCacheCapable: false caller gets a dry run (§9.3)
+            items = None if nodes is None else simulate.node_items(nodes)
+            for i, node in enumerate(items or ()):
+                bodies.check(node, bodies.NODE, f"Nodes.items[{i}]")
+        except ValueError as err:  # BodyError included
+            return _bad_request(str(err))
+        problems = pod_problems(pod, filters.config.nvidia)
+        if problems:
+            message = "; ".join(problems)
+            if items is None:  # a dry run writes nothing, events included
+                filters.events.filtering(pod, [("Warning", message)])
+            return _json({"Error": message})
+        if items is not None:
             return _json(simulate.serve(filters, pod, items, names))
         return _json(filters.filter(pod, names or []))
 
@@ -106,21 +157,6 @@ def make_app(state: ClusterState, filters: FilterService, binder: Binder, webhoo
         if not all(isinstance(v, str) for v in values) or not values[0] or not values[3]:
             return _bad_request("ExtenderBindingArgs needs string PodName, PodNamespace, PodUID and Node")
         return _json({"Error": binder.bind(BindArgs(*values))})
-
-    @app.post("/webhook")
-    def _webhook() -> Response:
-        review = _read_json()
-        if isinstance(review, Response):
-            return review
-        try:
-            with state.lock:
-                return _json(admit(review, webhook, state.quotas))
-        except AdmissionError as err:
-            return _bad_request(str(err))
-
-    @app.get("/healthz")
-    def _healthz() -> Response:
-        return Response(b"", status=200)
 
     @app.get("/readyz")
     def _readyz() -> Response:
