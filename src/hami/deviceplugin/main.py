@@ -12,6 +12,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -20,8 +21,9 @@ from hami.core import klog
 from hami.core.kube.client import new_api_client
 from hami.core.kube.informer import Informer
 from hami.core.kube.options import add_kube_flags, from_args
-from hami.core.nvml import NvmlError, open_nvml
-from hami.core.serve import add_web_flags, build_info, serve_metrics
+from hami.core.lifecycle import stop_within, wait_unless_stopped
+from hami.core.nvml import Nvml, NvmlError, open_nvml
+from hami.core.serve import WebConfigError, add_web_flags, build_info, serve_metrics
 from hami.deviceplugin.config import ConfigError, PluginConfig, load_config
 from hami.deviceplugin.container_setup import HostLayout, RuntimeOptions
 from hami.deviceplugin.health import parse_xid_policy
@@ -215,14 +217,20 @@ def run(args: argparse.Namespace, stop: threading.Event, running: dict[str, Mana
         api_client, ("", "v1", "pods"), field_selector=f"spec.nodeName={settings.node}", registry=registry
     )
     pods.start()
-    server = serve_metrics(
-        args.metrics_bind_address,
-        registry,
-        ready=lambda: (pods.has_synced(), "pod informer not synced"),
-        web_config_file=args.web_config_file,
-        profiling=args.profiling,
-        name="hami-device-plugin",
-    )
+    try:
+        server = serve_metrics(
+            args.metrics_bind_address,
+            registry,
+            ready=lambda: (pods.has_synced(), "pod informer not synced"),
+            web_config_file=args.web_config_file,
+            profiling=args.profiling,
+            name="hami-device-plugin",
+            max_connections=args.web_max_connections,
+        )
+    except (OSError, WebConfigError) as exc:
+        log.error("cannot serve metrics: %s (check --metrics-bind-address and --web.config.file)", exc)
+        stop_within(lambda: _close(pods, nvml, api_client), "hami-device-plugin")
+        return 1
     log.info("Serving metrics on %s/metrics", server.url)
     manager = Manager(
         settings,
@@ -236,17 +244,26 @@ def run(args: argparse.Namespace, stop: threading.Event, running: dict[str, Mana
     )
     if running is not None:
         running["manager"] = manager
-    try:
-        pods.wait_for_sync(30)
-        manager.start()
-        stop.wait()
-    finally:
+
+    def shutdown() -> None:
         manager.stop()
         server.stop()
-        pods.stop()
-        nvml.close()
-        api_client.close()
+        _close(pods, nvml, api_client)
+
+    try:
+        wait_unless_stopped(pods.wait_for_sync, stop, 30)
+        if not stop.is_set():
+            manager.start()
+            stop.wait()
+    finally:
+        stop_within(shutdown, "hami-device-plugin")
     return 0
+
+
+def _close(pods: Informer, nvml: Nvml, api_client: Any) -> None:
+    pods.stop()
+    nvml.close()
+    api_client.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from hami.core import klog
 from hami.core.kube.options import KubeOptions, add_kube_flags, from_args
 from hami.core.serve import add_web_flags
+from hami.core.serve.listener import DEFAULT_MAX_CONNECTIONS
 
 DEFAULT_BIND = ":9394"
 DEFAULT_RESYNC_S = 300.0
@@ -45,6 +46,7 @@ class Config:
     profiling: bool = False
     verbosity: int = 0
     web_config_file: str | None = None
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
     pod_labels_allowlist: tuple[str, ...] = ()
     kube: KubeOptions = field(default_factory=KubeOptions)
     warnings: tuple[str, ...] = ()
@@ -98,7 +100,8 @@ def load_config(argv: Sequence[str], env: Mapping[str, str]) -> Config:
         legacy_metrics=args.legacy_metrics,
         profiling=args.profiling,
         verbosity=args.v,
-        web_config_file=getattr(args, "web_config_file", None),
+        web_config_file=args.web_config_file,
+        max_connections=args.web_max_connections,
         pod_labels_allowlist=tuple(k.strip() for k in args.pod_labels_allowlist.split(",") if k.strip()),
         kube=kube,
         warnings=tuple(warnings),

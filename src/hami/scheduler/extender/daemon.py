@@ -13,6 +13,7 @@ from hami.core.kube.client import new_api_client
 from hami.core.kube.events import EventRecorder
 from hami.core.kube.options import KubeOptions
 from hami.core.serve import Server, TLSConfig, WebConfig, build_info, serve_metrics, serve_wsgi
+from hami.core.serve.listener import DEFAULT_MAX_CONNECTIONS
 from hami.scheduler.engine.admission import WebhookConfig
 from hami.scheduler.engine.decision import FilterConfig
 from hami.scheduler.extender.bind import Binder
@@ -24,7 +25,7 @@ from hami.scheduler.extender.metrics import SchedulerMetrics
 from hami.scheduler.extender.nodelock import NodeLocker
 from hami.scheduler.extender.register import TICK_SECONDS, Register
 from hami.scheduler.extender.roles import RoleLabels
-from hami.scheduler.extender.routes import make_app
+from hami.scheduler.extender.routes import make_app, make_webhook_app
 from hami.scheduler.extender.state import ClusterState
 
 log = klog.get_logger(__name__)
@@ -35,6 +36,10 @@ class Options:
     http_bind: str = "127.0.0.1:8080"
     cert_file: str = ""
     key_file: str = ""
+    client_ca_file: str = ""  # mutual TLS on http_bind: only kube-scheduler's certificate gets in
+    webhook_bind: str = ""  # /webhook on its own listener (TLS, no client certificate)
+    web_config_file: str | None = None  # the metrics listener's, as every daemon's
+    max_connections: int = DEFAULT_MAX_CONNECTIONS  # per listener
     scheduler_name: str = ""
     filter: FilterConfig = field(default_factory=FilterConfig)
     metrics_bind: str = ":9395"
@@ -57,9 +62,11 @@ class Options:
 
 
 class Extender:
-    """The running daemon; ``start()`` returns once both servers listen."""
+    """The running daemon; ``start()`` returns once every listener listens."""
 
     def __init__(self, opts: Options, configuration: Any = None) -> None:
+        if opts.client_ca_file and not (opts.cert_file and opts.key_file):
+            raise ValueError("--client-ca-file needs --cert_file and --key_file: it is mutual TLS")
         self.opts = opts
         self.registry = CollectorRegistry()
         build_info("scheduler", self.registry)
@@ -105,13 +112,15 @@ class Extender:
         )
         # not registered: /metrics renders it itself (serve's ``exposition``), beside the registry
         self.collector = StateCollector(self.state, self.leader.is_leader, opts.legacy_metrics)
-        self.app = make_app(
-            self.state,
-            self.filters,
-            self.binder,
-            WebhookConfig(opts.scheduler_name, opts.force_overwrite_default_scheduler, opts.filter.nvidia),
+        webhook = WebhookConfig(
+            opts.scheduler_name, opts.force_overwrite_default_scheduler, opts.filter.nvidia
         )
+        self.app = make_app(
+            self.state, self.filters, self.binder, webhook, with_webhook=not opts.webhook_bind
+        )
+        self.webhook_app = make_webhook_app(self.state, webhook)
         self.http: Server | None = None
+        self.webhook_server: Server | None = None
         self.metrics_server: Server | None = None
 
     def _synced(self) -> None:
@@ -120,30 +129,57 @@ class Extender:
             gctune.settle("the first full register pass")
 
     def start(self) -> None:
-        self.state.start()
-        self.leader.start()
-        self.register.start(self.opts.register_tick)
-        tls = None
-        if self.opts.cert_file and self.opts.key_file:
-            tls = WebConfig(tls=TLSConfig(cert_file=self.opts.cert_file, key_file=self.opts.key_file))
+        """Listen first (a taken port fails here, before anything else runs), then start the caches,
+        leadership and the register loop; on any failure, stop what started and raise."""
+        try:
+            self._listen()
+            self.state.start()
+            self.leader.start()
+            self.register.start(self.opts.register_tick)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _tls(self, client_ca: str = "") -> WebConfig | None:
+        if not (self.opts.cert_file and self.opts.key_file):
+            return None
+        return WebConfig(tls=TLSConfig(
+            cert_file=self.opts.cert_file, key_file=self.opts.key_file,
+            client_auth_type="RequireAndVerifyClientCert" if client_ca else "NoClientCert",
+            client_ca_file=client_ca or None,
+        ))
+
+    def _listen(self) -> None:
         self.http = serve_wsgi(
-            self.opts.http_bind,
-            self.app,
-            web_config=tls,
-            name="hami-scheduler",
-            threads=self.opts.http_threads,
+            self.opts.http_bind, self.app, web_config=self._tls(self.opts.client_ca_file),
+            name="hami-scheduler", threads=self.opts.http_threads,
+            max_connections=self.opts.max_connections, registry=self.registry,
         )
+        if self.opts.webhook_bind:
+            self.webhook_server = serve_wsgi(
+                self.opts.webhook_bind, self.webhook_app, web_config=self._tls(),
+                name="hami-scheduler-webhook", threads=self.opts.http_threads,
+                max_connections=self.opts.max_connections, registry=self.registry,
+            )
+        elif self.opts.client_ca_file:
+            log.warning(
+                "/webhook is served on the mutual-TLS listener %s: the API server cannot call it "
+                "without a client certificate from %s; serve it apart with --webhook-bind",
+                self.opts.http_bind, self.opts.client_ca_file,
+            )
         self.metrics_server = serve_metrics(
             self.opts.metrics_bind,
             self.registry,
             profiling=self.opts.profiling,
             ready=lambda: (self.state.synced.is_set(), "cache not synced"),
+            web_config_file=self.opts.web_config_file,
             name="hami-scheduler-metrics",
             exposition=self.collector,
+            max_connections=self.opts.max_connections,
         )
 
     def stop(self) -> None:
-        for server in (self.http, self.metrics_server):
+        for server in (self.http, self.webhook_server, self.metrics_server):
             if server is not None:
                 server.stop()
         self.register.stop()
