@@ -110,7 +110,7 @@ def test_webhook_reaches_the_extender_and_speaks_its_review_version() -> None:
     assert webhook["rules"][0]["operations"] == ["CREATE"]
     skip = {"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}
     assert skip in webhook["namespaceSelector"]["matchExpressions"]
-    assert skip in webhook["objectSelector"]["matchExpressions"]
+    assert "objectSelector" not in webhook  # a pod author must not be able to opt out
     assert m.find("Namespace", m.NAMESPACE)["metadata"]["labels"]["hami.io/webhook"] == "ignore"
     cert = m.find("Certificate", "hami-scheduler-tls")
     assert f"{ref['name']}.{ref['namespace']}.svc" in cert["spec"]["dnsNames"]
