@@ -20,8 +20,8 @@ from hami.core.kube import errors, raw
 from hami.core.kube.client import new_api_client
 from hami.core.kube.options import KubeOptions
 from hami.core.kube.transport import HttpTransport, UnsupportedConfiguration
+from hami.testing.certs import issue, make_ca
 from hami.testing.kubeapi import KubeAPIServer
-from tests.core.certs import issue, make_ca
 
 # A handler gets the connection's reader and socket, and serves as many requests as it likes.
 Script = Callable[[Any, socket.socket], None]

@@ -21,7 +21,7 @@ from hami.core.serve import (
     serve_metrics,
     serve_wsgi,
 )
-from tests.core.certs import issue, make_ca
+from hami.testing.certs import issue, make_ca
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 
 import hami
 from hami.core import klog
-from hami.core.kube.client import new_api_client
+from hami.core.kube.client import KubeConfigError, new_api_client
 from hami.core.kube.informer import Informer
 from hami.core.kube.options import add_kube_flags, from_args
 from hami.core.lifecycle import stop_within, wait_unless_stopped
@@ -212,7 +212,12 @@ def run(args: argparse.Namespace, stop: threading.Event, running: dict[str, Mana
         log.info("No devices found. Waiting indefinitely.")
         stop.wait()
         return 0
-    api_client = new_api_client(from_args(args, user_agent="hami-device-plugin"), registry)
+    try:
+        api_client = new_api_client(from_args(args, user_agent="hami-device-plugin"), registry)
+    except (KubeConfigError, ValueError) as exc:
+        log.error("%s", exc)
+        nvml.close()
+        return 1
     pods = Informer(
         api_client, ("", "v1", "pods"), field_selector=f"spec.nodeName={settings.node}", registry=registry
     )

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from hami.core import klog
 from hami.core.codec.pod_devices import decode_pod_devices
-from hami.core.kube.client import new_api_client
+from hami.core.kube.client import KubeConfigError, new_api_client
 from hami.core.kube.informer import Informer
 from hami.core.lifecycle import stop_within, wait_unless_stopped
 from hami.core.nvml import Nvml, NvmlError, open_nvml
@@ -118,13 +118,20 @@ def _open_nvml(errors: Tally) -> Nvml | None:
         log.error("failed to initialize NVML: %s", err)
         errors.add([err.call])
         return None
+    except ValueError as err:  # HAMI_NVML=fake without a usable spec
+        log.error("failed to initialize NVML: %s", err)
+        return None
 
 
 def run(cfg: Config, stop: threading.Event, registry: CollectorRegistry | None = None) -> int:
     _raise_fd_limit()
     # the API client's and informer's metrics go on the registry /metrics serves
     registry = registry or CollectorRegistry()
-    api = new_api_client(cfg.kube, registry)
+    try:
+        api = new_api_client(cfg.kube, registry)
+    except KubeConfigError as err:
+        log.error("hami-monitor: %s", err)
+        return 1
     informer = Informer(
         api, field_selector=f"spec.nodeName={cfg.node_name}", resync=cfg.resync_s, registry=registry
     )

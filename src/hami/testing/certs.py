@@ -1,4 +1,4 @@
-"""Test certificates generated with `cryptography`: a CA, and leaf certs it signs."""
+"""Test certificates generated with `cryptography`: a CA, and leaf certs (server or client) it signs."""
 
 from __future__ import annotations
 
