@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,34 +19,16 @@ from hami.core.codec.node_devices import encode_node_devices
 from hami.core.kube.options import KubeOptions
 from hami.scheduler.extender.daemon import Extender, Options
 from hami.testing import cluster
-from hami.testing.certs import issue, make_ca
+from hami.testing.certs import TlsFiles, tls_files
 from hami.testing.kubeapi import KubeAPIServer
 from hami.testing.processes import wait_until
 
 NODE = "n1"
 
 
-@dataclass(frozen=True)
-class Tls:
-    ca: Path
-    cert: Path  # the server's
-    key: Path
-    client_cert: Path  # kube-scheduler's, from the same CA
-    client_key: Path
-    rogue_cert: Path  # from another CA
-    rogue_key: Path
-
-
 @pytest.fixture
-def tls(tmp_path: Path) -> Tls:
-    ca, rogue_ca = make_ca(), make_ca("rogue-ca")
-    issue(ca, "hami-scheduler", tmp_path / "tls.crt", tmp_path / "tls.key")
-    issue(ca, "kube-scheduler", tmp_path / "client.crt", tmp_path / "client.key")
-    issue(rogue_ca, "kube-scheduler", tmp_path / "rogue.crt", tmp_path / "rogue.key")
-    return Tls(
-        ca.write(tmp_path / "ca.crt"), tmp_path / "tls.crt", tmp_path / "tls.key",
-        tmp_path / "client.crt", tmp_path / "client.key", tmp_path / "rogue.crt", tmp_path / "rogue.key",
-    )
+def tls(tmp_path: Path) -> TlsFiles:
+    return tls_files(tmp_path)
 
 
 @pytest.fixture

@@ -12,6 +12,8 @@ Every node and network peer is untrusted, so no client may hold what others need
   after ``WRITE_TIMEOUT_S``, so it frees its thread; a request still running when the daemon stops
   does not keep the process alive.
 - Each listener bounds its open connections (``listener.BoundedListener``) and counts refusals.
+  Hypercorn notices that a peer closed an idle connection only when its idle timer fires, so such
+  a connection keeps its slot (and descriptor) for up to ``IDLE_TIMEOUT_S``.
 
 Hypercorn was chosen over cheroot (the TLS handshake runs on its accept thread and every new
 connection takes a worker thread until its head is read), waitress (no TLS), uvicorn (no timer on
