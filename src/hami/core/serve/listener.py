@@ -8,7 +8,7 @@ the socket object it is given, so a socket subclass is the one hook every asynci
 
 from __future__ import annotations
 
-import os
+import contextlib
 import socket
 import threading
 import weakref
@@ -30,21 +30,34 @@ class ConnectionLimit:
         if limit < 1:
             raise ValueError(f"the connection limit must be at least 1, got {limit}")
         self.limit = limit
-        self.open = 0
         self.refused = 0
+        self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
 
-    def acquire(self) -> bool:
+    @property
+    def open(self) -> int:
+        return len(self._open)
+
+    def acquire(self, conn: socket.socket) -> bool:
         with self._lock:
-            if self.open >= self.limit:
+            if len(self._open) >= self.limit:
                 self.refused += 1
                 return False
-            self.open += 1
+            self._open.add(conn)
             return True
 
-    def release(self) -> None:
+    def release(self, conn: socket.socket) -> None:
         with self._lock:
-            self.open -= 1
+            self._open.discard(conn)
+
+    def shut_all(self) -> None:
+        """Shut every open connection down (both ways): whatever waits on one of them (a TLS
+        close_notify from a peer that is gone) ends at once."""
+        with self._lock:
+            conns = list(self._open)
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
 
 
 class _Connection(socket.socket):
@@ -55,7 +68,7 @@ class _Connection(socket.socket):
     def close(self) -> None:
         limit, self._limit = self._limit, None
         if limit is not None:
-            limit.release()
+            limit.release(self)
         super().close()
 
 
@@ -66,11 +79,11 @@ class BoundedListener(socket.socket):
 
     def accept(self) -> tuple[socket.socket, Any]:
         fd, addr = self._accept()  # type: ignore[attr-defined]
-        if not self.limit.acquire():
-            os.close(fd)
+        conn = _Connection(self.family, self.type, self.proto, fileno=fd)
+        if not self.limit.acquire(conn):
+            conn.close()
             # asyncio's accept loop takes this as "nothing more to accept now" and keeps listening
             raise ConnectionAbortedError("connection limit reached")
-        conn = _Connection(self.family, self.type, self.proto, fileno=fd)
         conn._limit = self.limit
         return conn, addr
 

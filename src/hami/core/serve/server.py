@@ -32,6 +32,7 @@ import queue
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, MutableMapping
 from concurrent.futures import Future
 from types import TracebackType
@@ -205,6 +206,14 @@ class _Guard:
             log.v(2).info("http: a client did not read its response within %ss; closing", WRITE_TIMEOUT_S)
 
 
+def _loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """asyncio's unhandled errors, through klog; a connection cancelled at shutdown is no error."""
+    err = context.get("exception")
+    if isinstance(err, asyncio.CancelledError):
+        return
+    log.error("http server: %s: %s", context.get("message", "unhandled error"), err)
+
+
 class _HypercornConfig(Config):
     """Hypercorn's config with our TLS context (and its certificate reload) instead of its own."""
 
@@ -256,6 +265,7 @@ class Server:
         sockets = Sockets([sock] if tls is not None else [], [] if tls is not None else [sock], [])
         self._workers = _Workers(threads, name)
         self._loop = asyncio.new_event_loop()
+        self._loop.set_exception_handler(_loop_error)
         self._stopping = asyncio.Event()
         serving = worker_serve(
             wrap_app(_Guard(app, max_body, self._workers), max_body, "asgi"),  # type: ignore[arg-type]
@@ -296,10 +306,18 @@ class Server:
         return f"{scheme}://{host}:{self.port}"
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop accepting, give in-flight requests ``GRACE_S``, and return within ``timeout``."""
+        """Stop accepting, give in-flight requests ``GRACE_S``, and return within ``timeout``.
+
+        Connections still open after the grace are shut down: Hypercorn would otherwise wait on
+        each TLS one for a close_notify its peer may never send (asyncio waits 30 s).
+        """
+        deadline = time.monotonic() + timeout
         with contextlib.suppress(RuntimeError):  # the loop already closed
             self._loop.call_soon_threadsafe(self._stopping.set)
-        self._thread.join(timeout)
+        self._thread.join(min(GRACE_S + 0.5, timeout))
+        if self._thread.is_alive():
+            self.limit.shut_all()
+            self._thread.join(max(deadline - time.monotonic(), 0))
 
     def __enter__(self) -> Server:
         return self
