@@ -1,0 +1,144 @@
+"""A daemon that cannot start says so and exits at once; SIGTERM stops it on time, even mid-request."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+import requests
+import yaml
+
+from hami.core import annotations as ann
+from hami.core.codec.node_devices import encode_node_devices
+from hami.testing import cluster
+from hami.testing.kubeapi import KubeAPIServer
+from hami.testing.processes import free_port, log_tail, wait_until
+
+EXIT_WITHIN_S = 15.0
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(1)
+        yield sock.getsockname()[1]
+
+
+def run_until_exit(argv: Sequence[str], log: Path, env: dict[str, str] | None = None) -> tuple[int, float]:
+    started = time.monotonic()
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, *argv], stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
+        try:
+            code = proc.wait(EXIT_WITHIN_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+            raise AssertionError(f"still running after {EXIT_WITHIN_S}s: {log_tail(log)}") from None
+    return code, time.monotonic() - started
+
+
+def test_the_scheduler_exits_at_once_when_its_metrics_port_is_taken(
+    tmp_path: Path, kube_config_file: Path, taken_port: int
+) -> None:
+    log = tmp_path / "scheduler.log"
+    code, _ = run_until_exit(
+        ["-m", "hami.scheduler", "--http_bind", "127.0.0.1:0",
+         "--metrics-bind-address", f"127.0.0.1:{taken_port}", "--kubeconfig", str(kube_config_file)],
+        log,
+    )
+    assert code != 0
+    text = log.read_text()
+    assert "cannot listen" in text and "--metrics-bind-address" in text and "Traceback" not in text
+
+
+def test_the_monitor_exits_at_once_when_its_port_is_taken(
+    tmp_path: Path, kube_config_file: Path, taken_port: int
+) -> None:
+    log = tmp_path / "monitor.log"
+    code, _ = run_until_exit(
+        ["-m", "hami.exporter", "--metrics-bind-address", f"127.0.0.1:{taken_port}",
+         "--kubeconfig", str(kube_config_file)],
+        log, {"HOOK_PATH": str(tmp_path / "hook"), "NODE_NAME": "n1"},
+    )
+    assert code == 1
+    text = log.read_text()
+    assert "cannot start" in text and "--metrics-bind-address" in text and "Traceback" not in text
+
+
+def test_the_device_plugin_exits_at_once_when_its_port_is_taken(
+    tmp_path: Path, kube_config_file: Path, taken_port: int
+) -> None:
+    spec = tmp_path / "nvml.yaml"
+    spec.write_text(yaml.safe_dump(cluster.fake_nvml_spec(1)))
+    log = tmp_path / "plugin.log"
+    code, _ = run_until_exit(
+        ["-m", "hami.deviceplugin", "--node-name", "n1", "--nvml", "fake", "--fake-nvml-spec", str(spec),
+         "--device-plugin-path", str(tmp_path / "dp"), "--kubelet-socket", "", "--node-config-file", "",
+         "--metrics-bind-address", f"127.0.0.1:{taken_port}", "--kubeconfig", str(kube_config_file)],
+        log,
+    )
+    assert code == 1
+    text = log.read_text()
+    assert "cannot serve metrics" in text and "Traceback" not in text
+
+
+def test_sigterm_stops_the_scheduler_mid_request(
+    tmp_path: Path, kube_api: KubeAPIServer, kube_config_file: Path
+) -> None:
+    register = encode_node_devices(cluster.devices(0, 1))
+    kube_api.store.put({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "n1", "annotations": {ann.NODE_REGISTER: register}},
+        "status": {"allocatable": {ann.RESOURCE_GPU: "10"}},
+    })
+    pod = kube_api.store.put({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    })
+    hang = kube_api.faults.add(method="PATCH", path="/pods/p", delay=60)  # the filter's pod write hangs
+    http, metrics = free_port(), free_port()
+    log = (tmp_path / "scheduler.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hami.scheduler", "--http_bind", f"127.0.0.1:{http}",
+         "--metrics-bind-address", f"127.0.0.1:{metrics}", "--kubeconfig", str(kube_config_file),
+         "--kube-timeout", "120"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    try:
+        def ready() -> bool:
+            try:
+                return requests.get(f"http://127.0.0.1:{metrics}/readyz", timeout=2).status_code == 200
+            except requests.RequestException:
+                return False
+        wait_until(ready, 30, "the scheduler's caches")
+
+        def filter_pod() -> None:
+            with contextlib.suppress(requests.RequestException):  # cut off by the stop, or answered
+                requests.post(f"http://127.0.0.1:{http}/filter", json={"Pod": pod, "NodeNames": ["n1"]},
+                              timeout=60)
+
+        caller = threading.Thread(target=filter_pod)
+        caller.start()
+        wait_until(lambda: hang.hits >= 1, 10, "the filter's pod write")  # the request is in flight
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(EXIT_WITHIN_S)
+        assert code == 0 and time.monotonic() - started < EXIT_WITHIN_S
+        caller.join(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        log.close()
