@@ -94,6 +94,9 @@ def listen(host: str, port: int, limit: ConnectionLimit, backlog: int) -> Bounde
     sock = BoundedListener(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # inherited by every accepted connection: a response's head and body are two writes, and
+        # Nagle's algorithm would hold the second for the client's delayed ACK (40 ms)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if family == socket.AF_INET6 and host == "::":
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         sock.bind((host, port))
