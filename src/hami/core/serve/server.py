@@ -8,9 +8,10 @@ Every node and network peer is untrusted, so no client may hold what others need
   ``IDLE_TIMEOUT_S`` (Hypercorn's keep-alive timer runs from the accept until a whole request head
   has arrived); a body within ``BODY_TIMEOUT_S`` of its head (408) and up to ``max_body`` bytes
   (413). The WSGI app is called only once the whole request is in.
-- The app runs on ``threads`` daemon threads: a response the client does not read is given up
-  after ``WRITE_TIMEOUT_S``, so it frees its thread; a request still running when the daemon stops
-  does not keep the process alive.
+- The app runs on ``threads`` daemon threads, and only the app: its response is written from the
+  loop, so a client that does not read holds no thread (and is given up after
+  ``WRITE_TIMEOUT_S``); a request still running when the daemon stops does not keep the process
+  alive.
 - Each listener bounds its open connections (``listener.BoundedListener``) and counts refusals.
   Hypercorn notices that a peer closed an idle connection only when its idle timer fires, so such
   a connection keeps its slot (and descriptor) for up to ``IDLE_TIMEOUT_S``.
@@ -33,7 +34,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Final
@@ -156,7 +157,13 @@ class _WriteTimedOut(Exception):
 
 class _Guard:
     """ASGI around Hypercorn's WSGI bridge (which reads the whole body before it calls the app):
-    the body's size and deadline, a deadline on each write, and the app on our workers."""
+    the body's size and deadline, the app on our workers, and its response sent from the loop.
+
+    The bridge would hand each message of the response from the worker to the loop and wait there
+    for it to be written (two thread hops per response, and a worker held by a client that does
+    not read). Here the worker only records them; they are sent once the app has returned, each
+    within ``WRITE_TIMEOUT_S``. A response is already whole in memory (Flask's, an exposition).
+    """
 
     def __init__(self, app: WSGIApp, max_body: int, workers: _Workers) -> None:
         self._app = WSGIWrapper(app, max_body + 1)  # our limit answers first, with a message
@@ -165,13 +172,20 @@ class _Guard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         loop = asyncio.get_running_loop()
+        replies: list[tuple[Callable[..., Awaitable[None]], tuple[Any, ...]]] = []
 
-        def call_soon(func: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
-            # from a worker: hand a send to the loop and wait for it (the response's back-pressure)
-            asyncio.run_coroutine_threadsafe(func(*args), loop).result()
+        def record(func: Callable[..., Awaitable[None]], *args: Any) -> None:
+            replies.append((func, args))  # on the worker: kept for the loop
+
+        async def run_app(fn: Callable[..., Any], *args: Any) -> Any:
+            result = await self._workers.run(fn, *args)
+            for func, recorded in replies:
+                await func(*recorded)
+            replies.clear()
+            return result
 
         if scope["type"] != "http":
-            await self._app(scope, receive, send, self._workers.run, call_soon)  # type: ignore[arg-type]
+            await self._app(scope, receive, send, run_app, record)  # type: ignore[arg-type]
             return
         deadline = loop.time() + BODY_TIMEOUT_S
         size = 0
@@ -194,7 +208,7 @@ class _Guard:
                 raise _WriteTimedOut from None
 
         try:
-            await self._app(scope, bounded_receive, bounded_send, self._workers.run, call_soon)  # type: ignore[arg-type]
+            await self._app(scope, bounded_receive, bounded_send, run_app, record)  # type: ignore[arg-type]
         except _Refused as err:
             body = f"{err}\n".encode()
             await send({"type": "http.response.start", "status": err.status, "headers": [
