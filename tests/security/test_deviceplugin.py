@@ -80,7 +80,9 @@ def pending_pod(kube_api: KubeAPIServer, name: str, device: ContainerDevice) -> 
 def allocate(kubelet: Kubelet) -> pb.AllocateResponse:
     assert kubelet.plugin is not None
     one = pb.ContainerAllocateRequest(devices_ids=kubelet.device_ids[:1])
-    return kubelet.plugin[1].allocate(pb.AllocateRequest(container_requests=[one]), timeout=10)
+    request = pb.AllocateRequest(container_requests=[one])
+    answer: pb.AllocateResponse = kubelet.plugin[1].allocate(request, timeout=10)
+    return answer
 
 
 @pytest.mark.parametrize(("device", "message"), [

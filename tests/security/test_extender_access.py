@@ -49,6 +49,7 @@ def test_without_kube_schedulers_certificate_nobody_binds_or_filters(
                 with pytest.raises((requests.exceptions.SSLError, requests.exceptions.ConnectionError)):
                     requests.post(ext.http.url + path, json=body, cert=cert, verify=str(tls.ca), timeout=5)
         pod = kube_api.store.get("pods", "victim", "default")
+        assert pod is not None
         assert pod["spec"].get("nodeName") is None and not pod["metadata"].get("annotations")
         scheduler = (str(tls.client_cert), str(tls.client_key))
         r = requests.post(ext.http.url + "/bind", json=BIND, cert=scheduler, verify=str(tls.ca), timeout=10)

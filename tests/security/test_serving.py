@@ -16,7 +16,7 @@ import requests
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from hami.core.serve import WebConfig, serve_metrics
+from hami.core.serve import WebConfig, serve_metrics, serve_wsgi
 from hami.core.serve import server as serving
 from hami.core.serve.server import Server
 from hami.core.serve.webconfig import TLSConfig
@@ -174,3 +174,16 @@ def test_tls_handshake_that_stalls_midway_is_cut(tls: Tls, monkeypatch: pytest.M
         with socket.create_connection((server.host, server.port), timeout=5) as sock, \
                 ctx.wrap_socket(sock, server_hostname="localhost") as conn:
             assert conn.version() in ("TLSv1.2", "TLSv1.3")
+
+
+def test_clients_that_never_read_their_responses_hold_no_worker(attackers: list[socket.socket]) -> None:
+    big = b"x" * (8 << 20)  # far more than the socket buffers take
+
+    def app(environ: dict[str, object], start_response: Callable[..., object]) -> list[bytes]:
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [big if environ["PATH_INFO"] == "/big" else b"ok\n"]
+
+    with serve_wsgi("127.0.0.1:0", app, threads=2) as server:
+        attackers += connections(server, 4, b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")  # and never read
+        time.sleep(0.5)
+        assert healthz(server) == 200
