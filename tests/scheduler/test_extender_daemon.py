@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import requests
 from cryptography.hazmat.primitives.serialization import Encoding
-from tests.core.certs import issue, make_ca
 from tests.scheduler.daemon_proc import Daemon, daemon
 from tests.scheduler.extender_env import gpu_node, gpu_pod, wait_until
 
+from hami.testing.certs import issue, make_ca
 from hami.testing.kubeapi import KubeAPIServer
 
 # Seed 000, "第二步 - 查看调度器日志": the -v=4 example lines and the grep recipes.
