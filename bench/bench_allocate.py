@@ -5,7 +5,7 @@ client calls Allocate over the unix socket. Before each call the "scheduler" loc
 next pod (the normal path); a second pass leaves the node unlocked so the pod is found by scanning
 the informer cache of 100 pending pods. After each call a new pending pod replaces the one served.
 
-Usage: PYTHONPATH=src:. python bench/bench_allocate.py [--calls 300] [--pending 100]
+Usage: PYTHONPATH=src python bench/bench_allocate.py [--calls 300] [--pending 100]
 """
 
 from __future__ import annotations
@@ -17,25 +17,16 @@ import tempfile
 import time
 from pathlib import Path
 
-import grpc
 from kubernetes import client
-from prometheus_client import CollectorRegistry
-from tests.deviceplugin.kubelet import FakeKubelet
-from tests.deviceplugin.kubelet_api import deviceplugin_pb2_grpc as pb_grpc
 
 from hami.core import annotations as ann
 from hami.core.kube.informer import Informer
-from hami.core.nvml.fake import FakeNvml
 from hami.deviceplugin.api import deviceplugin_pb2 as pb
 from hami.deviceplugin.config import PluginConfig
-from hami.deviceplugin.container_setup import HostLayout
-from hami.deviceplugin.health import XidPolicy
-from hami.deviceplugin.kubeops import NodeOps
-from hami.deviceplugin.manager import Manager
-from hami.deviceplugin.metrics import PluginMetrics
-from hami.deviceplugin.plugin import Settings
+from hami.testing.builders import allocating_pod
 from hami.testing.kubeapi import KubeAPIServer
-from hami.testing.kubeapi.server import _Handler
+from hami.testing.pluginrig import start_rig
+from hami.testing.wait import wait_until
 
 NODE = "bench-node"
 UUIDS = [f"GPU-{i:08x}-5c87-89ac-b1a6-7b53aa24b0ec" for i in range(8)]
@@ -43,19 +34,18 @@ UUIDS = [f"GPU-{i:08x}-5c87-89ac-b1a6-7b53aa24b0ec" for i in range(8)]
 
 def pod_body(n: int) -> dict[str, object]:
     uuid = UUIDS[n % len(UUIDS)]
-    return {
-        "metadata": {
-            "name": f"p{n}",
-            "annotations": {
-                ann.POD_VGPU_NODE: NODE,
-                ann.POD_BIND_TIME: str(1_700_000_000 + n),
-                ann.POD_BIND_PHASE: ann.BIND_PHASE_ALLOCATING,
-                ann.POD_DEVICES_TO_ALLOCATE: f"{uuid},NVIDIA,1000,10:;",
-                ann.POD_DEVICES_ALLOCATED: f"{uuid},NVIDIA,1000,10:;",
-            },
-        },
-        "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "cuda"}]},
-    }
+    main = {"name": "main", "image": "cuda"}
+    return allocating_pod(f"p{n}", NODE, f"{uuid},NVIDIA,1000,10:;", main, bind_time=1_700_000_000 + n)
+
+
+def seen(pods: Informer, served: int, new: int) -> bool:
+    """The informer has the new pod and the served one's bind phase ``success``."""
+    got = pods.get(f"default/p{served}")
+    return bool(
+        pods.get(f"default/p{new}")
+        and got
+        and got["metadata"]["annotations"].get(ann.POD_BIND_PHASE) == ann.BIND_PHASE_SUCCESS
+    )
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -67,45 +57,19 @@ def run(calls: int, pending: int, nagle: bool) -> None:
     # With Nagle on, every response on a kept-alive connection stalls ~40 ms on the client's delayed
     # ACK, which a real API server does not do; the emulator turns it off, --emulator-nagle shows
     # what the stall costs (three API round trips per Allocate).
-    _Handler.disable_nagle_algorithm = not nagle
     work = Path(tempfile.mkdtemp(prefix="dpb", dir="/tmp"))
-    api = KubeAPIServer().start()
+    api = KubeAPIServer(nagle=nagle).start()
     config = client.Configuration()
     config.host = api.url
     kube = client.ApiClient(config)
     core = client.CoreV1Api(kube)
-    core.create_node({"metadata": {"name": NODE}})
     for n in range(pending):
         core.create_namespaced_pod("default", pod_body(n))
-    nvml = FakeNvml(
-        {"devices": [{"uuid": u, "name": "NVIDIA A100-SXM4-80GB", "memory_mib": 81920} for u in UUIDS]}
-    )
-    kubelet = FakeKubelet(work)
-    kubelet.start()
-    registry = CollectorRegistry()
-    pods = Informer(kube, ("", "v1", "pods"), field_selector=f"spec.nodeName={NODE}", registry=registry)
-    pods.start()
-    pods.wait_for_sync(30)
-    settings = Settings(
-        node=NODE,
-        socket_dir=work,
-        kubelet_socket=work / "kubelet.sock",
-        layout=HostLayout(str(work / "hook"), str(work / "lock")),
-        mig_apply_lock=work / "mig.lock",
-    )
-    manager = Manager(
-        settings,
-        PluginConfig(device_split_count=10),
-        nvml=nvml,
-        ops=NodeOps(kube),
-        pods=pods,
-        metrics=PluginMetrics(registry, NODE),
-        policy=XidPolicy(),
-    )
-    manager.start()
-    manager.started.wait(30)
-    channel = grpc.insecure_channel(f"unix://{work / 'nvidia-gpu.sock'}")
-    stub = pb_grpc.DevicePluginStub(channel)
+    spec = {"devices": [{"uuid": u, "name": "NVIDIA A100-SXM4-80GB", "memory_mib": 81920} for u in UUIDS]}
+    # the daemon's own register and health intervals: the steady state, not a test's quick loops
+    rig = start_rig(api, kube, work, PluginConfig(device_split_count=10), spec, node=NODE, fast=False)
+    channel, stub = rig.kubelet.plugin("nvidia-gpu.sock")
+    pods = rig.pods
     next_pod = pending
     served = 0
     try:
@@ -132,17 +96,12 @@ def run(calls: int, pending: int, nagle: bool) -> None:
                 served += 1
                 core.create_namespaced_pod("default", pod_body(next_pod))
                 next_pod += 1
-                # Wait until the informer saw both the new pod and the served one's bind phase.
-                deadline = time.monotonic() + 10
-                while time.monotonic() < deadline:
-                    got = pods.get(f"default/p{pod}")
-                    if (
-                        pods.get(f"default/p{next_pod - 1}")
-                        and got
-                        and got["metadata"]["annotations"].get(ann.POD_BIND_PHASE) == ann.BIND_PHASE_SUCCESS
-                    ):
-                        break
-                    time.sleep(0.001)
+                wait_until(
+                    lambda pod=pod, new=next_pod - 1: seen(pods, pod, new),
+                    10,
+                    "the informer to see the new pod and the served one's bind phase",
+                    interval=0.001,
+                )
             ms = [s * 1000 for s in samples]
             print(
                 f"Allocate, {pending} pending pods, {'node locked' if locked else 'no lock (cache scan)'}: "
@@ -152,10 +111,7 @@ def run(calls: int, pending: int, nagle: bool) -> None:
             )
     finally:
         channel.close()
-        manager.stop()
-        kubelet.stop()
-        pods.stop()
-        nvml.close()
+        rig.stop()
         kube.close()
         api.stop()
         shutil.rmtree(work, ignore_errors=True)

@@ -27,11 +27,9 @@ extender runs with ``--profiling`` and an N-second CPU profile is taken during t
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import queue
-import re
 import subprocess
 import sys
 import tempfile
@@ -40,79 +38,18 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hami.testing.builders import gpu_node, gpu_pod
+from hami.testing.extender import LISTENING
+from hami.testing.jsonhttp import Conn
+from hami.testing.kubeapi import SERVING
+from hami.testing.processes import ProcessGroup, cpu_seconds, cpu_times
+from hami.testing.wait import wait_until
 
-# Run from the repository root: the cluster builders are shared with the tests.
-from tests.scheduler.extender_env import gpu_node, gpu_pod, wait_until
-
-SRC = str(Path(__file__).resolve().parents[1] / "src")
-EMULATOR_UP = re.compile(r"kubeapi emulator serving on (\S+)")
-EXTENDER_UP = re.compile(r"hami-scheduler extender on (\S+), metrics on (\S+) ")
 LOCK = "hami.io/mutex.lock"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_times(pid: int) -> tuple[float, float]:
-    """(user, system) CPU seconds of a process so far (all its threads)."""
-    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
-
-
-def cpu_seconds(pid: int) -> float:
-    return sum(cpu_times(pid))
-
-
-class Child:
-    """A child process whose output goes to a log file; ``wait_for`` finds a line in it."""
-
-    def __init__(self, name: str, args: list[str], workdir: Path) -> None:
-        self.name = name
-        self.log = workdir / f"{name}.log"
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]))
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, *args], stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env
-            )
-
-    def wait_for(self, pattern: re.Pattern[str], timeout: float = 120) -> re.Match[str]:
-        def found() -> re.Match[str] | None:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited:\n{self.log.read_text(errors='replace')[-3000:]}")
-            return pattern.search(self.log.read_text(errors="replace"))
-
-        match: re.Match[str] = wait_until(found, timeout=timeout, what=f"{self.name} up")
-        return match
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-
-
-class Conn:
-    """One keep-alive HTTP/1.1 connection (cheaper per request than ``requests``)."""
-
-    def __init__(self, url: str) -> None:
-        parts = urlsplit(url)
-        self.conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=60)
-
-    def call(self, method: str, path: str, body: bytes, content_type: str = "application/json") -> Any:
-        self.conn.request(method, path, body=body, headers={"Content-Type": content_type})
-        reply = self.conn.getresponse()
-        data = reply.read()
-        if reply.status >= 300:
-            raise RuntimeError(f"{method} {path}: {reply.status} {data[:300]!r}")
-        return json.loads(data)
 
 
 def scrape(metrics_url: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
@@ -169,13 +106,12 @@ def idle_tick(metrics_url: str, ticks: int) -> tuple[float, float]:
         return total(s, "hami_scheduler_register_duration_seconds_sum")
 
     def after(count: float, timeout: float) -> dict[str, dict[Any, float]]:
+        def scraped() -> dict[str, dict[Any, float]] | None:
+            s = scrape(metrics_url)
+            return s if passes(s) >= count else None
+
         # Scrapes are polled slowly: each one is a large render in the extender.
-        deadline = time.monotonic() + timeout
-        while (s := scrape(metrics_url)) and passes(s) < count:
-            if time.monotonic() > deadline:
-                raise AssertionError("timed out waiting for register passes")
-            time.sleep(0.5)
-        return s
+        return wait_until(scraped, timeout, "register passes", interval=0.5)
 
     # Start right after a pass, so the window holds whole passes and the writes between them.
     s0 = after(passes(scrape(metrics_url)) + 1, 60)
@@ -384,24 +320,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--in-process", action="store_true", help="the single-process variant")
     args, rest = parser.parse_known_args(argv)
     if args.in_process:
-        from bench.bench_extender_inprocess import main as in_process
-
-        return in_process([a for a in (argv or sys.argv[1:]) if a != "--in-process"])
+        script = Path(__file__).with_name("bench_extender_inprocess.py")
+        rest_argv = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--in-process"]
+        return subprocess.call([sys.executable, str(script), *rest_argv])
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
 
     with tempfile.TemporaryDirectory(prefix="bench-extender-") as tmp:
         workdir = Path(tmp)
         kubeconfig = workdir / "kubeconfig"
-        children: list[Child] = []
+        children = ProcessGroup(workdir)
         try:
-            emulator = Child(
+            emulator = children.python(
                 "kubeapi",
-                ["-m", "hami.testing.kubeapi", "--port=0", f"--kubeconfig={kubeconfig}", "--history=20000"],
-                workdir,
+                "hami.testing.kubeapi",
+                ["--port=0", f"--kubeconfig={kubeconfig}", "--history=20000"],
             )
-            children.append(emulator)
-            api_url = emulator.wait_for(EMULATOR_UP).group(1)
+            api_url = children.wait_for_log(emulator, SERVING, 120, "the API emulator").group(1)
             started = time.monotonic()
             names, pods = seed(api_url, args.nodes, args.pods)
             print(f"cluster: {args.nodes} nodes x 8 GPUs, {args.pods} pods; seeded over HTTP in "
@@ -411,11 +346,11 @@ def main(argv: list[str] | None = None) -> int:
                 "--kube-qps=-1", f"--node-scheduler-policy={args.node_policy}", f"-v={args.v}",
             ]
             # --profiling costs nothing until a profile is taken (tracemalloc only inside heap windows)
-            command = ["-m", "hami.scheduler", *flags, *(["--profiling"] if args.pprof else [])]
             started = time.monotonic()
-            extender = Child("extender", command, workdir)
-            children.append(extender)
-            found = extender.wait_for(EXTENDER_UP)
+            extender = children.python(
+                "extender", "hami.scheduler", [*flags, *(["--profiling"] if args.pprof else [])]
+            )
+            found = children.wait_for_log(extender, LISTENING, 120, "the extender")
             ext_url, metrics_url = found.group(1), found.group(2)
             wait_until(
                 lambda: requests.get(f"{metrics_url}/readyz", timeout=10).ok, timeout=300, what="ready"
@@ -448,8 +383,7 @@ def main(argv: list[str] | None = None) -> int:
             if finish is not None:
                 finish()
         finally:
-            for child in reversed(children):
-                child.stop()
+            children.stop()
 
     n = args.pods
     print(f"end-to-end: {n / wall:.0f} pods/s (target >= 200; {n} pods in {wall:.2f}s, "
@@ -475,9 +409,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"extender CPU per pod: {(cpu['extender'] - ext_sys) / n * 1000:.2f} ms user, "
           f"{ext_sys / n * 1000:.2f} ms system")
     print(f"extender alone on one core: {n / cpu['extender']:.0f} pods/s")
+    writes = sum(c for v, c in by_verb.items() if v != "GET")
+    print(f"extender API writes per pod: {writes:.2f} (target <= 4: {writes / 4:.2f}x of target)")
+    ratio = cpu["extender"] / cpu["kubeapi"] if cpu["kubeapi"] else float("inf")
+    print(f"extender CPU per pod / API emulator CPU per pod: {ratio:.2f}x (target <= 1.5x: "
+          f"{ratio / 1.5:.2f}x of target)")
     series = sum(len(v) for v in after.values())
     print(f"one /metrics scrape: {series} samples, {scrape_wall * 1000:.0f} ms wall "
-          f"(parsing included), extender CPU {scrape_cpu * 1000:.0f} ms")
+          f"(parsing included), extender CPU {scrape_cpu * 1000:.0f} ms (target <= 30 ms at 1,000 "
+          f"nodes x 8 GPUs: {scrape_cpu * 1000 / 30:.2f}x of target), "
+          f"{scrape_cpu / max(series, 1) * 1e6:.2f} us/sample")
     return 0
 
 

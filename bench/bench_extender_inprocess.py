@@ -21,20 +21,16 @@ import statistics
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import requests
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-# Run from the repository root: the cluster builders are shared with the tests.
-from tests.scheduler.extender_env import gpu_node, gpu_pod, wait_until
-
 from hami.core.kube.options import KubeOptions
 from hami.scheduler.engine.decision import FilterConfig
 from hami.scheduler.extender.daemon import Extender, Options
+from hami.testing.builders import gpu_node, gpu_pod
 from hami.testing.kubeapi import KubeAPIServer
+from hami.testing.wait import wait_until
 
 # Threads of the extender (HTTP workers, informers, register loop, event recorder); the rest of
 # the process is the emulator and the simulated kube-scheduler clients.

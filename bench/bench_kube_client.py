@@ -24,11 +24,8 @@ from prometheus_client import CollectorRegistry
 from hami.core.kube.client import new_api_client
 from hami.core.kube.informer import Informer
 from hami.core.kube.options import KubeOptions
+from hami.testing.builders import pod
 from hami.testing.kubeapi import KubeAPIServer
-
-
-def _pod(name: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"}}
 
 
 def _latencies(v1: Any, n: int) -> list[float]:
@@ -75,7 +72,7 @@ def bench_throttled(server: KubeAPIServer, n: int) -> None:
 
 def bench_informer(server: KubeAPIServer, pods: int, updates: int) -> None:
     for i in range(pods):
-        server.store.put(_pod(f"bulk-{i}"))
+        server.store.put(pod(name=f"bulk-{i}"))
     api = new_api_client(KubeOptions(host=server.url, qps=-1), registry=CollectorRegistry())
     informer = Informer(api, ("", "v1", "pods"))
     arrived: dict[str, float] = {}
@@ -94,7 +91,7 @@ def bench_informer(server: KubeAPIServer, pods: int, updates: int) -> None:
     delays = []
     for i in range(updates):
         sent = time.perf_counter()
-        rv = server.store.put({**_pod("bulk-0"), "spec": {"n": i}})["metadata"]["resourceVersion"]
+        rv = server.store.put({**pod(name="bulk-0"), "spec": {"n": i}})["metadata"]["resourceVersion"]
         with cond:
             cond.wait_for(lambda rv=rv: rv in arrived, 10)
             delays.append(arrived[rv] - sent)
@@ -111,7 +108,7 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=5000)
     args = parser.parse_args()
     with KubeAPIServer() as server:
-        server.store.put(_pod("p0"))
+        server.store.put(pod(name="p0"))
         bench_overhead(server, args.requests)
         bench_throttled(server, 300)
         bench_informer(server, args.pods, 200)

@@ -1,6 +1,6 @@
 """The Kubernetes API emulator alone: its CPU per request, by verb, with and without watchers.
 
-Run: PYTHONPATH=src:. python bench/bench_kubeapi.py [--requests 2000] [--nodes 1000]
+Run: PYTHONPATH=src python bench/bench_kubeapi.py [--requests 2000] [--nodes 1000]
      [--watchers 0,2] [--history 20000]
 
 The emulator (``python -m hami.testing.kubeapi``) runs as a child process, seeded over HTTP with
@@ -32,10 +32,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.bench_extender import EMULATOR_UP, Child, Conn, cpu_seconds
-from tests.scheduler.extender_env import gpu_node, gpu_pod, wait_until
+from hami.testing.builders import gpu_node, gpu_pod
+from hami.testing.jsonhttp import Conn
+from hami.testing.kubeapi import SERVING
+from hami.testing.processes import ProcessGroup, cpu_seconds
+from hami.testing.wait import wait_until
 
 MERGE = "application/merge-patch+json"
 
@@ -128,7 +129,7 @@ def run(api_url: str, pid: int, n: int, watchers: int, round_no: int) -> dict[st
     finally:
         for w in open_watches:
             w.close()
-        conn.conn.close()
+        conn.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,15 +141,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="bench-kubeapi-") as tmp:
-        emulator = Child("kubeapi", ["-m", "hami.testing.kubeapi", "--port=0", f"--history={args.history}"],
-                         Path(tmp))
+        children = ProcessGroup(Path(tmp))
         try:
-            api_url = emulator.wait_for(EMULATOR_UP).group(1)
+            emulator = children.python(
+                "kubeapi", "hami.testing.kubeapi", ["--port=0", f"--history={args.history}"]
+            )
+            api_url = children.wait_for_log(emulator, SERVING, 120, "the API emulator").group(1)
             conn = Conn(api_url)
             for i in range(args.nodes):
                 node = gpu_node(f"node-{i:04d}", gpus=8, mem=15360)
                 conn.call("POST", "/api/v1/nodes", json.dumps(node).encode())
-            conn.conn.close()
+            conn.close()
             print(f"emulator seeded with {args.nodes} nodes; {args.requests} requests per verb, "
                   "CPU per request (user + system):")
             for round_no, count in enumerate(int(w) for w in args.watchers.split(",")):
@@ -157,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                 figures = ", ".join(f"{verb} {s * 1e6:.0f} us" for verb, s in per.items())
                 print(f"  {count} watchers: {figures} ({time.monotonic() - started:.1f}s)")
         finally:
-            emulator.stop()
+            children.stop()
     return 0
 
 

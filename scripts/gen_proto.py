@@ -1,11 +1,12 @@
 """Regenerates the kubelet device-plugin stubs from src/hami/deviceplugin/api/deviceplugin.proto.
 
 Usage: python scripts/gen_proto.py [OUT_DIR [GRPC_OUT_DIR]]
-(defaults: src and tests/deviceplugin/kubelet_api, i.e. in place)
+(defaults: src and src/hami/testing/kubelet_api, i.e. in place)
 
-The messages (``deviceplugin_pb2``) go into the package. The generated gRPC service classes go
-next to the tests: the daemon serves through grpcio generic handlers, and only the kubelet
-stand-in and the benchmark need the generated client/servicer classes. The proto is compiled
+The messages (``deviceplugin_pb2``) go into the device plugin's package. The generated gRPC service
+classes go into the test support (``hami.testing.kubelet_api``): the daemon serves through grpcio
+generic handlers, and only the kubelet stand-in, the tests and the benchmark need the generated
+client/servicer classes. The proto is compiled
 relative to ``src`` so the gRPC module imports its messages as
 ``hami.deviceplugin.api.deviceplugin_pb2``; mypy-protobuf writes the ``.pyi`` stubs.
 """
@@ -22,7 +23,7 @@ from grpc_tools import protoc
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"
 PROTO = Path("hami/deviceplugin/api/deviceplugin.proto")
-GRPC_OUT = ROOT / "tests" / "deviceplugin" / "kubelet_api"
+GRPC_OUT = SRC / "hami" / "testing" / "kubelet_api"
 
 
 def _plugin(name: str) -> str:

@@ -22,7 +22,6 @@ from hami.core.codec.handshake import (
 )
 from hami.core.codec.nodelock import (
     NodeLock,
-    format_go_duration,
     format_node_lock,
     is_expired,
     is_locked_message,
@@ -30,6 +29,7 @@ from hami.core.codec.nodelock import (
     locked_within_message,
     parse_node_lock,
 )
+from hami.core.duration import format_duration
 
 CEST = timezone(timedelta(hours=2))
 T0 = datetime(2025, 6, 13, 9, 7, 40, tzinfo=CEST)
@@ -161,7 +161,7 @@ def test_contention_messages() -> None:
     )
     assert locked_within_message("n1", timedelta(minutes=2)).endswith("within 2m0s: node lock contention")
     assert is_locked_message("n1") == "node n1 is locked: node lock contention"
-    assert [format_go_duration(timedelta(seconds=s)) for s in (0, 30, 90, 3600, 3661)] == [
+    assert [format_duration(timedelta(seconds=s)) for s in (0, 30, 90, 3600, 3661)] == [
         "0s",
         "30s",
         "1m30s",

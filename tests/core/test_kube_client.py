@@ -15,12 +15,9 @@ from hami.core import klog
 from hami.core.kube import errors, raw
 from hami.core.kube.client import new_api_client
 from hami.core.kube.options import KubeOptions
+from hami.testing.builders import pod
+from hami.testing.clock import FakeClock
 from hami.testing.kubeapi import KubeAPIServer
-from tests.core.kube_fakes import FakeClock
-
-
-def _pod(name: str) -> dict[str, object]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"}}
 
 
 @pytest.fixture
@@ -37,7 +34,7 @@ def _requests(registry: CollectorRegistry, host: str, code: str, method: str) ->
 def test_requests_are_counted_by_code_and_method(
     kube_api: KubeAPIServer, registry: CollectorRegistry
 ) -> None:
-    kube_api.store.put(_pod("p1"))
+    kube_api.store.put(pod(name="p1"))
     api = new_api_client(KubeOptions(host=kube_api.url, qps=-1), registry=registry)
     v1 = k8s.CoreV1Api(api)
     host = kube_api.url.removeprefix("http://")
@@ -47,7 +44,7 @@ def test_requests_are_counted_by_code_and_method(
             v1.read_namespaced_pod("nope", "default")
         assert missing.value.status == 404
         with pytest.raises(errors.Conflict):
-            raw.request_json(api, "POST", "/api/v1/namespaces/default/pods", body=_pod("p1"))
+            raw.request_json(api, "POST", "/api/v1/namespaces/default/pods", body=pod(name="p1"))
         kube_api.faults.add(method="GET", path="/pods/p1$", status=500)
         with pytest.raises(errors.ApiError) as failed:
             raw.request_json(api, "GET", "/api/v1/namespaces/default/pods/p1")
@@ -105,7 +102,7 @@ def test_limiter_throttles_every_request_and_is_measured(
 def test_default_timeout_applies_to_typed_calls_and_is_counted(
     kube_api: KubeAPIServer, registry: CollectorRegistry
 ) -> None:
-    kube_api.store.put(_pod("slow"))
+    kube_api.store.put(pod(name="slow"))
     kube_api.faults.add(method="GET", path="/pods/slow$", delay=3.0)
     api = new_api_client(KubeOptions(host=kube_api.url, timeout=0.3), registry=registry)
     host = kube_api.url.removeprefix("http://")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -14,22 +13,11 @@ from prometheus_client import CollectorRegistry
 from hami.core.kube.client import new_api_client
 from hami.core.kube.informer import Informer
 from hami.core.kube.options import KubeOptions
+from hami.testing.builders import pod
 from hami.testing.kubeapi import KubeAPIServer
+from hami.testing.wait import wait_until
 
 WAIT = 10.0  # seconds: a generous bound for anything to happen on a loaded machine
-
-
-def _pod(name: str, namespace: str = "default", **labels: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "labels": labels}}
-
-
-def eventually(check: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 class Recorder:
@@ -98,8 +86,8 @@ def _errors(registry: CollectorRegistry, reason: str, resource: str = "pods") ->
 def test_sync_then_events_reach_cache_and_handlers(
     kube_api: KubeAPIServer, make_informer: Callable[..., Informer], registry: CollectorRegistry
 ) -> None:
-    kube_api.store.put(_pod("a"))
-    kube_api.store.put(_pod("b", namespace="other"))
+    kube_api.store.put(pod(name="a"))
+    kube_api.store.put(pod(name="b", namespace="other"))
     informer = make_informer(kube_api)
     seen = Recorder()
     informer.add_handler(seen.on_add, seen.on_update, seen.on_delete)
@@ -111,12 +99,12 @@ def test_sync_then_events_reach_cache_and_handlers(
     assert informer.get("other/b")["metadata"]["namespace"] == "other"
     assert sorted(seen.snapshot()) == [("add", "a"), ("add", "b")]
 
-    kube_api.store.put({**_pod("a"), "spec": {"nodeName": "n1"}})
-    kube_api.store.put(_pod("c"))
+    kube_api.store.put(pod(name="a", node_name="n1"))
+    kube_api.store.put(pod(name="c"))
     kube_api.store.remove("pods", "b", "other")
-    eventually(lambda: len(seen.snapshot()) == 5, "three more handler calls")
+    wait_until(lambda: len(seen.snapshot()) == 5, WAIT, "three more handler calls")
     assert seen.snapshot()[2:] == [("update", "a"), ("add", "c"), ("delete", "b")]
-    assert informer.get("default/a")["spec"] == {"nodeName": "n1"}
+    assert informer.get("default/a")["spec"]["nodeName"] == "n1"
     assert informer.get("other/b") is None
     # A handler added late first hears of every cached object.
     late = Recorder()
@@ -129,15 +117,15 @@ def test_sync_then_events_reach_cache_and_handlers(
 def test_namespace_and_label_selector_limit_the_cache(
     kube_api: KubeAPIServer, make_informer: Callable[..., Informer]
 ) -> None:
-    kube_api.store.put(_pod("gpu", app="train"))
-    kube_api.store.put(_pod("cpu", app="web"))
-    kube_api.store.put(_pod("elsewhere", namespace="other", app="train"))
+    kube_api.store.put(pod(name="gpu", labels={"app": "train"}))
+    kube_api.store.put(pod(name="cpu", labels={"app": "web"}))
+    kube_api.store.put(pod(name="elsewhere", namespace="other", labels={"app": "train"}))
     informer = make_informer(kube_api, namespace="default", label_selector="app=train")
     informer.start()
     assert informer.wait_for_sync(WAIT)
-    kube_api.store.put(_pod("gpu2", app="train"))
-    kube_api.store.put(_pod("cpu2", app="web"))
-    eventually(lambda: informer.get("default/gpu2") is not None, "gpu2 in the cache")
+    kube_api.store.put(pod(name="gpu2", labels={"app": "train"}))
+    kube_api.store.put(pod(name="cpu2", labels={"app": "web"}))
+    wait_until(lambda: informer.get("default/gpu2") is not None, WAIT, "gpu2 in the cache")
     assert sorted(o["metadata"]["name"] for o in informer.list()) == ["gpu", "gpu2"]
 
 
@@ -154,7 +142,7 @@ def test_cluster_scoped_resources_are_keyed_by_name(
 def test_dropped_watch_resumes_from_last_resource_version_without_relisting(
     quiet_api: KubeAPIServer, make_informer: Callable[..., Informer], registry: CollectorRegistry
 ) -> None:
-    quiet_api.store.put(_pod("a"))
+    quiet_api.store.put(pod(name="a"))
     quiet_api.faults.add(method="GET", path="/api/v1/pods$", drop_watch=True, after_events=1)
     informer = make_informer(quiet_api)
     seen = Recorder()
@@ -163,9 +151,9 @@ def test_dropped_watch_resumes_from_last_resource_version_without_relisting(
     assert informer.wait_for_sync(WAIT)
     listed_rv = informer.last_resource_version()
     # The first watch delivers b, then is cut before c: c must come from the resumed watch.
-    b = quiet_api.store.put(_pod("b"))
-    c = quiet_api.store.put(_pod("c"))
-    eventually(lambda: informer.get("default/c") is not None, "c via the resumed watch")
+    b = quiet_api.store.put(pod(name="b"))
+    c = quiet_api.store.put(pod(name="c"))
+    wait_until(lambda: informer.get("default/c") is not None, WAIT, "c via the resumed watch")
     assert _errors(registry, "connection") == 1
     watches = [r for r in quiet_api.requests.records if r.query.get("watch") == "true"]
     assert [w.query["resourceVersion"] for w in watches[:2]] == [
@@ -178,8 +166,8 @@ def test_dropped_watch_resumes_from_last_resource_version_without_relisting(
 def test_expired_resource_version_relists_and_reconciles(
     quiet_api: KubeAPIServer, make_informer: Callable[..., Informer], registry: CollectorRegistry
 ) -> None:
-    quiet_api.store.put(_pod("a"))
-    quiet_api.store.put(_pod("b"))
+    quiet_api.store.put(pod(name="a"))
+    quiet_api.store.put(pod(name="b"))
     # The list and the first watch request each wait 1.5 s in the server; while the watch waits,
     # the test changes the pods and compacts the history, so the watch starts from a
     # resourceVersion that is gone: the emulator answers with an ERROR event, 410 Expired.
@@ -189,13 +177,13 @@ def test_expired_resource_version_relists_and_reconciles(
     informer.add_handler(seen.on_add, seen.on_update, seen.on_delete)
     informer.start()
     assert informer.wait_for_sync(WAIT)
-    quiet_api.store.put({**_pod("a"), "spec": {"nodeName": "n1"}})
+    quiet_api.store.put(pod(name="a", node_name="n1"))
     quiet_api.store.remove("pods", "b", "default")
     quiet_api.store.compact()
-    eventually(lambda: informer.get("default/b") is None, "b gone from the cache")
+    wait_until(lambda: informer.get("default/b") is None, WAIT, "b gone from the cache")
     assert _errors(registry, "gone") == 1
     assert quiet_api.requests.count("GET", "/api/v1/pods$", limit="500") == 2
-    assert informer.get("default/a")["spec"] == {"nodeName": "n1"}
+    assert informer.get("default/a")["spec"]["nodeName"] == "n1"
     assert informer.has_synced()
     assert seen.snapshot() == [("add", "a"), ("add", "b"), ("update", "a"), ("delete", "b")]
 
@@ -207,7 +195,7 @@ def test_http_410_on_a_watch_request_relists(
     informer.start()
     assert informer.wait_for_sync(WAIT)
     kube_api.faults.add(method="GET", path="/api/v1/pods$", status=410)
-    eventually(lambda: kube_api.requests.count("GET", "/api/v1/pods$", limit="500") == 2, "a relist")
+    wait_until(lambda: kube_api.requests.count("GET", "/api/v1/pods$", limit="500") == 2, WAIT, "a relist")
     assert _errors(registry, "gone") == 1
 
 
@@ -215,7 +203,7 @@ def test_list_errors_back_off_and_are_counted(
     kube_api: KubeAPIServer, make_informer: Callable[..., Informer], registry: CollectorRegistry,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    kube_api.store.put(_pod("a"))
+    kube_api.store.put(pod(name="a"))
     kube_api.faults.add(method="GET", path="/api/v1/pods$", status=500, times=3)
     informer = make_informer(kube_api)
     with caplog.at_level(logging.INFO, logger="hami.core.kube.informer"):
@@ -244,21 +232,21 @@ def test_a_failing_handler_is_counted_and_the_informer_goes_on(
     informer.add_handler(on_add=seen.on_add)
     informer.start()
     assert informer.wait_for_sync(WAIT)
-    kube_api.store.put(_pod("a"))
-    kube_api.store.put(_pod("b"))
-    eventually(lambda: len(seen.snapshot()) == 2, "both adds")
+    kube_api.store.put(pod(name="a"))
+    kube_api.store.put(pod(name="b"))
+    wait_until(lambda: len(seen.snapshot()) == 2, WAIT, "both adds")
     assert registry.get_sample_value(
         "hami_kube_informer_handler_errors_total", {"resource": "pods"}) == 2
 
 
 def test_resync_replays_updates(kube_api: KubeAPIServer, make_informer: Callable[..., Informer]) -> None:
-    kube_api.store.put(_pod("a"))
+    kube_api.store.put(pod(name="a"))
     informer = make_informer(kube_api, resync=0.1)
     seen = Recorder()
     informer.add_handler(on_update=seen.on_update)
     informer.start()
     assert informer.wait_for_sync(WAIT)
-    eventually(lambda: seen.snapshot().count(("update", "a")) >= 2, "two resyncs")
+    wait_until(lambda: seen.snapshot().count(("update", "a")) >= 2, WAIT, "two resyncs")
 
 
 def test_stop_ends_an_open_watch(kube_api: KubeAPIServer, make_informer: Callable[..., Informer],
@@ -266,7 +254,7 @@ def test_stop_ends_an_open_watch(kube_api: KubeAPIServer, make_informer: Callabl
     informer = make_informer(kube_api, watch_timeout=3600)
     informer.start()
     assert informer.wait_for_sync(WAIT)
-    eventually(lambda: kube_api.requests.count("GET", "/api/v1/pods$", watch="true") == 1, "a watch")
+    wait_until(lambda: kube_api.requests.count("GET", "/api/v1/pods$", watch="true") == 1, WAIT, "a watch")
     informer.stop()
     assert not any(t.is_alive() for t in informer._threads)
     assert registry.get_sample_value("hami_kube_informer_synced", {"resource": "pods"}) == 0

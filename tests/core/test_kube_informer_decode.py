@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -18,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from hami.core.kube.client import new_api_client
 from hami.core.kube.informer import Informer
 from hami.core.kube.options import KubeOptions
+from hami.testing.wait import wait_until
 
 LIST = {
     "kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "5"},
@@ -93,10 +93,7 @@ def test_bad_items_and_lines_are_skipped_and_counted(scripted: _Server) -> None:
     try:
         informer.start()
         assert informer.wait_for_sync(10)
-        deadline = time.monotonic() + 10
-        while informer.get("ns/d") is None:
-            assert time.monotonic() < deadline, "event after the bad lines never applied"
-            time.sleep(0.02)
+        wait_until(lambda: informer.get("ns/d"), 10, "the event after the bad lines applied")
         assert sorted(o["metadata"]["name"] for o in informer.list()) == ["a", "b", "d"]
         assert informer.last_resource_version() == "7"
         # one nameless list item + three unusable watch lines

@@ -31,10 +31,23 @@ def test_burst_must_be_an_integer() -> None:
         parser.parse_args(["--kube-burst=1.5"])
 
 
-@pytest.mark.parametrize("argv", [["--kube-timeout=-1"], ["--kube-burst=-1"]])
-def test_invalid_values_are_clear_errors(argv: list[str]) -> None:
+def test_invalid_burst_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="must be >= 0"):
-        parse(*argv)
+        parse("--kube-burst=-1")
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"), [("30", 30.0), ("2.5", 2.5), ("30s", 30.0), ("1m", 60.0), ("0", 0.0)]
+)
+def test_timeout_takes_seconds_or_a_go_duration(value: str, seconds: float) -> None:
+    assert parse(f"--kube-timeout={value}").timeout == seconds
+
+
+@pytest.mark.parametrize(("value", "why"), [("-1", "must not be negative"), ("soon", "want a Go duration")])
+def test_invalid_timeout_is_a_usage_error(value: str, why: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse(f"--kube-timeout={value}")
+    assert f"argument --kube-timeout: invalid duration {value!r}: {why}" in capsys.readouterr().err
 
 
 def test_kubeconfig_falls_back_to_env(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,6 +14,7 @@ from hami.core.kube.client import new_api_client
 from hami.core.kube.events import NORMAL, WARNING, EventRecorder, ObjectRef
 from hami.core.kube.options import KubeOptions
 from hami.core.kube.patches import patch_node_annotations, patch_pod_metadata
+from hami.testing.builders import node
 from hami.testing.kubeapi import KubeAPIServer
 
 LOCK = "hami.io/mutex.lock"
@@ -32,8 +33,7 @@ def api(kube_api: KubeAPIServer, registry: CollectorRegistry) -> Iterator[Any]:
 
 
 def _node(kube_api: KubeAPIServer, **annotations: str) -> dict[str, Any]:
-    return kube_api.store.put({"apiVersion": "v1", "kind": "Node",
-                               "metadata": {"name": "n1", "annotations": annotations}})
+    return kube_api.store.put(node("n1", annotations=annotations))
 
 
 def test_node_annotations_are_set_and_removed_leaving_others(kube_api: KubeAPIServer, api: Any) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
@@ -13,8 +12,9 @@ from prometheus_client import CollectorRegistry
 
 from hami.core.kube import errors, raw
 from hami.core.kube.client import KubeConfigError, _go_duration, new_api_client
-from hami.core.kube.informer import Backoff, object_key
+from hami.core.kube.informer import Backoff
 from hami.core.kube.options import KubeOptions
+from hami.testing.processes import free_port
 
 
 def _status(code: int, reason: str, message: str) -> bytes:
@@ -59,15 +59,9 @@ def test_transport_errors_have_status_zero() -> None:
     assert errors.from_exception(refused).reason == "ConnectionError"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_connection_refused_is_counted_as_error_code() -> None:
     registry = CollectorRegistry()
-    host = f"127.0.0.1:{_free_port()}"
+    host = f"127.0.0.1:{free_port()}"
     api = new_api_client(KubeOptions(host=f"http://{host}"), registry=registry)
     try:
         with pytest.raises(errors.TransportError) as caught:
@@ -151,11 +145,6 @@ def test_backoff_doubles_up_to_the_cap_and_resets() -> None:
     assert backoff.next() == 1.0
     jittered = Backoff(initial=1.0, maximum=100.0, jitter=1.0)
     assert all(1.0 <= jittered.next() < 2.0 for _ in range(1))
-
-
-def test_object_keys_follow_meta_namespace_key_func() -> None:
-    assert object_key({"metadata": {"name": "p", "namespace": "ns"}}) == "ns/p"
-    assert object_key({"metadata": {"name": "node-1"}}) == "node-1"
 
 
 def test_resource_paths() -> None:

@@ -1,7 +1,6 @@
 import os
 import socket
 import ssl
-import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from hami.core.serve import (
     serve_wsgi,
 )
 from hami.testing.certs import issue, make_ca
+from hami.testing.wait import wait_until
 
 
 @pytest.fixture
@@ -37,13 +37,6 @@ def servers() -> Iterator[list[Server]]:
     yield started
     for server in started:
         server.stop()
-
-
-def wait_until(cond: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met before the deadline"
-        time.sleep(0.05)
 
 
 def test_parse_bind() -> None:
@@ -215,7 +208,8 @@ def test_certificate_reload(tmp_path: Path, registry: CollectorRegistry, servers
     second = issue(ca, "second", tmp_path / "tls.crt", tmp_path / "tls.key")
     st = os.stat(tmp_path / "tls.crt")  # make the change visible even on coarse-mtime filesystems
     os.utime(tmp_path / "tls.crt", ns=(st.st_atime_ns, st.st_mtime_ns + 2_000_000_000))
-    wait_until(lambda: served_certificate(srv) == second.public_bytes(Encoding.DER))
+    new = second.public_bytes(Encoding.DER)
+    wait_until(lambda: served_certificate(srv) == new, 20.0, "the new certificate served")
     assert srv.tls is not None and srv.tls.reloads == 1
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy import manifests as m
+from hami.testing import manifests as m
 
 DOCKERFILE = m.ROOT / "Dockerfile"
 

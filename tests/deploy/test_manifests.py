@@ -12,7 +12,7 @@ import yaml
 from hami.deviceplugin.config import PluginConfig, apply_device_yaml, apply_node_json
 from hami.exporter.config import load_config
 from hami.scheduler.engine.device_config import load_nvidia_config
-from tests.deploy import manifests as m
+from hami.testing import manifests as m
 
 CLUSTER_SCOPED = {
     "Namespace",

@@ -3,7 +3,7 @@ and nothing else is granted by hami's own roles (least privilege)."""
 
 from __future__ import annotations
 
-from tests.deploy import manifests as m
+from hami.testing import manifests as m
 
 # (verb, resource) a daemon's code performs, and where. "resource" is "<group>/<plural>[/sub]" with
 # "" for the core group; a namespace after "@" means the call is made in that namespace only.
@@ -15,7 +15,8 @@ DEVICE_PLUGIN = {
     ("list", "/pods"),  # hami/deviceplugin/main.py run(): Informer(pods, spec.nodeName=<node>)
     ("watch", "/pods"),  # same informer
     ("get", "/pods"),  # hami/deviceplugin/kubeops.py get_pod <- allocator.py (pending pod lookup)
-    ("patch", "/pods"),  # kubeops.py patch_pod_annotations <- allocator.py (bind phase, allocations)
+    ("patch", "/pods"),  # kubeops.py patch_pod_annotations <- allocator.py (bind phase, allocations,
+    # the hami.io/vgpu-node label)
     ("get", "/nodes"),  # kubeops.py get_node <- registrar.py, allocator.py, release_node_lock
     ("patch", "/nodes"),  # kubeops.py patch_node_annotations <- registrar.py (register, handshake),
     # release_node_lock (node lock delete)
@@ -28,8 +29,8 @@ SCHEDULER = {
     ("list", "/pods"),  # state.py: Informer(pods)
     ("watch", "/pods"),
     ("get", "/pods"),  # bind.py: GET pod on a cache miss; nodelock.py: lock owner still exists?
-    ("patch", "/pods"),  # filtering.py (allocation annotations), bind.py (bind-phase annotations)
-    ("create", "/pods/binding"),  # bind.py: POST pods/<name>/binding
+    ("patch", "/pods"),  # roles.py: the leader/follower label on the scheduler's own pods
+    ("create", "/pods/binding"),  # bind.py: POST pods/<name>/binding, with the pod annotations
     ("create", "/events"),  # hami/core/kube/events.py EventRecorder._create (daemon.py recorder)
     ("patch", "/events"),  # events.py EventRecorder._write: aggregate a repeated event (count++)
     ("list", "/resourcequotas"),  # state.py: Informer(resourcequotas)

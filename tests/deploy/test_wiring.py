@@ -15,7 +15,7 @@ from scripts import gen_deploy_rules
 
 from hami.scheduler.engine.admission import WebhookConfig, admit
 from hami.scheduler.engine.device_config import load_nvidia_config
-from tests.deploy import manifests as m
+from hami.testing import manifests as m
 
 
 def _scheduler_config() -> dict[str, Any]:

@@ -15,9 +15,10 @@ from kubernetes import client
 from hami.core import annotations as ann
 from hami.deviceplugin.api import deviceplugin_pb2 as pb
 from hami.deviceplugin.config import PluginConfig
+from hami.testing.builders import allocating_pod
 from hami.testing.kubeapi import KubeAPIServer
-from tests.deviceplugin.conftest import NODE, U0, U1, Rig, start_rig
-from tests.deviceplugin.kubelet import wait_for
+from hami.testing.pluginrig import NODE, U0, U1, Rig, start_rig
+from hami.testing.wait import wait_until
 
 LOCK_TIME = "2026-08-21T06:20:39Z"
 
@@ -31,29 +32,15 @@ def make_pod(
     lock: bool = True,
     init: tuple[str, ...] = (),
 ) -> None:
-    annos = {
-        ann.POD_VGPU_NODE: NODE,
-        ann.POD_BIND_TIME: "1755757239",
-        ann.POD_BIND_PHASE: ann.BIND_PHASE_ALLOCATING,
-    }
-    if to_allocate is not None:
-        annos[ann.POD_DEVICES_TO_ALLOCATE] = to_allocate
-        annos[ann.POD_DEVICES_ALLOCATED] = to_allocate
-    core = client.CoreV1Api(rig.kube_client)
-    core.create_namespaced_pod(
-        "default",
-        {
-            "metadata": {"name": name, "annotations": annos},
-            "spec": {
-                "nodeName": NODE,
-                "initContainers": [{"name": c, "image": "x"} for c in init],
-                "containers": [{"name": c, "image": "cuda"} for c in containers],
-            },
-        },
+    body = allocating_pod(
+        name, NODE, to_allocate, *({"name": c, "image": "cuda"} for c in containers),
+        init=[{"name": c, "image": "x"} for c in init],
     )
+    core = client.CoreV1Api(rig.kube_client)
+    core.create_namespaced_pod("default", body)
     if lock:
         core.patch_node(NODE, {"metadata": {"annotations": {ann.NODE_LOCK: f"{LOCK_TIME},default,{name}"}}})
-    wait_for(lambda: rig.pods.get(f"default/{name}"), what="pod in the informer")
+    wait_until(lambda: rig.pods.get(f"default/{name}"), what="pod in the informer")
 
 
 def allocate(rig: Rig, *requests: list[str]) -> pb.AllocateResponse:
@@ -96,6 +83,9 @@ def test_allocate_one_container(rig: Rig) -> None:
     annos = pod_annotations(rig, "p1")
     assert annos[ann.POD_DEVICES_TO_ALLOCATE] == ";"
     assert annos[ann.POD_BIND_PHASE] == ann.BIND_PHASE_SUCCESS
+    # The label HAMi's vGPU monitor lists pods by: the scheduler's Binding cannot set it.
+    labels = client.CoreV1Api(rig.kube_client).read_namespaced_pod("p1", "default").metadata.labels
+    assert labels[ann.POD_VGPU_NODE] == annos[ann.POD_VGPU_NODE]
     assert ann.NODE_LOCK not in rig.node_annotations()
     assert rig.metric("hami_deviceplugin_allocate_duration_seconds_count", result="success") == 1
 

@@ -11,12 +11,12 @@ from hami.core.codec.node_devices import decode_node_devices
 from hami.deviceplugin.api import deviceplugin_pb2 as pb
 from hami.deviceplugin.config import PluginConfig, load_config
 from hami.testing.kubeapi import KubeAPIServer
-from tests.deviceplugin.conftest import NODE, U0, U1, Rig, start_rig
-from tests.deviceplugin.kubelet import wait_for
+from hami.testing.pluginrig import NODE, U0, U1, Rig, start_rig
+from hami.testing.wait import wait_until
 
 
 def _registered(rig: Rig) -> dict[str, Any]:
-    text = wait_for(lambda: rig.node_annotations().get(ann.NODE_REGISTER), what="register annotation")
+    text = wait_until(lambda: rig.node_annotations().get(ann.NODE_REGISTER), what="register annotation")
     return {d.id: d for d in decode_node_devices(text)}
 
 
@@ -45,7 +45,7 @@ def test_startup_registers_with_kubelet_and_annotates_the_node(rig: Rig) -> None
 
 def test_an_unchanged_annotation_is_not_patched_again(rig: Rig) -> None:
     _registered(rig)
-    wait_for(lambda: rig.metric("hami_deviceplugin_register_total", result="unchanged") >= 3, what="passes")
+    wait_until(lambda: rig.metric("hami_deviceplugin_register_total", result="unchanged") >= 3, what="passes")
     assert rig.kube_api.requests.count("PATCH", f"/api/v1/nodes/{NODE}$") == 1
 
 
@@ -59,7 +59,7 @@ def test_list_and_watch_and_xid_health(rig: Rig) -> None:
         ]
         assert {d.health for d in first.devices} == {"Healthy"}
         rig.nvml.inject_xid(0, 43)  # an application error: ignored
-        wait_for(
+        wait_until(
             lambda: rig.metric("hami_deviceplugin_health_events_total", device_uuid=U0, event="xid_ignored")
         )
         rig.nvml.inject_xid(1, 79)  # fallen off the bus
@@ -67,7 +67,7 @@ def test_list_and_watch_and_xid_health(rig: Rig) -> None:
         health = {d.ID: d.health for d in second.devices}
         assert health[f"{U1}-3"] == "Unhealthy" and health[f"{U0}-0"] == "Healthy"
         stream.cancel()
-    wait_for(lambda: not _registered(rig)[U1].health, what="health:false in the annotation")
+    wait_until(lambda: not _registered(rig)[U1].health, what="health:false in the annotation")
     assert _registered(rig)[U0].health
     assert rig.metric("hami_deviceplugin_health_events_total", device_uuid=U1, event="xid_critical") == 1
     assert (
@@ -81,17 +81,17 @@ def test_list_and_watch_and_xid_health(rig: Rig) -> None:
 def test_a_kubelet_restart_is_survived_and_resets_health(rig: Rig) -> None:
     rig.kubelet.next_registration()
     rig.nvml.inject_xid(0, 48)
-    wait_for(lambda: not _registered(rig)[U0].health, what="unhealthy U0")
+    wait_until(lambda: not _registered(rig)[U0].health, what="unhealthy U0")
     rig.kubelet.restart()  # wipes the sockets and serves a new kubelet.sock
     again = rig.kubelet.next_registration()
     assert again.endpoint == "nvidia-gpu.sock"
-    wait_for(rig.manager.started.is_set, what="restarted plugin")
+    wait_until(rig.manager.started.is_set, what="restarted plugin")
     channel, stub = rig.kubelet.plugin("nvidia-gpu.sock")
     with channel:
         devices = next(stub.ListAndWatch(pb.Empty())).devices
     # The restart rebuilt the device state: the only way back from Unhealthy (spec §C.6).
     assert {d.health for d in devices} == {"Healthy"}
-    wait_for(lambda: _registered(rig)[U0].health, what="healthy U0 in the annotation")
+    wait_until(lambda: _registered(rig)[U0].health, what="healthy U0 in the annotation")
 
 
 def test_a_failed_patch_is_retried(kube_api: KubeAPIServer, kube_client: Any, short_dir: Path) -> None:
@@ -117,7 +117,7 @@ def test_mig_apply_lock_pauses_health_and_registration(rig: Rig) -> None:
     assert rig.metric("hami_deviceplugin_health_events_total", device_uuid=U1, event="xid_critical") == 0
     assert rig.metric("hami_deviceplugin_register_total", result="unchanged") <= before + 1
     lock.unlink()
-    wait_for(lambda: not _registered(rig)[U1].health, what="the queued Xid judged after the pause")
+    wait_until(lambda: not _registered(rig)[U1].health, what="the queued Xid judged after the pause")
 
 
 def test_filtered_and_wildcard_configured_node(

@@ -1,13 +1,11 @@
-"""The ``hami-device-plugin`` process: flags, seed 001 §1.2 log sequence, :9396 metrics, SIGHUP, SIGTERM."""
+"""The ``hami-device-plugin`` process: flags, HAMi's start-up log sequence, :9396 metrics, SIGHUP, SIGTERM."""
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +17,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from hami.core import annotations as ann
 from hami.deviceplugin.metrics import describe
 from hami.testing.kubeapi import KubeAPIServer
-from tests.deviceplugin.conftest import NODE, NVML_SPEC
-from tests.deviceplugin.kubelet import FakeKubelet, wait_for
+from hami.testing.kubelet import FakeKubelet
+from hami.testing.pluginrig import NODE, NVML_SPEC
+from hami.testing.processes import Daemon, python_env
 
-ROOT = Path(__file__).resolve().parents[2]
-
-# Seed 001 §1.2, in order (the substrings operators grep for).
+# HAMi's device-plugin start-up log, in order (the substrings operators grep for).
 STARTUP = [
     "Initializing metrics for scheduler",
     "reading config=",
@@ -51,20 +48,6 @@ FAMILIES = [
     "hami_device_core_scaling",
     "rest_client_requests_total",
 ]
-
-
-class Lines:
-    def __init__(self, stream: Any) -> None:
-        self.lines: list[str] = []
-        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
-        self._thread.start()
-
-    def _read(self, stream: Any) -> None:
-        for line in stream:
-            self.lines.append(line.rstrip("\n"))
-
-    def find(self, needle: str) -> str | None:
-        return next((line for line in list(self.lines) if needle in line), None)
 
 
 def exposed_families(text: str) -> set[str]:
@@ -100,23 +83,20 @@ def test_daemon_end_to_end(
         "--pass-device-specs=true", "--gdrcopy-enabled", "--imex-channel-ids=0,1",
         "--device-id-strategy=index",
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "NODE_NAME": NODE, "PYTHONFAULTHANDLER": "1"}
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    logs = Daemon(cmd, python_env(NODE_NAME=NODE, PYTHONFAULTHANDLER="1"))
+    proc = logs.proc
     try:
-        logs = Lines(proc.stderr)
         req = kubelet.next_registration()
         assert req.resource_name == "nvidia.com/gpu"
-        wait_for(lambda: logs.find("Starting WatchAndRegister"), what="start-up sequence")
+        last = logs.wait_for_line("Starting WatchAndRegister")
         lines = list(logs.lines)
         missing = [needle for needle in STARTUP if not any(needle in line for line in lines)]
         assert missing == [], "\n".join(lines)
         positions = [next(i for i, line in enumerate(lines) if needle in line) for needle in STARTUP]
         assert positions == sorted(positions), logs.lines
-        assert re.match(
-            r"^I\d{4} \d\d:\d\d:\d\d\.\d{6} +\d+ \S+:\d+\] ", logs.find("Starting WatchAndRegister") or ""
-        )
-        url_line = wait_for(lambda: logs.find("Serving metrics on "), what="metrics URL")
-        metrics = requests.get(url_line.rsplit(" ", 1)[1], timeout=10).text
+        assert re.match(r"^I\d{4} \d\d:\d\d:\d\d\.\d{6} +\d+ \S+:\d+\] ", last.string)
+        metrics_url = logs.wait_for_line(r"Serving metrics on (\S+)").group(1)
+        metrics = requests.get(metrics_url, timeout=10).text
         for family in FAMILIES:
             assert f"# TYPE {family}" in metrics, family
         assert f'hami_device_memory_scaling{{node="{NODE}"}} 1.5' in metrics
@@ -133,15 +113,12 @@ def test_daemon_end_to_end(
             proc.wait(timeout=30)
             raise AssertionError("no exit after SIGTERM:\n" + "\n".join(logs.lines)) from None
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        logs.stop(grace=0)
         kubelet.stop()
 
 
 def test_missing_node_name_and_bad_config_fail_fast(short_dir: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "NODE_NAME"}
-    env["PYTHONPATH"] = str(ROOT / "src")
+    env = {k: v for k, v in python_env().items() if k != "NODE_NAME"}
     base = [sys.executable, "-m", "hami.deviceplugin", "--nvml=fake", f"--device-plugin-path={short_dir}"]
     out = subprocess.run(base, env=env, check=False, capture_output=True, text=True, timeout=120)
     assert out.returncode == 1 and "NODE_NAME is not set" in out.stderr

@@ -13,8 +13,8 @@ from hami.core.nvml import EVENT_DOUBLE_BIT_ECC, NvmlError
 from hami.core.nvml.fake import FakeNvml
 from hami.deviceplugin.health import HealthState, XidPolicy
 from hami.deviceplugin.nvml_source import HealthChecker, read_gpu_facts
-from tests.deviceplugin.conftest import NVML_SPEC, U0, U1
-from tests.deviceplugin.kubelet import wait_for
+from hami.testing.pluginrig import NVML_SPEC, U0, U1
+from hami.testing.wait import wait_until
 
 
 def _spec(**dev0: Any) -> dict[str, Any]:
@@ -87,7 +87,7 @@ def test_registration_outcomes(nvml: FakeNvml, tmp_path: Path) -> None:
     c = Checked(nvml, XidPolicy(), tmp_path / "lock")
     c.checker.start()
     try:
-        wait_for(lambda: (U1, "registration_failed") in c.events, what="registration failure")
+        wait_until(lambda: (U1, "registration_failed") in c.events, what="registration failure")
         assert (U0, "not_supported") in c.events
         assert c.healthy() == {U0: True, U1: False}
     finally:
@@ -98,12 +98,12 @@ def test_event_kinds(nvml: FakeNvml, tmp_path: Path) -> None:
     c = Checked(nvml, XidPolicy(disabled=frozenset({48})), tmp_path / "lock")
     c.checker.start()
     try:
-        wait_for(lambda: nvml.calls.get("nvmlEventSetWait"), what="the loop waiting")
+        wait_until(lambda: nvml.calls.get("nvmlEventSetWait"), what="the loop waiting")
         nvml.inject_event(0, EVENT_DOUBLE_BIT_ECC, 0)
         nvml.inject_xid(0, 48)  # disabled by policy
         nvml.inject_xid(0, 31)  # always ignored
         nvml.inject_xid(1, 79)
-        wait_for(lambda: (U1, "xid_critical") in c.events, what="critical Xid")
+        wait_until(lambda: (U1, "xid_critical") in c.events, what="critical Xid")
         assert c.events == [
             (U0, "non_xid_skipped"),
             (U0, "xid_ignored"),
@@ -120,7 +120,7 @@ def test_a_failing_wait_marks_everything_unhealthy(nvml: FakeNvml, tmp_path: Pat
     c = Checked(nvml, XidPolicy(), tmp_path / "lock")
     c.checker.start()
     try:
-        wait_for(lambda: c.healthy() == {U0: False, U1: False}, what="all unhealthy")
+        wait_until(lambda: c.healthy() == {U0: False, U1: False}, what="all unhealthy")
         assert sorted(c.events) == [(U0, "wait_error"), (U1, "wait_error")]
     finally:
         c.checker.stop()

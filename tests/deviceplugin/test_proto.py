@@ -10,7 +10,7 @@ from hami.deviceplugin.api import deviceplugin_pb2 as pb
 
 ROOT = Path(__file__).resolve().parents[2]
 API = ROOT / "src" / "hami" / "deviceplugin" / "api"
-KUBELET_API = Path(__file__).resolve().parent / "kubelet_api"
+KUBELET_API = ROOT / "src" / "hami" / "testing" / "kubelet_api"
 GENERATED = {
     "deviceplugin_pb2.py": API,
     "deviceplugin_pb2.pyi": API,

@@ -15,7 +15,7 @@ from hami.deviceplugin.container_setup import DEVICE_NUMBER_MISMATCH, AllocateEr
 from hami.deviceplugin.health import HealthState
 from hami.deviceplugin.inventory import GpuFacts, KubeletDevice, build_register_devices, kubelet_devices
 from hami.deviceplugin.server import PluginServer, SocketWatcher, register_with_kubelet
-from tests.deviceplugin.kubelet import FakeKubelet
+from hami.testing.kubelet import FakeKubelet
 
 U0 = "GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec"
 U1 = "GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448"

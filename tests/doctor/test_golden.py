@@ -8,8 +8,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from hami.testing.builders import event
+from hami.testing.doctorcluster import OLD_HANDSHAKE, hami_node, hami_pod, run_doctor, scheduler_pod
 from hami.testing.kubeapi import KubeAPIServer
-from tests.doctor.cluster import OLD_HANDSHAKE, event, node, pod, run_doctor, scheduler_pod
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -24,9 +25,9 @@ def _check(name: str, text: str) -> None:
 def test_golden_pod_filtering_failed(api: KubeAPIServer, kube_config_file: Path) -> None:
     for obj in (
         scheduler_pod(),
-        node("gpu-node-01"),
-        node("gpu-node-02"),
-        pod("train-1", "ml"),
+        hami_node("gpu-node-01"),
+        hami_node("gpu-node-02"),
+        hami_pod("train-1", "ml"),
         event(
             "train-1",
             "FilteringFailed",
@@ -47,8 +48,8 @@ def test_golden_pod_filtering_failed(api: KubeAPIServer, kube_config_file: Path)
 def test_golden_pod_stuck_bind(api: KubeAPIServer, kube_config_file: Path) -> None:
     for obj in (
         scheduler_pod(),
-        node("gpu-node-01", lock="2025-06-13T09:00:00Z,ml,train-2"),
-        pod(
+        hami_node("gpu-node-01", lock="2025-06-13T09:00:00Z,ml,train-2"),
+        hami_pod(
             "train-2",
             "ml",
             node_name="gpu-node-01",
@@ -67,9 +68,9 @@ def test_golden_pod_stuck_bind(api: KubeAPIServer, kube_config_file: Path) -> No
 
 def test_golden_nodes(api: KubeAPIServer, kube_config_file: Path) -> None:
     for obj in (
-        node("gpu-node-01"),
-        node("gpu-node-02", handshake=OLD_HANDSHAKE, gpus=0, lock="2025-06-13T09:09:40Z,ml,gone"),
-        node("cpu-node-01", register=None, handshake=None, gpus=0),
+        hami_node("gpu-node-01"),
+        hami_node("gpu-node-02", handshake=OLD_HANDSHAKE, gpus=0, lock="2025-06-13T09:09:40Z,ml,gone"),
+        hami_node("cpu-node-01", register=None, handshake=None, gpus=0),
     ):
         api.store.put(obj)
     code, out = run_doctor(kube_config_file, "nodes")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from hami.doctor import logscan
-from tests.doctor.cluster import run_doctor, run_json
+from hami.testing.doctorcluster import run_doctor, run_json
 
 # (line as the seeds print it, expected pattern key, seed level)
 SEED_LINES = [

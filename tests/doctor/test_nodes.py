@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hami.testing.doctorcluster import OLD_HANDSHAKE, UUID0, codes, hami_node, hami_pod, run_doctor, run_json
 from hami.testing.kubeapi import KubeAPIServer
-from tests.doctor.cluster import OLD_HANDSHAKE, UUID0, codes, node, pod, run_doctor, run_json
 
 
 def _dev(**fields: object) -> str:
@@ -28,34 +28,40 @@ def _dev(**fields: object) -> str:
 
 NODE_CASES = {
     "register-missing-cpu-node": (
-        node("n", register=None, handshake=None, gpus=0),
+        hami_node("n", register=None, handshake=None, gpus=0),
         1,
         "node.register.missing",
     ),
-    "register-missing-with-gpus": (node("n", register=None), 2, "node.register.missing"),
+    "register-missing-with-gpus": (hami_node("n", register=None), 2, "node.register.missing"),
     "register-legacy-format": (
-        node("n", register=f"{UUID0},10,32768,100,NVIDIA-A100,0,true:"),
+        hami_node("n", register=f"{UUID0},10,32768,100,NVIDIA-A100,0,true:"),
         2,
         "node.register.undecodable",
     ),
-    "register-empty-list": (node("n", register="[]"), 2, "node.register.undecodable"),
-    "uuid-form": (node("n", register=_dev(id="GPU-0")), 1, "node.device.uuid"),
-    "count-zero": (node("n", register=_dev(count=0)), 2, "node.device.count"),
-    "devmem-zero": (node("n", register=_dev(devmem=0)), 2, "node.device.devmem"),
-    "type-no-prefix": (node("n", register=_dev(type="A100")), 2, "node.device.type"),
-    "type-lowercase": (node("n", register=_dev(type="nvidia-a100")), 1, "node.device.type"),
-    "unhealthy": (node("n", register=_dev(health=False)), 1, "node.device.unhealthy"),
-    "handshake-missing": (node("n", handshake=None), 1, "node.handshake.missing"),
-    "handshake-legacy": (node("n", handshake="Reported_2025-06-13 09:09:00"), 1, "node.handshake.legacy"),
-    "handshake-undecodable": (node("n", handshake="Requesting_yesterday"), 1, "node.handshake.undecodable"),
-    "handshake-future": (node("n", handshake="Requesting_2025-06-13 10:10:00"), 1, "node.handshake.future"),
-    "handshake-old-but-allocatable": (node("n", handshake=OLD_HANDSHAKE), 0, "node.handshake.ok"),
-    "handshake-expired": (node("n", handshake=OLD_HANDSHAKE, gpus=0), 2, "node.handshake.expired"),
-    "lock-held": (node("n", lock="2025-06-13T09:09:00Z,default,owner"), 0, "node.lock.held"),
-    "lock-expired": (node("n", lock="2025-06-13T09:04:59Z,default,owner"), 1, "node.lock.expired"),
-    "lock-dangling": (node("n", lock="2025-06-13T09:09:00Z,default,gone"), 1, "node.lock.dangling"),
-    "lock-legacy": (node("n", lock="2025-06-13T09:09:00Z"), 0, "node.lock.held"),
-    "lock-malformed": (node("n", lock="2025-06-13T09:09:00Z,default"), 2, "node.lock.malformed"),
+    "register-empty-list": (hami_node("n", register="[]"), 2, "node.register.undecodable"),
+    "uuid-form": (hami_node("n", register=_dev(id="GPU-0")), 1, "node.device.uuid"),
+    "count-zero": (hami_node("n", register=_dev(count=0)), 2, "node.device.count"),
+    "devmem-zero": (hami_node("n", register=_dev(devmem=0)), 2, "node.device.devmem"),
+    "type-no-prefix": (hami_node("n", register=_dev(type="A100")), 2, "node.device.type"),
+    "type-lowercase": (hami_node("n", register=_dev(type="nvidia-a100")), 1, "node.device.type"),
+    "unhealthy": (hami_node("n", register=_dev(health=False)), 1, "node.device.unhealthy"),
+    "handshake-missing": (hami_node("n", handshake=None), 1, "node.handshake.missing"),
+    "handshake-legacy": (
+        hami_node("n", handshake="Reported_2025-06-13 09:09:00"), 1, "node.handshake.legacy"
+    ),
+    "handshake-undecodable": (
+        hami_node("n", handshake="Requesting_yesterday"), 1, "node.handshake.undecodable"
+    ),
+    "handshake-future": (
+        hami_node("n", handshake="Requesting_2025-06-13 10:10:00"), 1, "node.handshake.future"
+    ),
+    "handshake-old-but-allocatable": (hami_node("n", handshake=OLD_HANDSHAKE), 0, "node.handshake.ok"),
+    "handshake-expired": (hami_node("n", handshake=OLD_HANDSHAKE, gpus=0), 2, "node.handshake.expired"),
+    "lock-held": (hami_node("n", lock="2025-06-13T09:09:00Z,default,owner"), 0, "node.lock.held"),
+    "lock-expired": (hami_node("n", lock="2025-06-13T09:04:59Z,default,owner"), 1, "node.lock.expired"),
+    "lock-dangling": (hami_node("n", lock="2025-06-13T09:09:00Z,default,gone"), 1, "node.lock.dangling"),
+    "lock-legacy": (hami_node("n", lock="2025-06-13T09:09:00Z"), 0, "node.lock.held"),
+    "lock-malformed": (hami_node("n", lock="2025-06-13T09:09:00Z,default"), 2, "node.lock.malformed"),
 }
 
 
@@ -63,14 +69,14 @@ NODE_CASES = {
 def test_node_check(case: str, api: KubeAPIServer, kube_config_file: Path) -> None:
     obj, want_exit, want_code = NODE_CASES[case]
     api.store.put(obj)
-    api.store.put(pod("owner"))
+    api.store.put(hami_pod("owner"))
     code, doc = run_json(kube_config_file, "node", "n")
     assert want_code in codes(doc), codes(doc)
     assert code == want_exit, codes(doc)
 
 
 def test_device_table_has_the_seed_columns(api: KubeAPIServer, kube_config_file: Path) -> None:
-    api.store.put(node("n"))
+    api.store.put(hami_node("n"))
     _, doc = run_json(kube_config_file, "node", "n")
     table = doc["sections"][0]["tables"][0]
     assert table["headers"] == ["ID", "Index", "Count", "Devmem", "Devcore", "Type", "Numa", "Mode", "Health"]
@@ -88,7 +94,7 @@ def test_device_table_has_the_seed_columns(api: KubeAPIServer, kube_config_file:
 
 
 def test_nodes_selector_and_worst_status(api: KubeAPIServer, kube_config_file: Path) -> None:
-    good, bad = node("good"), node("bad", register=None)
+    good, bad = hami_node("good"), hami_node("bad", register=None)
     good["metadata"]["labels"] = {"gpu": "yes"}
     api.store.put(good)
     api.store.put(bad)
@@ -100,7 +106,7 @@ def test_nodes_selector_and_worst_status(api: KubeAPIServer, kube_config_file: P
 
 def test_handshake_threshold_flag(api: KubeAPIServer, kube_config_file: Path) -> None:
     """Seed 000's 300 s figure, if an operator insists on it, is one flag away."""
-    api.store.put(node("n", handshake=OLD_HANDSHAKE, gpus=0))
+    api.store.put(hami_node("n", handshake=OLD_HANDSHAKE, gpus=0))
     code, _ = run_json(kube_config_file, "node", "n", "--handshake-timeout", "301s")
     assert code == 0
 
@@ -108,7 +114,7 @@ def test_handshake_threshold_flag(api: KubeAPIServer, kube_config_file: Path) ->
 def test_fix_clears_an_expired_lock_after_confirmation(
     kube_api: KubeAPIServer, kube_config_file: Path
 ) -> None:
-    kube_api.store.put(node("n", lock="2025-06-13T09:00:00Z,default,gone"))
+    kube_api.store.put(hami_node("n", lock="2025-06-13T09:00:00Z,default,gone"))
     code, out = run_doctor(kube_config_file, "node", "n", "--fix", stdin="n\n")
     assert "nothing changed (not confirmed)" in out and code == 1
     assert kube_api.requests.count(method="PATCH") == 0
@@ -121,8 +127,9 @@ def test_fix_clears_an_expired_lock_after_confirmation(
 def test_fix_yes_clears_a_stuck_handshake_and_keeps_a_fresh_lock(
     kube_api: KubeAPIServer, kube_config_file: Path
 ) -> None:
-    kube_api.store.put(node("n", handshake=OLD_HANDSHAKE, gpus=0, lock="2025-06-13T09:09:00Z,default,owner"))
-    kube_api.store.put(pod("owner"))
+    lock = "2025-06-13T09:09:00Z,default,owner"
+    kube_api.store.put(hami_node("n", handshake=OLD_HANDSHAKE, gpus=0, lock=lock))
+    kube_api.store.put(hami_pod("owner"))
     code, doc = run_json(kube_config_file, "node", "n", "--fix", "--yes")
     assert doc["fixed"] == ["removed hami.io/node-handshake from n"] and code == 2
     annos = kube_api.store.get("nodes", "n")["metadata"]["annotations"]
@@ -133,7 +140,7 @@ def test_fix_skips_a_lock_that_changed(kube_api: KubeAPIServer, kube_client: obj
     from hami.doctor import fix
     from hami.doctor.findings import Remedy
 
-    kube_api.store.put(node("n", lock="2025-06-13T09:09:59Z,default,new-owner"))
+    kube_api.store.put(hami_node("n", lock="2025-06-13T09:09:59Z,default,new-owner"))
     result = fix.apply(
         kube_client, [Remedy("n", "hami.io/mutex.lock", "2025-06-13T09:00:00Z,default,old", "x")]
     )
@@ -149,7 +156,7 @@ def test_context_flag_selects_the_cluster(api: KubeAPIServer, tmp_path: Path) ->
     cfg["current-context"] = "dead"
     path = tmp_path / "kubeconfig"
     path.write_text(yaml.safe_dump(cfg))
-    api.store.put(node("n"))
+    api.store.put(hami_node("n"))
     code, _ = run_doctor(path, "node", "n", "--kube-timeout", "2")
     assert code == 4  # the current context's server does not answer
     code, _ = run_doctor(path, "node", "n", "--context", "emulator")

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from hami.testing.builders import event
+from hami.testing.doctorcluster import OLD_HANDSHAKE, codes, hami_node, hami_pod, run_json, scheduler_pod
 from hami.testing.kubeapi import KubeAPIServer
-from tests.doctor.cluster import OLD_HANDSHAKE, codes, event, node, pod, run_json, scheduler_pod
 
 Seed = Callable[[KubeAPIServer], None]
 
@@ -21,58 +22,64 @@ def _put(api: KubeAPIServer, *objs: dict[str, Any]) -> None:
 
 def healthy(api: KubeAPIServer, *objs: dict[str, Any]) -> None:
     """A running scheduler and two registered nodes, plus the given objects."""
-    _put(api, scheduler_pod(), node("gpu-node-01"), node("gpu-node-02"), *objs)
+    _put(api, scheduler_pod(), hami_node("gpu-node-01"), hami_node("gpu-node-02"), *objs)
 
 
 def filter_failed(message: str, **kw: Any) -> Seed:
-    return lambda api: healthy(api, pod("p"), event("p", "FilteringFailed", message, **kw))
+    return lambda api: healthy(api, hami_pod("p"), event("p", "FilteringFailed", message, **kw))
 
 
 CASES: dict[str, tuple[Seed, int, str]] = {
     # C2/C3: no HAMi resources.
-    "no-resources": (lambda api: healthy(api, pod("p", resources={"cpu": "1"})), 2, "pod.resources.none"),
+    "no-resources": (
+        lambda api: healthy(api, hami_pod("p", resources={"cpu": "1"})), 2, "pod.resources.none"
+    ),
     "gpumem-not-integer": (
-        lambda api: healthy(api, pod("p", resources={"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8Gi"})),
+        lambda api: healthy(
+            api, hami_pod("p", resources={"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8Gi"})
+        ),
         2,
         "pod.resources.invalid",
     ),
     "gpumem-without-gpu": (
-        lambda api: healthy(api, pod("p", resources={"nvidia.com/gpumem": "4096"})),
+        lambda api: healthy(api, hami_pod("p", resources={"nvidia.com/gpumem": "4096"})),
         2,
         "pod.resources.no-gpu-count",
     ),
     # C4/C5: wrong schedulerName.
     "scheduler-name": (
-        lambda api: healthy(api, pod("p", scheduler="default-scheduler")),
+        lambda api: healthy(api, hami_pod("p", scheduler="default-scheduler")),
         2,
         "pod.scheduler-name.wrong",
     ),
     # C/C1: scheduler not running.
-    "scheduler-missing": (lambda api: _put(api, node("gpu-node-01"), pod("p")), 2, "scheduler.missing"),
+    "scheduler-missing": (
+        lambda api: _put(api, hami_node("gpu-node-01"), hami_pod("p")), 2, "scheduler.missing"
+    ),
     "scheduler-crashloop": (
-        lambda api: _put(api, scheduler_pod(waiting="CrashLoopBackOff"), pod("p")),
+        lambda api: _put(api, scheduler_pod(waiting="CrashLoopBackOff"), hami_pod("p")),
         2,
         "scheduler.not-running",
     ),
     "scheduler-seed-label": (
-        lambda api: _put(api, scheduler_pod(label="app", role=""), node("gpu-node-01"), pod("p")),
+        lambda api: _put(api, scheduler_pod(label="app", role=""), hami_node("gpu-node-01"), hami_pod("p")),
         1,
         "pod.events.none",
     ),
     "scheduler-no-leader": (
-        lambda api: _put(api, scheduler_pod(role="follower"), node("gpu-node-01"), pod("p")),
+        lambda api: _put(api, scheduler_pod(role="follower"), hami_node("gpu-node-01"), hami_pod("p")),
         1,
         "scheduler.no-leader",
     ),
     # C6: everything right but no HAMi event.
-    "no-events": (lambda api: healthy(api, pod("p")), 1, "pod.events.none"),
+    "no-events": (lambda api: healthy(api, hami_pod("p")), 1, "pod.events.none"),
     # Seed 001 §6 PEND1 → PEND3/PEND5.
     "insufficient-no-allocatable": (
         lambda api: _put(
             api,
             scheduler_pod(),
-            node("gpu-node-01", gpus=0),
-            pod("p"),
+            hami_node("gpu-node-01", gpus=0),
+            hami_pod("p"),
             event(
                 "p",
                 "FailedScheduling",
@@ -86,7 +93,7 @@ CASES: dict[str, tuple[Seed, int, str]] = {
     "insufficient-all-used": (
         lambda api: healthy(
             api,
-            pod("p"),
+            hami_pod("p"),
             event("p", "FailedScheduling", "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."),
         ),
         2,
@@ -124,8 +131,8 @@ CASES: dict[str, tuple[Seed, int, str]] = {
         lambda api: _put(
             api,
             scheduler_pod(),
-            node("gpu-node-01", register=None),
-            pod("p"),
+            hami_node("gpu-node-01", register=None),
+            hami_pod("p"),
             event("p", "FilteringFailed", "1 nodes NodeUnfitPod(gpu-node-01)"),
         ),
         2,
@@ -136,8 +143,8 @@ CASES: dict[str, tuple[Seed, int, str]] = {
         lambda api: _put(
             api,
             scheduler_pod(),
-            node("gpu-node-01", register="GPU-0,10,32768,100,NVIDIA,0,true:"),
-            pod("p"),
+            hami_node("gpu-node-01", register="GPU-0,10,32768,100,NVIDIA,0,true:"),
+            hami_pod("p"),
             event("p", "FilteringFailed", "no available node, 1 nodes do not meet"),
         ),
         2,
@@ -147,8 +154,8 @@ CASES: dict[str, tuple[Seed, int, str]] = {
         lambda api: _put(
             api,
             scheduler_pod(),
-            node("gpu-node-01", handshake=OLD_HANDSHAKE, gpus=0),
-            pod("p"),
+            hami_node("gpu-node-01", handshake=OLD_HANDSHAKE, gpus=0),
+            hami_pod("p"),
             event("p", "FilteringFailed", "no available node, 1 nodes do not meet"),
         ),
         2,
@@ -165,16 +172,16 @@ CASES: dict[str, tuple[Seed, int, str]] = {
         lambda api: _put(
             api,
             scheduler_pod(),
-            node("gpu-node-01", lock="2025-06-13T09:09:00Z,team-a,other"),
-            pod("other", "team-a"),
-            pod("p"),
+            hami_node("gpu-node-01", lock="2025-06-13T09:09:00Z,team-a,other"),
+            hami_pod("other", "team-a"),
+            hami_pod("p"),
             event("p", "BindingFailed", "node gpu-node-01 has been locked within 5m0s: node lock contention"),
         ),
         2,
         "node.lock.other",
     ),
     "bind-failed-api": (
-        lambda api: healthy(api, pod("p"), event("p", "BindingFailed", 'pods "p" is forbidden')),
+        lambda api: healthy(api, hami_pod("p"), event("p", "BindingFailed", 'pods "p" is forbidden')),
         2,
         "pod.bind.failed",
     ),
@@ -182,7 +189,7 @@ CASES: dict[str, tuple[Seed, int, str]] = {
     "filter-succeeded-pending": (
         lambda api: healthy(
             api,
-            pod("p"),
+            hami_pod("p"),
             event(
                 "p",
                 "FilteringFailed",
@@ -192,7 +199,7 @@ CASES: dict[str, tuple[Seed, int, str]] = {
             event(
                 "p",
                 "FilteringSucceed",
-                "find fit node(gpu-node-01), 1 nodes not fit, 1 nodes fit(gpu-node-01:3.00)",
+                "find fit hami_node(gpu-node-01), 1 nodes not fit, 1 nodes fit(gpu-node-01:3.00)",
                 type_="Normal",
             ),
         ),
@@ -203,7 +210,7 @@ CASES: dict[str, tuple[Seed, int, str]] = {
     "bind-allocating-stuck": (
         lambda api: healthy(
             api,
-            pod(
+            hami_pod(
                 "p",
                 node_name="gpu-node-01",
                 annotations={
@@ -219,7 +226,7 @@ CASES: dict[str, tuple[Seed, int, str]] = {
     "bind-failed-phase": (
         lambda api: healthy(
             api,
-            pod(
+            hami_pod(
                 "p",
                 node_name="gpu-node-01",
                 annotations={"hami.io/bind-phase": "failed", "hami.io/bind-time": "1749805770"},
@@ -232,8 +239,8 @@ CASES: dict[str, tuple[Seed, int, str]] = {
         lambda api: _put(
             api,
             scheduler_pod(),
-            node("gpu-node-01", lock="2025-06-13T09:09:30Z,default,p"),
-            pod(
+            hami_node("gpu-node-01", lock="2025-06-13T09:09:30Z,default,p"),
+            hami_pod(
                 "p",
                 node_name="gpu-node-01",
                 annotations={"hami.io/bind-phase": "allocating", "hami.io/bind-time": "1749805770"},
@@ -245,7 +252,7 @@ CASES: dict[str, tuple[Seed, int, str]] = {
     "bind-success": (
         lambda api: healthy(
             api,
-            pod(
+            hami_pod(
                 "p",
                 node_name="gpu-node-01",
                 phase="Running",
@@ -274,8 +281,8 @@ def test_pod_tree_branch(case: str, api: KubeAPIServer, kube_config_file: Path) 
 def test_stuck_bind_offers_clearing_the_expired_lock(api: KubeAPIServer, kube_config_file: Path) -> None:
     healthy(
         api,
-        node("gpu-node-03", lock="2025-06-13T09:00:00Z,default,p"),
-        pod(
+        hami_node("gpu-node-03", lock="2025-06-13T09:00:00Z,default,p"),
+        hami_pod(
             "p",
             node_name="gpu-node-03",
             annotations={"hami.io/bind-phase": "allocating", "hami.io/bind-time": "1749805200"},
@@ -291,7 +298,7 @@ def test_stuck_bind_offers_clearing_the_expired_lock(api: KubeAPIServer, kube_co
 
 def test_stops_at_the_first_broken_step(api: KubeAPIServer, kube_config_file: Path) -> None:
     """No resources: the scheduler is not even looked at (the tree ends at C3)."""
-    _put(api, pod("p", resources={}))
+    _put(api, hami_pod("p", resources={}))
     code, doc = run_json(kube_config_file, "pod", "default/p")
     assert codes(doc) == ["pod.resources.none"]
     assert code == 2
@@ -308,7 +315,7 @@ def test_lease_stale_and_fresh(api: KubeAPIServer, kube_config_file: Path) -> No
             "renewTime": "2025-06-13T09:08:00.000000Z",
         },
     }
-    healthy(api, pod("p"), lease)
+    healthy(api, hami_pod("p"), lease)
     lease_flag = ("--scheduler-lease", "kube-system/hami-scheduler")
     code, doc = run_json(kube_config_file, "pod", "default/p", *lease_flag)
     assert "scheduler.lease.stale" in codes(doc) and code == 1
@@ -321,6 +328,6 @@ def test_lease_stale_and_fresh(api: KubeAPIServer, kube_config_file: Path) -> No
 
 
 def test_custom_scheduler_name(api: KubeAPIServer, kube_config_file: Path) -> None:
-    healthy(api, pod("p", scheduler="my-hami"))
+    healthy(api, hami_pod("p", scheduler="my-hami"))
     code, doc = run_json(kube_config_file, "pod", "default/p", "--scheduler-name", "my-hami")
     assert "pod.scheduler-name.ok" in codes(doc) and code == 1  # no HAMi events yet

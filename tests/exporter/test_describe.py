@@ -2,7 +2,6 @@
 API-client metrics on the registry it exposes."""
 
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ from hami.exporter.config import load_config
 from hami.exporter.main import Monitor, run
 from hami.testing.kubeapi import KubeAPIServer
 from hami.testing.simnode import SimNode
+from hami.testing.wait import wait_until
 
 STANDARD = ("process_", "python_")
 MIG_ONLY = {"hami_mig_device_info", "MigInfo"}  # served only on a node with MIG allocations
@@ -85,13 +85,11 @@ def test_run_serves_api_client_metrics(
     thread = threading.Thread(target=lambda: exits.append(run(cfg, stop, registry)), daemon=True)
     thread.start()
     try:
-        deadline = time.monotonic() + 30
-        while (
-            registry.get_sample_value("hami_kube_informer_synced", {"resource": "pods"}) != 1.0
-            and time.monotonic() < deadline
-        ):
-            time.sleep(0.05)
-        assert registry.get_sample_value("hami_kube_informer_synced", {"resource": "pods"}) == 1.0
+        wait_until(
+            lambda: registry.get_sample_value("hami_kube_informer_synced", {"resource": "pods"}) == 1.0,
+            30,
+            "the pod informer synced",
+        )
         host = kube_api.url.split("://", 1)[1]
         assert (
             registry.get_sample_value(

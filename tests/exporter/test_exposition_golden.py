@@ -12,6 +12,7 @@ from hami.core.nvml.fake import FakeNvml
 from hami.exporter.collector import MonitorCollector
 from hami.exporter.discovery import ContainerLister
 from hami.exporter.host import HostReader
+from hami.testing import builders
 from hami.testing.regions import MEM_CONTEXT, MEM_DATA, MEM_MODULE, RegionWriter
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -52,7 +53,7 @@ NVML_SPEC = {
 }
 
 
-def pod(
+def running_pod(
     uid: str,
     name: str,
     containers: list[str],
@@ -61,21 +62,16 @@ def pod(
     labels: dict[str, str] | None = None,
     init: list[str] | None = None,
 ) -> dict[str, object]:
-    ann = {"hami.io/vgpu-devices-allocated": allocated} if allocated else {}
-    return {
-        "metadata": {
-            "uid": uid,
-            "name": name,
-            "namespace": "team-a",
-            "annotations": ann,
-            "labels": labels or {},
-        },
-        "spec": {
-            "containers": [{"name": c} for c in containers],
-            "initContainers": [{"name": c} for c in init or []],
-        },
-        "status": {"phase": "Running"},
-    }
+    return builders.pod(
+        *({"name": c} for c in containers),
+        init=[{"name": c} for c in init or []],
+        name=name,
+        namespace="team-a",
+        uid=uid,
+        annotations={"hami.io/vgpu-devices-allocated": allocated} if allocated else {},
+        labels=labels,
+        phase="Running",
+    )
 
 
 @pytest.fixture
@@ -105,9 +101,9 @@ def node(tmp_path: Path) -> Iterator[tuple[ContainerLister, list[dict[str, objec
     region("uid-b_sidecar", "v1.1", [b"\xff"], [1 << 30], [0])  # bad uuid: device skipped
     (tmp_path / "containers" / "uid-gone_main").mkdir()  # no pod: not exported
     pods = [
-        pod("uid-a", "trainer", ["train"], labels={"app": "trainer", "team": "a"}),
-        pod("uid-b", "server", ["infer", "sidecar"]),
-        pod(
+        running_pod("uid-a", "trainer", ["train"], labels={"app": "trainer", "team": "a"}),
+        running_pod("uid-b", "server", ["infer", "sidecar"]),
+        running_pod(
             "uid-c", "waiting", ["main"], init=["setup"], allocated=f";{GPU1},NVIDIA,2048,25:;"
         ),  # allocated, CUDA not started yet
     ]

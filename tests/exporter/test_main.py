@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from hami.exporter.config import ConfigError, load_config, parse_duration
+from hami.exporter.config import ConfigError, load_config
 
 
 @pytest.mark.parametrize(("env", "missing"), [({}, "HOOK_PATH"), ({"HOOK_PATH": "/x"}, "NODE_NAME")])
@@ -54,12 +54,19 @@ def test_config_error_type() -> None:
         load_config([], {"NODE_NAME": "n"})
 
 
+ENV = {"HOOK_PATH": "/h", "NODE_NAME": "n"}
+
+
 @pytest.mark.parametrize(("text", "seconds"), [("5m", 300), ("1h30m", 5400), ("250ms", 0.25), ("2.5s", 2.5)])
-def test_parse_duration(text: str, seconds: float) -> None:
-    assert parse_duration(text) == seconds
+def test_resync_interval_is_a_go_duration(text: str, seconds: float) -> None:
+    cfg = load_config([], {**ENV, "HAMI_RESYNC_INTERVAL": text})
+    assert (cfg.resync_s, cfg.warnings) == (seconds, ())
 
 
-@pytest.mark.parametrize("text", ["", "5", "m", "5x", "5m 3s"])
-def test_parse_duration_rejects(text: str) -> None:
-    with pytest.raises(ValueError):
-        parse_duration(text)
+@pytest.mark.parametrize("text", ["5", "m", "5x", "5m 3s", "-1m"])
+def test_invalid_resync_interval_keeps_5m(text: str) -> None:
+    cfg = load_config([], {**ENV, "HAMI_RESYNC_INTERVAL": text})
+    assert cfg.resync_s == 300.0
+    (warning,) = cfg.warnings
+    assert warning.startswith(f"invalid HAMI_RESYNC_INTERVAL (invalid duration {text!r}")
+    assert warning.endswith("using 5m")

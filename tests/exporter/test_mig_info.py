@@ -13,18 +13,15 @@ from hami.core.codec.pod_devices import decode_pod_devices
 from hami.core.devices import MigAllocation, MigPlacement
 from hami.exporter.collector import MonitorCollector
 from hami.exporter.discovery import ContainerLister
+from hami.testing import builders
 
 GPU = "GPU-11111111-1111-2222-3333-444444444444"
 MIG = "MIG-aaaaaaaa-1111-2222-3333-444444444444"
 
 
-def pod(name: str, mig: str, *, init: tuple[str, ...] = (), phase: str = "Running") -> dict[str, object]:
-    return {
-        "metadata": {"uid": f"uid-{name}", "name": name, "namespace": "ml",
-                     "annotations": {"hami.io/vgpu-mig-allocations": mig}},
-        "spec": {"initContainers": [{"name": c} for c in init], "containers": [{"name": "main"}]},
-        "status": {"phase": phase},
-    }
+def mig_pod(name: str, mig: str, *, init: tuple[str, ...] = (), phase: str = "Running") -> dict[str, object]:
+    return builders.pod({"name": "main"}, init=[{"name": c} for c in init], name=name, namespace="ml",
+                        uid=f"uid-{name}", annotations={"hami.io/vgpu-mig-allocations": mig}, phase=phase)
 
 
 def alloc(container: int, device: int, *, identity: bool = True, gi: int = 3) -> MigAllocation:
@@ -41,10 +38,10 @@ def test_mig_series_from_the_annotation(tmp_path: Path, caplog: pytest.LogCaptur
     (tmp_path / "containers").mkdir()
     pods = [
         # init container first: containerIndex 1 is "main"; the second device is not created yet
-        pod("a", encode_mig_allocations([alloc(1, 0), alloc(1, 1, identity=False)]), init=("setup",)),
-        pod("b", encode_mig_allocations([alloc(3, 0)])),  # index past the containers
-        pod("c", '[{"containerIndex": "x"}]'),  # does not decode
-        pod("d", encode_mig_allocations([alloc(0, 0)]), phase="Succeeded"),
+        mig_pod("a", encode_mig_allocations([alloc(1, 0), alloc(1, 1, identity=False)]), init=("setup",)),
+        mig_pod("b", encode_mig_allocations([alloc(3, 0)])),  # index past the containers
+        mig_pod("c", '[{"containerIndex": "x"}]'),  # does not decode
+        mig_pod("d", encode_mig_allocations([alloc(0, 0)]), phase="Succeeded"),
     ]
     lister = ContainerLister(str(tmp_path))
     lister.update(None)

@@ -1,9 +1,6 @@
 """Debian's real Prometheus scrapes the monitor on a simulated node; promtool lints a live scrape."""
 
-import shutil
-import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,19 +9,12 @@ import requests
 
 from hami.exporter.config import load_config
 from hami.exporter.main import Monitor
+from hami.testing import prometheus
+from hami.testing.dashqueries import Prometheus
 from hami.testing.simnode import SimNode
+from hami.testing.wait import wait_until
 
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
-PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
-pytestmark = pytest.mark.skipif(
-    not (Path(PROMETHEUS).exists() and Path(PROMTOOL).exists()), reason="prometheus/promtool not installed"
-)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+pytestmark = pytest.mark.skipif(not prometheus.available(), reason="prometheus/promtool not installed")
 
 
 @pytest.fixture
@@ -49,7 +39,12 @@ def test_promtool_clean_on_live_scrape(monitor: Monitor) -> None:
     body = requests.get(monitor.server.url + "/metrics", timeout=10).text
     assert "hami_vgpu_memory_used_bytes{" in body and "hami_host_gpu_power_watts{" in body
     lint = subprocess.run(
-        [PROMTOOL, "check", "metrics"], input=body, capture_output=True, text=True, timeout=60, check=False
+        [prometheus.PROMTOOL, "check", "metrics"],
+        input=body,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     findings = [line for line in (lint.stdout + lint.stderr).splitlines() if line.strip()]
     assert findings == [], findings
@@ -58,45 +53,21 @@ def test_promtool_clean_on_live_scrape(monitor: Monitor) -> None:
 def test_prometheus_scrapes_and_queries(monitor: Monitor, tmp_path: Path) -> None:
     assert monitor.server is not None
     target = monitor.server.url.split("://", 1)[1]
-    port = free_port()
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
+    config = (
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
         f"scrape_configs:\n- job_name: hami-monitor\n  static_configs: [{{targets: ['{target}']}}]\n"
     )
-    proc = subprocess.Popen(
-        [
-            PROMETHEUS,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 90
-        result: list[dict[str, object]] = []
-        while time.monotonic() < deadline and not result:
-            try:
-                r = requests.get(
-                    f"http://127.0.0.1:{port}/api/v1/query",
-                    params={"query": 'hami_vgpu_memory_used_bytes{node="sim-node"} > 0'},
-                    timeout=5,
-                )
-                result = r.json()["data"]["result"]
-            except (requests.RequestException, KeyError, ValueError):
-                pass
-            if not result:
-                time.sleep(0.5)
-        assert result, "Prometheus never stored a non-zero hami_vgpu_memory_used_bytes"
-        up = requests.get(f"http://127.0.0.1:{port}/api/v1/query", params={"query": "up"}, timeout=5).json()
-        assert up["data"]["result"][0]["value"][1] == "1"
+    with prometheus.PrometheusServer(tmp_path / "data", config) as server:
+        prom = Prometheus(server.url, timeout=5)
+        result = wait_until(
+            lambda: prom.query('hami_vgpu_memory_used_bytes{node="sim-node"} > 0'),
+            90,
+            "Prometheus to store a non-zero hami_vgpu_memory_used_bytes",
+            interval=0.5,
+        )
+        assert prom.query("up")[0]["value"][1] == "1"
         labels = result[0]["metric"]
         assert isinstance(labels, dict)
         assert {"namespace", "pod", "container", "vdevice_index", "device_uuid", "node", "zone"} <= set(
             labels
         )
-    finally:
-        proc.terminate()
-        proc.wait(30)

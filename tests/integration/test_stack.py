@@ -10,7 +10,6 @@ expressions and thresholds unchanged); XIDs every 5 s and a batch pod every 5 s.
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -32,6 +31,7 @@ from hami.testing.stack import (
     StackOptions,
     installed,
 )
+from hami.testing.wait import wait_until
 
 pytestmark = [
     pytest.mark.slow,
@@ -46,14 +46,7 @@ WAIT_S = 120.0  # every bounded wait: generous for a loaded 2-core machine
 LAST_GPU = cluster.gpu_uuid(0, 3)
 
 def poll(check: Callable[[], T | None], what: str, timeout: float = WAIT_S) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.5)
+    return wait_until(check, timeout, what, interval=0.5)
 
 
 @pytest.fixture(scope="module")

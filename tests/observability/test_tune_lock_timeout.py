@@ -34,7 +34,7 @@ def node_lock(timeout: float | None, flag: float = 300.0) -> Recommendation:
 
 def test_exported_timeout_is_the_current_value() -> None:
     rec = node_lock(timeout=600.0, flag=300.0)
-    assert (rec.value, rec.current) == ("3m", "10m")
+    assert (rec.value, rec.current) == ("3m0s", "10m0s")
     queries = [e.query for e in rec.evidence]
     assert f"max(hami_scheduler_node_lock_timeout_seconds{{{SCH}}})" in queries
     assert "--node-lock-expire" not in queries
@@ -42,7 +42,7 @@ def test_exported_timeout_is_the_current_value() -> None:
 
 def test_flag_is_the_fallback_and_the_evidence_says_so() -> None:
     rec = node_lock(timeout=None, flag=240.0)
-    assert rec.current == "4m"
+    assert rec.current == "4m0s"
     fallback = [e for e in rec.evidence if e.query == "--node-lock-expire"]
     assert len(fallback) == 1 and fallback[0].value == 240.0
     assert "hami_scheduler_node_lock_timeout_seconds" in fallback[0].label

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from typing import Any
 import pytest
 
 from hami.testing import prometheus
+from hami.testing.processes import free_port, python_env
 from hami.tune.main import main
 
 pytestmark = pytest.mark.skipif(not prometheus.available(), reason="prometheus/promtool not installed")
@@ -144,7 +144,7 @@ def test_recommendations_from_real_prometheus(prom_url: str, capsys: pytest.Capt
 
     lock = recs["nodeLockExpire"]
     # Two locks expired, binds take < 0.5 s: stale locks, shorten to 3m.
-    assert (lock["value"], lock["current"]) == ("3m", "5m")
+    assert (lock["value"], lock["current"]) == ("3m0s", "5m0s")
 
     # Every number comes with the query that produced it.
     evidence = mem["evidence"]
@@ -191,7 +191,7 @@ def test_before_any_data_everything_is_refused(prom_url: str, capsys: pytest.Cap
 
 
 def test_unreachable_prometheus_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
-    url = f"http://127.0.0.1:{prometheus.free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     assert main(["--prometheus-url", url, "--timeout", "5"]) == 1
     assert "cannot reach Prometheus" in capsys.readouterr().err
 
@@ -204,7 +204,7 @@ def test_module_entry_point(prom_url: str, tmp_path: Path) -> None:
         timeout=120,
         check=False,
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")},
+        env=python_env(),
     )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["recommendations"][0]["parameter"] == "deviceMemoryScaling"

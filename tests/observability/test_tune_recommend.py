@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from hami.tune import recommend as r
-from hami.tune.main import parse_duration
+from hami.tune.main import build_parser
 from hami.tune.promapi import PrometheusError, parse_result
 
 GIB = 1024**3
@@ -179,42 +179,50 @@ def test_pending_pods_without_saturated_devices_keep_the_table_value() -> None:
 
 def test_quiet_cluster_keeps_the_default() -> None:
     rec = r.recommend_node_lock_expire(r.LockInputs(300, 0, 0.2, 0.5))
-    assert (rec.value, rec.current) == ("5m", "5m")
+    assert (rec.value, rec.current) == ("5m0s", "5m0s")
 
 
 def test_expired_locks_with_fast_binds_shorten_to_3m() -> None:
-    assert r.recommend_node_lock_expire(r.LockInputs(300, 2, 0.2, 0.5)).value == "3m"
+    assert r.recommend_node_lock_expire(r.LockInputs(300, 2, 0.2, 0.5)).value == "3m0s"
 
 
 def test_long_lock_waits_shorten_to_3m() -> None:
-    assert r.recommend_node_lock_expire(r.LockInputs(300, 0, 0.2, 90)).value == "3m"
+    assert r.recommend_node_lock_expire(r.LockInputs(300, 0, 0.2, 90)).value == "3m0s"
 
 
 def test_expired_locks_with_slow_binds_raise_to_8m() -> None:
     # p99 bind 100 s: 3 × 100 s >= the 5m expiry, so binds themselves outlive the lock.
-    assert r.recommend_node_lock_expire(r.LockInputs(300, 1, 100, 5)).value == "8m"
+    assert r.recommend_node_lock_expire(r.LockInputs(300, 1, 100, 5)).value == "8m0s"
 
 
 def test_expiry_never_drops_below_three_binds_nor_exceeds_10m() -> None:
     # p99 bind 70 s -> floor 4m (3 × 70 s = 3.5m, whole minutes): 3m would cut binds short.
-    assert r.recommend_node_lock_expire(r.LockInputs(600, 1, 70, 5)).value == "4m"
+    assert r.recommend_node_lock_expire(r.LockInputs(600, 1, 70, 5)).value == "4m0s"
     # p99 bind 250 s -> floor 13m, capped at the guide's 10m.
-    assert r.recommend_node_lock_expire(r.LockInputs(300, 1, 250, 5)).value == "10m"
+    assert r.recommend_node_lock_expire(r.LockInputs(300, 1, 250, 5)).value == "10m0s"
 
 
-@pytest.mark.parametrize(("seconds", "text"), [(300, "5m"), (180, "3m"), (90, "90s"), (600, "10m")])
-def test_duration_format(seconds: float, text: str) -> None:
-    assert r.fmt_duration(seconds) == text
+def _args(*argv: str) -> argparse.Namespace:
+    return build_parser().parse_args(["--prometheus-url", "http://prometheus:9090", *argv])
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("5m", 300), ("300s", 300), ("1h", 3600), ("42", 42)])
 def test_duration_flag(text: str, seconds: float) -> None:
-    assert parse_duration(text) == seconds
+    assert _args("--node-lock-expire", text).node_lock_expire.total_seconds() == seconds
 
 
-def test_bad_duration_flag() -> None:
-    with pytest.raises(argparse.ArgumentTypeError, match="not a duration"):
-        parse_duration("five minutes")
+@pytest.mark.parametrize(("flag", "value"), [("--node-lock-expire", "five minutes"), ("--window", "1.5h"),
+                                             ("--window", "5 minutes")])
+def test_bad_duration_flags_are_usage_errors(flag: str, value: str,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        _args(flag, value)
+    assert exc.value.code == 2
+    assert f"argument {flag}: invalid duration {value!r}: want a " in capsys.readouterr().err
+
+
+def test_window_takes_prometheus_durations() -> None:
+    assert _args("--window", "1w").window == "1w" and _args().window == "7d"
 
 
 # --- the API answer parser --------------------------------------------------------------------------

@@ -7,19 +7,12 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from tests.scheduler.extender_env import (
-    bind_pod,
-    create_pod,
-    filter_pod,
-    gpu_node,
-    gpu_pod,
-    running,
-    wait_until,
-)
 
 from hami.core.codec.nodelock import NodeLock, format_node_lock
-from hami.scheduler.extender.bind import go_seconds
+from hami.testing.builders import gpu_node, gpu_pod
+from hami.testing.extender import bind_pod, create_pod, filter_pod, running
 from hami.testing.kubeapi import KubeAPIServer
+from hami.testing.wait import wait_until
 
 LOCK = "hami.io/mutex.lock"
 
@@ -85,10 +78,3 @@ def test_plain_pod_and_disabled_retry_fail_at_once(kube_api: KubeAPIServer) -> N
         group = create_pod(kube_api, ext, _group_pod("g", "label"))
         filter_pod(ext, group, ["n1"])
         assert bind_pod(ext, group, "n1") == "node n1 has been locked within 5m0s: node lock contention"
-
-
-@pytest.mark.parametrize(
-    ("seconds", "text"), [(28.0, "28s"), (0.5, "500ms"), (90.0, "1m30s"), (1.5, "1.5s"), (3600.0, "1h0m0s")]
-)
-def test_go_duration_of_the_retry_budget(seconds: float, text: str) -> None:
-    assert go_seconds(seconds) == text

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
+from datetime import datetime
 
 import pytest
 import requests
@@ -13,22 +14,15 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OM_TYPE
 from prometheus_client.openmetrics.exposition import generate_latest as om_latest
 from prometheus_client.parser import text_string_to_metric_families
-from tests.scheduler.extender_env import (
-    bind_pod,
-    create_pod,
-    filter_pod,
-    gpu_node,
-    gpu_pod,
-    running,
-    wait_until,
-)
-from tests.scheduler.test_extender_mig import mig_node
 
 from hami.core.codec.mig import decode_mig_allocations, encode_mig_allocations
 from hami.core.serve.families import Family, TextRenderer, to_metric
 from hami.scheduler.extender.collector import state_families
 from hami.scheduler.extender.daemon import Extender
+from hami.testing.builders import gpu_node, gpu_pod, mig_node
+from hami.testing.extender import bind_pod, create_pod, filter_pod, running
 from hami.testing.kubeapi import KubeAPIServer
+from hami.testing.wait import wait_until
 
 MIG_KEY = "hami.io/vgpu-mig-allocations"
 
@@ -68,6 +62,7 @@ def populated(request: pytest.FixtureRequest, kube_api: KubeAPIServer) -> Iterat
         assert bind_pod(ext, shared, "n1") == ""
         mig = create_pod(kube_api, ext, gpu_pod("m1", gpus=2, mem=8000))
         assert filter_pod(ext, mig, ["mig1"])["NodeNames"] == ["mig1"]
+        assert bind_pod(ext, mig, "mig1") == ""
         stored = kube_api.store.get("pods", "m1", "default")
         assert stored is not None
         allocs = decode_mig_allocations(stored["metadata"]["annotations"][MIG_KEY])
@@ -97,6 +92,37 @@ def test_rendered_text_equals_prometheus_client_rendering(populated: Extender) -
     for _ in range(2):  # a cold cache, then a warm one
         for om in (False, True):
             assert renderer.render(fams, om) == reference(fams, om)
+
+
+def test_collector_render_equals_the_collector_path_as_nodes_and_pods_change(
+    populated: Extender, kube_api: KubeAPIServer,
+) -> None:
+    """``render()`` keeps each node's and pod's text between scrapes: it must still be the bytes
+    prometheus_client writes for ``families()`` after a reservation comes, changes and goes."""
+    ext = populated
+    frozen = datetime.now().astimezone()
+    ext.collector.now = lambda: frozen  # handshake ages: the same in both renderings
+
+    def same() -> None:
+        for om in (False, True):  # the text cache is shared by both formats
+            assert ext.collector.render(om) == reference(ext.collector.families(), om)
+
+    same()
+    same()  # every node and pod from the cache
+    pod = create_pod(kube_api, ext, gpu_pod("p2", mem=1000, cores=10))
+    assert filter_pod(ext, pod, ["n1"])["NodeNames"] == ["n1"]  # n1's usage changes, a pod appears
+    same()
+    assert any(line.startswith("hami_vgpu_memory_allocated_bytes{") and 'pod="p2"' in line
+               for line in ext.collector.render(False).decode().splitlines())
+    ext.state.drop_reservation(pod["metadata"]["uid"])
+    same()
+    assert b'pod="p2"' not in ext.collector.render(False)
+    assert requests.delete(f"{kube_api.url}/api/v1/nodes/n1", timeout=10).ok  # its text goes with it
+    wait_until(lambda: "n1" not in ext.state.nodes, what="n1 unregistered")
+    same()
+    limits = [line for line in ext.collector.render(False).decode().splitlines()
+              if line.startswith("hami_gpu_memory_limit_bytes{")]
+    assert limits and not [line for line in limits if 'node="n1"' in line]
 
 
 def _keys(text: str, names: set[str]) -> set[tuple[str, tuple[tuple[str, str], ...]]]:

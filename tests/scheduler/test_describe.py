@@ -2,9 +2,9 @@
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from tests.scheduler.extender_env import metrics_text, running
 
 from hami.scheduler.extender.collector import describe
+from hami.testing.extender import metrics_text, running
 from hami.testing.kubeapi import KubeAPIServer
 
 

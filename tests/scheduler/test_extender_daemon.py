@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 import requests
 from cryptography.hazmat.primitives.serialization import Encoding
-from tests.scheduler.daemon_proc import Daemon, daemon
-from tests.scheduler.extender_env import gpu_node, gpu_pod, wait_until
 
+from hami.testing.builders import gpu_node, gpu_pod
 from hami.testing.certs import issue, make_ca
+from hami.testing.extender import SchedulerDaemon, daemon
 from hami.testing.kubeapi import KubeAPIServer
+from hami.testing.wait import wait_until
 
 # Seed 000, "第二步 - 查看调度器日志": the -v=4 example lines and the grep recipes.
 SEED_LINES = [
@@ -44,14 +45,14 @@ def _seed_cluster(api: KubeAPIServer) -> dict[str, Any]:
     return stored
 
 
-def _filter(d: Daemon, pod: dict[str, Any], nodes: list[str]) -> dict[str, Any]:
+def _filter(d: SchedulerDaemon, pod: dict[str, Any], nodes: list[str]) -> dict[str, Any]:
     r = requests.post(d.url + "/filter", json={"Pod": pod, "NodeNames": nodes}, timeout=30)
     assert r.status_code == 200, r.text
     body: dict[str, Any] = r.json()
     return body
 
 
-def _lines_after(d: Daemon, start: int, what: str) -> list[str]:
+def _lines_after(d: SchedulerDaemon, start: int, what: str) -> list[str]:
     """Log lines from ``start`` on, once a line containing ``what`` has arrived."""
     wait_until(lambda: any(what in line for line in d.lines[start:]), timeout=30, what=repr(what))
     return d.lines[start:]

@@ -7,19 +7,11 @@ from typing import Any
 
 import requests
 from prometheus_client.parser import text_string_to_metric_families
-from tests.scheduler.extender_env import (
-    create_pod,
-    events_for,
-    filter_pod,
-    gpu_node,
-    gpu_pod,
-    metrics_text,
-    running,
-    url,
-)
-from tests.scheduler.test_simulate import quota_snapshot
 
 from hami.scheduler.extender.daemon import Extender
+from hami.testing.builders import gpu_node, gpu_pod
+from hami.testing.enginestate import quota_snapshot
+from hami.testing.extender import create_pod, events_for, filter_pod, metrics_text, running, url
 from hami.testing.kubeapi import KubeAPIServer
 
 Obj = dict[str, Any]
@@ -49,7 +41,7 @@ def _filter_metrics(ext: Extender) -> dict[tuple[str, str], float]:
 def test_dry_run_scores_supplied_nodes_from_zero_and_writes_nothing(kube_api: KubeAPIServer) -> None:
     kube_api.store.put(gpu_node("n1", gpus=1))
     with running(kube_api, scheduler_name="hami-scheduler") as ext:
-        # Fill n1's only card for real: the live filter reserves it and patches the holder pod.
+        # Fill n1's only card for real: the live filter reserves it for the holder pod's bind.
         holder = create_pod(kube_api, ext, gpu_pod("holder", mem=8000))
         assert filter_pod(ext, holder, ["n1"])["NodeNames"] == ["n1"]
         assert filter_pod(ext, gpu_pod("probe", mem=8000), ["n1"])["NodeNames"] is None
@@ -72,10 +64,9 @@ def test_dry_run_scores_supplied_nodes_from_zero_and_writes_nothing(kube_api: Ku
         assert reply["FailedNodes"] == {"cpu-only": "node unregistered"}
         assert reply["FailedAndUnresolvableNodes"] is None
 
-        # Nothing written: no patch on the pod, no reservation, no quota usage, no event.
-        stored = kube_api.store.get("pods", "ca-probe", "default")
-        assert stored is not None and "hami.io/vgpu-node" not in (stored["metadata"].get("annotations") or {})
+        # Nothing written: no assignment for a bind, no reservation, no quota usage, no event.
         with ext.state.lock:
+            assert pod["metadata"]["uid"] not in ext.state.assignments
             assert sorted(a.uid for a in ext.state.usage.pods()) == usage_before
             assert quota_snapshot(ext.state.quotas) == quota_before
         ext.recorder.flush()
@@ -141,5 +132,5 @@ def test_null_nodes_keeps_the_live_path(kube_api: KubeAPIServer) -> None:
         body = {"Pod": pod, "Nodes": None, "NodeNames": ["n1"]}
         reply = requests.post(url(ext, "/filter"), json=body, timeout=30).json()
         assert reply["NodeNames"] == ["n1"]
-        stored = kube_api.store.get("pods", "p", "default")
-        assert stored is not None and stored["metadata"]["annotations"]["hami.io/vgpu-node"] == "n1"
+        # A live filter: the pod's devices are reserved for its bind.
+        assert ext.state.assignments[pod["metadata"]["uid"]].node == "n1"

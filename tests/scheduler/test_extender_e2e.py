@@ -2,24 +2,40 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime, timedelta
-
-from tests.scheduler.extender_env import (
-    bind_pod,
-    create_pod,
-    events_for,
-    filter_pod,
-    gpu_node,
-    gpu_pod,
-    metrics_text,
-    running,
-    wait_until,
-)
 
 from hami.core.codec.handshake import format_requesting
 from hami.core.codec.nodelock import is_owned_by
 from hami.core.codec.pod_devices import decode_pod_devices
+from hami.testing.builders import gpu_node, gpu_pod
+from hami.testing.extender import (
+    Extender,
+    bind_pod,
+    create_pod,
+    events_for,
+    filter_pod,
+    metrics_text,
+    running,
+)
 from hami.testing.kubeapi import KubeAPIServer
+from hami.testing.wait import wait_until
+
+
+def _writes(text: str) -> Counter[str]:
+    """The extender's API writes so far, by verb, from its ``rest_client_requests_total``."""
+    out: Counter[str] = Counter()
+    for line in text.splitlines():
+        if line.startswith("rest_client_requests_total{"):
+            verb = line.split('method="', 1)[1].split('"', 1)[0]
+            if verb != "GET":
+                out[verb] += int(float(line.rsplit(" ", 1)[1]))
+    return out
+
+
+def _handshaken(ext: Extender, node: str) -> bool:
+    cached = ext.state.get_node(node)
+    return cached is not None and "hami.io/node-handshake" in cached["metadata"].get("annotations", {})
 
 
 def test_filter_bind_writes_annotations_lock_binding_and_events(kube_api: KubeAPIServer) -> None:
@@ -27,24 +43,27 @@ def test_filter_bind_writes_annotations_lock_binding_and_events(kube_api: KubeAP
     kube_api.store.put(gpu_node("n2", mem=16000))
     with running(kube_api, scheduler_name="hami-scheduler") as ext:
         pod = create_pod(kube_api, ext, gpu_pod("p1", mem=3000, cores=30))
+        wait_until(lambda: all(_handshaken(ext, n) for n in ("n1", "n2")), what="handshakes")
+        before = _writes(metrics_text(ext))
         reply = filter_pod(ext, pod, ["n1", "n2", "ghost"])
         assert reply["Error"] == ""
         assert len(reply["NodeNames"]) == 1
         node = reply["NodeNames"][0]
         assert reply["FailedNodes"] == {"ghost": "node unregistered"}
+        # The filter only reserves: the pod is written once, by the Binding.
         stored = kube_api.store.get("pods", "p1", "default")
         assert stored is not None
-        annos = stored["metadata"]["annotations"]
-        assert annos["hami.io/vgpu-node"] == node
-        assert stored["metadata"]["labels"]["hami.io/vgpu-node"] == node
-        assert annos["hami.io/vgpu-devices-to-allocate"] == annos["hami.io/vgpu-devices-allocated"]
-        (device,), _empty = decode_pod_devices(annos["hami.io/vgpu-devices-allocated"])
-        assert device.uuid.startswith(f"GPU-{node}-") and (device.usedmem, device.usedcores) == (3000, 30)
+        assert stored["metadata"]["resourceVersion"] == pod["metadata"]["resourceVersion"]
 
         assert bind_pod(ext, pod, node) == ""
         bound = kube_api.store.get("pods", "p1", "default")
         assert bound is not None and bound["spec"]["nodeName"] == node
-        assert bound["metadata"]["annotations"]["hami.io/bind-phase"] == "allocating"
+        annos = bound["metadata"]["annotations"]
+        assert annos["hami.io/bind-phase"] == "allocating" and annos["hami.io/bind-time"].isdigit()
+        assert annos["hami.io/vgpu-node"] == node and annos["hami.io/vgpu-time"].isdigit()
+        assert annos["hami.io/vgpu-devices-to-allocate"] == annos["hami.io/vgpu-devices-allocated"]
+        (device,), _empty = decode_pod_devices(annos["hami.io/vgpu-devices-allocated"])
+        assert device.uuid.startswith(f"GPU-{node}-") and (device.usedmem, device.usedcores) == (3000, 30)
         lock = kube_api.store.get("nodes", node)
         assert lock is not None and is_owned_by(
             lock["metadata"]["annotations"]["hami.io/mutex.lock"], "default", "p1"
@@ -60,8 +79,43 @@ def test_filter_bind_writes_annotations_lock_binding_and_events(kube_api: KubeAP
         text = metrics_text(ext)
         assert 'hami_scheduler_events_total{reason="BindingSucceed"} 1.0' in text
         assert 'hami_scheduler_bind_duration_seconds_count{result="success"} 1.0' in text
+        for phase in ("node_lock", "bind"):
+            assert f'hami_scheduler_bind_phase_duration_seconds_count{{phase="{phase}"}} 1.0' in text
+        # Four writes for the pod: node lock, Binding, FilteringSucceed and BindingSucceed.
+        assert _writes(text) - before == Counter({"POST": 3, "PATCH": 1})
         assert f'hami_scheduler_node_lock_held{{node="{node}"}} 1.0' in text
         assert "hami_gpu_memory_allocated_bytes{" in text and "hami_scheduler_is_leader 1.0" in text
+
+
+def test_bind_without_this_replicas_reservation_fails_cleanly(kube_api: KubeAPIServer) -> None:
+    kube_api.store.put(gpu_node("n1"))
+    kube_api.store.put(gpu_node("n2"))
+    with running(kube_api) as ext:
+        pod = create_pod(kube_api, ext, gpu_pod("p1", mem=3000))
+        # Never filtered here (as after a restart): refused before the lock, nothing written.
+        error = bind_pod(ext, pod, "n1")
+        assert error == (
+            "pod default/p1 has no device reservation on node n1 in this hami-scheduler (it restarted, "
+            "or another replica filtered the pod); the scheduler will filter it again"
+        )
+        node = filter_pod(ext, pod, ["n1", "n2"])["NodeNames"][0]
+        other = "n2" if node == "n1" else "n1"
+        error = bind_pod(ext, pod, other)
+        assert error.startswith(f"pod default/p1 was filtered onto node {node}, not {other}")
+        for name in ("n1", "n2"):
+            stored_node = kube_api.store.get("nodes", name)
+            assert stored_node is not None
+            assert "hami.io/mutex.lock" not in stored_node["metadata"]["annotations"]
+        stored = kube_api.store.get("pods", "p1", "default")
+        assert stored is not None and not stored["spec"].get("nodeName")
+        assert "hami.io/bind-phase" not in stored["metadata"].get("annotations", {})
+        # The retry kube-scheduler makes (filter, then bind) goes through.
+        node = filter_pod(ext, pod, ["n1", "n2"])["NodeNames"][0]
+        assert bind_pod(ext, pod, node) == ""
+        ext.recorder.flush()
+        failed = [m for r, m in events_for(kube_api, "p1") if r == "BindingFailed"]
+        assert len(failed) == 2 and "no device reservation" in failed[0]
+
 
 
 def test_unschedulable_pod_gets_reasons_events_and_failure_counts(kube_api: KubeAPIServer) -> None:

@@ -8,18 +8,11 @@ from collections.abc import Iterator
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from tests.scheduler.extender_env import (
-    bind_pod,
-    create_pod,
-    filter_pod,
-    gpu_node,
-    gpu_pod,
-    metrics_text,
-    running,
-)
 
 from hami.scheduler.extender import events
 from hami.scheduler.extender.daemon import Extender
+from hami.testing.builders import gpu_node, gpu_pod
+from hami.testing.extender import bind_pod, create_pod, filter_pod, metrics_text, running
 from hami.testing.kubeapi import KubeAPIServer
 
 MIB = 1048576
@@ -156,7 +149,7 @@ def test_a_fresh_extender_exports_every_bounded_label_value_at_zero(kube_api: Ku
         "hami_scheduler_decode_errors_total": ("source", {"node_register", "pod_devices"}),
         "hami_scheduler_filter_duration_seconds_count": ("result", {"fit", "unschedulable", "error"}),
         "hami_scheduler_bind_duration_seconds_count": ("result", {"success", "error", "not_leader"}),
-        "hami_scheduler_bind_phase_duration_seconds_count": ("phase", {"node_lock", "patch_pod", "bind"}),
+        "hami_scheduler_bind_phase_duration_seconds_count": ("phase", {"node_lock", "bind"}),
     }
     for name, (label, values) in counters.items():
         for value in values:

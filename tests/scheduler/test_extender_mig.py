@@ -3,26 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
-
-from tests.scheduler.builders import mig_dev
-from tests.scheduler.extender_env import create_pod, filter_pod, gpu_pod, metrics_text, running, wait_until
 
 from hami.core.codec.mig import decode_mig_allocations, encode_mig_allocations
-from hami.core.codec.node_devices import encode_node_devices
 from hami.core.codec.pod_devices import decode_pod_devices
 from hami.core.devices import MigPlacement
+from hami.testing.builders import gpu_pod, mig_node
+from hami.testing.extender import bind_pod, create_pod, filter_pod, metrics_text, running
 from hami.testing.kubeapi import KubeAPIServer
-
-
-def mig_node(name: str) -> dict[str, Any]:
-    register = encode_node_devices([mig_dev(f"GPU-{name}-0")])
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "annotations": {"hami.io/node-nvidia-register": register}},
-        "status": {"allocatable": {"nvidia.com/gpu": "7"}},
-    }
+from hami.testing.wait import wait_until
 
 
 def test_mig_node_gets_a_pod_with_decodable_mig_allocations(kube_api: KubeAPIServer) -> None:
@@ -31,6 +19,7 @@ def test_mig_node_gets_a_pod_with_decodable_mig_allocations(kube_api: KubeAPISer
         pod = create_pod(kube_api, ext, gpu_pod("p1", gpus=2, mem=8000))
         reply = filter_pod(ext, pod, ["mig1"])
         assert reply["Error"] == "" and reply["NodeNames"] == ["mig1"]
+        assert bind_pod(ext, pod, "mig1") == ""
         stored = kube_api.store.get("pods", "p1", "default")
         assert stored is not None
         annos = stored["metadata"]["annotations"]
@@ -46,9 +35,9 @@ def test_mig_node_gets_a_pod_with_decodable_mig_allocations(kube_api: KubeAPISer
         wait_until(lambda: ext.state.usage.get(pod["metadata"]["uid"]) is not None, what="reservation cached")
         other = create_pod(kube_api, ext, gpu_pod("p2", gpus=1, mem=8000))
         assert filter_pod(ext, other, ["mig1"])["NodeNames"] == ["mig1"]
-        stored2 = kube_api.store.get("pods", "p2", "default")
-        assert stored2 is not None
-        (only,) = decode_mig_allocations(stored2["metadata"]["annotations"]["hami.io/vgpu-mig-allocations"])
+        # p2's annotations wait for its bind (the node lock is p1's until the device plugin is done).
+        assignment = ext.state.assignments[other["metadata"]["uid"]]
+        (only,) = decode_mig_allocations(assignment.annotations["hami.io/vgpu-mig-allocations"])
         assert only.placement == MigPlacement(4, 2)
 
         # The device plugin realises the instances; the scheduler exports their identity.

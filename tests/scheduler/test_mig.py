@@ -7,15 +7,22 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.scheduler.builders import A100_40GB_PROFILES, dev, mig_dev, node, pod, res
 
 from hami.core.devices import ContainerDevice, DeviceInfo, MigAllocation, MigPlacement
 from hami.scheduler.engine import mig
 from hami.scheduler.engine.decision import FilterConfig, commit, filter_pod
 from hami.scheduler.engine.device_config import NvidiaConfig
 from hami.scheduler.engine.mig import unreserved
-from hami.scheduler.engine.requests import pod_requests
+from hami.scheduler.engine.requests import PodRequest, pod_request
 from hami.scheduler.engine.usage import DeviceShare, PodAllocation, UsageIndex
+from hami.testing.builders import A100_40GB_PROFILES, dev, mig_dev, pod, res
+from hami.testing.enginestate import node_state
+
+
+def decode(the_pod: dict[str, Any]) -> PodRequest:
+    request = pod_request(the_pod, NvidiaConfig())
+    assert request is not None, "the pod asks for a GPU"
+    return request
 
 # A reservation held by another pod: (uuid, profile, placement start, placement size, MiB).
 Held = tuple[str, str, int, int, int]
@@ -33,7 +40,7 @@ def holders(*held: Held) -> UsageIndex:
 
 
 def place(devices: tuple[DeviceInfo, ...], the_pod: dict[str, Any], index: UsageIndex) -> Expected:
-    result = filter_pod(the_pod, [node("n", *devices)], index, None, FilterConfig())
+    result = filter_pod(decode(the_pod), [node_state("n", *devices)], index, None, FilterConfig())
     if result.node is None:
         return result.failed["n"]
     by_entry = {(a.container_index, a.device_index): a for a in result.mig}
@@ -92,8 +99,8 @@ def test_mig_vector(row: Row) -> None:
 
 
 def test_usedmem_is_the_profile_memory_and_annotation_indexes_follow_containers() -> None:
-    result = filter_pod(pod(res(1, 3000), res(2, pct=10)), [node("n", *MIG)], UsageIndex(), None,
-                        FilterConfig())
+    the_pod = pod(res(1, 3000), res(2, pct=10))
+    result = filter_pod(decode(the_pod), [node_state("n", *MIG)], UsageIndex(), None, FilterConfig())
     assert result.devices == (
         (ContainerDevice("m0", "NVIDIA", 4864, 0),),
         (ContainerDevice("m0", "NVIDIA", 4864, 0), ContainerDevice("m0", "NVIDIA", 4864, 0)),
@@ -104,24 +111,25 @@ def test_usedmem_is_the_profile_memory_and_annotation_indexes_follow_containers(
 
 
 def test_hami_core_pod_writes_no_mig_allocations() -> None:
-    result = filter_pod(pod(res(1, 1000)), [node("n", dev("g0"))], UsageIndex(), None, FilterConfig())
+    nodes = [node_state("n", dev("g0"))]
+    result = filter_pod(decode(pod(res(1, 1000))), nodes, UsageIndex(), None, FilterConfig())
     assert result.node == "n" and result.mig == ()
 
 
 def test_committed_placements_are_in_use_and_a_refilter_releases_its_own() -> None:
     index = UsageIndex()
-    nodes = [node("n", *MIG)]
-    first = filter_pod(pod(res(1, 15000), uid="a"), nodes, index, None, FilterConfig())
+    nodes = [node_state("n", *MIG)]
+    first = filter_pod(decode(pod(res(1, 15000), uid="a")), nodes, index, None, FilterConfig())
     commit(first, index, None)
-    second = filter_pod(pod(res(1, 15000), uid="b"), nodes, index, None, FilterConfig())
+    second = filter_pod(decode(pod(res(1, 15000), uid="b")), nodes, index, None, FilterConfig())
     assert [a.placement.start for a in first.mig] == [0] and [a.placement.start for a in second.mig] == [4]
     commit(second, index, None)
     # Memory (step 11) is checked before placements (step 15): 2 × 19968 of 40960 MiB are held.
-    assert filter_pod(pod(res(1, 15000), uid="c"), nodes, index, None, FilterConfig()).failed == {
+    assert filter_pod(decode(pod(res(1, 15000), uid="c")), nodes, index, None, FilterConfig()).failed == {
         "n": "1/1 CardInsufficientMemory"}
-    assert filter_pod(pod(res(1, 1000), uid="c"), nodes, index, None, FilterConfig()).failed == {
+    assert filter_pod(decode(pod(res(1, 1000), uid="c")), nodes, index, None, FilterConfig()).failed == {
         "n": "1/1 CardMigTopologyInfeasible"}
-    again = filter_pod(pod(res(1, 15000), uid="a"), nodes, index, None, FilterConfig())
+    again = filter_pod(decode(pod(res(1, 15000), uid="a")), nodes, index, None, FilterConfig())
     assert [a.placement.start for a in again.mig] == [0]
 
 
@@ -137,10 +145,11 @@ def _holding(uuid: str, reserved: bool) -> PodAllocation:
 def test_inconsistent_reservations_take_the_card_out_of_service(card: DeviceInfo, reserved: bool) -> None:
     index = UsageIndex()
     index.add(_holding("x", reserved))
-    result = filter_pod(pod(res(1, 1000)), [node("n", card)], index, None, FilterConfig())
+    result = filter_pod(decode(pod(res(1, 1000))), [node_state("n", card)], index, None, FilterConfig())
     assert result.failed == {"n": "1/1 CardNotHealth"}
     index.remove("h")
-    assert filter_pod(pod(res(1, 1000)), [node("n", card)], index, None, FilterConfig()).node == "n"
+    again = filter_pod(decode(pod(res(1, 1000))), [node_state("n", card)], index, None, FilterConfig())
+    assert again.node == "n"
 
 
 def test_unreserved_lists_entries_without_a_matching_reservation() -> None:
@@ -198,14 +207,15 @@ def test_mig_placements_never_overlap_and_profiles_fit(
     cluster: tuple[list[DeviceInfo], UsageIndex], sequence: list[dict[str, Any]],
 ) -> None:
     cards, index = cluster
-    nodes = [node("n", *cards)]
+    nodes = [node_state("n", *cards)]
     profiles = {p.name: p for p in A100_40GB_PROFILES}
     for i, the_pod in enumerate(sequence):
         the_pod["metadata"]["uid"] = f"pod-{i}"
-        result = filter_pod(the_pod, nodes, index, None, FilterConfig())
+        request = decode(the_pod)
+        result = filter_pod(request, nodes, index, None, FilterConfig())
         if result.node is None:
             continue
-        reqs, _ = pod_requests(the_pod, NvidiaConfig())
+        reqs = request.reqs
         for a in result.mig:
             req = reqs[a.container_index]
             assert req is not None

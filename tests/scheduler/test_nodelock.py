@@ -12,8 +12,10 @@ from kubernetes import client
 from prometheus_client import CollectorRegistry
 
 from hami.core.codec.nodelock import NodeLock, format_node_lock, format_rfc3339
+from hami.scheduler.extender.main import build_parser
 from hami.scheduler.extender.metrics import SchedulerMetrics
-from hami.scheduler.extender.nodelock import INITIAL, JITTER, NodeLocker, NodeLockError
+from hami.scheduler.extender.nodelock import INITIAL, JITTER, NodeLocker, NodeLockError, default_timeout
+from hami.testing.builders import node, pod
 from hami.testing.kubeapi import KubeAPIServer
 
 LOCK = "hami.io/mutex.lock"
@@ -21,17 +23,7 @@ NOW = datetime.now().astimezone().replace(microsecond=0)
 
 
 def _node(name: str, lock: str | None = None) -> dict[str, Any]:
-    annotations = {LOCK: lock} if lock is not None else {}
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "annotations": annotations}}
-
-
-def _pod(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"containers": [{"name": "c", "image": "x"}]},
-    }
+    return node(name, annotations={LOCK: lock} if lock is not None else {})
 
 
 def _lock_value(api: KubeAPIServer, node: str) -> str | None:
@@ -155,7 +147,7 @@ def test_lock_is_reentrant_for_the_same_pod(kube_api: KubeAPIServer, locker: Loc
 def test_fresh_lock_of_a_live_pod_is_contention(kube_api: KubeAPIServer, locker: Locker) -> None:
     theirs = format_node_lock(NodeLock(NOW, "default", "other"))
     kube_api.store.put(_node("n1", theirs))
-    kube_api.store.put(_pod("other"))
+    kube_api.store.put(pod(name="other"))
     with pytest.raises(NodeLockError) as err:
         locker.locker.lock_node("n1", "default", "p1")
     assert err.value.contention
@@ -204,7 +196,7 @@ def test_stale_cached_node_falls_back_to_reading_it(kube_api: KubeAPIServer, loc
     stale = kube_api.store.put(_node("n1"))
     theirs = format_node_lock(NodeLock(NOW, "default", "other"))
     kube_api.store.put(_node("n1", theirs))  # locked since the cache saw it
-    kube_api.store.put(_pod("other"))
+    kube_api.store.put(pod(name="other"))
     kube_api.requests.clear()
     with pytest.raises(NodeLockError) as err:
         locker.locker.lock_node("n1", "default", "p1", cached=stale)
@@ -215,3 +207,25 @@ def test_stale_cached_node_falls_back_to_reading_it(kube_api: KubeAPIServer, loc
     kube_api.store.put(_node("n1"))
     locker.locker.lock_node("n1", "default", "p1", cached=stale)
     assert _lock_value(kube_api, "n1") == format_node_lock(NodeLock(NOW, "default", "p1"))
+
+
+@pytest.mark.parametrize(("env", "want"), [("", 300.0), ("90s", 90.0), ("1h30m", 5400.0),
+                                           ("300", 300.0), ("-1m", 300.0), ("soon", 300.0)])
+def test_expiry_from_the_environment_is_a_go_duration(env: str, want: float,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """HAMI_NODELOCK_EXPIRE takes Go's syntax; anything else (a bare number, a negative) keeps 5m."""
+    monkeypatch.setenv("HAMI_NODELOCK_EXPIRE", env)
+    assert default_timeout().total_seconds() == want
+    assert build_parser().parse_args([]).node_lock_timeout.total_seconds() == want
+
+
+@pytest.mark.parametrize(("value", "why"), [("300", "want a Go duration such as 300ms"),
+                                            ("-5m", "must not be negative")])
+def test_bad_lock_flags_are_usage_errors(value: str, why: str, capsys: pytest.CaptureFixture[str]) -> None:
+    for flag in ("--node-lock-timeout", "--node-lock-retry-timeout"):
+        with pytest.raises(SystemExit) as exc:
+            build_parser().parse_args([f"{flag}={value}"])
+        assert exc.value.code == 2
+        assert f"argument {flag}: invalid duration {value!r}: {why}" in capsys.readouterr().err
+    args = build_parser().parse_args(["--node-lock-timeout", "2m30s"])
+    assert args.node_lock_timeout == timedelta(seconds=150)

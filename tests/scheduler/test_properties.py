@@ -6,7 +6,6 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.scheduler.builders import dev, node, pod, res
 
 from hami.scheduler.engine.decision import FilterConfig, commit, filter_pod
 from hami.scheduler.engine.device_config import NvidiaConfig
@@ -14,8 +13,16 @@ from hami.scheduler.engine.fit import PodContext, fit_node, fits_quickly
 from hami.scheduler.engine.nodes import NodeState
 from hami.scheduler.engine.policy import parse_gpu_policy, parse_scoring_weights
 from hami.scheduler.engine.quota import QuotaManager
-from hami.scheduler.engine.requests import pod_options, pod_requests
+from hami.scheduler.engine.requests import PodRequest, pod_request
 from hami.scheduler.engine.usage import DeviceShare, PodAllocation, UsageIndex
+from hami.testing.builders import dev, pod, res
+from hami.testing.enginestate import node_state
+
+
+def decode(the_pod: dict[str, Any]) -> PodRequest:
+    request = pod_request(the_pod, NvidiaConfig())
+    assert request is not None, "the pod asks for a GPU"
+    return request
 
 POLICIES = st.sampled_from(["spread", "binpack", "mutex", "topology-aware", "numa", "binpack,numa"])
 
@@ -37,7 +44,7 @@ def clusters(draw: st.DrawFn) -> tuple[list[NodeState], UsageIndex]:
                 used_cores = draw(st.integers(0, 100))
                 index.add(PodAllocation(f"h{n}-{i}", "other", "h", f"n{n}",
                                         (DeviceShare(f"n{n}-g{i}", used_mem, used_cores, slots),)))
-        nodes.append(node(f"n{n}", *devices))
+        nodes.append(node_state(f"n{n}", *devices))
     return nodes, index
 
 
@@ -80,7 +87,7 @@ def test_allocation_never_exceeds_memory_cores_or_split_count(cluster: tuple[lis
     nodes, index = cluster
     if not within(nodes, index):
         return
-    result = filter_pod(the_pod, nodes, index, None, FilterConfig())
+    result = filter_pod(decode(the_pod), nodes, index, None, FilterConfig())
     commit(result, index, None)
     capacity_ok(nodes, index)
 
@@ -92,7 +99,7 @@ def test_exclusive_card_is_alone(cluster: tuple[list[NodeState], UsageIndex],
     nodes, index = cluster
     exclusive = pod(res(1, cores=100), uid="exclusive")
     before = {n.name: index.node_usage(n.name) for n in nodes}
-    result = filter_pod(exclusive, nodes, index, None, FilterConfig())
+    result = filter_pod(decode(exclusive), nodes, index, None, FilterConfig())
     if result.node is None:
         return
     card = result.devices[0][0].uuid
@@ -100,7 +107,7 @@ def test_exclusive_card_is_alone(cluster: tuple[list[NodeState], UsageIndex],
     commit(result, index, None)
     for i, other in enumerate(others):
         other["metadata"]["uid"] = f"other-{i}"
-        verdict = filter_pod(other, nodes, index, None, FilterConfig())
+        verdict = filter_pod(decode(other), nodes, index, None, FilterConfig())
         assert all(d.uuid != card for c in verdict.devices for d in c), "a pod joined an exclusive card"
         commit(verdict, index, None)
 
@@ -115,7 +122,7 @@ def test_quota_is_never_exceeded(cluster: tuple[list[NodeState], UsageIndex], se
         "limits.nvidia.com/gpumem": str(mem_limit), "limits.nvidia.com/gpucores": str(core_limit)}}})
     for i, the_pod in enumerate(sequence):
         the_pod["metadata"]["uid"] = f"q-{i}"
-        commit(filter_pod(the_pod, nodes, index, quotas, FilterConfig()), index, quotas)
+        commit(filter_pod(decode(the_pod), nodes, index, quotas, FilterConfig()), index, quotas)
         mem = quotas.entry("default", "nvidia.com/gpumem")
         cores = quotas.entry("default", "nvidia.com/gpucores")
         assert mem is not None and mem.used <= mem_limit
@@ -127,11 +134,9 @@ def test_quota_is_never_exceeded(cluster: tuple[list[NodeState], UsageIndex], se
 def test_quick_verdict_matches_faithful_fit(cluster: tuple[list[NodeState], UsageIndex],
                                             the_pod: dict[str, Any]) -> None:
     nodes, index = cluster
-    reqs, n_init = pod_requests(the_pod, NvidiaConfig())
-    options = pod_options(the_pod)
-    ctx = PodContext(reqs=reqs, n_init=n_init, options=options,
-                     policy=parse_gpu_policy(options.gpu_policy or "spread"),
-                     weights=parse_scoring_weights(None), namespace="default", quota=None)
+    request = decode(the_pod)
+    ctx = PodContext(request=request, policy=parse_gpu_policy(request.options.gpu_policy or "spread"),
+                     weights=parse_scoring_weights(None), quota=None)
     if not ctx.order_free:
         return
     for n in nodes:

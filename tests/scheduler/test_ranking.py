@@ -11,15 +11,24 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.scheduler.builders import dev, node, pod, res
 
 from hami.scheduler.engine.decision import FilterConfig, FilterResult, commit, filter_pod
+from hami.scheduler.engine.device_config import NvidiaConfig
 from hami.scheduler.engine.nodes import NodeState
 from hami.scheduler.engine.ranking import Ranker
+from hami.scheduler.engine.requests import PodRequest, pod_request
 from hami.scheduler.engine.usage import UsageIndex, compute_usage
+from hami.testing.builders import dev, pod, res
+from hami.testing.enginestate import node_state
 
 SHAPES = (res(1, 1000), res(1, 3000, 30), res(1, 7000), res(2, 2000), res(1, pct=50), res(3, 1000))
 POLICIES = ("binpack", "spread")
+
+
+def decode(the_pod: dict[str, Any]) -> PodRequest:
+    request = pod_request(the_pod, NvidiaConfig())
+    assert request is not None, "the pod asks for a GPU"
+    return request
 
 
 def make_node(i: int, variant: int) -> NodeState:
@@ -30,7 +39,7 @@ def make_node(i: int, variant: int) -> NodeState:
     ]
     if variant % 3 == 2:
         devices.append(dev(f"n{i}-g2", 16000, count=4, index=2, type="AMD"))
-    return node(f"n{i}", *devices)
+    return node_state(f"n{i}", *devices)
 
 
 filters = st.tuples(
@@ -73,8 +82,9 @@ def test_incremental_ranking_matches_a_fresh_filter(
             config = FilterConfig(node_policy=policy)
             nodes = [states[i] for i in candidates if i in states]
             ghosts = [f"n{i}" for i in candidates if i not in states]
-            want = filter_pod(the_pod, nodes, compute_usage(usage.pods()), None, config, unregistered=ghosts)
-            got = filter_pod(the_pod, nodes, usage, None, config, unregistered=ghosts, ranks=ranks)
+            request = decode(the_pod)
+            want = filter_pod(request, nodes, compute_usage(usage.pods()), None, config, unregistered=ghosts)
+            got = filter_pod(request, nodes, usage, None, config, unregistered=ghosts, ranks=ranks)
             same(got, want)
             if keep and got.node is not None:
                 commit(got, usage, None)
@@ -96,15 +106,16 @@ def test_a_bind_changes_only_its_node_and_the_order_follows_it() -> None:
     ranks = Ranker()
     chosen = []
     for k in range(3):
-        result = filter_pod(pod(res(1, 1000), uid=f"u{k}"), nodes, usage, None, FilterConfig(), ranks=ranks)
+        request = decode(pod(res(1, 1000), uid=f"u{k}"))
+        result = filter_pod(request, nodes, usage, None, FilterConfig(), ranks=ranks)
         assert result.node is not None
         commit(result, usage, None)
         chosen.append(result.node)
     # All start empty (score 0): the tie goes to the node listed first, then binpack sticks to it.
     assert chosen == ["n0", "n0", "n0"]
     spread = [
-        filter_pod(pod(res(1, 1000), uid=f"s{k}"), nodes, usage, None, FilterConfig(node_policy="spread"),
-                   ranks=ranks).node
+        filter_pod(decode(pod(res(1, 1000), uid=f"s{k}")), nodes, usage, None,
+                   FilterConfig(node_policy="spread"), ranks=ranks).node
         for k in range(2)
     ]
     assert spread == ["n1", "n1"]  # uncommitted: the emptiest node listed first, both times
@@ -120,8 +131,8 @@ def test_a_reregistered_node_leaves_and_rejoins_the_fitting_set() -> None:
     failed = []
     for variant in (0, 1, 2, 0):  # 1: a card goes unhealthy, so two cards no longer fit
         states[1] = make_node(1, variant)
-        got = filter_pod(two_cards, states, usage, None, config, ranks=ranks)
-        same(got, filter_pod(two_cards, states, UsageIndex(), None, config))
+        got = filter_pod(decode(two_cards), states, usage, None, config, ranks=ranks)
+        same(got, filter_pod(decode(two_cards), states, UsageIndex(), None, config))
         failed.append(sorted(got.failed))
     assert failed == [[], ["n1"], [], []]
 
@@ -132,8 +143,9 @@ def test_a_ranker_moved_to_another_usage_index_starts_over() -> None:
     ranks = Ranker()
     config = FilterConfig(node_policy="spread")
     loaded_n0, loaded_n1 = UsageIndex(), UsageIndex()
-    commit(filter_pod(pod(res(1, 1000), uid="a"), nodes, loaded_n0, None, config), loaded_n0, None)
-    commit(filter_pod(pod(res(1, 1000), uid="b"), nodes[1:], loaded_n1, None, config), loaded_n1, None)
+    a, b = decode(pod(res(1, 1000), uid="a")), decode(pod(res(1, 1000), uid="b"))
+    commit(filter_pod(a, nodes, loaded_n0, None, config), loaded_n0, None)
+    commit(filter_pod(b, nodes[1:], loaded_n1, None, config), loaded_n1, None)
     assert loaded_n0.seq == loaded_n1.seq == 1
-    assert filter_pod(pod(res(1, 1000)), nodes, loaded_n0, None, config, ranks=ranks).node == "n1"
-    assert filter_pod(pod(res(1, 1000)), nodes, loaded_n1, None, config, ranks=ranks).node == "n0"
+    assert filter_pod(decode(pod(res(1, 1000))), nodes, loaded_n0, None, config, ranks=ranks).node == "n1"
+    assert filter_pod(decode(pod(res(1, 1000))), nodes, loaded_n1, None, config, ranks=ranks).node == "n0"

@@ -5,10 +5,11 @@ from __future__ import annotations
 import gc
 from typing import Any
 
-from tests.scheduler.extender_env import filter_pod, gpu_node, gpu_pod, running, wait_until
-
 from hami.scheduler.extender.daemon import Extender
+from hami.testing.builders import gpu_node, gpu_pod
+from hami.testing.extender import filter_pod, running
 from hami.testing.kubeapi import KubeAPIServer
+from hami.testing.wait import wait_until
 
 ROLE = "hami.io/scheduler-role"
 NS = "kube-system"

@@ -1,5 +1,5 @@
-"""The dry-run filter as a pure function (§9.3): transient nodes from annotations, zero usage,
-the live scoring, a copy of the best node, nothing mutated."""
+"""The dry-run filter as a pure function (§9.3): nodes decoded from their own annotations, zero
+usage, the live scoring, a copy of the best node, nothing mutated."""
 
 from __future__ import annotations
 
@@ -7,29 +7,29 @@ import copy
 from typing import Any
 
 import pytest
-from tests.scheduler.extender_env import gpu_node, gpu_pod
 
 from hami.scheduler.engine.decision import FilterConfig
 from hami.scheduler.engine.device_config import NvidiaConfig
+from hami.scheduler.engine.nodes import Unregistered, node_state
 from hami.scheduler.engine.quota import QuotaManager
+from hami.scheduler.engine.requests import pod_request
 from hami.scheduler.engine.usage import DeviceShare
-from hami.scheduler.extender.dryrun import node_items, simulate_filter, transient_node
+from hami.scheduler.extender.filter_service import dry_run, node_items, passthrough
+from hami.testing.builders import gpu_node, gpu_pod
+from hami.testing.enginestate import quota_snapshot
 
 Obj = dict[str, Any]
 CONFIG = FilterConfig(node_policy="binpack")
 
 
-def _sim(pod: Obj, nodes: list[Obj], quotas: QuotaManager | None = None, config: FilterConfig = CONFIG,
-         names: list[str] | None = None) -> tuple[Obj, str]:
+def _sim(pod: Obj, nodes: list[Obj], quotas: QuotaManager | None = None,
+         config: FilterConfig = CONFIG) -> tuple[Obj, str]:
     before = copy.deepcopy(nodes), copy.deepcopy(pod)
-    result = simulate_filter(pod, nodes, names, quotas, config)
+    request = pod_request(pod, config.nvidia)
+    assert request is not None, "a pod without a device request is passed through before the dry run"
+    result = dry_run(request, nodes, quotas, config)
     assert (nodes, pod) == before, "a dry run must not touch its inputs"
     return result
-
-
-def quota_snapshot(quotas: QuotaManager) -> list[tuple[str, str, int, int]]:
-    """Values, not the manager's live entries."""
-    return sorted((ns, name, e.used, e.limit) for ns, name, e in quotas.items())
 
 
 def _unregistered(name: str, annotations: dict[str, Any]) -> Obj:
@@ -105,13 +105,15 @@ def test_invalid_scoring_weights_are_an_error() -> None:
 def test_pod_without_hami_resources_echoes_every_node_sent() -> None:
     pod = gpu_pod("cpu", mem=None)
     pod["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1"}}
-    reply, outcome = _sim(pod, [gpu_node("t"), gpu_node("u")])
-    assert outcome == "passthrough"
+    assert pod_request(pod, CONFIG.nvidia) is None
+    reply = passthrough(None, [gpu_node("t"), gpu_node("u")])
     # §4.1 step 1 returns args.NodeNames (null for a caller that only sent Nodes); Nodes is echoed
     # too, or that caller would read "fits nowhere".
     assert (reply["NodeNames"], reply["FailedNodes"]) == (None, None)
     assert [n["metadata"]["name"] for n in reply["Nodes"]["items"]] == ["t", "u"]
-    assert _sim(pod, [gpu_node("t")], names=["t"])[0]["NodeNames"] == ["t"]
+    assert passthrough(["t"], [gpu_node("t")])["NodeNames"] == ["t"]
+    # The live filter answers the names alone, as HAMi does.
+    assert passthrough(["t"], None) == {"NodeNames": ["t"], "FailedNodes": None, "Error": ""}
 
 
 def test_quota_is_read_and_left_alone() -> None:
@@ -127,9 +129,9 @@ def test_quota_is_read_and_left_alone() -> None:
     assert ("team", "nvidia.com/gpumem", 1000, 4000) in before
 
 
-def test_transient_node_and_node_items() -> None:
-    state = transient_node(gpu_node("t", gpus=3))
-    assert not isinstance(state, str)
+def test_node_state_and_node_items() -> None:
+    state = node_state("t", gpu_node("t", gpus=3)["metadata"]["annotations"])
+    assert not isinstance(state, Unregistered)
     assert (state.name, len(state.devices), state.devices[0].device_vendor) == ("t", 3, "NVIDIA")
     assert node_items({"Items": [{"metadata": {}}]}) == [{"metadata": {}}]
     assert node_items({"metadata": {}}) == []

@@ -6,13 +6,12 @@ from operator import itemgetter
 from typing import Any
 
 import pytest
-from tests.scheduler.builders import pod, res
-from tests.scheduler.test_filter_vectors import CASES
-from tests.scheduler.test_fit_vectors import FIT_VECTORS
 
+from hami.core.codec.node_devices import encode_node_devices
 from hami.core.devices import ContainerDevice
 from hami.scheduler.engine import reasons as r
 from hami.scheduler.engine.device_config import DeviceConfigError, NvidiaConfig, load_nvidia_config
+from hami.scheduler.engine.nodes import NodeState, Unregistered, node_state
 from hami.scheduler.engine.policy import (
     ScoringWeightsError,
     Weights,
@@ -28,11 +27,15 @@ from hami.scheduler.engine.requests import (
     int_quantity,
     pod_options,
     pod_quota_demand,
+    pod_request,
     pod_requests,
     webhook_limits,
 )
 from hami.scheduler.engine.score import node_score
 from hami.scheduler.engine.usage import DeviceShare, collapse_init_containers
+from hami.testing.builders import dev, pod, res
+from hami.testing.vectors.filters import CASES
+from hami.testing.vectors.fit import FIT_VECTORS
 
 CR = ContainerRequest
 LESS = "TestDeviceUsageList_Less/"
@@ -95,6 +98,58 @@ def test_webhook_quota_demand_counts_init_peak() -> None:
     the_pod = pod(res(2, 1000), res(1, pct=50), init=(res(1, 3000), res(1, 500)))
     reqs, n_init = pod_requests(the_pod, NvidiaConfig())
     assert pod_quota_demand(reqs, n_init) == (3000, 0)
+
+
+def test_pod_request_decodes_once_and_decides_the_pass_through() -> None:
+    the_pod = pod(res(1, 1000), res(None), init=(res(2, 500),), annotations={"nvidia.com/numa-bind": "true"},
+                  uid="u-7", namespace="team", name="train")
+    request = pod_request(the_pod, NvidiaConfig())
+    assert request is not None
+    assert (request.uid, request.namespace, request.name, request.n_init) == ("u-7", "team", "train", 1)
+    assert request.reqs == (CR(2, 500, 101, 0), CR(1, 1000, 101, 0), None) and request.options.numa_bind
+    assert request.locks_node
+    # Only an init container asks: the filter places the pod, bind takes no node lock (HAMi LockNode).
+    init_only = pod_request(pod(res(None), init=(res(1),)), NvidiaConfig())
+    assert init_only is not None and not init_only.locks_node
+    assert pod_request(pod(res(None), res("500m")), NvidiaConfig()) is None
+
+
+@pytest.mark.parametrize(
+    "junk",
+    [{"spec": {"containers": [7, None, "c"]}}, {"spec": []}, {"metadata": [], "spec": {"containers": [{}]}},
+     {"metadata": {"annotations": {"nvidia.com/numa-bind": ["x"]}, "name": 5},
+      "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}],
+)
+def test_pod_request_reads_any_json_without_raising(junk: dict[str, Any]) -> None:
+    request = pod_request(junk, NvidiaConfig())
+    assert request is None or (request.name == "" and not request.options.numa_bind)
+
+
+def _annotations(**extra: str) -> dict[str, str]:
+    return {"hami.io/node-nvidia-register": encode_node_devices([dev("g0"), dev("g1")]), **extra}
+
+
+@pytest.mark.parametrize(
+    ("annotations", "source", "reason"),
+    [
+        ({}, "", "annos not found hami.io/node-nvidia-register"),
+        ({"hami.io/node-nvidia-register": "[]"}, "", "no gpu found on node"),
+        ({"hami.io/node-nvidia-register": "not json"}, "node_register", ""),
+        (_annotations(**{"hami.io/node-nvidia-score": "{bad"}), "node_pair_score", ""),
+    ],
+    ids=["no-register", "empty-list", "bad-register", "bad-pair-score"],
+)
+def test_node_state_says_why_a_node_is_unregistered(annotations: dict[str, str], source: str,
+                                                    reason: str) -> None:
+    got = node_state("n", annotations)
+    assert isinstance(got, Unregistered) and got.source == source
+    assert got.reason.startswith(reason) and got.reason
+
+
+def test_node_state_of_registered_devices_and_cordon() -> None:
+    got = node_state("n", _annotations(**{"hami.io/device-cordon": " g1 , ,"}))
+    assert isinstance(got, NodeState)
+    assert (got.name, [d.id for d in got.devices], got.cordoned) == ("n", ["g0", "g1"], frozenset({"g1"}))
 
 
 def test_check_type_and_uuid_parsing() -> None:

@@ -13,12 +13,14 @@ from typing import Any
 import pytest
 import requests
 from kubernetes import client
-from tests.scheduler.extender_env import gpu_pod, running, url, wait_until
 
 from hami.scheduler.extender.daemon import Extender
 from hami.scheduler.extender.main import build_parser, options
+from hami.testing.builders import gpu_pod
+from hami.testing.extender import running, url
 from hami.testing.kubeapi import KubeAPIServer
 from hami.testing.kubeapi.patch import json_patch as apply_json_patch
+from hami.testing.wait import wait_until
 
 V1 = "admission.k8s.io/v1"
 V1BETA1 = "admission.k8s.io/v1beta1"
@@ -111,7 +113,7 @@ def test_gpumem_percentage_outside_0_to_100_is_an_errored_500(
     pod = gpu_pod("bad", mem=None)
     pod["spec"]["containers"][0]["resources"].setdefault(section, {})["nvidia.com/gpumem-percentage"] = value
     message = (
-        f"invalid nvidia.com/gpumem-percentage value {value} in container c: "
+        f"invalid nvidia.com/gpumem-percentage value {value} in container c0: "
         "must be an integer between 0 and 100"
     )
     assert _review(ext, pod) == _denied(V1, "r1", 500, message)

@@ -14,14 +14,15 @@ import grpc
 import pytest
 import yaml
 
-from hami.core import annotations as ann
 from hami.core.codec.pod_devices import encode_pod_devices
 from hami.core.devices import ContainerDevice
 from hami.deviceplugin.api import deviceplugin_pb2 as pb
 from hami.testing import cluster
+from hami.testing.builders import allocating_pod, res
 from hami.testing.kubeapi import KubeAPIServer
 from hami.testing.kubelet import Kubelet
-from hami.testing.processes import log_tail, wait_until
+from hami.testing.processes import log_tail
+from hami.testing.wait import wait_until
 
 NODE = "gpu-1"
 HERE = cluster.gpu_uuid(0, 0)
@@ -51,7 +52,7 @@ def kubelet(kube_api: KubeAPIServer, kube_config_file: Path) -> Iterator[Kubelet
         def registered() -> bool:
             assert plugin.poll() is None, log_tail(log)
             stand_in.tick()
-            return stand_in.plugin is not None
+            return stand_in.connected is not None
         wait_until(registered, 30, "the device plugin's registration")
         yield stand_in
     finally:
@@ -62,26 +63,15 @@ def kubelet(kube_api: KubeAPIServer, kube_config_file: Path) -> Iterator[Kubelet
 
 
 def pending_pod(kube_api: KubeAPIServer, name: str, device: ContainerDevice) -> None:
-    devices = encode_pod_devices([[device]])
-    kube_api.store.put({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", "annotations": {
-            ann.POD_VGPU_NODE: NODE, ann.POD_BIND_TIME: "1755757239",
-            ann.POD_BIND_PHASE: ann.BIND_PHASE_ALLOCATING,
-            ann.POD_DEVICES_TO_ALLOCATE: devices, ann.POD_DEVICES_ALLOCATED: devices,
-        }},
-        "spec": {"nodeName": NODE, "containers": [
-            {"name": "c", "image": "cuda", "resources": {"limits": {ann.RESOURCE_GPU: "1"}}},
-        ]},
-        "status": {"phase": "Pending"},
-    })
+    kube_api.store.put(allocating_pod(name, NODE, encode_pod_devices([[device]]), res(1)))
 
 
 def allocate(kubelet: Kubelet) -> pb.AllocateResponse:
-    assert kubelet.plugin is not None
+    assert kubelet.connected is not None
     one = pb.ContainerAllocateRequest(devices_ids=kubelet.device_ids[:1])
-    request = pb.AllocateRequest(container_requests=[one])
-    answer: pb.AllocateResponse = kubelet.plugin[1].allocate(request, timeout=10)
+    answer: pb.AllocateResponse = kubelet.connected[2].Allocate(
+        pb.AllocateRequest(container_requests=[one]), timeout=10
+    )
     return answer
 
 

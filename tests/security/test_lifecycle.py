@@ -17,11 +17,11 @@ import pytest
 import requests
 import yaml
 
-from hami.core import annotations as ann
-from hami.core.codec.node_devices import encode_node_devices
 from hami.testing import cluster
+from hami.testing.builders import gpu_node
 from hami.testing.kubeapi import KubeAPIServer
-from hami.testing.processes import free_port, log_tail, wait_until
+from hami.testing.processes import free_port, log_tail
+from hami.testing.wait import wait_until
 
 EXIT_WITHIN_S = 15.0
 
@@ -97,12 +97,7 @@ def test_the_device_plugin_exits_at_once_when_its_port_is_taken(
 def test_sigterm_stops_the_scheduler_mid_request(
     tmp_path: Path, kube_api: KubeAPIServer, kube_config_file: Path
 ) -> None:
-    register = encode_node_devices(cluster.devices(0, 1))
-    kube_api.store.put({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": "n1", "annotations": {ann.NODE_REGISTER: register}},
-        "status": {"allocatable": {ann.RESOURCE_GPU: "10"}},
-    })
+    kube_api.store.put(gpu_node("n1", gpus=1))
     pod = kube_api.store.put({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
         "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},

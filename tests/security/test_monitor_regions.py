@@ -18,8 +18,9 @@ from hami.exporter.collector import MonitorCollector
 from hami.exporter.discovery import ContainerLister
 from hami.exporter.feedback import feedback_tick
 from hami.exporter.region import reasons
-from hami.testing.processes import free_port, wait_until
+from hami.testing.processes import free_port
 from hami.testing.regions import MEM_DATA, RegionWriter
+from hami.testing.wait import wait_until
 
 UUID = "GPU-aaaaaaaa-1111-2222-3333-444444444444"
 

@@ -68,7 +68,7 @@ def test_prometheus_config_is_valid_for_promtool(tmp_path: Path) -> None:
 
 def test_seconds_reads_prometheus_durations() -> None:
     assert promconfig.seconds("1h30m") == 5400 and promconfig.seconds("250ms") == 0.25
-    with pytest.raises(ValueError, match="not a Prometheus duration"):
+    with pytest.raises(ValueError, match="want a Prometheus duration"):
         promconfig.seconds("5 minutes")
 
 
@@ -106,7 +106,7 @@ def test_ksm_families_follow_kube_state_metrics_names() -> None:
     req = {(s.labels["pod"], s.labels["resource"]): s.value for s in requests.samples}
     assert req[(cluster.PENDING, "nvidia_com_gpu")] == 1.0
     assert req[(cluster.PENDING, "nvidia_com_gpumem")] == cluster.GPU_MEM_MIB * 4
-    (labels,) = ksm.node_families([cluster.node("n", 0, 1, "Reported_2026-01-02 03:04:05", "a100")])
+    (labels,) = ksm.node_families([cluster.gpu_node("n", 0, 1, "Reported_2026-01-02 03:04:05", "a100")])
     (sample,) = labels.samples
     assert sample.labels["node"] == "n" and sample.labels["label_hami_io_pool"] == "a100"
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -17,6 +16,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
 from hami.testing.kubeapi import KubeAPIServer
+from hami.testing.processes import python_env
 
 
 @pytest.mark.parametrize(("status", "reason"), [(500, "InternalError"), (503, "ServiceUnavailable"),
@@ -132,9 +132,8 @@ def test_kube_config_file_fixture(kube_config_file: Path, kube_api: KubeAPIServe
 
 def test_standalone_command_writes_a_kubeconfig(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kube" / "config"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "src")}
-    proc = subprocess.Popen([sys.executable, "-m", "hami.testing.kubeapi", "--port", "0",
-                             "--kubeconfig", str(kubeconfig)], env=env, stdout=subprocess.PIPE, text=True)
+    argv = [sys.executable, "-m", "hami.testing.kubeapi", "--port", "0", "--kubeconfig", str(kubeconfig)]
+    proc = subprocess.Popen(argv, env=python_env(), stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()  # printed after the kubeconfig is written

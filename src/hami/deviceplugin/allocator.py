@@ -15,6 +15,7 @@ from hami.core import klog
 from hami.core.codec.errors import CodecError
 from hami.core.codec.pod_devices import decode_pod_devices, encode_pod_devices
 from hami.core.devices import MODE_MIG, PodDevices
+from hami.core.objects import annotations_of, name_of, namespace_of, object_key, resource_version, uid_of
 from hami.deviceplugin.api import deviceplugin_pb2 as pb
 from hami.deviceplugin.config import PluginConfig
 from hami.deviceplugin.container_setup import (
@@ -40,7 +41,7 @@ from hami.deviceplugin.container_setup import (
     pop_next_container,
     preferred_allocation,
 )
-from hami.deviceplugin.kubeops import NodeOps, annotations_of, resource_version
+from hami.deviceplugin.kubeops import NodeOps
 from hami.deviceplugin.metrics import PluginMetrics
 
 log = klog.get_logger(__name__)
@@ -63,7 +64,7 @@ class WrittenPods:
         self._entries: dict[str, tuple[frozenset[str], dict[str, Any]]] = {}
 
     def record(self, before: dict[str, Any], after: dict[str, Any]) -> None:
-        key = pod_key(after)
+        key = object_key(after)
         with self._lock:
             stale, _ = self._entries.pop(key, (frozenset(), {}))
             self._entries[key] = (stale | {resource_version(before)}, after)
@@ -80,11 +81,6 @@ class WrittenPods:
                 return written
             del self._entries[key]
             return cached
-
-
-def pod_key(pod: dict[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 class PodCache(Protocol):
@@ -184,7 +180,7 @@ class Allocator:
                     log.warning("node lock owner %s/%s not readable: %s", ns, name, exc)
             if pod is not None and is_pending_for(pod, self.node):
                 return pod, node_obj
-        seen = (self._written.resolve(pod_key(p), p) for p in self._pods.list())
+        seen = (self._written.resolve(object_key(p), p) for p in self._pods.list())
         candidates = [p for p in seen if p is not None and is_pending_for(p, self.node)]
         if not candidates:
             raise pending_pod_error(f"no binding pod found on node {self.node}")
@@ -210,7 +206,6 @@ class Allocator:
     def _allocate_for(
         self, pod: dict[str, Any], node_obj: dict[str, Any], requests: Sequence[Sequence[str]]
     ) -> list[pb.ContainerAllocateResponse]:
-        meta = pod.get("metadata") or {}
         text = annotations_of(pod).get(ann.POD_DEVICES_TO_ALLOCATE, "")
         if not text:
             raise decode_error("device request not found")
@@ -235,7 +230,7 @@ class Allocator:
                 devreq,
                 self.cfg,
                 self._layout,
-                pod_uid=str(meta.get("uid", "")),
+                pod_uid=uid_of(pod),
                 container=container_of(pod, idx),
                 cache_id=str(uuid.uuid4()),
                 lib_host_path=self._lib_path(),
@@ -248,13 +243,16 @@ class Allocator:
             responses.append(to_pb(alloc))
         erased = encode_pod_devices(pending)
         done = not has_pending_devices(erased)
-        # The erase and, after the last container, bind-phase=success go in one patch.
+        # The erase and, after the last container, bind-phase=success go in one patch. It also
+        # sets the hami.io/vgpu-node label HAMi's filter patch sets (HAMi's vGPU monitor lists pods
+        # by it): this scheduler writes no filter patch, and a Binding cannot carry labels.
         values: dict[str, str | None] = {ann.POD_DEVICES_TO_ALLOCATE: erased}
         if done:
             values[ann.POD_BIND_PHASE] = ann.BIND_PHASE_SUCCESS
-        ns, name = meta.get("namespace", ""), meta.get("name", "")
+        ns, name = namespace_of(pod), name_of(pod)
+        labels = {ann.POD_VGPU_NODE: annotations_of(pod).get(ann.POD_VGPU_NODE, "")}
         try:
-            self._written.record(pod, self._ops.patch_pod_annotations(ns, name, values))
+            self._written.record(pod, self._ops.patch_pod_annotations(ns, name, values, labels))
         except Exception as exc:
             raise AllocateError(POD_UPDATE_FAILED, f"failed to update pod annotation: {exc}") from exc
         if done:
@@ -286,8 +284,7 @@ class Allocator:
 
     def _mark_failed(self, pod: dict[str, Any], node_obj: dict[str, Any] | None) -> None:
         """PodAllocationFailed: bind-phase=failed, then release the node lock."""
-        meta = pod.get("metadata") or {}
-        ns, name = meta.get("namespace", ""), meta.get("name", "")
+        ns, name = namespace_of(pod), name_of(pod)
         values: dict[str, str | None] = {ann.POD_BIND_PHASE: ann.BIND_PHASE_FAILED}
         try:
             self._written.record(pod, self._ops.patch_pod_annotations(ns, name, values))

@@ -1,6 +1,7 @@
 """The few API-server calls the plugin makes, through the core Kubernetes access (plain JSON dicts).
 
-Every write is a JSON merge patch of ``metadata.annotations`` (spec §C.4, §C.7), optionally guarded by
+Every write is a JSON merge patch of ``metadata.annotations`` (spec §C.4, §C.7; Allocate's also sets the
+``hami.io/vgpu-node`` pod label, see ``allocator``), optionally guarded by
 ``metadata.resourceVersion`` so that the API server refuses it (409) when the object changed.
 """
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from hami.core import annotations as ann
 from hami.core.kube import errors, patches, raw
+from hami.core.objects import annotations_of, resource_version
 
 Obj = dict[str, Any]
 
@@ -32,8 +34,10 @@ class NodeOps:
     ) -> Obj:
         return patches.patch_node_annotations(self.api_client, name, values, resource_version)
 
-    def patch_pod_annotations(self, namespace: str, name: str, values: dict[str, str | None]) -> Obj:
-        return patches.patch_pod_metadata(self.api_client, namespace, name, annotations=values)
+    def patch_pod_annotations(
+        self, namespace: str, name: str, values: dict[str, str | None], labels: dict[str, str] | None = None
+    ) -> Obj:
+        return patches.patch_pod_metadata(self.api_client, namespace, name, annotations=values, labels=labels)
 
     def release_node_lock(
         self, node: str, namespace: str, pod: str, known: Obj | None = None, attempts: int = 5
@@ -54,18 +58,9 @@ class NodeOps:
             if "," in value and not value.endswith(suffix):
                 return False
             try:
-                self.patch_node_annotations(
-                    node, {ann.NODE_LOCK: None}, obj["metadata"].get("resourceVersion")
-                )
+                self.patch_node_annotations(node, {ann.NODE_LOCK: None}, resource_version(obj))
                 return True
             except errors.Conflict as exc:
                 last = exc
         raise RuntimeError(f"failed to release node lock on {node}: {last}")
 
-
-def annotations_of(obj: Obj) -> dict[str, str]:
-    return dict(obj.get("metadata", {}).get("annotations") or {})
-
-
-def resource_version(obj: Obj) -> str:
-    return str(obj.get("metadata", {}).get("resourceVersion", ""))

@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -18,6 +19,7 @@ from prometheus_client import CollectorRegistry
 
 import hami
 from hami.core import klog
+from hami.core.duration import duration_flag
 from hami.core.kube.client import KubeConfigError, new_api_client
 from hami.core.kube.informer import Informer
 from hami.core.kube.options import add_kube_flags, from_args
@@ -131,9 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="NVML backend; fake needs --fake-nvml-spec (or HAMI_FAKE_NVML_SPEC)",
     )
     a("--fake-nvml-spec", default=None, help="FakeNvml node description (YAML)")
-    a("--register-interval", type=float, default=30.0, help=argparse.SUPPRESS)
-    a("--register-retry", type=float, default=5.0, help=argparse.SUPPRESS)
-    a("--start-retry", type=float, default=30.0, help=argparse.SUPPRESS)
+    # Test knobs: seconds or Go durations.
+    seconds = duration_flag(bare_seconds=True)
+    a("--register-interval", type=seconds, default=timedelta(seconds=30), help=argparse.SUPPRESS)
+    a("--register-retry", type=seconds, default=timedelta(seconds=5), help=argparse.SUPPRESS)
+    a("--start-retry", type=seconds, default=timedelta(seconds=30), help=argparse.SUPPRESS)
     add_kube_flags(p)
     add_web_flags(p)
     klog.add_log_flags(p)
@@ -159,8 +163,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
             mofed=args.mofed_enabled,
             imex_channel_ids=args.imex_channel_ids,
         ),
-        register_interval=args.register_interval,
-        register_retry=args.register_retry,
+        register_interval=args.register_interval.total_seconds(),
+        register_retry=args.register_retry.total_seconds(),
         mig_apply_lock=Path(args.mig_apply_lock),
     )
 
@@ -245,7 +249,7 @@ def run(args: argparse.Namespace, stop: threading.Event, running: dict[str, Mana
         pods=pods,
         metrics=metrics,
         policy=policy,
-        retry_s=args.start_retry,
+        retry_s=args.start_retry.total_seconds(),
     )
     if running is not None:
         running["manager"] = manager

@@ -6,6 +6,7 @@ from typing import Any
 
 from hami.core import annotations as ann
 from hami.core.kube import errors, raw
+from hami.core.objects import annotations_of, name_of, namespace_of
 from hami.doctor.podinputs import PodCluster
 from hami.doctor.settings import SCHEDULER_SELECTORS
 
@@ -52,8 +53,7 @@ def scheduler_pods(api: Any, namespace: str = "") -> list[Obj] | None:
                 return None
             raise
         for p in items:
-            meta = p.get("metadata") or {}
-            found[f"{meta.get('namespace')}/{meta.get('name')}"] = p
+            found[f"{namespace_of(p)}/{name_of(p)}"] = p
     return [found[k] for k in sorted(found)]
 
 
@@ -71,8 +71,7 @@ def lock_owners(api: Any, nodes: list[Obj]) -> dict[str, bool]:
     """For every node lock with an owner, whether that pod still exists ("ns/name" → bool)."""
     out: dict[str, bool] = {}
     for node in nodes:
-        value = ((node.get("metadata") or {}).get("annotations") or {}).get(ann.NODE_LOCK, "")
-        parts = str(value).split(",")
+        parts = annotations_of(node).get(ann.NODE_LOCK, "").split(",")
         if len(parts) == 3 and parts[1] and parts[2]:
             key = f"{parts[1]}/{parts[2]}"
             if key not in out:
@@ -95,7 +94,7 @@ def pod_cluster(
         scheduler_pods=scheduler_pods(api, scheduler_namespace),
         lease=lease,
         lease_ref=lease_ref,
-        nodes={str((n.get("metadata") or {}).get("name")): n for n in nodes},
+        nodes={name_of(n): n for n in nodes},
         owner_exists=lock_owners(api, nodes),
     )
 

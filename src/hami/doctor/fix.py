@@ -13,6 +13,7 @@ from typing import Any
 
 from hami.core.kube import errors
 from hami.core.kube.patches import patch_node_annotations
+from hami.core.objects import annotations_of, resource_version
 from hami.doctor.fetch import get_node
 from hami.doctor.findings import Remedy, Section
 
@@ -32,11 +33,11 @@ def apply(api: Any, todo: list[Remedy]) -> list[str]:
     for r in todo:
         try:
             node = get_node(api, r.node)
-            current = ((node.get("metadata") or {}).get("annotations") or {}).get(r.annotation)
+            current = annotations_of(node).get(r.annotation)
             if current != r.expected:
                 out.append(f"skipped {r.node} {r.annotation}: changed since the diagnosis ({current!r})")
                 continue
-            rv = (node.get("metadata") or {}).get("resourceVersion")
+            rv = resource_version(node)
             patch_node_annotations(api, r.node, {r.annotation: None}, resource_version=rv)
             out.append(f"removed {r.annotation} from {r.node}")
         except errors.Conflict:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import IO, Any, NoReturn
 
@@ -24,9 +25,11 @@ from prometheus_client import CollectorRegistry
 
 from hami.core.codec import CodecError
 from hami.core.codec.nodelock import format_rfc3339, parse_rfc3339
+from hami.core.duration import duration_flag
 from hami.core.kube import errors
 from hami.core.kube.client import KubeConfigError, new_api_client
-from hami.core.kube.options import KubeOptions, add_kube_flags
+from hami.core.kube.options import add_kube_flags, from_args
+from hami.core.objects import annotations_of, name_of
 from hami.doctor import fetch, fix, logscan, nodecheck, podtree, render
 from hami.doctor.findings import EXIT_CLUSTER, EXIT_USAGE, Section, exit_code
 from hami.doctor.settings import DEFAULT_SCHEDULER_NAME, Settings
@@ -42,23 +45,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-def parse_duration(text: str) -> timedelta:
-    """``60s``, ``5m``, ``1h30m`` (Go style) or plain seconds."""
-    units = {"h": 3600, "m": 60, "s": 1}
-    try:
-        if text.replace(".", "", 1).isdigit():
-            return timedelta(seconds=float(text))
-        total, number = 0.0, ""
-        for ch in text:
-            if ch in units and number:
-                total, number = total + float(number) * units[ch], ""
-            else:
-                number += ch
-        if number or not text:
-            raise ValueError(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 60s, 5m)") from None
-    return timedelta(seconds=total)
+# The thresholds mirror HAMi's Go durations; a plain number of seconds, which this CLI has always
+# accepted, still works.
+_duration = duration_flag(bare_seconds=True)
 
 
 def parse_zone(text: str) -> tzinfo | None:
@@ -106,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cluster.add_argument(
         "--handshake-timeout",
-        type=parse_duration,
+        type=_duration,
         default=timedelta(seconds=60),
         help="handshake expiry (default 60s, HAMi v2.10; seed 000's 300s is stale)",
     )
@@ -118,13 +107,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cluster.add_argument(
         "--node-lock-timeout",
-        type=parse_duration,
+        type=_duration,
         default=timedelta(minutes=5),
         help="the scheduler's --node-lock-timeout (default 5m)",
     )
     cluster.add_argument(
         "--bind-timeout",
-        type=parse_duration,
+        type=_duration,
         default=None,
         help="bind-phase=allocating longer than this is stuck (default: --node-lock-timeout)",
     )
@@ -155,14 +144,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _api(args: argparse.Namespace) -> Any:
-    opts = KubeOptions(
-        qps=args.kube_qps,
-        burst=args.kube_burst,
-        timeout=args.kube_timeout,
-        kubeconfig=args.kubeconfig or None,
-        context=args.context,
-        user_agent="hami-doctor",
-    )
+    opts = replace(from_args(args, user_agent="hami-doctor"), context=args.context)
     return new_api_client(opts, registry=CollectorRegistry())
 
 
@@ -186,8 +168,8 @@ def _cluster_sections(args: argparse.Namespace, api: Any, now: datetime) -> list
         items = fetch.list_nodes(api, args.selector)
     owners = fetch.lock_owners(api, items)
     sections = []
-    for n in sorted(items, key=nodecheck.name_of):
-        value = nodecheck.annotations_of(n).get("hami.io/mutex.lock", "")
+    for n in sorted(items, key=name_of):
+        value = annotations_of(n).get("hami.io/mutex.lock", "")
         key = "/".join(value.split(",")[1:]) if value.count(",") == 2 else ""
         sections.append(nodecheck.check_node(n, owners.get(key) if key else None, s, now))
     return sections

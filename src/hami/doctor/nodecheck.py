@@ -13,9 +13,11 @@ from hami.core import annotations as ann
 from hami.core.codec import CodecError
 from hami.core.codec.handshake import REQUESTING, check_handshake, parse_datetime
 from hami.core.codec.node_devices import decode_legacy_node_devices, get_node_devices
-from hami.core.codec.nodelock import NodeLock, format_go_duration, is_expired, parse_node_lock
+from hami.core.codec.nodelock import NodeLock, is_expired, parse_node_lock
 from hami.core.codec.quantity import parse_quantity
 from hami.core.devices import DeviceInfo
+from hami.core.duration import format_duration
+from hami.core.objects import annotations_of, name_of
 from hami.doctor.findings import BROKEN, OK, WARNING, Finding, Remedy, Section, Table
 from hami.doctor.settings import Settings
 
@@ -31,17 +33,9 @@ FIX_HEALTH = "check the GPU: nvidia-smi -q -d HEALTH and -d ECC on the node (see
 FIX_VERSIONS = "device plugin and scheduler versions differ: upgrade HAMi components together (seed 001 §4.3)"
 
 
-def name_of(obj: Obj) -> str:
-    return str((obj.get("metadata") or {}).get("name", ""))
-
-
-def annotations_of(obj: Obj) -> dict[str, str]:
-    raw = (obj.get("metadata") or {}).get("annotations") or {}
-    return {str(k): str(v) for k, v in raw.items()}
-
-
 def age(when: datetime, now: datetime) -> str:
-    return format_go_duration(now - when)
+    """How long ago ``when`` was, to the second (annotation and event times carry no more)."""
+    return format_duration(timedelta(seconds=int((now - when).total_seconds())))
 
 
 def allocatable_gpus(node: Obj, resource: str = ann.RESOURCE_GPU) -> int:
@@ -236,7 +230,7 @@ def check_node_handshake(node: Obj, s: Settings, now: datetime) -> list[Finding]
                 clear,
             )
         ]
-    evidence.append(f"age {age(when, now)}, threshold {format_go_duration(s.handshake_timeout)}")
+    evidence.append(f"age {age(when, now)}, threshold {format_duration(s.handshake_timeout)}")
     if now - when < -CLOCK_SKEW:
         return [
             Finding(
@@ -258,7 +252,7 @@ def check_node_handshake(node: Obj, s: Settings, now: datetime) -> list[Finding]
                 OK,
                 "node.handshake.ok",
                 f"handshake requested {age(when, now)} ago; older than "
-                f"{format_go_duration(s.handshake_timeout)}, but {gpus} allocatable {ann.RESOURCE_GPU} "
+                f"{format_duration(s.handshake_timeout)}, but {gpus} allocatable {ann.RESOURCE_GPU} "
                 "keeps the node healthy (v2.10 device plugins do not answer the handshake)",
                 tuple(evidence),
             )
@@ -267,7 +261,7 @@ def check_node_handshake(node: Obj, s: Settings, now: datetime) -> list[Finding]
         Finding(
             BROKEN,
             "node.handshake.expired",
-            f"handshake expired ({age(when, now)} > {format_go_duration(s.handshake_timeout)}) and kubelet "
+            f"handshake expired ({age(when, now)} > {format_duration(s.handshake_timeout)}) and kubelet "
             f"reports no allocatable {ann.RESOURCE_GPU}: the scheduler drops the node's devices",
             tuple(evidence),
             "check the device plugin pod (CrashLoopBackOff → its logs), its kubelet registration "
@@ -307,7 +301,7 @@ def check_node_lock(
         ], None
     owner = f"{lock.namespace}/{lock.name}" if lock.name else "<legacy lock, no owner>"
     evidence.append(
-        f"owner {owner}, age {age(lock.time, now)}, timeout {format_go_duration(s.node_lock_timeout)}"
+        f"owner {owner}, age {age(lock.time, now)}, timeout {format_duration(s.node_lock_timeout)}"
     )
     if is_expired(lock, now, s.node_lock_timeout):
         return [

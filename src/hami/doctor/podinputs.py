@@ -8,9 +8,11 @@ from typing import Any
 
 from hami.core import annotations as ann
 from hami.core.codec import CodecError
-from hami.core.codec.nodelock import format_go_duration, parse_rfc3339
+from hami.core.codec.nodelock import parse_rfc3339
 from hami.core.codec.quantity import parse_quantity
+from hami.core.objects import labels_of, name_of, namespace_of
 from hami.doctor.findings import BROKEN, OK, WARNING, Finding
+from hami.doctor.nodecheck import age
 from hami.doctor.settings import SCHEDULER_SELECTORS, Settings
 
 Obj = dict[str, Any]
@@ -135,7 +137,7 @@ def check_scheduler_name(pod: Obj, s: Settings) -> list[Finding]:
 
 
 def _pod_state(p: Obj) -> tuple[bool, str]:
-    meta, status = p.get("metadata") or {}, p.get("status") or {}
+    status = p.get("status") or {}
     phase = status.get("phase", "Unknown")
     ready = any(
         c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
@@ -146,9 +148,9 @@ def _pod_state(p: Obj) -> tuple[bool, str]:
         for cs in status.get("containerStatuses") or []
         if (w := (cs.get("state") or {}).get("waiting")) and w.get("reason")
     ]
-    role = (meta.get("labels") or {}).get(ann.SCHEDULER_ROLE_LABEL, "")
+    role = labels_of(p).get(ann.SCHEDULER_ROLE_LABEL, "")
     text = (
-        f"{meta.get('namespace', '')}/{meta.get('name', '')}: phase {phase}, ready {str(ready).lower()}, "
+        f"{namespace_of(p)}/{name_of(p)}: phase {phase}, ready {str(ready).lower()}, "
         f"restarts {restarts}"
         + (f", waiting {','.join(waiting)}" if waiting else "")
         + (f", role {role}" if role else "")
@@ -194,9 +196,7 @@ def check_scheduler(c: PodCluster, s: Settings, now: datetime) -> list[Finding]:
             )
         ]
     out = [Finding(OK, "scheduler.running", "the HAMi scheduler is running", evidence)]
-    roles = [
-        (p.get("metadata") or {}).get("labels", {}).get(ann.SCHEDULER_ROLE_LABEL) for p in c.scheduler_pods
-    ]
+    roles = [labels_of(p).get(ann.SCHEDULER_ROLE_LABEL) for p in c.scheduler_pods]
     if any(roles) and "leader" not in roles:
         out.append(
             Finding(
@@ -239,7 +239,7 @@ def _check_lease(c: PodCluster, now: datetime) -> list[Finding]:
         ]
     renewed = parse_rfc3339(str(renew).replace(" ", "T"), "renewTime")
     held = now - renewed
-    evidence = (f"holder {holder or '<none>'}, renewed {format_go_duration(held)} ago, duration {duration}s",)
+    evidence = (f"holder {holder or '<none>'}, renewed {age(renewed, now)} ago, duration {duration}s",)
     if held.total_seconds() > duration:
         return [
             Finding(

@@ -14,7 +14,9 @@ from typing import Any
 
 from hami.core import annotations as ann
 from hami.core.codec import CodecError
-from hami.core.codec.nodelock import format_go_duration, parse_rfc3339
+from hami.core.codec.nodelock import parse_rfc3339
+from hami.core.duration import format_duration
+from hami.core.objects import annotations_of, meta_field, name_of, namespace_of
 from hami.doctor import nodecheck, reasons
 from hami.doctor.findings import BROKEN, OK, WARNING, Finding, Section, is_broken
 from hami.doctor.podinputs import PodCluster, check_requests, check_scheduler, check_scheduler_name
@@ -29,12 +31,11 @@ FIX_RAISE_V4 = "raise the scheduler log level to V(4) and check the Filter lines
 
 
 def _when(event: Obj) -> datetime | None:
-    meta = event.get("metadata") or {}
     for stamp in (
         event.get("lastTimestamp"),
         event.get("eventTime"),
         event.get("firstTimestamp"),
-        meta.get("creationTimestamp"),
+        meta_field(event, "creationTimestamp"),
     ):
         if stamp:
             try:
@@ -46,7 +47,7 @@ def _when(event: Obj) -> datetime | None:
 
 def _describe(event: Obj, now: datetime) -> str:
     when = _when(event)
-    ago = f", {format_go_duration(now - when)} ago" if when else ""
+    ago = f", {nodecheck.age(when, now)} ago" if when else ""
     source = (event.get("source") or {}).get("component") or event.get("reportingComponent") or "?"
     count = int(event.get("count") or 1)
     return (
@@ -56,8 +57,7 @@ def _describe(event: Obj, now: datetime) -> str:
 
 
 def diagnose_pod(c: PodCluster, s: Settings, now: datetime) -> Section:
-    meta = c.pod.get("metadata") or {}
-    section = Section(f"pod {meta.get('namespace', '')}/{meta.get('name', '')}")
+    section = Section(f"pod {namespace_of(c.pod)}/{name_of(c.pod)}")
     section.findings += check_requests(c.pod)
     if not is_broken(section.findings):
         section.findings += check_scheduler_name(c.pod, s)
@@ -70,7 +70,7 @@ def diagnose_pod(c: PodCluster, s: Settings, now: datetime) -> Section:
 
 
 def _after_scheduling(c: PodCluster, s: Settings, now: datetime) -> list[Finding]:
-    spec, annos = c.pod.get("spec") or {}, nodecheck.annotations_of(c.pod)
+    spec, annos = c.pod.get("spec") or {}, annotations_of(c.pod)
     if spec.get("nodeName") or ann.POD_BIND_PHASE in annos:
         return _bind_phase(c, s, now)
     events = sorted(
@@ -197,7 +197,7 @@ def _on(node: str, f: Finding) -> Finding:
 def _binding_failed(event: Obj, c: PodCluster, s: Settings, now: datetime) -> list[Finding]:
     message = str(event.get("message", ""))
     m = _NODE_IN_MESSAGE.search(message)
-    node_name = m.group(1) if m else nodecheck.annotations_of(c.pod).get(ann.POD_VGPU_NODE, "")
+    node_name = m.group(1) if m else annotations_of(c.pod).get(ann.POD_VGPU_NODE, "")
     described = (_describe(event, now),)
     if "node lock contention" in message and node_name in c.nodes:
         lock_findings = _lock_for_pod(node_name, c, s, now)
@@ -207,7 +207,7 @@ def _binding_failed(event: Obj, c: PodCluster, s: Settings, now: datetime) -> li
             f"bind failed: node {node_name} is locked",
             described,
             "wait for the holder's allocation to finish; a lock older than the "
-            f"--node-lock-timeout ({format_go_duration(s.node_lock_timeout)}) is taken over",
+            f"--node-lock-timeout ({format_duration(s.node_lock_timeout)}) is taken over",
         )
         return [head, *lock_findings]
     return [
@@ -224,16 +224,15 @@ def _binding_failed(event: Obj, c: PodCluster, s: Settings, now: datetime) -> li
 
 def _lock_for_pod(node_name: str, c: PodCluster, s: Settings, now: datetime) -> list[Finding]:
     node = c.nodes[node_name]
-    value = nodecheck.annotations_of(node).get(ann.NODE_LOCK)
+    value = annotations_of(node).get(ann.NODE_LOCK)
     owner_ok = None
-    meta = c.pod.get("metadata") or {}
     if value is not None and value.count(",") == 2:
         owner_ok = c.owner_exists.get("/".join(value.split(",")[1:]))
     found, lock = nodecheck.check_node_lock(node, owner_ok, s, now)
     if (
         lock
         and lock.name
-        and (lock.namespace, lock.name) != (meta.get("namespace"), meta.get("name"))
+        and (lock.namespace, lock.name) != (namespace_of(c.pod), name_of(c.pod))
         and found[0].code == "node.lock.held"
     ):
         found = [
@@ -241,17 +240,17 @@ def _lock_for_pod(node_name: str, c: PodCluster, s: Settings, now: datetime) -> 
                 WARNING,
                 "node.lock.other",
                 f"node lock held by {lock.namespace}/{lock.name} for "
-                f"{format_go_duration(now - lock.time)}: binds of other pods to {node_name} wait",
+                f"{nodecheck.age(lock.time, now)}: binds of other pods to {node_name} wait",
                 found[0].evidence,
                 "wait for that pod's allocation to finish; it expires after "
-                f"{format_go_duration(s.node_lock_timeout)}",
+                f"{format_duration(s.node_lock_timeout)}",
             )
         ]
     return [_on(node_name, f) for f in found]
 
 
 def _bind_phase(c: PodCluster, s: Settings, now: datetime) -> list[Finding]:
-    spec, annos = c.pod.get("spec") or {}, nodecheck.annotations_of(c.pod)
+    spec, annos = c.pod.get("spec") or {}, annotations_of(c.pod)
     node = spec.get("nodeName") or annos.get(ann.POD_VGPU_NODE, "")
     phase = annos.get(ann.POD_BIND_PHASE, "")
     status = (c.pod.get("status") or {}).get("phase", "Unknown")
@@ -261,10 +260,9 @@ def _bind_phase(c: PodCluster, s: Settings, now: datetime) -> list[Finding]:
         f"pod phase: {status}",
     ]
     bind_time = annos.get(ann.POD_BIND_TIME, "")
-    since = None
-    if bind_time.isdigit():
-        since = now - datetime.fromtimestamp(int(bind_time), now.tzinfo)
-        evidence.append(f"{ann.POD_BIND_TIME}: {bind_time} ({format_go_duration(since)} ago)")
+    bound = datetime.fromtimestamp(int(bind_time), now.tzinfo) if bind_time.isdigit() else None
+    if bound is not None:
+        evidence.append(f"{ann.POD_BIND_TIME}: {bind_time} ({nodecheck.age(bound, now)} ago)")
     locks = _lock_for_pod(node, c, s, now) if node in c.nodes else []
     if phase == ann.BIND_PHASE_FAILED:
         return [
@@ -279,13 +277,13 @@ def _bind_phase(c: PodCluster, s: Settings, now: datetime) -> list[Finding]:
             *[f for f in locks if f.severity != OK],
         ]
     if phase == ann.BIND_PHASE_ALLOCATING:
-        if since is not None and since > s.bind_timeout:
+        if bound is not None and now - bound > s.bind_timeout:
             return [
                 Finding(
                     BROKEN,
                     "pod.bind-phase.stuck",
-                    f"stuck in allocating for {format_go_duration(since)} (> "
-                    f"{format_go_duration(s.bind_timeout)}): the device plugin never finished Allocate",
+                    f"stuck in allocating for {nodecheck.age(bound, now)} (> "
+                    f"{format_duration(s.bind_timeout)}): the device plugin never finished Allocate",
                     tuple(evidence),
                     f"check the device plugin pod on {node} and kubelet's device "
                     "plugin log (journalctl -u kubelet | grep -i device); seed 001 §4.4",

@@ -14,6 +14,7 @@ from typing import Any
 
 from hami.core.annotations import POD_DEVICES_ALLOCATED, POD_MIG_ALLOCATIONS
 from hami.core.devices import MigAllocation, PodDevices
+from hami.core.objects import annotations_of, labels_of, name_of, namespace_of, uid_of
 from hami.exporter.region.layout import UUID_EXPORT_LEN
 from hami.exporter.region.parse import DeviceUsage, RegionSnapshot
 
@@ -55,11 +56,6 @@ class PodLabels:
     labels: tuple[tuple[str, str], ...]  # (prometheus label name, value), sorted
 
 
-def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = pod.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
-
-
 def _names(pod: Mapping[str, Any], key: str) -> list[str]:
     spec = pod.get("spec") or {}
     return [str(c.get("name", "")) for c in spec.get(key) or [] if isinstance(c, Mapping)]
@@ -69,10 +65,10 @@ def allocated_devices(
     pod: Mapping[str, Any], decode: Callable[[str], PodDevices]
 ) -> dict[str, tuple[DeviceUsage, ...]]:
     """Zero-usage devices per regular container from the allocation annotation (may raise)."""
-    text = (_meta(pod).get("annotations") or {}).get(POD_DEVICES_ALLOCATED)
+    text = annotations_of(pod).get(POD_DEVICES_ALLOCATED)
     if not text:
         return {}
-    per_container = decode(str(text))
+    per_container = decode(text)
     offset = len(_names(pod, "initContainers"))  # the annotation lists init containers first
     out: dict[str, tuple[DeviceUsage, ...]] = {}
     for j, name in enumerate(_names(pod, "containers")):
@@ -105,8 +101,7 @@ def attribute(
     """One view per (pod, regular container) that has a region or an allocation."""
     views: list[ContainerView] = []
     for pod in pods:
-        meta = _meta(pod)
-        uid, ns, name = str(meta.get("uid", "")), str(meta.get("namespace", "")), str(meta.get("name", ""))
+        uid, ns, name = uid_of(pod), namespace_of(pod), name_of(pod)
         names = _names(pod, "containers")
         # the annotation is decoded only for a pod with a container that has no region yet
         idle = any((uid, ctr) not in regions for ctr in names)
@@ -139,12 +134,11 @@ def mig_devices(
     """
     out: list[MigView] = []
     for pod in pods:
-        meta = _meta(pod)
-        text = (meta.get("annotations") or {}).get(POD_MIG_ALLOCATIONS)
+        text = annotations_of(pod).get(POD_MIG_ALLOCATIONS)
         if not text or (pod.get("status") or {}).get("phase") in _FINISHED:
             continue
         try:
-            allocations = decode(str(text))
+            allocations = decode(text)
         except ValueError as err:
             on_error(pod, f"failed to decode {POD_MIG_ALLOCATIONS}: {err}")
             continue
@@ -157,8 +151,8 @@ def mig_devices(
                 continue
             out.append(
                 MigView(
-                    str(meta.get("namespace", "")),
-                    str(meta.get("name", "")),
+                    namespace_of(pod),
+                    name_of(pod),
                     names[a.container_index],
                     a.device_index,
                     a.gpu_uuid,
@@ -183,12 +177,6 @@ def pod_labels(pods: Iterable[Mapping[str, Any]], allowlist: Sequence[str]) -> l
     allow_all = "*" in allowlist
     out = []
     for pod in pods:
-        meta = _meta(pod)
-        labels = meta.get("labels") or {}
-        chosen = {label_name(k): str(v) for k, v in labels.items() if allow_all or k in allowlist}
-        out.append(
-            PodLabels(
-                str(meta.get("namespace", "")), str(meta.get("name", "")), tuple(sorted(chosen.items()))
-            )
-        )
+        chosen = {label_name(k): v for k, v in labels_of(pod).items() if allow_all or k in allowlist}
+        out.append(PodLabels(namespace_of(pod), name_of(pod), tuple(sorted(chosen.items()))))
     return out

@@ -22,6 +22,7 @@ from hami.core.codec.mig import decode_mig_allocations
 from hami.core.codec.pod_devices import decode_pod_devices
 from hami.core.devices import MigAllocation, PodDevices
 from hami.core.kube.metrics import kube_metrics
+from hami.core.objects import name_of, namespace_of, uid_of
 from hami.core.serve import build_info, listener_metrics
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor
 from hami.core.serve.families import Family, TextRenderer, declared_metric, to_metric
@@ -130,9 +131,8 @@ class MonitorCollector(Collector):
         self._pod_error(pod, f"failed to decode pod devices: {err}")
 
     def _pod_error(self, pod: Mapping[str, Any], detail: str) -> None:
-        meta = pod.get("metadata") or {}
-        where = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-        self._warn_once(f"{meta.get('uid', '')}: {detail}", f"Pod {where}: {detail}")
+        where = f"{namespace_of(pod)}/{name_of(pod)}"
+        self._warn_once(f"{uid_of(pod)}: {detail}", f"Pod {where}: {detail}")
 
     def view(self) -> NodeView:
         found, states = self.read_regions()

@@ -1,39 +1,27 @@
-"""Flags and environment of the vGPU monitor (spec §B.1), parsed without side effects."""
+"""Flags and environment of the vGPU monitor (spec §B.1), parsed without side effects.
+
+``HAMI_RESYNC_INTERVAL`` is a Go duration as in HAMi; an invalid one keeps 5m with a warning. Unlike
+HAMi, a negative one is invalid too (no resync interval is negative).
+"""
 
 from __future__ import annotations
 
 import argparse
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from hami.core import klog
+from hami.core.duration import DurationError, parse_duration
 from hami.core.kube.options import KubeOptions, add_kube_flags, from_args
 from hami.core.serve import add_web_flags
 from hami.core.serve.listener import DEFAULT_MAX_CONNECTIONS
 
 DEFAULT_BIND = ":9394"
 DEFAULT_RESYNC_S = 300.0
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
-_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 class ConfigError(ValueError):
     """A missing or invalid setting; ``str()`` is the one line printed before exiting."""
-
-
-def parse_duration(text: str) -> float:
-    """A Go ``time.ParseDuration`` string (``5m``, ``1h30m``, ``90s``) in seconds."""
-    text = text.strip()
-    pos, total = 0, 0.0
-    for m in _DURATION.finditer(text):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _UNITS[m.group(2)]
-        pos = m.end()
-    if pos != len(text) or not text:
-        raise ValueError(f"time: invalid duration {text!r}")
-    return total
 
 
 @dataclass(frozen=True)
@@ -85,8 +73,8 @@ def load_config(argv: Sequence[str], env: Mapping[str, str]) -> Config:
     resync = DEFAULT_RESYNC_S
     if env.get("HAMI_RESYNC_INTERVAL"):
         try:
-            resync = parse_duration(env["HAMI_RESYNC_INTERVAL"])
-        except ValueError as err:
+            resync = parse_duration(env["HAMI_RESYNC_INTERVAL"]).total_seconds()
+        except DurationError as err:
             warnings.append(f"invalid HAMI_RESYNC_INTERVAL ({err}), using 5m")
     try:
         kube = from_args(args, user_agent="hami-monitor")

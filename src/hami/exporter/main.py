@@ -22,6 +22,7 @@ from hami.core.kube.client import KubeConfigError, new_api_client
 from hami.core.kube.informer import Informer
 from hami.core.lifecycle import stop_within, wait_unless_stopped
 from hami.core.nvml import Nvml, NvmlError, open_nvml
+from hami.core.objects import uid_of
 from hami.core.serve import Server, WebConfigError, build_info, serve_metrics
 from hami.exporter.collector import MonitorCollector, Tally
 from hami.exporter.config import Config, ConfigError, load_config
@@ -142,7 +143,7 @@ def run(cfg: Config, stop: threading.Event, registry: CollectorRegistry | None =
     def uids() -> set[str] | None:
         if not informer.has_synced():
             return None
-        return {str((p.get("metadata") or {}).get("uid", "")) for p in informer.list()}
+        return {uid_of(p) for p in informer.list()}
 
     monitor = Monitor(
         cfg, nvml, informer.list, uids, ready=informer.has_synced, registry=registry, nvml_errors=nvml_errors

@@ -30,7 +30,8 @@ from hami.core.codec.handshake import REPORTED, Handshake, format_handshake, for
 from hami.core.codec.node_devices import encode_node_devices
 from hami.core.codec.nodelock import NodeLock, format_node_lock
 from hami.core.codec.pod_devices import encode_pod_devices
-from hami.core.devices import MODE_HAMI_CORE, ContainerDevice, DeviceInfo
+from hami.core.devices import ContainerDevice, DeviceInfo
+from hami.testing.builders import dev, limits, node, pod
 
 NODE = "sim-node"
 STALE_NODE = "stale-node"
@@ -74,21 +75,8 @@ PINNED = "pinned-to-locked-node"
 
 
 def devices(node_index: int, gpus: int) -> list[DeviceInfo]:
-    return [
-        DeviceInfo(
-            id=gpu_uuid(node_index, i),
-            index=i,
-            count=SPLIT_COUNT,
-            devmem=GPU_MEM_MIB,
-            devcore=100,
-            type=GPU_TYPE,
-            numa=0,
-            mode=MODE_HAMI_CORE,
-            health=True,
-            device_vendor=ann.VENDOR_NVIDIA,
-        )
-        for i in range(gpus)
-    ]
+    return [dev(gpu_uuid(node_index, i), GPU_MEM_MIB, count=SPLIT_COUNT, index=i, type=GPU_TYPE)
+            for i in range(gpus)]
 
 
 XID_FALLEN_OFF_BUS = 79  # the critical Xid the scenarios raise on the last GPU
@@ -114,115 +102,79 @@ def fake_nvml_spec(gpus: int) -> dict[str, Any]:
     }
 
 
-def node(name: str, node_index: int, gpus: int, handshake: str, pool: str) -> dict[str, Any]:
+def gpu_node(name: str, node_index: int, gpus: int, handshake: str, pool: str) -> dict[str, Any]:
+    resources = {"cpu": "64", "memory": "512Gi", "pods": "110", ann.RESOURCE_GPU: str(gpus * SPLIT_COUNT)}
+    return node(
+        name,
+        labels={"kubernetes.io/hostname": name, "gpu": "on", POOL_LABEL: pool},
+        annotations={
+            ann.NODE_REGISTER: encode_node_devices(devices(node_index, gpus)),
+            ann.NODE_HANDSHAKE: handshake,
+        },
+        capacity=resources,
+        allocatable=resources,
+        conditions=[{"type": "Ready", "status": "True"}],
+    )
+
+
+def _container(mem_mib: int, cores: int) -> dict[str, Any]:
     return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "labels": {"kubernetes.io/hostname": name, "gpu": "on", POOL_LABEL: pool},
-            "annotations": {
-                ann.NODE_REGISTER: encode_node_devices(devices(node_index, gpus)),
-                ann.NODE_HANDSHAKE: handshake,
-            },
-        },
-        "status": {
-            "capacity": {
-                "cpu": "64",
-                "memory": "512Gi",
-                "pods": "110",
-                ann.RESOURCE_GPU: str(gpus * SPLIT_COUNT),
-            },
-            "allocatable": {
-                "cpu": "64",
-                "memory": "512Gi",
-                "pods": "110",
-                ann.RESOURCE_GPU: str(gpus * SPLIT_COUNT),
-            },
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
+        "name": "main",
+        "image": "nvcr.io/nvidia/pytorch:24.01-py3",
+        "resources": {"limits": limits(1, mem_mib, cores or None)},
     }
-
-
-def _requests(mem_mib: int, cores: int) -> dict[str, str]:
-    out = {ann.RESOURCE_GPU: "1", ann.RESOURCE_GPUMEM: str(mem_mib)}
-    if cores:
-        out[ann.RESOURCE_GPUCORES] = str(cores)
-    return out
 
 
 def gpu_pod(p: GpuPod) -> dict[str, Any]:
     """A Running pod the scheduler placed on sim-node and the device plugin allocated."""
     alloc = encode_pod_devices([[ContainerDevice(gpu_uuid(0, p.gpu), ann.VENDOR_NVIDIA, p.mem_mib, p.cores)]])
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": p.name,
-            "namespace": p.namespace,
-            "labels": {**dict(p.labels), ann.POD_VGPU_NODE: NODE},
-            "annotations": {
-                ann.POD_VGPU_NODE: NODE,
-                ann.POD_DEVICES_TO_ALLOCATE: ";",
-                ann.POD_DEVICES_ALLOCATED: alloc,
-                ann.POD_BIND_PHASE: ann.BIND_PHASE_SUCCESS,
-            },
+    return pod(
+        _container(p.mem_mib, p.cores),
+        name=p.name,
+        namespace=p.namespace,
+        labels={**dict(p.labels), ann.POD_VGPU_NODE: NODE},
+        annotations={
+            ann.POD_VGPU_NODE: NODE,
+            ann.POD_DEVICES_TO_ALLOCATE: ";",
+            ann.POD_DEVICES_ALLOCATED: alloc,
+            ann.POD_BIND_PHASE: ann.BIND_PHASE_SUCCESS,
         },
-        "spec": {
-            "schedulerName": SCHEDULER_NAME,
-            "nodeName": NODE,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "nvcr.io/nvidia/pytorch:24.01-py3",
-                    "resources": {"limits": _requests(p.mem_mib, p.cores)},
-                }
-            ],
-        },
-        "status": {"phase": "Running"},
-    }
+        node_name=NODE,
+        scheduler=SCHEDULER_NAME,
+        phase="Running",
+    )
 
 
 def pinned_pod() -> dict[str, Any]:
     """A pod for locked-node's GPU only (``nvidia.com/use-gpuuuid``)."""
-    pod = pending_pod()
-    pod["metadata"] = {
-        "name": PINNED,
-        "namespace": "scenarios",
-        "labels": {"app": PINNED},
-        "annotations": {ann.POD_USE_GPUUUID: gpu_uuid(2, 0)},
-    }
-    pod["spec"]["containers"][0]["resources"]["limits"] = _requests(1024, 0)
-    return pod
+    return pod(
+        _container(1024, 0),
+        name=PINNED,
+        namespace="scenarios",
+        labels={"app": PINNED},
+        annotations={ann.POD_USE_GPUUUID: gpu_uuid(2, 0)},
+        scheduler=SCHEDULER_NAME,
+    )
 
 
 def pending_pod() -> dict[str, Any]:
     """More GPU memory than any card has: no node fits, the pod stays Pending."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": PENDING, "namespace": "scenarios", "labels": {"app": PENDING}},
-        "spec": {
-            "schedulerName": SCHEDULER_NAME,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "nvcr.io/nvidia/pytorch:24.01-py3",
-                    "resources": {"limits": _requests(GPU_MEM_MIB * 4, 0)},
-                }
-            ],
-        },
-        "status": {"phase": "Pending"},
-    }
+    return pod(
+        _container(GPU_MEM_MIB * 4, 0),
+        name=PENDING,
+        namespace="scenarios",
+        labels={"app": PENDING},
+        scheduler=SCHEDULER_NAME,
+    )
 
 
 def objects(gpus: int, now: datetime, scenarios: bool) -> list[dict[str, Any]]:
     """Every object of the simulated cluster, nodes first."""
-    out = [node(NODE, 0, gpus, format_handshake(Handshake(REPORTED, now)), "a100")]
+    out = [gpu_node(NODE, 0, gpus, format_handshake(Handshake(REPORTED, now)), "a100")]
     if scenarios:
         # the scheduler asked 20 minutes ago and no device plugin answered
-        out.append(node(STALE_NODE, 1, 2, format_requesting(now - timedelta(minutes=20)), "a100"))
-        locked = node(LOCKED_NODE, 2, 1, format_handshake(Handshake(REPORTED, now)), "a100")
+        out.append(gpu_node(STALE_NODE, 1, 2, format_requesting(now - timedelta(minutes=20)), "a100"))
+        locked = gpu_node(LOCKED_NODE, 2, 1, format_handshake(Handshake(REPORTED, now)), "a100")
         crashed = NodeLock(now - timedelta(minutes=10), "scenarios", "crashed-bind")
         locked["metadata"]["annotations"][ann.NODE_LOCK] = format_node_lock(crashed)
         out.append(locked)

@@ -16,6 +16,7 @@ import sys
 import threading
 from pathlib import Path
 
+from hami.core.duration import prometheus_duration_flag
 from hami.testing import cluster
 from hami.testing.processes import StartError
 from hami.testing.stack import (
@@ -29,6 +30,7 @@ from hami.testing.stack import (
     StackOptions,
     installed,
 )
+from hami.testing.wait import WaitTimeout
 
 COMPONENTS = (MONITOR, SCHEDULER, DEVICE_PLUGIN)
 
@@ -46,7 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
             f"--{name}-port", type=int, default=default, help=f"0 = any free port (default {default})"
         )
     p.add_argument("--gpus", type=int, default=4, help="GPUs on the simulated node (default %(default)s)")
-    p.add_argument("--scrape-interval", default="5s", help="Prometheus scrape/evaluation interval")
+    p.add_argument(
+        "--scrape-interval",
+        type=prometheus_duration_flag,
+        default="5s",
+        help="Prometheus scrape/evaluation interval, a Prometheus duration (default %(default)s)",
+    )
     p.add_argument("--no-scenarios", action="store_true",
                    help="no stale node, pending pod, over-limit container or XIDs")  # fmt: skip
     p.add_argument(
@@ -138,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, lambda *_: done.set())
     try:
         stack.start()
-    except StartError as err:
+    except (StartError, WaitTimeout) as err:
         print(f"demo: {err}", file=sys.stderr)
         return 1
     print(banner(stack, skipped), flush=True)

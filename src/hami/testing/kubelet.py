@@ -1,8 +1,12 @@
-"""A kubelet stand-in for the device plugin: the v1beta1 Registration service on ``kubelet.sock``, and,
-for every pod the scheduler bound to this node that is still ``allocating``, the ``Allocate`` call the
-kubelet makes when it starts the pod's containers (device IDs from the plugin's ``ListAndWatch``).
+"""Kubelet stand-ins for the device plugin.
 
-``python -m hami.testing.kubelet --dir DIR --api URL --node NAME``
+``FakeKubelet``: the kubelet's side of device-plugin registration, for tests and benchmarks: the
+v1beta1 Registration service on ``kubelet.sock`` (requests queued for the test to read) and
+DevicePlugin clients on the plugin's socket.
+
+``Kubelet`` (``python -m hami.testing.kubelet --dir DIR --api URL --node NAME``, the demo's): also,
+for every pod the scheduler bound to this node that is still ``allocating``, the ``Allocate`` call
+the kubelet makes when it starts the pod's containers (device IDs from the plugin's ``ListAndWatch``).
 """
 
 from __future__ import annotations
@@ -22,13 +26,13 @@ import requests
 from hami.core import annotations as ann
 from hami.core.codec.quantity import parse_quantity
 from hami.deviceplugin.api import deviceplugin_pb2 as pb
+from hami.testing.kubelet_api import deviceplugin_pb2_grpc as pb_grpc
 
 RPC_TIMEOUT = 10.0
-PLUGIN_SERVICE = "/v1beta1.DevicePlugin/"
 
 
 def registration_handler(sink: queue.Queue[pb.RegisterRequest]) -> grpc.GenericRpcHandler:
-    """The kubelet's v1beta1 Registration service, from the messages alone (no generated service code)."""
+    """The kubelet's v1beta1 Registration service: queues each request, rejects other versions."""
 
     def register(request: pb.RegisterRequest, context: Any) -> pb.Empty:
         if request.version != "v1beta1":
@@ -44,21 +48,40 @@ def registration_handler(sink: queue.Queue[pb.RegisterRequest]) -> grpc.GenericR
     return grpc.method_handlers_generic_handler("v1beta1.Registration", {"Register": method})
 
 
-class PluginClient:
-    """The two DevicePlugin calls the stand-in makes."""
+class FakeKubelet:
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.socket = directory / "kubelet.sock"
+        self.registrations: queue.Queue[pb.RegisterRequest] = queue.Queue()
+        self._server: grpc.Server | None = None
 
-    def __init__(self, socket: Path) -> None:
-        self.channel = grpc.insecure_channel(f"unix://{socket}")
-        self.list_and_watch = self.channel.unary_stream(
-            PLUGIN_SERVICE + "ListAndWatch",
-            request_serializer=pb.Empty.SerializeToString,
-            response_deserializer=pb.ListAndWatchResponse.FromString,
-        )
-        self.allocate = self.channel.unary_unary(
-            PLUGIN_SERVICE + "Allocate",
-            request_serializer=pb.AllocateRequest.SerializeToString,
-            response_deserializer=pb.AllocateResponse.FromString,
-        )
+    def start(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        server.add_generic_rpc_handlers((registration_handler(self.registrations),))
+        server.add_insecure_port(f"unix://{self.socket}")
+        server.start()
+        self._server = server
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop(0).wait()
+            self._server = None
+
+    def restart(self) -> None:
+        """As the real kubelet: stop, wipe the sockets directory, serve a new kubelet.sock."""
+        self.stop()
+        for sock in self.dir.glob("*.sock"):
+            sock.unlink()
+        self.start()
+
+    def next_registration(self, timeout: float = 30.0) -> pb.RegisterRequest:
+        return self.registrations.get(timeout=timeout)
+
+    def plugin(self, endpoint: str) -> tuple[grpc.Channel, pb_grpc.DevicePluginStub]:
+        """A channel to the plugin's socket ``endpoint`` and a DevicePlugin stub on it."""
+        channel = grpc.insecure_channel(f"unix://{self.dir / endpoint}")
+        return channel, pb_grpc.DevicePluginStub(channel)
 
 
 def allocating_pods(pods: list[dict[str, Any]], node: str) -> list[dict[str, Any]]:
@@ -81,49 +104,40 @@ def gpu_requests(pod: dict[str, Any], resource: str) -> list[int]:
     return out
 
 
-class Kubelet:
+class Kubelet(FakeKubelet):
     def __init__(self, directory: Path, api: str, node: str) -> None:
-        self.dir, self.api, self.node = directory, api.rstrip("/"), node
-        self.registrations: queue.Queue[pb.RegisterRequest] = queue.Queue()
-        self.plugin: tuple[str, PluginClient] | None = None  # resource name, client
+        super().__init__(directory)
+        self.api, self.node = api.rstrip("/"), node
+        # the registered plugin: resource name, channel, stub
+        self.connected: tuple[str, grpc.Channel, pb_grpc.DevicePluginStub] | None = None
         self.device_ids: list[str] = []
-        self._server: grpc.Server | None = None
         self._done: set[str] = set()  # pod uids already allocated (the kubelet allocates once per pod)
 
-    def start(self) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-        server.add_generic_rpc_handlers((registration_handler(self.registrations),))
-        server.add_insecure_port(f"unix://{self.dir / 'kubelet.sock'}")
-        server.start()
-        self._server = server
-
     def stop(self) -> None:
-        if self.plugin is not None:
-            self.plugin[1].channel.close()
-        if self._server is not None:
-            self._server.stop(0).wait()
+        if self.connected is not None:
+            self.connected[1].close()
+        super().stop()
 
     def _connect(self) -> None:
         try:
             reg = self.registrations.get_nowait()
         except queue.Empty:
             return
-        if self.plugin is not None:
-            self.plugin[1].channel.close()
-        client = PluginClient(self.dir / reg.endpoint)
-        stream = client.list_and_watch(pb.Empty(), timeout=RPC_TIMEOUT)
+        if self.connected is not None:
+            self.connected[1].close()
+        channel, stub = self.plugin(reg.endpoint)
+        stream = stub.ListAndWatch(pb.Empty(), timeout=RPC_TIMEOUT)
         first = next(iter(stream))  # the plugin sends its devices first
         stream.cancel()
         self.device_ids = [d.ID for d in first.devices if d.health == "Healthy"]
-        self.plugin = (reg.resource_name, client)
+        self.connected = (reg.resource_name, channel, stub)
         print(f"kubelet: {reg.resource_name} registered, {len(self.device_ids)} devices", flush=True)
 
     def tick(self) -> None:
         self._connect()
-        if self.plugin is None:
+        if self.connected is None:
             return
-        resource, client = self.plugin
+        resource, _, stub = self.connected
         r = requests.get(f"{self.api}/api/v1/pods", timeout=RPC_TIMEOUT)
         r.raise_for_status()
         for pod in allocating_pods(r.json().get("items") or [], self.node):
@@ -135,7 +149,7 @@ class Kubelet:
             reqs = [pb.ContainerAllocateRequest(devices_ids=[next(ids) for _ in range(n)])
                     for n in gpu_requests(pod, resource) if n > 0]  # fmt: skip
             try:
-                client.allocate(pb.AllocateRequest(container_requests=reqs), timeout=RPC_TIMEOUT)
+                stub.Allocate(pb.AllocateRequest(container_requests=reqs), timeout=RPC_TIMEOUT)
                 self._running(pod)
                 print(
                     f"kubelet: allocated {pod['metadata']['namespace']}/{pod['metadata']['name']}", flush=True

@@ -1,20 +1,28 @@
-"""Child processes for the demo and the integration tests: logged to files, waited on with deadlines,
-stopped in reverse order (SIGTERM, then SIGKILL after a grace period)."""
+"""Child processes for the demo, the integration tests and the benchmarks: logged to files (a
+``ProcessGroup``, stopped in reverse order: SIGTERM, then SIGKILL after a grace period) or with their
+stderr kept in memory (a ``Daemon``, for tests that read its log lines), and their CPU use."""
 
 from __future__ import annotations
 
 import errno
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
-import time
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import requests
+
+import hami
+from hami.testing.wait import wait_until
+
+SRC = str(Path(hami.__file__).resolve().parents[1])
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 class StartError(RuntimeError):
@@ -59,11 +67,12 @@ class Child:
 
 
 class ProcessGroup:
-    """Starts children with their output in ``<log_dir>/<name>.log``; ``stop()`` ends them all."""
+    """Starts children with their output in ``<log_dir>/<name>.log``; ``stop()`` ends them all.
+    Their environment: ``env``, by default this one with this ``hami`` on PYTHONPATH."""
 
     def __init__(self, log_dir: Path, env: Mapping[str, str] | None = None) -> None:
         self.log_dir = log_dir
-        self.env = dict(os.environ if env is None else env)
+        self.env = python_env() if env is None else dict(env)
         self.children: list[Child] = []
         log_dir.mkdir(parents=True, exist_ok=True)
 
@@ -94,6 +103,12 @@ class ProcessGroup:
                     f"log {child.log}:\n{log_tail(child.log)}"
                 )
 
+    def wait_for_log(
+        self, child: Child, pattern: str | re.Pattern[str], timeout: float, what: str
+    ) -> re.Match[str]:
+        """The first match of ``pattern`` in ``child``'s log, once there; StartError if a child exits."""
+        return wait_until(log_match(child.log, pattern), timeout, what, alive=self.check_alive, interval=0.1)
+
     def stop(self, grace: float = 15.0) -> dict[str, int]:
         """SIGTERM every child, newest first; SIGKILL what is left after ``grace`` s. Returns exit codes."""
         codes: dict[str, int] = {}
@@ -109,21 +124,6 @@ class ProcessGroup:
         return codes
 
 
-def wait_until(
-    check: Callable[[], bool], timeout: float, what: str, alive: Callable[[], None] | None = None
-) -> None:
-    """Polls ``check`` until true; ``alive`` raises when a child died. StartError on timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if alive is not None:
-            alive()
-        if check():
-            return
-        if time.monotonic() > deadline:
-            raise StartError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.2)
-
-
 def http_ok(url: str) -> Callable[[], bool]:
     def check() -> bool:
         try:
@@ -134,5 +134,81 @@ def http_ok(url: str) -> Callable[[], bool]:
     return check
 
 
-def log_contains(path: Path, text: str) -> Callable[[], bool]:
-    return lambda: text in log_tail(path, 1 << 20)
+def log_match(path: Path, pattern: str | re.Pattern[str]) -> Callable[[], re.Match[str] | None]:
+    """A check for ``wait_until``: the first match of ``pattern`` in the log file (its last MiB)."""
+    return lambda: re.search(pattern, log_tail(path, 1 << 20))
+
+
+def python_env(**extra: str) -> dict[str, str]:
+    """This environment with this ``hami`` first on PYTHONPATH, for ``python -m hami...`` children."""
+    path = os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
+class Daemon:
+    """A child whose stderr (a daemon's log) a thread reads into ``lines``, searchable while it runs."""
+
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=python_env() if env is None else dict(env),
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line.rstrip("\n"))
+
+    def log(self) -> str:
+        return "\n".join(self.lines)
+
+    def find(self, pattern: str | re.Pattern[str], start: int = 0) -> re.Match[str] | None:
+        """The first line from ``lines[start]`` on that matches ``pattern``."""
+        for line in self.lines[start:]:
+            if m := re.search(pattern, line):
+                return m
+        return None
+
+    def wait_for_line(
+        self, pattern: str | re.Pattern[str], timeout: float = 60.0, start: int = 0
+    ) -> re.Match[str]:
+        """Waits for a line matching ``pattern``; fails at once, with the log, if the child exits."""
+
+        def alive() -> None:
+            if self.proc.poll() is not None:
+                self._reader.join(10)  # the lines it wrote before exiting
+                if self.find(pattern, start) is None:
+                    raise AssertionError(f"exited with status {self.proc.returncode}:\n{self.log()}")
+
+        what = f"a line matching {pattern!r}"
+        return wait_until(lambda: self.find(pattern, start), timeout, what, alive=alive)
+
+    def stop(self, grace: float = 30.0) -> int:
+        """SIGTERM, then SIGKILL after ``grace`` s; the exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(10)
+        finally:
+            self._reader.join(10)
+
+
+def cpu_times(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process so far (all its threads), from /proc/<pid>/stat."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
+
+
+def cpu_seconds(pid: int) -> float:
+    return sum(cpu_times(pid))

@@ -6,12 +6,13 @@ The scrape job names are the ones alerts/config.yaml gives the rules (`hami-moni
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from hami.core.duration import parse_prometheus_duration
 
 JOB_MONITOR = "hami-monitor"
 JOB_SCHEDULER = "hami-scheduler"
@@ -71,13 +72,6 @@ def fast_rules(rules_text: str, factor: float = 1 / 60) -> str:
     return yaml.safe_dump(data, sort_keys=False, width=1000)
 
 
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
-_DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
-
-
 def seconds(duration: str) -> float:
     """A Prometheus duration (``1h30m``, ``5m``, ``250ms``) in seconds."""
-    parts = _DURATION.findall(duration)
-    if not parts or "".join(n + u for n, u in parts) != duration:
-        raise ValueError(f"not a Prometheus duration: {duration!r}")
-    return sum(int(n) * _UNITS[u] for n, u in parts)
+    return parse_prometheus_duration(duration).total_seconds()

@@ -7,14 +7,13 @@
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
-import time
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 
-import requests
+from hami.testing.processes import free_port, http_ok
+from hami.testing.wait import WaitTimeout, wait_until
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
@@ -42,13 +41,6 @@ def backfill_openmetrics(text: str, data_dir: Path, work_dir: Path) -> None:
     )
     if out.returncode != 0:
         raise RuntimeError(f"promtool backfill failed: {out.stdout}{out.stderr}")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class PrometheusServer:
@@ -93,19 +85,19 @@ class PrometheusServer:
         self._wait_ready()
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.ready_timeout
-        while time.monotonic() < deadline:
-            assert self._proc is not None
-            if self._proc.poll() is not None:
+        proc = self._proc
+        assert proc is not None
+
+        def alive() -> None:
+            if proc.poll() is not None:
                 raise RuntimeError(f"prometheus exited: {self.log_path.read_text(errors='replace')[-2000:]}")
-            try:
-                if requests.get(f"{self.url}/-/ready", timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise TimeoutError(f"prometheus not ready after {self.ready_timeout}s")
+
+        try:
+            wait_until(http_ok(f"{self.url}/-/ready"), self.ready_timeout, "prometheus ready", alive=alive,
+                       interval=0.2)
+        except WaitTimeout:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         if self._proc is None:

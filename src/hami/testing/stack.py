@@ -9,6 +9,7 @@ early fails the start with the tail of its log.
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -16,8 +17,10 @@ from pathlib import Path
 import yaml
 
 from hami.testing import cluster, dashqueries, promconfig
-from hami.testing.processes import ProcessGroup, StartError, http_ok, log_contains, port_problem, wait_until
+from hami.testing.kubeapi import SERVING
+from hami.testing.processes import ProcessGroup, StartError, free_port, http_ok, port_problem
 from hami.testing.prometheus import PROMETHEUS
+from hami.testing.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
 RULES = ROOT / "alerts" / "hami-rules.yaml"
@@ -114,8 +117,6 @@ class Stack:
 
     def _claim_ports(self) -> None:
         """Fixed ports must be free now (one clear line if not); 0 picks a free one."""
-        from hami.testing.processes import free_port
-
         problems = []
         for name, port in vars(self.opts.ports).items():
             if port == 0:
@@ -163,7 +164,11 @@ class Stack:
         return self.procs.stop()
 
     def _wait(self, check_url: str, what: str) -> None:
-        wait_until(http_ok(check_url), self.opts.ready_timeout, what, self.procs.check_alive)
+        self._wait_for(http_ok(check_url), what)
+
+    def _wait_for(self, check: Callable[[], object], what: str) -> None:
+        """Until ``check()`` holds; a child that exits meanwhile fails the start at once."""
+        wait_until(check, self.opts.ready_timeout, what, alive=self.procs.check_alive, interval=0.2)
 
     # ---- children ----
 
@@ -180,12 +185,7 @@ class Stack:
                 str(self.kubeconfig),
             ],
         )
-        wait_until(
-            log_contains(child.log, "kubeapi emulator serving on"),
-            self.opts.ready_timeout,
-            "the kube API emulator",
-            self.procs.check_alive,
-        )
+        self.procs.wait_for_log(child, SERVING, self.opts.ready_timeout, "the kube API emulator")
         cluster.seed(
             self.kube_url, cluster.objects(self.opts.gpus, datetime.now().astimezone(), self.opts.scenarios)
         )
@@ -225,11 +225,9 @@ class Stack:
         whose scheduler ran before anything happened: the lock broken at the first bind on
         locked-node is then an increase (HAMiNodeLockExpired), not a series born at 1."""
         expired = "hami_scheduler_node_lock_expired_total"
-        wait_until(
-            lambda: bool(dashqueries.Prometheus(self.url("prometheus")).query(expired)),
-            self.opts.ready_timeout,
+        self._wait_for(
+            lambda: dashqueries.Prometheus(self.url("prometheus")).query(expired),
             "Prometheus's first scrape of the scheduler extender",
-            self.procs.check_alive,
         )
         args = [
             "--api", self.kube_url,
@@ -267,12 +265,8 @@ class Stack:
             "hami.testing.kubelet",
             ["--dir", str(plugin_dir), "--api", self.kube_url, "--node", cluster.NODE],
         )
-        wait_until(
-            log_contains(kubelet.log, "kubelet stand-in serving"),
-            self.opts.ready_timeout,
-            "the kubelet stand-in",
-            self.procs.check_alive,
-        )
+        ready = self.opts.ready_timeout
+        self.procs.wait_for_log(kubelet, "kubelet stand-in serving", ready, "the kubelet stand-in")
         args = [
             "--node-name", cluster.NODE,
             "--nvml", "fake",

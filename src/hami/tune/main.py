@@ -9,23 +9,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from datetime import timedelta
 
+from hami.core.duration import duration_flag, prometheus_duration_flag
 from hami.tune import report
 from hami.tune.collect import Settings, recommend_all
 from hami.tune.promapi import PrometheusClient, PrometheusError
 
 EXIT_REFUSED = 3
-
-
-def parse_duration(text: str) -> float:
-    """'5m', '300s', '1h' or plain seconds."""
-    units = {"s": 1, "m": 60, "h": 3600}
-    try:
-        if text and text[-1] in units:
-            return float(text[:-1]) * units[text[-1]]
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 5m, 300s)") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,7 +27,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--prometheus-url", required=True, help="base URL of Prometheus, e.g. http://localhost:9090"
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
-    p.add_argument("--window", default="7d", help="history the peaks and rates are taken over (default 7d)")
+    p.add_argument(
+        "--window",
+        type=prometheus_duration_flag,  # it goes into PromQL range selectors as it is
+        default="7d",
+        help="history the peaks and rates are taken over, a Prometheus duration (default 7d)",
+    )
     p.add_argument("--time", type=float, default=None, help="evaluation time, unix seconds (default: now)")
     p.add_argument("--timeout", type=float, default=30.0, help="HTTP timeout per query, seconds")
     p.add_argument("--monitor-job", default="hami-monitor")
@@ -44,10 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device-plugin-job", default="hami-device-plugin")
     p.add_argument(
         "--node-lock-expire",
-        type=parse_duration,
-        default=parse_duration("5m"),
-        help="the scheduler's current --node-lock-timeout, used only when the extender does not export "
-        "hami_scheduler_node_lock_timeout_seconds (default 5m)",
+        type=duration_flag(bare_seconds=True),
+        default=timedelta(minutes=5),
+        help="the scheduler's current --node-lock-timeout (a Go duration, or seconds), used only when the "
+        "extender does not export hami_scheduler_node_lock_timeout_seconds (default 5m)",
     )
     return p
 
@@ -59,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         monitor_job=args.monitor_job,
         scheduler_job=args.scheduler_job,
         deviceplugin_job=args.device_plugin_job,
-        node_lock_expire_seconds=args.node_lock_expire,
+        node_lock_expire_seconds=args.node_lock_expire.total_seconds(),
     )
     client = PrometheusClient(args.prometheus_url, timeout=args.timeout, at=args.time)
     try:

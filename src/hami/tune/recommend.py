@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from hami.core.duration import format_duration
 from hami.tune import tables
 
 
@@ -43,13 +44,6 @@ def refuse(parameter: str, missing: tuple[str, ...], evidence: tuple[Evidence, .
         evidence=evidence,
         missing=missing,
     )
-
-
-def fmt_duration(seconds: float) -> str:
-    """Go-style short duration for whole minutes (300 -> '5m'), else seconds."""
-    if seconds % 60 == 0:
-        return f"{int(seconds // 60)}m"
-    return f"{seconds:g}s"
 
 
 # --- --kube-qps / --kube-burst (§2.1) ---------------------------------------------------------------
@@ -263,7 +257,7 @@ def recommend_node_lock_expire(inp: LockInputs, evidence: tuple[Evidence, ...] =
     floor = max(tables.LOCK_MIN_SECONDS, math.ceil(inp.bind_p99_seconds * tables.LOCK_BIND_MARGIN / 60) * 60)
     reasons = [
         f"p99 bind {inp.bind_p99_seconds:.2f}s: the expiry must stay above "
-        f"{tables.LOCK_BIND_MARGIN} x p99 and the 2m floor, so >= {fmt_duration(floor)} (§2.2)"
+        f"{tables.LOCK_BIND_MARGIN} x p99 and the 2m floor, so >= {format_duration(floor)} (§2.2)"
     ]
     slow_binds = inp.bind_p99_seconds * tables.LOCK_BIND_MARGIN >= inp.current_seconds
     if inp.expired_locks > 0 and slow_binds:
@@ -282,6 +276,5 @@ def recommend_node_lock_expire(inp: LockInputs, evidence: tuple[Evidence, ...] =
         value = float(max(tables.LOCK_DEFAULT_SECONDS, floor))
         reasons.append("no expired locks and short lock waits: keep the 5m default (§2.2)")
     value = min(value, float(tables.LOCK_MAX_SECONDS))
-    return Recommendation(
-        "nodeLockExpire", fmt_duration(value), fmt_duration(inp.current_seconds), tuple(reasons), evidence
-    )
+    current = format_duration(inp.current_seconds)
+    return Recommendation("nodeLockExpire", format_duration(value), current, tuple(reasons), evidence)

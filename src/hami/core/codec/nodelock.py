@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 
 from hami.core.codec.errors import CodecError
+from hami.core.duration import format_duration
 
 DEFAULT_TIMEOUT = timedelta(minutes=5)
 CONTENTION = "node lock contention"
@@ -97,23 +98,8 @@ def is_owned_by(value: str, namespace: str, name: str) -> bool:
     return "," in value and value.endswith(f",{namespace},{name}")
 
 
-def format_go_duration(d: timedelta) -> str:
-    """Go ``Duration.String()`` for whole seconds (sub-second parts are dropped): ``5m0s``, ``1h0m0s``."""
-    total = int(d.total_seconds())
-    if total == 0:
-        return "0s"
-    sign = "-" if total < 0 else ""
-    hours, rem = divmod(abs(total), 3600)
-    minutes, seconds = divmod(rem, 60)
-    if hours:
-        return f"{sign}{hours}h{minutes}m{seconds}s"
-    if minutes:
-        return f"{sign}{minutes}m{seconds}s"
-    return f"{sign}{seconds}s"
-
-
 def locked_within_message(node: str, timeout: timedelta) -> str:
-    return f"node {node} has been locked within {format_go_duration(timeout)}: {CONTENTION}"
+    return f"node {node} has been locked within {format_duration(timeout)}: {CONTENTION}"
 
 
 def is_locked_message(node: str) -> str:

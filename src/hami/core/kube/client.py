@@ -18,6 +18,7 @@ import copy
 import os
 import threading
 from collections.abc import Iterator, Mapping
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -28,6 +29,7 @@ from kubernetes.client import rest
 from prometheus_client import CollectorRegistry
 
 from hami.core import klog
+from hami.core.duration import format_duration
 from hami.core.kube.metrics import ERROR_CODE, KubeMetrics, kube_metrics
 from hami.core.kube.options import KubeOptions
 from hami.core.kube.ratelimit import Clock, SystemClock, TokenBucket, effective_limits
@@ -146,9 +148,7 @@ class LimitedRESTClient(rest.RESTClientObject):  # type: ignore[misc]
 
 def _go_duration(seconds: float) -> str:
     """A duration as Go prints one, to the millisecond ("1.234s", "150ms")."""
-    if seconds >= 1:
-        return f"{seconds:.3f}".rstrip("0").rstrip(".") + "s"
-    return f"{seconds * 1000:.0f}ms"
+    return format_duration(timedelta(milliseconds=round(seconds * 1000)))
 
 
 class _Configuration(k8s.Configuration):  # type: ignore[misc]

@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry
 from hami.core import klog
 from hami.core.kube import errors, raw
 from hami.core.kube.metrics import kube_metrics
+from hami.core.objects import name_of, namespace_of, resource_version, uid_of
 
 log = klog.get_logger(__name__)
 
@@ -55,14 +56,13 @@ class ObjectRef:
     def from_object(cls, obj: dict[str, Any], kind: str | None = None,
                     api_version: str | None = None) -> ObjectRef:
         """A reference to an API object dict (list items carry no kind: pass it)."""
-        meta = obj.get("metadata") or {}
         return cls(
             kind=kind or str(obj.get("kind", "")),
-            name=str(meta.get("name", "")),
-            namespace=str(meta.get("namespace", "") or ""),
-            uid=str(meta.get("uid", "") or ""),
+            name=name_of(obj),
+            namespace=namespace_of(obj),
+            uid=uid_of(obj),
             api_version=api_version or str(obj.get("apiVersion", "v1")),
-            resource_version=str(meta.get("resourceVersion", "") or ""),
+            resource_version=resource_version(obj),
         )
 
 

@@ -31,6 +31,7 @@ from prometheus_client import CollectorRegistry
 from hami.core import klog
 from hami.core.kube import errors, raw
 from hami.core.kube.metrics import KubeMetrics, kube_metrics
+from hami.core.objects import meta_field, object_key, resource_version
 
 log = klog.get_logger(__name__)
 
@@ -43,17 +44,6 @@ DeleteHandler = Callable[[Obj], None]
 # Watches shorter than this that deliver nothing are treated as failures (client-go's
 # "very short watch"), so a server that closes at once does not get a tight loop of requests.
 _SHORT_WATCH = 1.0
-
-
-def object_key(obj: Obj) -> str:
-    meta = obj.get("metadata") or {}
-    name = str(meta.get("name", ""))
-    namespace = meta.get("namespace")
-    return f"{namespace}/{name}" if namespace else name
-
-
-def _resource_version(obj: Obj) -> str:
-    return str((obj.get("metadata") or {}).get("resourceVersion", ""))
 
 
 class Backoff:
@@ -220,10 +210,9 @@ class Informer:
                     items[object_key(obj)] = obj
                 else:
                     self._count("decode", f"list item without metadata.name skipped: {str(obj)[:200]}")
-            meta = page.get("metadata") or {}
-            token = str(meta.get("continue") or "")
+            token = meta_field(page, "continue")
             if not token:
-                rv = str(meta.get("resourceVersion", ""))
+                rv = resource_version(page)
                 break
         self._recovered()
         self._replace(items, rv)
@@ -264,7 +253,7 @@ class Informer:
         if kind == "ERROR":
             code = int(obj.get("code") or 0)
             raise errors.from_status(code, json.dumps(obj), str(obj.get("reason") or ""))
-        rv = _resource_version(obj)
+        rv = resource_version(obj)
         if kind == "BOOKMARK":
             self._rv = rv or self._rv
             return True
@@ -308,7 +297,7 @@ class Informer:
                     if old is None:
                         if handler.on_add is not None:
                             self._call(handler.on_add, obj)
-                    elif _resource_version(old) != _resource_version(obj) and handler.on_update:
+                    elif resource_version(old) != resource_version(obj) and handler.on_update:
                         self._call(handler.on_update, old, obj)
             for key, old in old_store.items():
                 if key not in items:

@@ -40,6 +40,9 @@ class Family:
     help: str
     labels: Labels
     rows: list[Row] = field(default_factory=list)
+    # Sample lines rendered ahead (``sample_lines``), written after ``rows`` by ``TextRenderer``
+    # only: a component that caches them keeps them for the rendered path alone.
+    text: list[str] = field(default_factory=list)
 
     def add(self, values: Labels, value: float, names: Labels | None = None) -> None:
         """One series; ``names`` only where a row has its own label names (info families)."""
@@ -47,6 +50,8 @@ class Family:
 
 
 def to_metric(family: Family) -> Metric:
+    if family.text:
+        raise ValueError(f"{family.name}: pre-rendered sample lines have no prometheus_client form")
     metric = Metric(family.name, family.help, family.kind)
     sample = family.name + _SUFFIX[family.kind]
     for names, values, value in family.rows:
@@ -74,6 +79,23 @@ def label_set(names: Sequence[str], values: Sequence[str]) -> str:
     if not pairs:
         return ""
     return "{" + ",".join(f'{escape_label_name(k)}="{escape_value(v)}"' for k, v in pairs) + "}"
+
+
+def sample_lines(f: Family) -> str:
+    """``f``'s rows as the sample lines ``TextRenderer`` writes for them (both formats), uncached:
+    for a component that keeps the text of series whose values rarely change."""
+    return sample_values(sample_heads(f), f)
+
+
+def sample_heads(f: Family) -> tuple[str, ...]:
+    """Each row's ``name{labels} `` as ``sample_lines`` writes it: kept while the series persist."""
+    sample = escape_metric_name(f.name + _SUFFIX[f.kind])
+    return tuple(f"{sample}{label_set(names, values)} " for names, values, _ in f.rows)
+
+
+def sample_values(heads: Sequence[str], f: Family) -> str:
+    """``sample_lines(f)`` from the rows' ``sample_heads`` (same series, in the same order)."""
+    return "".join(f"{head}{go_float(row[2])}\n" for head, row in zip(heads, f.rows, strict=True))
 
 
 def _header(f: Family, openmetrics: bool) -> str:
@@ -137,5 +159,6 @@ class TextRenderer:
                 else:
                     text = go_float(value)
                 out.append(f"{sample}{labels} {text}\n")
+            out.extend(f.text)
         self._sets, self._headers = current, headers
         return "".join(out).encode("utf-8")

@@ -1,12 +1,14 @@
 """The scheduling engine: pure logic, no I/O. The extender (``hami.scheduler.extender``) calls it.
 
-Modules: ``requests`` (pod specs → per-container requests, user annotations, webhook defaults),
-``device_config`` (the device-config YAML subset), ``nodes``/``device_view`` (registered nodes and
-their flattened views), ``fit`` (HAMi Fit per node), ``policy``/``score`` (GPU and node policies,
-scores, scoring weights), ``usage`` (node usage from decoded allocation annotations, init-container
-collapse), ``quota`` (ResourceQuota on HAMi resources), ``mig`` (MIG placement), ``reasons`` (reason
-codes, GenReason, event/kube-scheduler messages), ``ranking`` (incremental node order),
-``decision`` (``filter_pod`` + ``commit``) and ``admission`` (the webhook's patch).
+Modules: ``requests`` (pod specs → per-container requests, user annotations, webhook defaults;
+``pod_request`` decodes a pod once into the ``PodRequest`` the filter works on, or None for a pod
+that asks for no device), ``device_config`` (the device-config YAML subset),
+``nodes``/``device_view`` (node annotations → ``NodeState`` via ``node_state``, and the flattened
+views), ``fit`` (HAMi Fit per node), ``policy``/``score`` (GPU and node policies, scores, scoring
+weights), ``usage`` (node usage from decoded allocation annotations, init-container collapse),
+``quota`` (ResourceQuota on HAMi resources), ``mig`` (MIG placement), ``reasons`` (reason codes,
+GenReason, event/kube-scheduler messages), ``ranking`` (incremental node order), ``decision``
+(``filter_pod`` + ``commit``) and ``admission`` (the webhook's patch).
 
 Decisions on the quirks of spec §4.9 and other divergences from HAMi v2.10:
 

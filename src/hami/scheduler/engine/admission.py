@@ -21,13 +21,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hami.core.objects import namespace_of
 from hami.scheduler.engine.device_config import DEFAULT_CORE_POLICY, NvidiaConfig
 from hami.scheduler.engine.quota import QuotaManager
 from hami.scheduler.engine.requests import (
     container_problems,
-    container_request,
     int_quantity,
     pod_quota_demand,
+    pod_requests,
     webhook_limits,
 )
 
@@ -198,10 +199,8 @@ def admit(review: Any, cfg: WebhookConfig, quotas: QuotaManager | None) -> Obj:
             return _response(review, False, "pod has node assigned", 403)
     nvidia = cfg.nvidia
     if quotas is not None and (nvidia.resource_memory_name or nvidia.resource_core_name):
-        init = [c for c in (mspec.get("initContainers") or []) if isinstance(c, dict)]
-        reqs = tuple(container_request(c, nvidia) for c in everything)
-        mem, cores = pod_quota_demand(reqs, len(init))
-        namespace = str((pod.get("metadata") or {}).get("namespace") or request.get("namespace") or "")
+        mem, cores = pod_quota_demand(*pod_requests(mutated, nvidia))
+        namespace = namespace_of(pod) or str(request.get("namespace") or "")
         if (mem or cores) and not quotas.fits(namespace, mem, cores):
             return _response(review, False, "exceeding resource quota", 403)
     return _response(review, True, patch=json_patch(dict(pod), mutated))

@@ -1,8 +1,9 @@
-"""``filter_pod``: HAMi's live Filter (§4.1–§4.2) as a pure function over decoded state.
+"""``filter_pod``: HAMi's Filter (§4.1–§4.2) as a pure function over decoded state.
 
-The extender calls it with the candidate nodes, the usage index and the quota manager, then
-applies the verdict with ``commit`` (drop the pod's previous reservation, record the new one)
-before patching the pod. Nothing here does I/O or mutates its inputs.
+The extender decodes the pod once (``pod_request``; a pod that asks for no device never gets
+here) and calls it with the candidate nodes, the usage index and the quota manager, then applies
+the verdict with ``commit`` (drop the pod's previous reservation, record the new one) before
+patching the pod. Nothing here does I/O or mutates its inputs.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any
 
 from hami.core.devices import MigAllocation, PodDevices
 from hami.scheduler.engine import reasons as r
@@ -29,7 +29,7 @@ from hami.scheduler.engine.policy import (
 )
 from hami.scheduler.engine.quota import QuotaManager
 from hami.scheduler.engine.ranking import Ranker
-from hami.scheduler.engine.requests import pod_options, pod_requests
+from hami.scheduler.engine.requests import PodRequest
 from hami.scheduler.engine.usage import PodAllocation, UsageIndex, collapse_init_containers, quota_usage
 
 
@@ -44,8 +44,7 @@ class FilterConfig:
 class FilterResult:
     """The verdict for one pod.
 
-    ``requested`` False means the pod asks for no HAMi device: the extender passes the node
-    names through untouched. Otherwise ``node`` is the chosen node (None when nothing fits) and
+    ``node`` is the chosen node (None when nothing fits) and
     ``devices`` the pod's devices there (one entry per container, init first); ``ranked`` lists
     every fitting node's view in HAMi's sorted order (chosen last); ``failed`` maps each
     other node to its reason string; ``error`` is set when the pod itself is invalid. Devices are
@@ -53,7 +52,6 @@ class FilterResult:
     holds the MIG placements chosen there (``hami.io/vgpu-mig-allocations``), empty when none.
     """
 
-    requested: bool
     node: str | None = None
     devices: PodDevices = ()
     mig: tuple[MigAllocation, ...] = ()
@@ -78,19 +76,12 @@ class FilterResult:
         return [*found, ("Warning", r.no_fit_message(requested_nodes))]
 
 
-def _identity(pod: Mapping[str, Any]) -> tuple[str, str, str]:
-    meta = pod.get("metadata")
-    if not isinstance(meta, Mapping):
-        return "", "", ""
-    return str(meta.get("uid", "")), str(meta.get("namespace", "")), str(meta.get("name", ""))
-
-
 _score = attrgetter("score")
 _label = attrgetter("label")
 
 
 def filter_pod(
-    pod: Mapping[str, Any],
+    request: PodRequest,
     nodes: Sequence[NodeState],
     usage: UsageIndex,
     quotas: QuotaManager | None,
@@ -99,28 +90,24 @@ def filter_pod(
     unregistered: Iterable[str] = (),
     ranks: Ranker | None = None,
 ) -> FilterResult:
-    """Choose a node and devices for ``pod`` among ``nodes`` (names in ``unregistered`` fail).
+    """Choose a node and devices for ``request`` among ``nodes`` (names in ``unregistered`` fail).
 
     With ``ranks``, a first filter of an order-free pod reuses the verdicts and order of earlier
     calls with the same request shape and revisits only the nodes that changed since.
     """
-    reqs, n_init = pod_requests(pod, config.nvidia)
-    if not any(req is not None for req in reqs):
-        return FilterResult(requested=False)
-    uid, namespace, name = _identity(pod)
-    options = pod_options(pod)
+    uid, namespace, options = request.uid, request.namespace, request.options
     try:
         weights = parse_scoring_weights(options.scoring_weights)
     except ScoringWeightsError as err:
-        return FilterResult(requested=True, error=f"calcScore failed {err} for pod {name}")
+        return FilterResult(error=f"calcScore failed {err} for pod {request.name}")
     previous = usage.get(uid) if uid else None
     credit = (0, 0)
     if previous is not None and previous.namespace == namespace:
         credit = quota_usage(previous.shares)
     ctx = PodContext(
-        reqs=reqs, n_init=n_init, options=options,
+        request=request,
         policy=parse_gpu_policy(options.gpu_policy or config.gpu_policy),
-        weights=weights, namespace=namespace,
+        weights=weights,
         quota=quotas if quotas is not None and quotas.limited(namespace) else None,
         quota_credit=credit,
     )
@@ -148,7 +135,7 @@ def filter_pod(
             fitting.append(nv)
         ranked = tuple(pick_node(node_policy, fitting, _score))
     if not ranked:
-        return FilterResult(requested=True, failed=failed, replaced=previous)
+        return FilterResult(failed=failed, replaced=previous)
     best = ranked[-1]
     placement = allocations.get(best.name)
     if placement is None:
@@ -157,11 +144,11 @@ def filter_pod(
         placement = placed
     devices, mig = placement
     reservation = PodAllocation(
-        uid, namespace, name, best.name, collapse_init_containers(devices, n_init),
+        uid, namespace, request.name, best.name, collapse_init_containers(devices, request.n_init),
         mig, unreserved(devices, mig),
     )
     return FilterResult(
-        requested=True, node=best.name, devices=devices, mig=mig,
+        node=best.name, devices=devices, mig=mig,
         ranked=ranked, failed=failed, reservation=reservation, replaced=previous,
     )
 

@@ -21,7 +21,7 @@ from hami.scheduler.engine.mig import MigChoice, allocations, select
 from hami.scheduler.engine.nodes import NodeView
 from hami.scheduler.engine.policy import GpuPolicy, Weights, device_sort_key
 from hami.scheduler.engine.quota import QuotaManager
-from hami.scheduler.engine.requests import PERCENT_UNSET, VENDOR, ContainerRequest, PodOptions
+from hami.scheduler.engine.requests import PERCENT_UNSET, VENDOR, ContainerRequest, PodRequest
 from hami.scheduler.engine.score import Load, device_scores
 from hami.scheduler.engine.usage import collapse_init_containers, quota_usage
 
@@ -41,21 +41,20 @@ class Placed(NamedTuple):
 
 @dataclass(frozen=True)
 class PodContext:
-    """Everything about the pod that is the same for every node of one filter call."""
+    """Everything about the pod that is the same for every node of one filter call: the decoded
+    request and what the filter derives from it (policy, weights, the namespace's quota)."""
 
-    reqs: tuple[ContainerRequest | None, ...]
-    n_init: int
-    options: PodOptions
+    request: PodRequest
     policy: GpuPolicy
     weights: Weights
-    namespace: str
     quota: QuotaManager | None  # None when the namespace has no HAMi limit
     quota_credit: tuple[int, int] = (0, 0)
 
     @cached_property
     def shape(self) -> str:
         """The request shape as one string: memo key whose hash Python computes only once."""
-        return repr((self.reqs, self.n_init, self.options, self.policy.mutex))
+        req = self.request
+        return repr((req.reqs, req.n_init, req.options, self.policy.mutex))
 
     @cached_property
     def order_free(self) -> bool:
@@ -65,13 +64,14 @@ class PodContext:
         (they group or collect cards), no quota (it depends on the cards already picked), and at
         most one app container with a request (init containers each fit on the node as it is).
         """
-        if self.options.numa_bind or self.policy.topology or self.quota is not None:
+        req = self.request
+        if req.options.numa_bind or self.policy.topology or self.quota is not None:
             return False
-        return sum(1 for req in self.reqs[self.n_init:] if req is not None) <= 1
+        return sum(1 for r in req.reqs[req.n_init:] if r is not None) <= 1
 
     @property
     def mig_request(self) -> bool:
-        mode = self.options.vgpu_mode
+        mode = self.request.options.vgpu_mode
         return mode is None or "mig" in mode
 
 
@@ -79,7 +79,7 @@ def _order(view: NodeView, load: Load, req: ContainerRequest, ctx: PodContext) -
     pct = req.mem_percentage
     scores = device_scores(ctx.weights, view.devs, view.nvidia, load,
                            (req.coresreq, req.memreq, 0 if pct == PERCENT_UNSET else pct))
-    key = device_sort_key(ctx.policy, ctx.options.numa_bind, scores=scores, numas=view.numas,
+    key = device_sort_key(ctx.policy, ctx.request.options.numa_bind, scores=scores, numas=view.numas,
                           useds=load[0], indexes=view.indexes)
     return sorted(view.nvidia, key=key)
 
@@ -89,8 +89,8 @@ def _quota_ok(ctx: PodContext, view: NodeView, done: Sequence[ContainerDevices],
     assert ctx.quota is not None
     devs = view.devs
     current = tuple(ContainerDevice(devs[p].id, VENDOR, m, c) for p, m, c, _ in (*tmp, candidate))
-    pod_mem, pod_cores = quota_usage(collapse_init_containers((*done, current), ctx.n_init))
-    return ctx.quota.fits(ctx.namespace, pod_mem, pod_cores, ctx.quota_credit)
+    pod_mem, pod_cores = quota_usage(collapse_init_containers((*done, current), ctx.request.n_init))
+    return ctx.quota.fits(ctx.request.namespace, pod_mem, pod_cores, ctx.quota_credit)
 
 
 def _pair(view: NodeView, a: int, b: int) -> int:
@@ -145,7 +145,7 @@ def fit_devices(view: NodeView, load: Load, req: ContainerRequest, ctx: PodConte
     as a rejection (each card counts once in the reason, quirk decision in the package doc).
     """
     orig = nums = req.nums
-    opts = ctx.options
+    opts = ctx.request.options
     filters_type, filters_uuid, numa_bind = opts.filters_type, opts.filters_uuid, opts.numa_bind
     mutex, topology = ctx.policy.mutex, ctx.policy.topology
     check_quota = ctx.quota is not None
@@ -235,7 +235,7 @@ def _enough_cards(view: NodeView, req: ContainerRequest, ctx: PodContext) -> boo
     nums = req.nums
     if nums > len(view.avail):
         return False
-    opts = ctx.options
+    opts = ctx.request.options
     filters_type, filters_uuid, mutex = opts.filters_type, opts.filters_uuid, ctx.policy.mutex
     cores = min(req.coresreq, 100)
     memreq = req.memreq
@@ -274,7 +274,7 @@ def fits_quickly(view: NodeView, ctx: PodContext) -> bool | str:
     verdict = view.memo.get(key)
     if verdict is None:
         ok = True
-        for req in ctx.reqs:
+        for req in ctx.request.reqs:
             if req is not None and not _enough_cards(view, req, ctx):
                 ok = False
                 break
@@ -297,7 +297,7 @@ def fit_node(view: NodeView, ctx: PodContext) -> Placed | str:
     has one entry per container (quirk Q1 fixed). MIG placements are cumulative over all
     containers, init included: the device plugin realises every instance of the pod at once.
     """
-    reqs, n_init = ctx.reqs, ctx.n_init
+    reqs, n_init = ctx.request.reqs, ctx.request.n_init
     out: list[ContainerDevices] = []
     choices: list[tuple[MigChoice | None, ...]] = []
     taken: dict[int, list[MigPlacement]] = {}

@@ -14,6 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from hami.core import annotations as ann
+from hami.core.codec.cordon import parse_cordon
+from hami.core.codec.errors import CodecError
+from hami.core.codec.node_devices import ANNOS_NOT_FOUND, NO_GPU_FOUND, get_node_devices
 from hami.core.devices import DeviceInfo, MigPlacement
 from hami.scheduler.engine.device_view import Dev
 from hami.scheduler.engine.score import node_score
@@ -27,6 +31,34 @@ class NodeState:
     devices: tuple[DeviceInfo, ...]
     cordoned: frozenset[str] = field(default_factory=frozenset)
 
+
+@dataclass(frozen=True)
+class Unregistered:
+    """Why a node's annotations give the filter no node.
+
+    ``reason`` is the decoder's message. ``source`` names the annotation that failed to decode
+    (``node_register`` or ``node_pair_score``, the ``decode_errors`` label); it is empty when the
+    node simply registers no device (no register annotation, or an empty device list).
+    """
+
+    reason: str
+    source: str = ""
+
+
+def node_state(name: str, annotations: Mapping[str, str]) -> NodeState | Unregistered:
+    """The node as the filter sees it, from its annotations alone (HAMi ``GetNodeDevices`` plus
+    the cordon list): the register loop and the dry run both decode nodes here.
+
+    A cordon list cannot fail to decode (any string is a list of UUIDs, empty items skipped).
+    """
+    try:
+        devices = get_node_devices(annotations, annotations.get(ann.NODE_PAIR_SCORE))
+    except CodecError as err:
+        if err.what in (ANNOS_NOT_FOUND, NO_GPU_FOUND):
+            return Unregistered(str(err))
+        source = "node_pair_score" if ann.NODE_PAIR_SCORE in str(err.where) else "node_register"
+        return Unregistered(str(err), source)
+    return NodeState(name, tuple(devices), parse_cordon(annotations.get(ann.NODE_DEVICE_CORDON)))
 
 
 class NodeView:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hami.core.objects import namespace_of
 from hami.scheduler.engine.device_config import NvidiaConfig
 from hami.scheduler.engine.requests import int_quantity
 from hami.scheduler.engine.usage import DeviceShare, quota_usage
@@ -32,8 +33,7 @@ class QuotaManager:
         self._ns: dict[str, dict[str, QuotaEntry]] = {}
 
     def _limits(self, quota: Mapping[str, Any]) -> tuple[str, dict[str, int]]:
-        meta = quota.get("metadata")
-        namespace = str(meta.get("namespace", "")) if isinstance(meta, Mapping) else ""
+        namespace = namespace_of(quota)
         spec = quota.get("spec")
         hard = spec.get("hard") if isinstance(spec, Mapping) else None
         limits: dict[str, int] = {}

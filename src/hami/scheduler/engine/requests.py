@@ -2,6 +2,8 @@
 
 Pods are the API's JSON as plain dicts. Every resource lookup is "limits first, then requests",
 and a quantity counts only when it is an exact int64, as in HAMi ``GenerateResourceRequests``.
+``pod_request`` decodes a pod once into the ``PodRequest`` that the filter, the ranking and the
+pod patch share, and is where "this pod asks for no HAMi device" is decided.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any, Final
 from hami.core import annotations as ann
 from hami.core.codec.errors import CodecError
 from hami.core.codec.quantity import parse_quantity
+from hami.core.objects import annotations_of, meta_field
 from hami.scheduler.engine.device_config import NvidiaConfig
 
 VENDOR: Final = ann.VENDOR_NVIDIA
@@ -99,9 +102,9 @@ def _resource(resources: Mapping[str, Any], name: str) -> object | None:
     return None
 
 
-def container_request(container: Mapping[str, Any], cfg: NvidiaConfig) -> ContainerRequest | None:
+def container_request(container: object, cfg: NvidiaConfig) -> ContainerRequest | None:
     """The container's NVIDIA request, or None when it asks for no GPU (or asks in a form HAMi ignores)."""
-    resources = container.get("resources")
+    resources = container.get("resources") if isinstance(container, Mapping) else None
     if not isinstance(resources, Mapping):
         return None
     nums = int_quantity(_resource(resources, cfg.resource_count_name))
@@ -172,7 +175,7 @@ def pod_problems(pod: Mapping[str, Any], cfg: NvidiaConfig) -> list[str]:
     return [p for c in every if isinstance(c, Mapping) for p in container_problems(c, cfg)]
 
 
-def _containers(spec: Mapping[str, Any], key: str) -> Sequence[Mapping[str, Any]]:
+def _containers(spec: Mapping[str, Any], key: str) -> Sequence[object]:
     items = spec.get(key)
     return items if isinstance(items, list) else []
 
@@ -234,9 +237,7 @@ def _split_uuids(value: str | None) -> frozenset[str]:
 
 def pod_options(pod: Mapping[str, Any]) -> PodOptions:
     """Parse the pod's §3.4 annotations."""
-    meta = pod.get("metadata")
-    raw = meta.get("annotations") if isinstance(meta, Mapping) else None
-    annos: Mapping[str, str] = raw if isinstance(raw, Mapping) else {}
+    annos = annotations_of(pod)
     return PodOptions(
         use_types=_split_types(annos.get(ann.POD_USE_GPUTYPE)),
         nouse_types=_split_types(annos.get(ann.POD_NOUSE_GPUTYPE)),
@@ -247,6 +248,36 @@ def pod_options(pod: Mapping[str, Any]) -> PodOptions:
         node_policy=annos.get(ann.POD_NODE_SCHEDULER_POLICY),
         gpu_policy=annos.get(ann.POD_GPU_SCHEDULER_POLICY),
         scoring_weights=annos.get(ann.POD_DEVICE_SCORING_WEIGHTS),
+    )
+
+
+@dataclass(frozen=True)
+class PodRequest:
+    """A pod as the filter reads it, decoded once per filter call: identity, device requests
+    (one per container, init containers first) and the §3.4 options."""
+
+    uid: str
+    namespace: str
+    name: str
+    reqs: Requests
+    n_init: int
+    options: PodOptions
+
+    @property
+    def locks_node(self) -> bool:
+        """HAMi's NVIDIA ``LockNode`` condition: some app (not init) container asks for GPUs."""
+        return any(req is not None for req in self.reqs[self.n_init:])
+
+
+def pod_request(pod: Mapping[str, Any], cfg: NvidiaConfig) -> PodRequest | None:
+    """The pod's HAMi request, or None when no container asks for a device (§4.1 step 1: the
+    filter passes such a pod through untouched)."""
+    reqs, n_init = pod_requests(pod, cfg)
+    if not any(req is not None for req in reqs):
+        return None
+    return PodRequest(
+        meta_field(pod, "uid"), meta_field(pod, "namespace"), meta_field(pod, "name"),
+        reqs, n_init, pod_options(pod),
     )
 
 

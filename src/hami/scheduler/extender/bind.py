@@ -1,4 +1,12 @@
-"""Bind (§5.3): node lock, pod annotations, the Binding subresource; the lock is released on failure.
+"""Bind (§5.3): node lock, then the Binding subresource; the lock is released on failure.
+
+HAMi patches ``bind-phase``/``bind-time`` onto the pod and then posts the Binding. Here the
+Binding carries them, with the allocation annotations the filter chose (``state.Assignment``):
+the API server copies a Binding's annotations onto the pod in the same write that sets
+``spec.nodeName``. A pod costs one node-lock patch, one Binding and two events. A device pod whose
+assignment is gone (this replica restarted, or another one filtered it) is refused before the
+lock, so kube-scheduler filters it again. ``hami_scheduler_bind_phase_duration_seconds`` has the
+phases ``node_lock`` and ``bind`` (the Binding with the annotations).
 
 On success the lock stays held: the device plugin releases it after Allocate (or it expires).
 Only the leader binds (§6.5); a follower answers with an error and writes nothing.
@@ -9,19 +17,19 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from hami.core import annotations as ann
 from hami.core import klog
-from hami.core.codec.nodelock import CONTENTION, format_go_duration
+from hami.core.codec.nodelock import CONTENTION
+from hami.core.duration import format_duration
 from hami.core.kube import errors, raw
 from hami.core.kube.events import ObjectRef
-from hami.core.kube.patches import patch_pod_metadata
-from hami.scheduler.engine.requests import container_request
+from hami.core.objects import labels_of
+from hami.scheduler.engine.requests import pod_request
 from hami.scheduler.extender.events import PodEvents
 from hami.scheduler.extender.nodelock import NodeLocker, NodeLockError
-from hami.scheduler.extender.state import ClusterState
+from hami.scheduler.extender.state import Assignment, ClusterState
 
 log = klog.get_logger(__name__)
 
@@ -36,28 +44,27 @@ class BindArgs:
     node: str
 
 
-def requests_gpus(pod: Mapping[str, Any], state: ClusterState) -> bool:
-    """HAMi's NVIDIA ``LockNode`` condition: some regular (not init) container asks for GPUs."""
-    containers = (pod.get("spec") or {}).get("containers") or []
-    return any(container_request(c, state.nvidia) is not None for c in containers if isinstance(c, Mapping))
-
-
 def _pod_group(pod: Mapping[str, Any]) -> bool:
     """PodGroup member (§2.1): the pod-group label or ``spec.schedulingGroup.podGroupName``."""
-    labels = (pod.get("metadata") or {}).get("labels") or {}
+    labels = labels_of(pod)
     group = (pod.get("spec") or {}).get("schedulingGroup") or {}
     return bool(labels.get(ann.POD_GROUP_LABEL)) or (
         isinstance(group, Mapping) and bool(group.get("podGroupName"))
     )
 
 
-def go_seconds(seconds: float) -> str:
-    """Go ``Duration.String()`` of a flag value: ``28s``, ``500ms``, ``1m30s``, ``1.5s``."""
-    if 0 < seconds < 1:
-        return f"{seconds * 1000:g}ms"
-    if seconds < 60 and seconds != int(seconds):
-        return f"{seconds:g}s"
-    return format_go_duration(timedelta(seconds=seconds))
+def unassigned_message(args: BindArgs, assignment: Assignment | None) -> str:
+    """Why a device pod cannot be bound to ``args.node``; kube-scheduler retries the pod."""
+    where = f"pod {args.pod_namespace}/{args.pod_name}"
+    if assignment is not None:
+        return (
+            f"{where} was filtered onto node {assignment.node}, not {args.node}; "
+            "the scheduler will filter it again"
+        )
+    return (
+        f"{where} has no device reservation on node {args.node} in this hami-scheduler "
+        "(it restarted, or another replica filtered the pod); the scheduler will filter it again"
+    )
 
 
 class Binder:
@@ -117,26 +124,33 @@ class Binder:
             self.state.drop_reservation(args.pod_uid)
             return f'node "{args.node}" not found'
         locked = False
+        request = pod_request(pod, self.state.nvidia)
+        annotations: dict[str, str] = {}
+        if request is not None:
+            with self.state.lock:
+                assignment = self.state.assignments.get(request.uid)
+            if assignment is None or assignment.node != args.node:
+                message = unassigned_message(args, assignment)
+                log.error("bind %s/%s: %s", args.pod_namespace, args.pod_name, message)
+                self.events.binding_failed(ref, message)
+                return message
+            annotations.update(assignment.annotations)
+        annotations[ann.POD_BIND_PHASE] = ann.BIND_PHASE_ALLOCATING
+        annotations[ann.POD_BIND_TIME] = str(int(time.time()))
         try:
-            if requests_gpus(pod, self.state):
+            if request is not None and request.locks_node:
                 self._lock(args, pod)
                 locked = True
-            phase = time.monotonic()
-            patch_pod_metadata(
-                self.api,
-                args.pod_namespace,
-                args.pod_name,
-                annotations={
-                    ann.POD_BIND_PHASE: ann.BIND_PHASE_ALLOCATING,
-                    ann.POD_BIND_TIME: str(int(time.time())),
-                },
-            )
-            self.metrics.bind_phase_duration.labels("patch_pod").observe(time.monotonic() - phase)
             phase = time.monotonic()
             binding = {
                 "apiVersion": "v1",
                 "kind": "Binding",
-                "metadata": {"name": args.pod_name, "namespace": args.pod_namespace, "uid": args.pod_uid},
+                "metadata": {
+                    "name": args.pod_name,
+                    "namespace": args.pod_namespace,
+                    "uid": args.pod_uid,
+                    "annotations": annotations,
+                },
                 "target": {"apiVersion": "v1", "kind": "Node", "name": args.node},
             }
             raw.call(
@@ -155,6 +169,9 @@ class Binder:
             log.error("bind %s/%s to %s failed: %s", args.pod_namespace, args.pod_name, args.node, message)
             self.events.binding_failed(ref, message)
             return message
+        if request is not None:
+            with self.state.lock:  # the pod's own annotations account for it from now on
+                self.state.assignments.pop(request.uid, None)
         self.events.binding_succeed(ref, args.node)
         log.v(4).info("bound %s/%s to %s", args.pod_namespace, args.pod_name, args.node)
         return ""
@@ -175,7 +192,7 @@ class Binder:
                         raise
                     if time.monotonic() >= deadline:
                         raise NodeLockError(
-                            f"timed out after {go_seconds(self.lock_retry_timeout)} waiting for node "
+                            f"timed out after {format_duration(self.lock_retry_timeout)} waiting for node "
                             f"{args.node} to be unlocked: {CONTENTION}",
                             contention=True,
                         ) from err
@@ -196,5 +213,5 @@ class Binder:
                 args.pod_namespace,
                 args.pod_name,
                 err,
-                self.locker.timeout,
+                format_duration(self.locker.timeout),
             )

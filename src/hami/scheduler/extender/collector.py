@@ -8,7 +8,12 @@ in one pass, so a scrape sees one consistent snapshot.
 The families are plain ``Family`` rows (``hami.core.serve.families``): ``render()`` writes them
 through the cached ``TextRenderer`` (a plain scrape of 1,000 nodes × 8 GPUs is ~66k series, and the
 extender holds the GIL while it renders), ``collect()`` yields them as prometheus_client metrics for
-every other request; ``hami.core.serve`` picks between the two (its ``Exposition``).
+every other request; ``hami.core.serve`` picks between the two (its ``Exposition``). The rendered
+path also keeps each node's per-device lines and each pod's per-container lines as text between
+scrapes, redone only when that node's ``NodeState`` or usage, or that pod's reservation, changes:
+a warm scrape copies text instead of formatting every line (the cache holds about one body's worth
+of text). tests/scheduler/test_collector_exposition.py checks it byte for byte against
+prometheus_client as reservations come and go.
 """
 
 from __future__ import annotations
@@ -22,12 +27,22 @@ from prometheus_client.registry import Collector
 
 from hami.core import annotations as ann
 from hami.core.kube.metrics import kube_metrics
+from hami.core.objects import annotations_of, name_of
 from hami.core.serve import build_info, listener_metrics
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor, describe_families
-from hami.core.serve.families import Family, TextRenderer, declared_metric, to_metric
+from hami.core.serve.families import (
+    Family,
+    TextRenderer,
+    declared_metric,
+    sample_heads,
+    sample_lines,
+    sample_values,
+    to_metric,
+)
+from hami.scheduler.engine.nodes import NodeState
 from hami.scheduler.engine.usage import PodAllocation
 from hami.scheduler.extender.metrics import SchedulerMetrics
-from hami.scheduler.extender.state import NODE_STATES, ClusterState, annotations_of, meta_field
+from hami.scheduler.extender.state import NODE_STATES, ClusterState
 
 MIB = 1048576
 ZONE = "vGPU"
@@ -79,6 +94,29 @@ class _Allocation(NamedTuple):
     q_limit: Family
     v_mem: Family
     v_core: Family
+
+
+def _per_device(f: _Allocation, legacy: list[Family]) -> tuple[Family, ...]:
+    """The families with one series per device, in the order ``_device_rows`` fills them."""
+    return (f.split, f.mem_limit, f.core_limit, f.mem_alloc, f.shared, f.core_alloc, f.overview,
+            f.mem_ratio, *legacy[:7])
+
+
+def _per_pod(f: _Allocation, legacy: list[Family]) -> tuple[Family, ...]:
+    """The families with one series per reserved device of a pod (``_pod_rows``)."""
+    return (f.v_mem, f.v_core, legacy[8], legacy[9])
+
+
+class _NodeText(NamedTuple):
+    node: NodeState
+    usage: dict[str, tuple[int, int, int]]
+    heads: tuple[tuple[str, ...], ...]  # per ``_per_device`` family, each row's ``name{labels} ``
+    text: tuple[str, ...]  # one chunk per ``_per_device`` family
+
+
+class _PodText(NamedTuple):
+    alloc: PodAllocation
+    text: tuple[str, ...]  # one chunk per ``_per_pod`` family
 
 
 def _allocation_families() -> tuple[_Allocation, list[Family]]:
@@ -208,6 +246,8 @@ class StateCollector(Collector):
         self.legacy = legacy
         self.now = now
         self._renderer = TextRenderer()
+        self._node_text: dict[str, _NodeText] = {}  # guarded by the state lock
+        self._pod_text: dict[str, _PodText] = {}
 
     def describe(self) -> Iterator[Metric]:
         return iter(declared_metric(f) for f in state_families(self.legacy))
@@ -220,7 +260,7 @@ class StateCollector(Collector):
 
     def render(self, openmetrics: bool) -> bytes:
         """The same families as ``collect()``, as text 0.0.4 or an OpenMetrics body (no ``# EOF``)."""
-        return self._renderer.render(self.families(), openmetrics)
+        return self._renderer.render([*self._scheduler(), *self._allocations(rendered=True)], openmetrics)
 
     def _scheduler(self) -> tuple[Family, ...]:
         leader, synced, pending, states, ages, held = _scheduler_families()
@@ -238,40 +278,36 @@ class StateCollector(Collector):
             states.add((st,), float(n))
         for node in self.state.node_informer.list():
             if ann.NODE_LOCK in annotations_of(node):
-                held.add((meta_field(node, "name"),), 1.0)
+                held.add((name_of(node),), 1.0)
         return (leader, synced, pending, states, ages, held)
 
-    def _allocations(self) -> list[Family]:
+    def _allocations(self, rendered: bool = False) -> list[Family]:
+        """HAMi's §7.1 families. ``rendered``: the per-device and per-pod series come as cached text,
+        re-rendered only for a node whose ``NodeState`` or usage changed, or a pod whose reservation
+        did (a scrape at 1,000 nodes × 8 GPUs would otherwise format ~66k lines)."""
         # Integer values stay ints: they render as the same float text, and the renderer caches it.
         f, legacy = _allocation_families()
+        nodes: dict[str, _NodeText] = {}
+        pods: dict[str, _PodText] = {}
         with self.state.lock:
             for name, node in self.state.nodes.items():
                 usage = self.state.usage.node_usage(name)
-                for d in node.devices:
-                    used, umem, ucores = usage.get(d.id, (0, 0, 0))
-                    idx = str(d.index)
-                    base = (name, d.id, idx, d.type, ZONE)
-                    cores = (name, d.id, idx, str(d.devcore), d.type, ZONE)
-                    overview = (name, d.id, idx, str(d.devcore), str(d.devmem), d.type, ZONE)
-                    mem, amem = d.devmem * MIB, umem * MIB
-                    f.split.add(base, d.count)
-                    f.mem_limit.add(base, mem)
-                    f.core_limit.add(base, d.devcore)
-                    f.mem_alloc.add(cores, amem)
-                    f.shared.add(base, used)
-                    f.core_alloc.add(base, ucores)
-                    f.overview.add(overview, amem)
-                    if d.devmem > 0:
-                        f.mem_ratio.add(base, umem / d.devmem)
-                    if self.legacy:
-                        legacy[0].add(base, mem)
-                        legacy[1].add(base, d.devcore)
-                        legacy[2].add(cores, amem)
-                        legacy[3].add(base, used)
-                        legacy[4].add(base, ucores)
-                        legacy[5].add(overview, amem)
-                        if d.devmem > 0:
-                            legacy[6].add((name, d.id, idx, ZONE), umem / d.devmem)
+                if not rendered:
+                    self._device_rows(f, legacy, name, node, usage)
+                    continue
+                cached = self._node_text.get(name)
+                if cached is None or cached.node is not node or cached.usage != usage:
+                    one, old = _allocation_families()
+                    self._device_rows(one, old, name, node, usage)
+                    fams = _per_device(one, old)
+                    # A node's label sets change only with its NodeState: new usage re-renders values.
+                    heads = (cached.heads if cached is not None and cached.node is node
+                             else tuple(map(sample_heads, fams)))
+                    chunks = tuple(map(sample_values, heads, fams))
+                    cached = _NodeText(node, usage, heads, chunks)
+                nodes[name] = cached
+                for family, text in zip(_per_device(f, legacy), cached.text, strict=True):
+                    family.text.append(text)
             for ns, rname, entry in self.state.quotas.items():
                 limit = str(entry.limit) if entry.limit_set else "0"
                 f.q_used.add((ns, rname, limit, ZONE), entry.used)
@@ -281,16 +317,61 @@ class StateCollector(Collector):
                     legacy[7].add((ns, rname, limit, ZONE), entry.used)
             for alloc in self.state.usage.pods():
                 self._mig_instances(alloc, f.mig_info, legacy[10])
-                for share in alloc.shares:
-                    if not share.uuid:
-                        continue
-                    labels = (alloc.namespace, alloc.node, alloc.name, "0", share.uuid, ZONE)
-                    f.v_mem.add(labels, share.usedmem * MIB)
-                    f.v_core.add(labels, share.usedcores)
-                    if self.legacy:
-                        legacy[8].add(labels, share.usedmem * MIB)
-                        legacy[9].add(labels, share.usedcores)
+                if not rendered:
+                    self._pod_rows(f, legacy, alloc)
+                    continue
+                held = self._pod_text.get(alloc.uid)
+                if held is None or held.alloc is not alloc:
+                    one, old = _allocation_families()
+                    self._pod_rows(one, old, alloc)
+                    held = _PodText(alloc, tuple(map(sample_lines, _per_pod(one, old))))
+                pods[alloc.uid] = held
+                for family, text in zip(_per_pod(f, legacy), held.text, strict=True):
+                    family.text.append(text)
+            if rendered:  # only what this scrape saw: the caches cannot outgrow the cluster
+                self._node_text, self._pod_text = nodes, pods
         return [*f, *legacy] if self.legacy else list(f)
+
+    def _device_rows(
+        self, f: _Allocation, legacy: list[Family], name: str, node: NodeState,
+        usage: dict[str, tuple[int, int, int]],
+    ) -> None:
+        for d in node.devices:
+            used, umem, ucores = usage.get(d.id, (0, 0, 0))
+            idx = str(d.index)
+            base = (name, d.id, idx, d.type, ZONE)
+            cores = (name, d.id, idx, str(d.devcore), d.type, ZONE)
+            overview = (name, d.id, idx, str(d.devcore), str(d.devmem), d.type, ZONE)
+            mem, amem = d.devmem * MIB, umem * MIB
+            f.split.add(base, d.count)
+            f.mem_limit.add(base, mem)
+            f.core_limit.add(base, d.devcore)
+            f.mem_alloc.add(cores, amem)
+            f.shared.add(base, used)
+            f.core_alloc.add(base, ucores)
+            f.overview.add(overview, amem)
+            if d.devmem > 0:
+                f.mem_ratio.add(base, umem / d.devmem)
+            if self.legacy:
+                legacy[0].add(base, mem)
+                legacy[1].add(base, d.devcore)
+                legacy[2].add(cores, amem)
+                legacy[3].add(base, used)
+                legacy[4].add(base, ucores)
+                legacy[5].add(overview, amem)
+                if d.devmem > 0:
+                    legacy[6].add((name, d.id, idx, ZONE), umem / d.devmem)
+
+    def _pod_rows(self, f: _Allocation, legacy: list[Family], alloc: PodAllocation) -> None:
+        for share in alloc.shares:
+            if not share.uuid:
+                continue
+            labels = (alloc.namespace, alloc.node, alloc.name, "0", share.uuid, ZONE)
+            f.v_mem.add(labels, share.usedmem * MIB)
+            f.v_core.add(labels, share.usedcores)
+            if self.legacy:
+                legacy[8].add(labels, share.usedmem * MIB)
+                legacy[9].add(labels, share.usedcores)
 
     def _mig_instances(self, alloc: PodAllocation, info: Family, legacy: Family) -> None:
         """One series per MIG reservation the device plugin realised (runtime identity set)."""

@@ -1,34 +1,138 @@
-"""The live Filter (§4.1) around the pure core: wait for the cache, decide, reserve, patch the pod.
+"""POST /filter (§4.1) around the pure core: decode the pod once, wait for the cache, decide.
 
-``filter_pod`` and ``commit`` run under the state lock, so concurrent filters never hand out the
-same capacity; the pod patch runs outside it and is undone if it fails.
+The pipeline is the same for both kinds of caller: the pod is decoded once (``pod_request``, which
+also decides the pass-through of a pod that asks for no device), the filter waits for the cache,
+and ``filter_pod`` decides under the state lock. The candidates and what happens to the verdict
+differ:
+
+- live (``NodeNames``): candidates are the registered nodes; ``commit`` reserves the capacity
+  under the lock, so concurrent filters never hand out the same cards, and the allocation
+  annotations HAMi patches onto the pod here are kept as the pod's ``Assignment`` for /bind to
+  carry in the Binding (see ``state``): the filter writes nothing but its event.
+- dry run (``Nodes``, §4.1 step 2, §9.3): a caller configured with ``nodeCacheCapable: false``
+  (Cluster Autoscaler asking "would this pod fit on a node like this template?") sends whole
+  Node objects. Each is decoded from its own annotations with the register loop's decoder
+  (``node_state``), its usage starts at zero, and the pod is scored exactly as the live filter
+  does. Nothing is written: no event, no pod patch, no reservation, no quota usage; the
+  namespace's quota is read as it stands. The answer names the single best node (a copy of the
+  object the caller sent) in ``Nodes``, with ``FailedNodes`` for the others; a node whose
+  annotations yield no device, or fail to decode, is ``node unregistered``. Its latency is
+  recorded under ``simulated_<outcome>``.
 """
 
 from __future__ import annotations
 
+import copy
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from hami.core import annotations as ann
 from hami.core import klog
 from hami.core.codec.mig import encode_mig_allocations
 from hami.core.codec.pod_devices import encode_pod_devices
-from hami.core.kube import errors
-from hami.core.kube.patches import patch_pod_metadata
+from hami.core.objects import annotations_of, name_of
 from hami.scheduler.engine import reasons as r
 from hami.scheduler.engine.decision import FilterConfig, FilterResult, commit, filter_pod
-from hami.scheduler.engine.nodes import NodeState
+from hami.scheduler.engine.nodes import NodeState, node_state
+from hami.scheduler.engine.quota import QuotaManager
 from hami.scheduler.engine.ranking import Ranker
-from hami.scheduler.engine.requests import pod_requests
+from hami.scheduler.engine.requests import PodRequest, pod_request
+from hami.scheduler.engine.usage import UsageIndex
 from hami.scheduler.extender.events import PodEvents
-from hami.scheduler.extender.metrics import failure_codes
-from hami.scheduler.extender.state import ClusterState, meta_field
+from hami.scheduler.extender.metrics import SIMULATED, failure_codes
+from hami.scheduler.extender.state import Assignment, ClusterState
 
 log = klog.get_logger(__name__)
 
 Obj = dict[str, Any]
 NOT_SYNCED = "context cancelled"
+
+
+def node_items(nodes: object) -> list[Mapping[str, Any]]:
+    """The Node objects of an ExtenderArgs ``Nodes`` (a v1.NodeList; ``items`` read like Go does,
+    case-insensitively). Raises ``ValueError`` when it is not a NodeList."""
+    if not isinstance(nodes, Mapping):
+        raise ValueError("Nodes must be a NodeList object")
+    items = nodes.get("items")
+    if items is None:
+        items = next((v for k, v in nodes.items() if isinstance(k, str) and k.lower() == "items"), None)
+    if items is None:
+        return []
+    if not isinstance(items, list) or not all(isinstance(i, Mapping) for i in items):
+        raise ValueError("Nodes.items must be a list of Node objects")
+    return items
+
+
+def _dry_result(
+    nodes: Obj | None = None,
+    names: Sequence[str] | None = None,
+    failed: Mapping[str, str] | None = None,
+    error: str = "",
+) -> Obj:
+    """A dry run's ExtenderFilterResult with every Go field, as HAMi marshals it."""
+    return {
+        "Nodes": nodes,
+        "NodeNames": None if names is None else list(names),
+        "FailedNodes": None if failed is None else dict(failed),
+        "FailedAndUnresolvableNodes": None,
+        "Error": error,
+    }
+
+
+def passthrough(names: Sequence[str] | None, nodes: Sequence[Mapping[str, Any]] | None) -> Obj:
+    """§4.1 step 1, a pod that asks for no device: ``NodeNames`` echoed as HAMi does. A dry run
+    also gets back the ``Nodes`` it sent (deliberately unlike HAMi, which answers ``Nodes`` null):
+    a ``nodeCacheCapable: false`` caller reads only ``Nodes``, and would otherwise take the pod to
+    fit nowhere."""
+    if nodes is None:
+        return {"NodeNames": list(names or ()), "FailedNodes": None, "Error": ""}
+    return _dry_result({"metadata": {}, "items": [dict(n) for n in nodes]}, names=names)
+
+
+def dry_run(
+    request: PodRequest,
+    nodes: Sequence[Mapping[str, Any]],
+    quotas: QuotaManager | None,
+    config: FilterConfig,
+) -> tuple[Obj, str]:
+    """(ExtenderFilterResult, outcome) of ``request`` over the supplied Node objects, each decoded
+    from its own annotations with zero usage. The outcome is ``fit``, ``unschedulable`` or
+    ``error``. Reads ``quotas``, mutates nothing."""
+    states: list[NodeState] = []
+    objects: dict[str, Mapping[str, Any]] = {}
+    unregistered: list[str] = []
+    for node in nodes:
+        name = name_of(node)
+        state = node_state(name, annotations_of(node))
+        if not isinstance(state, NodeState):
+            log.v(4).info("dry-run filter: node %s unregistered: %s", name, state.reason)
+            unregistered.append(name)
+            continue
+        states.append(state)
+        objects.setdefault(name, node)
+    result = filter_pod(request, states, UsageIndex(), quotas, config, unregistered=unregistered)
+    if result.error is not None:
+        return _dry_result(error=result.error), "error"
+    if result.node is None:
+        return _dry_result(failed=result.failed), "unschedulable"
+    best = copy.deepcopy(dict(objects[result.node]))
+    return _dry_result({"metadata": {}, "items": [best]}, failed=result.failed), "fit"
+
+
+def _annotations(result: FilterResult) -> dict[str, str]:
+    """HAMi's filter-time pod annotations (§2.1) for the chosen devices."""
+    assert result.node is not None
+    devices = encode_pod_devices(result.devices)
+    annotations = {
+        ann.POD_VGPU_NODE: result.node,
+        ann.POD_VGPU_TIME: str(int(time.time())),
+        ann.POD_DEVICES_TO_ALLOCATE: devices,
+        ann.POD_DEVICES_ALLOCATED: devices,
+    }
+    if result.mig:  # §2.1: only when MIG placements were chosen
+        annotations[ann.POD_MIG_ALLOCATIONS] = encode_mig_allocations(result.mig)
+    return annotations
 
 
 class FilterService:
@@ -49,24 +153,38 @@ class FilterService:
         self.metrics = state.metrics
         self.ranks = Ranker()  # used under the state lock
 
-    def filter(self, pod: Obj, node_names: Sequence[str]) -> Obj:
-        """ExtenderFilterResult for ``pod`` among ``node_names``."""
+    def filter(
+        self, pod: Obj, names: Sequence[str] | None, nodes: Sequence[Mapping[str, Any]] | None = None,
+    ) -> Obj:
+        """ExtenderFilterResult for ``pod`` among the registered ``names``, or, when the caller
+        sent Node objects (``nodes``), a dry run over those."""
         started = time.monotonic()
         outcome = "error"
         try:
-            reply, outcome = self._filter(pod, list(node_names))
+            request = pod_request(pod, self.config.nvidia)
+            if request is None:
+                outcome = "passthrough"
+                return passthrough(names, nodes)
+            if not self.state.synced.wait(self.sync_wait):
+                return {"Error": NOT_SYNCED} if nodes is None else _dry_result(error=NOT_SYNCED)
+            if nodes is None:
+                reply, outcome = self._live(pod, request, list(names or ()))
+            else:
+                with self.state.lock:
+                    reply, outcome = dry_run(request, nodes, self.state.quotas, self.config)
+                if klog.v(2):
+                    chosen = [name_of(n) for n in (reply.get("Nodes") or {}).get("items", [])]
+                    log.info(
+                        "dry-run filter pod %s/%s over %d nodes: %s, chose %s",
+                        request.namespace, request.name, len(nodes), outcome, chosen,
+                    )
             return reply
         finally:
-            self.metrics.filter_duration.labels(outcome).observe(time.monotonic() - started)
+            label = outcome if nodes is None else SIMULATED + outcome
+            self.metrics.filter_duration.labels(label).observe(time.monotonic() - started)
 
-    def _filter(self, pod: Obj, names: list[str]) -> tuple[Obj, str]:
-        name = meta_field(pod, "name")
-        reqs, _ = pod_requests(pod, self.config.nvidia)
-        if not any(req is not None for req in reqs):
-            return {"NodeNames": names, "FailedNodes": None, "Error": ""}, "passthrough"
-        if not self.state.synced.wait(self.sync_wait):
-            return {"Error": NOT_SYNCED}, "error"
-        log.v(5).info("filter pod %s/%s over %d nodes", meta_field(pod, "namespace"), name, len(names))
+    def _live(self, pod: Obj, request: PodRequest, names: list[str]) -> tuple[Obj, str]:
+        log.v(5).info("filter pod %s/%s over %d nodes", request.namespace, request.name, len(names))
         with self.state.lock:
             found = list(map(self.state.nodes.get, names))
             unregistered: list[str] = []
@@ -75,13 +193,14 @@ class FilterService:
                 unregistered = [n for n, node in zip(names, found, strict=True) if node is None]
                 nodes = [node for node in found if node is not None]
             result = filter_pod(
-                pod, nodes, self.state.usage, self.state.quotas, self.config,
+                request, nodes, self.state.usage, self.state.quotas, self.config,
                 unregistered=unregistered, ranks=self.ranks,
             )
             if result.node is not None:
                 commit(result, self.state.usage, self.state.quotas)
+                self.state.assignments[request.uid] = Assignment(result.node, _annotations(result))
             if klog.v(4):
-                self._log_verdicts(pod, names, result)
+                self._log_verdicts(request, names, result)
         if result.error is not None:
             self.events.filtering(pod, result.events(len(names)))
             return {"Error": result.error}, "error"
@@ -92,54 +211,21 @@ class FilterService:
             self.metrics.pods_unschedulable.inc()
             self.events.filtering(pod, result.events(len(names)), result.failed)
             return {"NodeNames": None, "FailedNodes": dict(result.failed), "Error": ""}, "unschedulable"
-        error = self._patch(pod, result)
-        if error:
-            return {"Error": error}, "error"
         self.events.filtering(pod, result.events(len(names)))
         if klog.v(2):
             log.info(
                 "pod %s: chose node %s, scores %s",
-                name,
+                request.name,
                 result.node,
                 ", ".join(f"{n}:{s:.2f}" for n, s in result.fits),
             )
         return {"NodeNames": [result.node], "FailedNodes": dict(result.failed), "Error": ""}, "fit"
 
-    def _patch(self, pod: Obj, result: FilterResult) -> str:
-        assert result.node is not None and result.reservation is not None
-        devices = encode_pod_devices(result.devices)
-        annotations: dict[str, str | None] = {
-            ann.POD_VGPU_NODE: result.node,
-            ann.POD_VGPU_TIME: str(int(time.time())),
-            ann.POD_DEVICES_TO_ALLOCATE: devices,
-            ann.POD_DEVICES_ALLOCATED: devices,
-        }
-        if result.mig:  # §2.1: only when MIG placements were chosen
-            annotations[ann.POD_MIG_ALLOCATIONS] = encode_mig_allocations(result.mig)
-        namespace, name = meta_field(pod, "namespace"), meta_field(pod, "name")
-        try:
-            patch_pod_metadata(
-                self.api, namespace, name, annotations=annotations, labels={ann.POD_VGPU_NODE: result.node}
-            )
-        except errors.ApiError as err:
-            self.metrics.api_errors.labels("pod_patch", errors.error_reason(err)).inc()
-            with self.state.lock:
-                if self.state.usage.get(result.reservation.uid) == result.reservation:
-                    self.state.usage.remove(result.reservation.uid)
-                    self.state.quotas.remove_usage(namespace, result.reservation.shares)
-            message = f"patch pod annotations failed: {err}"
-            log.error("pod %s/%s: %s", namespace, name, message)
-            self.events.filtering(pod, [("Warning", message)])
-            return message
-        return ""
-
-    def _log_verdicts(self, pod: Obj, names: list[str], result: FilterResult) -> None:
-        """-v4 per-node lines, as in seed 000 (called under the state lock)."""
-        name = meta_field(pod, "name")
-        reqs, _ = pod_requests(pod, self.config.nvidia)
-        requested = max((q.memreq for q in reqs if q is not None), default=0)
+    def _log_verdicts(self, request: PodRequest, names: list[str], result: FilterResult) -> None:
+        """-v4 per-node lines in the form operators grep for (called under the state lock)."""
+        requested = max((q.memreq for q in request.reqs if q is not None), default=0)
         for node in names:
-            log.info("Filtering node %s for pod %s", node, name)
+            log.info("Filtering node %s for pod %s", node, request.name)
             reason = result.failed.get(node)
             if reason is None:
                 continue
@@ -149,6 +235,6 @@ class FilterService:
                 view = self.state.usage.view(state)
                 free = max((view.devs[i].totalmem - view.umem[i] for i in view.nvidia), default=0)
                 detail = f", requested {requested}Mi but available {free}Mi"
-            # Seed 000's line names the reason codes without HAMi's "<n>/<m>" card counts.
+            # The line names the reason codes without HAMi's "<n>/<m>" card counts.
             codes = ", ".join(r.parse_reason(reason)) or reason
             log.info("Node %s filtered out: %s%s", node, codes, detail)

@@ -13,7 +13,7 @@ from datetime import timedelta
 import yaml
 
 from hami.core import klog
-from hami.core.codec.nodelock import format_go_duration
+from hami.core.duration import duration_flag, format_duration
 from hami.core.kube.client import KubeConfigError
 from hami.core.kube.options import add_kube_flags, from_args
 from hami.core.lifecycle import stop_within
@@ -22,16 +22,9 @@ from hami.scheduler.engine.decision import FilterConfig
 from hami.scheduler.engine.device_config import DeviceConfigError, load_nvidia_config
 from hami.scheduler.engine.policy import DEFAULT_GPU_POLICY, DEFAULT_NODE_POLICY
 from hami.scheduler.extender.daemon import Extender, Options
-from hami.scheduler.extender.nodelock import default_timeout, parse_go_duration
+from hami.scheduler.extender.nodelock import default_timeout
 
 log = klog.get_logger("hami.scheduler")
-
-
-def _duration(text: str) -> timedelta:
-    try:
-        return parse_go_duration(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _bool(text: str) -> bool:
@@ -67,15 +60,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-bind-address", default=":9395", help="metrics listener")
     p.add_argument("--node-label-selector", default="", help="k=v,k2=v2: nodes the register pass considers")
     p.add_argument("--profiling", nargs="?", const=True, default=False, type=_bool, help="/debug/pprof/")
+    # Go durations as in HAMi, except that a negative one is refused: HAMi would take it and treat
+    # every lock as expired (or give up the PodGroup retry at once).
     p.add_argument(
         "--node-lock-timeout",
-        type=_duration,
+        type=duration_flag(),
         default=default_timeout(),
         help="node-lock expiry, Go duration (default 5m, or $HAMI_NODELOCK_EXPIRE)",
     )
     p.add_argument(
         "--node-lock-retry-timeout",
-        type=_duration,
+        type=duration_flag(),
         default=timedelta(seconds=28),
         help="PodGroup lock retry budget in bind (0s disables)",
     )
@@ -168,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "hami-scheduler extender on %s, metrics on %s (node lock timeout %s, leader-elect %s)",
         extender.http.url,
         extender.metrics_server.url,
-        format_go_duration(opts.node_lock_timeout),
+        format_duration(opts.node_lock_timeout),
         opts.leader_elect,
     )
     done.wait()

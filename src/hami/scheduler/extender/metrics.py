@@ -52,14 +52,13 @@ FILTER_RESULTS: Final = ("fit", "unschedulable", "passthrough", "error")
 SIMULATED: Final = "simulated_"
 SIMULATED_FILTER_RESULTS: Final = tuple(SIMULATED + result for result in FILTER_RESULTS)
 BIND_RESULTS: Final = ("success", "error", "not_leader")
-BIND_PHASES: Final = ("node_lock", "patch_pod", "bind")
+BIND_PHASES: Final = ("node_lock", "bind")
 FAILURE_REASONS: Final = (*sorted(KNOWN_CODES), *_PLAIN_REASONS.values(), "Other")
 EVENT_REASONS: Final = ("FilteringFailed", "FilteringSucceed", "BindingFailed", "BindingSucceed")
 LOCK_EXPIRY_CAUSES: Final = ("expired", "owner_gone")
 DECODE_SOURCES: Final = (
     "node_register",
     "node_pair_score",
-    "node_cordon",
     "pod_devices",
     "pod_mig_allocations",
 )
@@ -94,7 +93,7 @@ class SchedulerMetrics:
         )
         self.bind_phase_duration = Histogram(
             "hami_scheduler_bind_phase_duration_seconds",
-            "Latency of each bind phase (node_lock, patch_pod, bind).",
+            "Latency of each bind phase (node_lock; bind: the Binding, carrying the pod annotations).",
             ["phase"],
             buckets=LATENCY_BUCKETS,
             registry=registry,
@@ -139,7 +138,7 @@ class SchedulerMetrics:
         self.decode_errors = Counter(
             "hami_scheduler_decode_errors_total",
             "Annotations that failed to decode and were skipped, by source "
-            "(node_register, node_pair_score, node_cordon, pod_devices, pod_mig_allocations).",
+            "(node_register, node_pair_score, pod_devices, pod_mig_allocations).",
             ["source"],
             registry=registry,
         )

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -33,8 +32,10 @@ from hami.core.codec.nodelock import (
     locked_within_message,
     parse_node_lock,
 )
+from hami.core.duration import DurationError, format_duration, parse_duration
 from hami.core.kube import errors, raw
 from hami.core.kube.patches import patch_node_annotations
+from hami.core.objects import annotations_of, resource_version
 from hami.scheduler.extender.metrics import SchedulerMetrics
 
 log = klog.get_logger(__name__)
@@ -47,25 +48,19 @@ FACTOR: Final = 2.0
 JITTER: Final = 0.5
 STRATEGY: Final = "{Duration:100ms Factor:2 Jitter:0.5 Steps:5}"
 
-_DURATION_PART = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
-
-
-def parse_go_duration(text: str) -> timedelta:
-    """Go ``time.ParseDuration`` for what operators write: ``5m``, ``90s``, ``1h30m``, ``2m0s``."""
-    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|us|µs|ns|h|m|s)", text)
-    if not parts or "".join(n + u for n, u in parts) != text.lstrip("+"):
-        raise ValueError(f"invalid duration {text!r} (want e.g. 5m, 90s, 1h30m)")
-    return timedelta(seconds=sum(float(n) * _DURATION_PART[u] for n, u in parts))
-
 
 def default_timeout() -> timedelta:
-    """``HAMI_NODELOCK_EXPIRE`` if set and valid, else 5m (the ``--node-lock-timeout`` default)."""
+    """``HAMI_NODELOCK_EXPIRE`` if set and valid, else 5m (the ``--node-lock-timeout`` default).
+
+    Unlike HAMi, which takes any Go duration here, a negative one is ignored too: it would make
+    every lock expired at once.
+    """
     raw_env = os.environ.get(ENV_EXPIRE, "")
     if raw_env:
         try:
-            return parse_go_duration(raw_env)
-        except ValueError:
-            log.warning("ignoring %s=%r: not a duration", ENV_EXPIRE, raw_env)
+            return parse_duration(raw_env)
+        except DurationError as err:
+            log.warning("ignoring %s: %s; using %s", ENV_EXPIRE, err, format_duration(DEFAULT_TIMEOUT))
     return DEFAULT_TIMEOUT
 
 
@@ -110,8 +105,7 @@ class NodeLocker:
 
     @staticmethod
     def _value(obj: dict[str, Any]) -> tuple[str | None, str]:
-        meta = obj.get("metadata") or {}
-        return (meta.get("annotations") or {}).get(ann.NODE_LOCK), str(meta.get("resourceVersion", ""))
+        return annotations_of(obj).get(ann.NODE_LOCK), resource_version(obj)
 
     def lock_node(self, node: str, namespace: str, name: str, cached: dict[str, Any] | None = None) -> None:
         """HAMi ``LockNode``; raises ``NodeLockError`` (``contention`` set when someone else holds it).
@@ -137,7 +131,10 @@ class NodeLocker:
         except CodecError as err:
             raise NodeLockError(str(err)) from err
         if is_expired(lock, self.now(), self.timeout):
-            log.info("node %s: lock %r expired (older than %s), taking it over", node, value, self.timeout)
+            log.info(
+                "node %s: lock %r expired (older than %s), taking it over",
+                node, value, format_duration(self.timeout),
+            )
             self.metrics.node_lock_expired.labels("expired").inc()
             self.release_node_lock(node, namespace, name, skip_owner_check=True)
             self.set_node_lock(node, namespace, name)
@@ -250,4 +247,4 @@ class NodeLocker:
             log.v(4).info("node %s: lock released for %s/%s", node, namespace, name)
 
 
-__all__ = ["CONTENTION", "NodeLockError", "NodeLocker", "default_timeout", "parse_go_duration"]
+__all__ = ["CONTENTION", "NodeLockError", "NodeLocker", "default_timeout"]

@@ -20,13 +20,12 @@ from typing import Any
 
 from hami.core import annotations as ann
 from hami.core import klog
-from hami.core.codec.cordon import parse_cordon
 from hami.core.codec.errors import CodecError
 from hami.core.codec.handshake import check_handshake, format_requesting, parse_handshake
-from hami.core.codec.node_devices import NO_GPU_FOUND, get_node_devices
 from hami.core.kube import errors
 from hami.core.kube.patches import patch_node_annotations
-from hami.scheduler.engine.nodes import NodeState
+from hami.core.objects import annotations_of, name_of
+from hami.scheduler.engine.nodes import NodeState, Unregistered, node_state
 from hami.scheduler.engine.requests import int_quantity
 from hami.scheduler.extender.state import (
     DECODE_ERROR,
@@ -35,15 +34,11 @@ from hami.scheduler.extender.state import (
     UNREGISTERED,
     ClusterState,
     NodeRecord,
-    annotations_of,
-    meta_field,
 )
 
 log = klog.get_logger(__name__)
 
 TICK_SECONDS = 15.0
-
-
 
 
 def allocatable_gpus(node: Mapping[str, Any], resource: str) -> int:
@@ -83,7 +78,7 @@ class Register:
         resource = self.state.nvidia.resource_count_name
         seen: set[str] = set()
         for node in self.state.node_informer.list():
-            name = meta_field(node, "name")
+            name = name_of(node)
             if not name:
                 continue
             seen.add(name)
@@ -156,40 +151,27 @@ class Register:
         if key == record.key and record.state != HANDSHAKE_EXPIRED:
             self.state.records[name] = record
             return
-        decoded = self._decode(name, annos)
+        decoded = node_state(name, annos)
+        self._report(name, decoded)
         with self.state.lock:
             record.key = key
             if isinstance(decoded, NodeState):
                 record.state, record.node, record.error = HEALTHY, decoded, ""
                 self.state.nodes[name] = decoded
             else:
-                record.state, record.error = decoded
-                record.node = None
+                record.state = DECODE_ERROR if decoded.source else UNREGISTERED
+                record.error, record.node = decoded.reason, None
                 self.state.nodes.pop(name, None)
             self.state.records[name] = record
 
-    def _decode(self, name: str, annos: Mapping[str, str]) -> NodeState | tuple[str, str]:
-        register = annos.get(ann.NODE_REGISTER)
-        if register is None:
-            log.v(4).info("node %s: no %s, not registered", name, ann.NODE_REGISTER)
-            return UNREGISTERED, "annos not found"
-        try:
-            devices = get_node_devices(annos, annos.get(ann.NODE_PAIR_SCORE))
-        except CodecError as err:
-            if err.what == NO_GPU_FOUND:
-                return UNREGISTERED, str(err)
-            source = "node_pair_score" if ann.NODE_PAIR_SCORE in str(err.where) else "node_register"
-            self.state.metrics.decode_errors.labels(source).inc()
-            log.warning("node %s: skipping undecodable device annotations: %s", name, err)
-            return DECODE_ERROR, str(err)
-        try:
-            cordoned = parse_cordon(annos.get(ann.NODE_DEVICE_CORDON))
-        except CodecError as err:
-            self.state.metrics.decode_errors.labels("node_cordon").inc()
-            log.warning("node %s: ignoring undecodable %s: %s", name, ann.NODE_DEVICE_CORDON, err)
-            cordoned = frozenset()
-        log.v(5).info("node %s: registered %d devices", name, len(devices))
-        return NodeState(name, tuple(devices), cordoned)
+    def _report(self, name: str, decoded: NodeState | Unregistered) -> None:
+        if isinstance(decoded, NodeState):
+            log.v(5).info("node %s: registered %d devices", name, len(decoded.devices))
+        elif decoded.source:
+            self.state.metrics.decode_errors.labels(decoded.source).inc()
+            log.warning("node %s: skipping undecodable device annotations: %s", name, decoded.reason)
+        else:
+            log.v(4).info("node %s: not registered: %s", name, decoded.reason)
 
     def _write_handshake(self, name: str, value: str | None) -> None:
         try:

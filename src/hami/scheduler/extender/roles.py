@@ -15,7 +15,8 @@ from hami.core import annotations as ann
 from hami.core import klog
 from hami.core.kube import errors
 from hami.core.kube.patches import patch_pod_metadata
-from hami.scheduler.extender.state import ClusterState, meta_field
+from hami.core.objects import labels_of, name_of, namespace_of
+from hami.scheduler.extender.state import ClusterState
 
 log = klog.get_logger(__name__)
 
@@ -35,12 +36,12 @@ class RoleLabels:
     def reconcile(self) -> None:
         """Called by the leader: own pod ``leader``, every other replica ``follower``."""
         for pod in self.state.pod_informer.list():
-            if meta_field(pod, "namespace") != self.namespace:
+            if namespace_of(pod) != self.namespace:
                 continue
-            labels = (pod.get("metadata") or {}).get("labels") or {}
+            labels = labels_of(pod)
             if labels.get(COMPONENT_LABEL) != COMPONENT:
                 continue
-            name = meta_field(pod, "name")
+            name = name_of(pod)
             want = LEADER if name == self.own_pod else FOLLOWER
             if labels.get(ann.SCHEDULER_ROLE_LABEL) == want:
                 continue

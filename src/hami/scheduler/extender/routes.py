@@ -1,9 +1,10 @@
 """The extender's HTTP API (§5.1–§5.2): POST /filter, /bind, /webhook; GET /healthz, /readyz.
 
 Keys are Go field names (``Pod``, ``NodeNames``, ``FailedNodes``, ``Error``), read
-case-insensitively like Go's decoder. A missing, oversized (> 1 MiB), undecodable, too deeply
-nested or wrongly typed body (``bodies``) is answered 400 with a message (HAMi truncates and
-answers 200 with ``Error``; kube-scheduler treats either as an extender error). Errors from
+case-insensitively like Go's decoder. A missing, undecodable, too deeply nested or wrongly typed
+body (``bodies``) is answered 400 with a message, and one over 1 MiB 413 by the server before the
+app sees it (HAMi truncates and answers 200 with ``Error``; kube-scheduler treats any of them as
+an extender error). Errors from
 scheduling are HTTP 200 with ``Error``; so is a pod with negative or impossible HAMi resource
 values, which HAMi would schedule (``container_problems``). With ``--webhook-bind``, /webhook is
 served on its own listener (``make_webhook_app``) and not on this one.
@@ -22,15 +23,11 @@ from hami.core import klog
 from hami.scheduler.engine.admission import AdmissionError, WebhookConfig, admit
 from hami.scheduler.engine.requests import pod_problems
 from hami.scheduler.extender import bodies
-from hami.scheduler.extender import dryrun as simulate
 from hami.scheduler.extender.bind import BindArgs, Binder
-from hami.scheduler.extender.filter_service import FilterService
+from hami.scheduler.extender.filter_service import FilterService, node_items
 from hami.scheduler.extender.state import ClusterState
 
 log = klog.get_logger(__name__)
-
-MAX_BODY = 1 << 20
-
 
 def field(obj: Mapping[str, Any], name: str) -> Any:
     """Go's case-insensitive struct field lookup (exact match first)."""
@@ -52,15 +49,10 @@ def _bad_request(message: str) -> Response:
 
 
 def _read_json() -> Any:
-    """The request body as JSON, or a 400 Response."""
-    length = request.content_length
-    if length is not None and length > MAX_BODY:
-        return _bad_request(f"request body too large: {length} bytes, limit {MAX_BODY}")
-    data = request.stream.read(MAX_BODY + 1)
+    """The request body as JSON, or a 400 Response (the server has bounded its size)."""
+    data = request.get_data(cache=False)
     if not data:
         return _bad_request("Please send a request body")
-    if len(data) > MAX_BODY:
-        return _bad_request(f"request body too large: limit {MAX_BODY} bytes")
     try:
         return bodies.decode(data)
     except bodies.BodyError as err:
@@ -128,12 +120,13 @@ def make_app(
         ):
             return _bad_request("Pod must be an object and NodeNames a list of strings")
         nodes = field(args, "Nodes")
+        items = None
         try:
             bodies.check(pod, bodies.POD, "Pod")
-            # §4.1 step 2: a nodeCacheCapable: false caller gets a dry run (§9.3)
-            items = None if nodes is None else simulate.node_items(nodes)
-            for i, node in enumerate(items or ()):
-                bodies.check(node, bodies.NODE, f"Nodes.items[{i}]")
+            if nodes is not None:  # §4.1 step 2: a nodeCacheCapable: false caller gets a dry run (§9.3)
+                items = node_items(nodes)
+                for i, node in enumerate(items):
+                    bodies.check(node, bodies.NODE, f"Nodes.items[{i}]")
         except ValueError as err:  # BodyError included
             return _bad_request(str(err))
         problems = pod_problems(pod, filters.config.nvidia)
@@ -142,9 +135,7 @@ def make_app(
             if items is None:  # a dry run writes nothing, events included
                 filters.events.filtering(pod, [("Warning", message)])
             return _json({"Error": message})
-        if items is not None:
-            return _json(simulate.serve(filters, pod, items, names))
-        return _json(filters.filter(pod, names or []))
+        return _json(filters.filter(pod, names, items))
 
     @app.post("/bind")
     def _bind() -> Response:

@@ -1,9 +1,17 @@
 """Cluster state from watches: nodes, pods (allocations), ResourceQuotas (§6.1, §6.3, §6.4).
 
 One ``ClusterState`` owns the informers and the decoded caches. ``lock`` guards ``nodes`` (the
-registered nodes the filter sees, kept by the register pass), ``usage`` and ``quotas``; the
-filter runs ``filter_pod`` and ``commit`` under it. Pod events keep usage and quota in step
-with the pods' ``hami.io/vgpu-devices-allocated`` annotations, as HAMi's pod manager does.
+registered nodes the filter sees, kept by the register pass), ``usage``, ``quotas`` and
+``assignments``; the filter runs ``filter_pod`` and ``commit`` under it. Pod events keep usage and
+quota in step with the pods' ``hami.io/vgpu-devices-allocated`` annotations, as HAMi's pod manager
+does.
+
+Unlike HAMi, the filter does not patch the pod: what it chose (the allocation annotations) waits
+in ``assignments`` beside the in-memory reservation, and /bind sends it in the Binding, whose
+annotations the API server copies onto the pod together with ``spec.nodeName``. That saves one
+write per pod, and the device plugin never sees a pod with half of its annotations. The cost: a
+bind needs the replica that filtered the pod (kube-scheduler's sidecar extender is that one), and
+a bind after a restart or a leadership change fails, so kube-scheduler filters the pod again.
 """
 
 from __future__ import annotations
@@ -21,11 +29,12 @@ from hami.core.codec.mig import decode_mig_allocations
 from hami.core.codec.pod_devices import decode_pod_devices
 from hami.core.devices import MigAllocation
 from hami.core.kube.informer import Informer
+from hami.core.objects import annotations_of, metadata_of, name_of, namespace_of, uid_of
 from hami.scheduler.engine.device_config import NvidiaConfig
 from hami.scheduler.engine.mig import unreserved
 from hami.scheduler.engine.nodes import NodeState
 from hami.scheduler.engine.quota import QuotaManager
-from hami.scheduler.engine.requests import pod_requests
+from hami.scheduler.engine.requests import pod_request
 from hami.scheduler.engine.usage import PodAllocation, UsageIndex, collapse_init_containers
 from hami.scheduler.extender.metrics import SchedulerMetrics
 
@@ -53,15 +62,12 @@ class NodeRecord:
     reported_gpus: int = 0  # HAMi's ReportedGPUNum
 
 
-def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    meta = obj.get("metadata")
-    annos = meta.get("annotations") if isinstance(meta, Mapping) else None
-    return annos if isinstance(annos, Mapping) else {}
+@dataclass(frozen=True)
+class Assignment:
+    """What /filter chose for a pod: the node and the annotations /bind carries in the Binding."""
 
-
-def meta_field(obj: Mapping[str, Any], key: str) -> str:
-    meta = obj.get("metadata")
-    return str(meta.get(key, "")) if isinstance(meta, Mapping) else ""
+    node: str
+    annotations: Mapping[str, str]
 
 
 def _init_done(pod: Mapping[str, Any]) -> bool:
@@ -93,6 +99,7 @@ class ClusterState:
         self.records: dict[str, NodeRecord] = {}
         self.usage = UsageIndex()
         self.quotas = QuotaManager(nvidia)
+        self.assignments: dict[str, Assignment] = {}  # pod UID -> the filter's choice, until bound
         self.synced = threading.Event()
         self.wake = threading.Event()  # register work is waiting (see ``take_register_work``)
         self._work_lock = threading.Lock()
@@ -137,14 +144,14 @@ class ClusterState:
         for pod in self.pod_informer.list():
             if (pod.get("status") or {}).get("phase") != "Pending":
                 continue
-            reqs, _ = pod_requests(pod, self.nvidia)
-            if any(r is not None for r in reqs):
+            if pod_request(pod, self.nvidia) is not None:
                 count += 1
         return count
 
     def drop_reservation(self, uid: str) -> None:
-        """Forget a pod's reservation and its quota usage (bind of a pod that is gone)."""
+        """Forget a pod's reservation, its assignment and its quota usage (a pod that is gone)."""
         with self.lock:
+            self.assignments.pop(uid, None)
             old = self.usage.remove(uid)
             if old is not None:
                 self.quotas.remove_usage(old.namespace, old.shares)
@@ -152,7 +159,7 @@ class ClusterState:
     # --- informer handlers ----------------------------------------------------------------
 
     def _node_event(self, obj: Obj) -> None:
-        name = meta_field(obj, "name")
+        name = name_of(obj)
         if name:
             with self._work_lock:
                 self._dirty.add(name)
@@ -181,7 +188,7 @@ class ClusterState:
         text = annos.get(ann.POD_DEVICES_ALLOCATED)
         if not node or text is None:
             return None
-        uid = meta_field(pod, "uid")
+        uid = uid_of(pod)
         try:
             devices = decode_pod_devices(text)
         except CodecError as err:
@@ -190,8 +197,8 @@ class ClusterState:
                 self._logged.add(uid)
                 log.warning(
                     "pod %s/%s: skipping undecodable %s: %s",
-                    meta_field(pod, "namespace"),
-                    meta_field(pod, "name"),
+                    namespace_of(pod),
+                    name_of(pod),
                     ann.POD_DEVICES_ALLOCATED,
                     err,
                 )
@@ -203,7 +210,7 @@ class ClusterState:
         shares = collapse_init_containers(devices, n_init, app_only=app_only)
         mig = self._mig_allocations(pod, uid)
         return PodAllocation(
-            uid, meta_field(pod, "namespace"), meta_field(pod, "name"), node, shares, mig,
+            uid, namespace_of(pod), name_of(pod), node, shares, mig,
             unreserved(devices, mig),
         )
 
@@ -221,7 +228,7 @@ class ClusterState:
                 self._logged.add(uid)
                 log.warning(
                     "pod %s/%s: ignoring undecodable %s: %s",
-                    meta_field(pod, "namespace"), meta_field(pod, "name"), ann.POD_MIG_ALLOCATIONS, err,
+                    namespace_of(pod), name_of(pod), ann.POD_MIG_ALLOCATIONS, err,
                 )
             return ()
 
@@ -229,12 +236,12 @@ class ClusterState:
         self._pod_update(pod, pod)
 
     def _pod_update(self, _old: Obj, pod: Obj) -> None:
-        uid = meta_field(pod, "uid")
+        uid = uid_of(pod)
         phase = (pod.get("status") or {}).get("phase")
         if phase in ("Succeeded", "Failed"):
             self._pod_delete(pod)
             return
-        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        if metadata_of(pod).get("deletionTimestamp"):
             return  # terminating: keep its usage until it is gone
         alloc = self._allocation(pod)
         if alloc is None:
@@ -251,7 +258,7 @@ class ClusterState:
             self.quotas.add_usage(alloc.namespace, alloc.shares)
 
     def _pod_delete(self, pod: Obj) -> None:
-        uid = meta_field(pod, "uid")
+        uid = uid_of(pod)
         self._released.discard(uid)
         self._logged.discard(uid)
         self.drop_reservation(uid)

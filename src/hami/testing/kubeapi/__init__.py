@@ -39,7 +39,17 @@ page shows the live state after the previous page, not a snapshot.
 
 from hami.testing.kubeapi.errors import ApiError
 from hami.testing.kubeapi.faults import Fault, Faults, Request, RequestLog
-from hami.testing.kubeapi.server import KubeAPIServer
+from hami.testing.kubeapi.server import SERVING, KubeAPIServer
 from hami.testing.kubeapi.store import Change, Store
 
-__all__ = ["ApiError", "Change", "Fault", "Faults", "KubeAPIServer", "Request", "RequestLog", "Store"]
+__all__ = [
+    "SERVING",
+    "ApiError",
+    "Change",
+    "Fault",
+    "Faults",
+    "KubeAPIServer",
+    "Request",
+    "RequestLog",
+    "Store",
+]

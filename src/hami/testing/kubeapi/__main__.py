@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from hami.testing.kubeapi.server import KubeAPIServer
+from hami.testing.kubeapi.server import SERVING_PREFIX, KubeAPIServer
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.kubeconfig is not None:
             args.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
             args.kubeconfig.write_text(yaml.safe_dump(server.kubeconfig(), sort_keys=False))
-        print(f"kubeapi emulator serving on {server.url}", flush=True)
+        print(SERVING_PREFIX + server.url, flush=True)
         done.wait()
     return 0
 

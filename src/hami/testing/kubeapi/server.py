@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import re
 import socket
 import socketserver
 import sys
@@ -70,6 +71,11 @@ class _Handler(socketserver.StreamRequestHandler):
     disable_nagle_algorithm = True
     server: _HTTPServer
     close_connection: bool
+
+    def setup(self) -> None:
+        super().setup()
+        if self.server.emulator.nagle:
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 0)
 
     def handle(self) -> None:
         self.close_connection = False
@@ -211,16 +217,24 @@ def _http_date() -> str:
     return _format_date(int(time.time()))
 
 
+SERVING_PREFIX = "kubeapi emulator serving on "
+# The line ``python -m hami.testing.kubeapi`` prints once it listens (and the kubeconfig is written):
+# group 1 is the server's URL.
+SERVING = re.compile(re.escape(SERVING_PREFIX) + r"(\S+)")
+
+
 class KubeAPIServer:
     """A stateful Kubernetes API emulator on `http://host:port` (port 0: the OS picks one).
 
     `history` bounds the watch window (older resourceVersions get 410 Expired);
-    `bookmark_interval` is how often watches with allowWatchBookmarks get a BOOKMARK.
+    `bookmark_interval` is how often watches with allowWatchBookmarks get a BOOKMARK;
+    `nagle=True` leaves Nagle's algorithm on (a benchmark showing what the delayed-ACK stall costs).
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, history: int = 1000,
-                 bookmark_interval: float = 1.0) -> None:
+                 bookmark_interval: float = 1.0, nagle: bool = False) -> None:
         self.host = host
+        self.nagle = nagle
         self._requested_port = port
         self.store = Store(history=history)
         self.faults = Faults()

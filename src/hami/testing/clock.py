@@ -1,4 +1,5 @@
-"""Test doubles for the Kubernetes-access tests (a clock is not a peer: faking it is fine)."""
+"""A fake monotonic clock for tests of rate limits, backoffs and deadlines (a clock is not a peer:
+faking it is fine)."""
 
 from __future__ import annotations
 

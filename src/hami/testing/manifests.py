@@ -1,4 +1,5 @@
-"""Loading deploy/ for the tests: every object of every file the kustomization lists, and lookups."""
+"""This checkout's deploy/ for the tests: every object of every file the kustomization lists, lookups,
+and each container's command line read by the daemon's own argument parser."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from hami.deviceplugin import main as deviceplugin_main
 from hami.exporter import config as exporter_config
 from hami.scheduler.extender import main as scheduler_main
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]  # src/hami/testing/manifests.py
 DEPLOY = ROOT / "deploy"
 NAMESPACE = "hami-system"
 Obj = dict[str, Any]

@@ -1,14 +1,15 @@
-"""Builders for the clusters the doctor tests seed into the API emulator (plain API dicts)."""
+"""The clusters the doctor tests seed into the API emulator, at a fixed ``NOW``, and the doctor run
+in this process against them (its text or its JSON)."""
 
 from __future__ import annotations
 
 import io
 import json
-import zlib
 from pathlib import Path
 from typing import Any
 
 from hami.doctor.main import main
+from hami.testing.builders import node, pod
 
 NOW = "2025-06-13T09:10:00Z"
 UUID0 = "GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec"
@@ -24,7 +25,7 @@ OLD_HANDSHAKE = "Requesting_2025-06-13 09:05:00"  # 5 min before NOW
 Obj = dict[str, Any]
 
 
-def node(
+def hami_node(
     name: str,
     *,
     register: str | None = REGISTER,
@@ -33,6 +34,7 @@ def node(
     gpus: int = 20,
     extra: dict[str, str] | None = None,
 ) -> Obj:
+    """A node with HAMi's annotations as given (None: absent) and ``gpus`` allocatable vGPUs."""
     annos = {
         k: v
         for k, v in (
@@ -43,15 +45,10 @@ def node(
         if v is not None
     }
     annos.update(extra or {})
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "annotations": annos},
-        "status": {"allocatable": {"nvidia.com/gpu": str(gpus)} if gpus else {}},
-    }
+    return node(name, annotations=annos, allocatable={"nvidia.com/gpu": str(gpus)} if gpus else {})
 
 
-def pod(
+def hami_pod(
     name: str,
     namespace: str = "default",
     *,
@@ -61,20 +58,11 @@ def pod(
     node_name: str = "",
     phase: str = "Pending",
 ) -> Obj:
+    """A pod for HAMi's scheduler; ``resources``: its one container's limits (default 1 GPU, 8 GiB)."""
     limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8192"} if resources is None else resources
-    spec: Obj = {
-        "schedulerName": scheduler,
-        "containers": [{"name": "main", "image": "cuda", "resources": {"limits": limits}}],
-    }
-    if node_name:
-        spec["nodeName"] = node_name
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "annotations": annotations or {}},
-        "spec": spec,
-        "status": {"phase": phase},
-    }
+    main = {"name": "main", "image": "cuda", "resources": {"limits": limits}}
+    return pod(main, name=name, namespace=namespace, annotations=annotations, node_name=node_name,
+               scheduler=scheduler, phase=phase)
 
 
 def scheduler_pod(
@@ -108,37 +96,8 @@ def scheduler_pod(
     }
 
 
-def event(
-    pod_name: str,
-    reason: str,
-    message: str,
-    *,
-    namespace: str = "default",
-    type_: str = "Warning",
-    at: str = "2025-06-13T09:09:30Z",
-    count: int = 1,
-    source: str = "hami-scheduler",
-    name: str = "",
-) -> Obj:
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {
-            "name": name or f"{pod_name}.{reason.lower()}.{zlib.crc32(message.encode()):08x}",
-            "namespace": namespace,
-        },
-        "involvedObject": {"kind": "Pod", "name": pod_name, "namespace": namespace, "apiVersion": "v1"},
-        "reason": reason,
-        "message": message,
-        "type": type_,
-        "count": count,
-        "firstTimestamp": at,
-        "lastTimestamp": at,
-        "source": {"component": source},
-    }
-
-
 def run_doctor(kubeconfig: Path | None, *args: str, stdin: str = "") -> tuple[int, str]:
+    """``hami-doctor ARGS`` at ``NOW`` (scheduler times read as UTC): exit code and output."""
     argv = [*args]
     if args and args[0] != "logs":
         argv += ["--kubeconfig", str(kubeconfig), "--scheduler-tz", "UTC"]
@@ -154,4 +113,5 @@ def run_json(kubeconfig: Path | None, *args: str, stdin: str = "") -> tuple[int,
 
 
 def codes(doc: Obj) -> list[str]:
+    """Every finding's code, section by section."""
     return [f["code"] for s in doc["sections"] for f in s["findings"]]
