@@ -39,6 +39,8 @@ generate: venv
 	$(PY) scripts/gen_deploy_rules.py
 	$(PY) -m dashboards.generate
 	$(PY) scripts/gen_metrics_doc.py
+	$(PY) scripts/gen_provisioning.py
+	$(PY) scripts/gen_mixin.py
 
 demo: venv sysdeps
 	$(PY) -m hami.testing.demo

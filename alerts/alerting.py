@@ -39,12 +39,14 @@ class AlertingRules(RuleBase):
             ),
             self.alert(
                 "HAMiSchedulerPendingPods",
-                f"max(hami_scheduler_pending_pods{{{self.sch}}}) > {t['scheduler_pending_pods']}",
+                f"sum by (reason) (max by (namespace, reason) (hami_scheduler_pending_pods{{{self.sch}}}))"
+                f" > {t['scheduler_pending_pods']}",
                 "scheduler_pending_pods",
                 "warning",
                 summary="The HAMi scheduler extender sees GPU pods stuck in Pending.",
-                description="{{ $value }} pods requesting HAMi resources have been Pending for more than "
-                f"{self.f['scheduler_pending_pods']} (hami_scheduler_pending_pods).",
+                description='{{ printf "%.0f" $value }} pods requesting HAMi resources have been Pending '
+                f"for more than {self.f['scheduler_pending_pods']}; the scheduler's latest verdict on them "
+                "is {{ $labels.reason }} (hami-doctor pod NAMESPACE/NAME shows the numbers).",
             ),
             # The monitor exports usage above the limit as the limit (a skip with reason
             # usage_over_limit) and flags the container device in hami_vgpu_memory_over_limit.
@@ -58,6 +60,16 @@ class AlertingRules(RuleBase):
                 description=f"{who} uses more GPU memory on device {{{{ $labels.device_uuid }}}} than "
                 "its vGPU memory limit of {{ $value | humanize1024 }}B: "
                 "HAMi-core is not enforcing the limit.",
+            ),
+            self.alert(
+                "HAMiVGPUIdle",
+                f"hami_container_last_kernel_elapsed_seconds{{{mon}}} >= {t['idle_seconds']}",
+                "vgpu_idle",
+                "info",
+                summary="A container holds a vGPU but runs no kernel on it.",
+                description=f"{who} holds vGPU memory on device {{{{ $labels.device_uuid }}}} (node "
+                "{{ $labels.node }}) and ran no kernel for {{ $value | humanizeDuration }}: the "
+                "slot and its memory are lost to other pods.",
             ),
             self.alert(
                 "HAMiVGPUCoreOverLimit",
@@ -135,7 +147,7 @@ class AlertingRules(RuleBase):
                 "warning",
                 summary="A GPU reported XID errors.",
                 description="Device {{ $labels.device_uuid }} on node {{ $labels.node }} reported "
-                f"{{{{ $value | humanize }}}} XID errors in the last {self.w['errors']}.",
+                f'{{{{ printf "%.0f" $value }}}} XID errors in the last {self.w["errors"]}.',
             ),
             self.alert(
                 "HAMiDevicePluginAllocateErrors",
@@ -145,46 +157,48 @@ class AlertingRules(RuleBase):
                 "warning",
                 summary="The device plugin is failing Allocate calls.",
                 description=f"The device plugin on {{{{ $labels.instance }}}} failed "
-                f"{{{{ $value | humanize }}}} Allocate calls with reason {{{{ $labels.reason }}}} in "
+                f'{{{{ printf "%.0f" $value }}}} Allocate calls with reason {{{{ $labels.reason }}}} in '
                 f"the last {self.w['errors']}; "
                 "the affected containers cannot start.",
             ),
+            # The gauge, not the counter: a region that stays broken is counted once, but stays a problem.
             self.alert(
                 "HAMiMonitorRegionSkips",
-                f"sum by (instance, reason) (rate(hami_monitor_region_skips_total{{{mon}}}"
-                f"[{self.w['rate']}])) > 0",
+                f"sum by (node, reason) (hami_monitor_regions_skipped{{{mon}}}) > 0",
                 "region_skips",
                 "warning",
                 summary="The vGPU monitor keeps skipping shared regions.",
-                description="The monitor on {{ $labels.instance }} skips shared regions with reason "
-                '{{ $labels.reason }} ({{ printf "%.2f" $value }}/s); the containers behind them are '
-                "invisible to metrics and to the feedback loop.",
+                description='{{ printf "%.0f" $value }} shared regions on node {{ $labels.node }} are '
+                "skipped or clamped with reason {{ $labels.reason }}; the containers behind a skipped "
+                "region are invisible to metrics and to the feedback loop.",
             ),
         ]
 
     def scheduler_alerts(self) -> list[dict[str, Any]]:
         t, sch, rate = self.t, self.sch, self.w["rate"]
         return [
+            # Both node alerts follow the scheduler's own verdict (hami_scheduler_node_schedulable): a node
+            # it places pods on never raises them, whatever the age of its annotations.
             self.alert(
                 "HAMiNodeHandshakeExpired",
-                f"max by (node) (hami_node_handshake_age_seconds{{{sch}}}) > {t['handshake_age_seconds']}",
-                "handshake_expired",
+                f"max by (node) (hami_node_handshake_age_seconds{{{sch}}})\nand on (node)\n"
+                f'max by (node) (hami_scheduler_node_schedulable{{{sch}, reason="handshake_expired"}} == 0)',
+                "node_unschedulable",
                 "warning",
-                summary="A GPU node's handshake has expired.",
-                description="The handshake of node {{ $labels.node }} is {{ $value | humanizeDuration "
-                "}} old; the "
-                "scheduler no longer trusts its device inventory and will not place GPU pods there.",
+                summary="The scheduler dropped a GPU node: its handshake expired.",
+                description="The scheduler asked node {{ $labels.node }} for a handshake "
+                "{{ $value | humanizeDuration }} ago, no device plugin answered and kubelet reports no "
+                "allocatable GPU: it places no GPU pods there.",
             ),
             self.alert(
                 "HAMiNodeLockHeldTooLong",
-                f"max by (node) (hami_scheduler_node_lock_held{{{sch}}}) > 0",
+                f'max by (node) (hami_scheduler_node_schedulable{{{sch}, reason="node_lock"}} == 0)',
                 "node_lock_held",
                 "warning",
-                summary="A node lock has been held longer than a bind takes.",
-                description="The hami.io/mutex.lock annotation on node {{ $labels.node }} has been held "
-                "for more than "
-                f"{self.f['node_lock_held']}; GPU pods cannot bind to this node until it is released "
-                "or expires.",
+                summary="A node lock keeps GPU pods from binding to a node.",
+                description="The hami.io/mutex.lock annotation on node {{ $labels.node }} has held the node "
+                f"for more than {self.f['node_lock_held']}: binds of other pods fail until its owner "
+                "releases it or it outlives the scheduler's --node-lock-timeout.",
             ),
             self.alert(
                 "HAMiNodeLockExpired",
@@ -192,7 +206,8 @@ class AlertingRules(RuleBase):
                 "node_lock_expired",
                 "info",
                 summary="The scheduler broke an expired node lock.",
-                description=f"{{{{ $value | humanize }}}} node locks expired in the last {self.w['errors']} "
+                description='{{ printf "%.0f" $value }} node locks expired in the last '
+                f"{self.w['errors']} "
                 "({{ $labels.instance }}): a bind crashed or outlived nodeLockExpire.",
             ),
             self.alert(

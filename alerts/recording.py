@@ -92,12 +92,12 @@ class RecordingRules(RuleBase):
             self.record(
                 "node_device:hami_gpu_shared_per_split:ratio",
                 f"max by (node, device_uuid) (hami_gpu_shared_count{{{sch}}})\n"
-                f"  / (max by (node, device_uuid) (hami_gpu_split_count{{{sch}}}) > 0)",
+                f"  / (max by (node, device_uuid) (hami_gpu_split_limit{{{sch}}}) > 0)",
             ),
             self.record(
                 "node:hami_gpu_shared_per_split:ratio",
                 f"sum by (node) (max by (node, device_uuid) (hami_gpu_shared_count{{{sch}}}))\n"
-                f"  / (sum by (node) (max by (node, device_uuid) (hami_gpu_split_count{{{sch}}})) > 0)",
+                f"  / (sum by (node) (max by (node, device_uuid) (hami_gpu_split_limit{{{sch}}})) > 0)",
             ),
             self.record(
                 "node_device:hami_host_gpu_memory_used_per_total:ratio",
@@ -110,8 +110,14 @@ class RecordingRules(RuleBase):
         sch, rate, ksm = self.sch, self.w["rate"], self.ksm
         gpu = self.cfg["gpu_resource_regex"]
         return [
+            # Replicas of one scheduler report the same pods: max over them, then sum.
             self.record(
-                "cluster:hami_scheduler_pending_pods:max", f"max(hami_scheduler_pending_pods{{{sch}}})"
+                "namespace_reason:hami_scheduler_pending_pods:sum",
+                f"max by (namespace, reason) (hami_scheduler_pending_pods{{{sch}}})",
+            ),
+            self.record(
+                "cluster:hami_scheduler_pending_pods:sum",
+                "sum(namespace_reason:hami_scheduler_pending_pods:sum)",
             ),
             self.record(
                 "namespace:kube_pod_gpu_pending:count",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dashboards.panels import NAMESPACE, NODE, RI, Board, Line, Q, alert_thresholds
+from dashboards.panels import FIRING, NAMESPACE, NODE, RI, Board, Line, Q, alert_thresholds
 
 CTR = "{{namespace}}/{{pod}}/{{container}} v{{vdevice_index}}"
 DEV = "{{node}} {{device_uuid}}"
@@ -10,7 +10,18 @@ DEV = "{{node}} {{device_uuid}}"
 
 def cluster_overview() -> Board:
     b = Board(
-        "hami-cluster-overview", "HAMi / Cluster overview", "GPU capacity, allocation and health.", ["node"]
+        "hami-cluster-overview",
+        "HAMi / Cluster overview",
+        "GPU capacity, allocation and health.",
+        ["node", "namespace"],
+    )
+    b.row("Alerts")
+    b.table(
+        "Firing HAMi alerts",
+        "none",
+        Q(f"sum by (alertname, severity, node, namespace, pod) ({FIRING})", instant=True),
+        "HAMi's alerts firing now (Prometheus ALERTS); each has a runbook in docs/runbooks/. "
+        "Alertmanager's inhibitions (alerts/alertmanager.yaml) still apply to what gets notified.",
     )
     b.row("Capacity")
     b.stat("Physical GPUs", "none", Q(f"count(hami_gpu_memory_limit_bytes{{{NODE}}})", instant=True))
@@ -28,7 +39,7 @@ def cluster_overview() -> Board:
     b.stat(
         "GPU pods pending",
         "none",
-        Q("cluster:hami_scheduler_pending_pods:max", instant=True),
+        Q("cluster:hami_scheduler_pending_pods:sum", instant=True),
         lines=[Line(1, "red")],
     )
     b.stat(
@@ -58,6 +69,30 @@ def cluster_overview() -> Board:
         [Q(f"node:hami_gpu_shared_per_split:ratio{{{NODE}}}", "{{node}}")],
         "Containers sharing the node's GPUs / configured deviceSplitCount.",
         lines=[Line(1, "red")],
+        minimum=0,
+    )
+    b.row("Namespaces")
+    b.timeseries(
+        "vGPU memory allocated by namespace",
+        "bytes",
+        [Q(f"sum by (namespace) (hami_vgpu_memory_limit_bytes{{{NODE}, {NAMESPACE}}})", "{{namespace}}")],
+        "vGPU memory limits of the running containers, summed per namespace.",
+        stack=True,
+        minimum=0,
+    )
+    b.timeseries(
+        "vGPU memory used by namespace",
+        "bytes",
+        [Q(f"sum by (namespace) (hami_vgpu_memory_used_bytes{{{NODE}, {NAMESPACE}}})", "{{namespace}}")],
+        "Device memory the containers of each namespace use now (HAMi-core accounting).",
+        stack=True,
+        minimum=0,
+    )
+    b.timeseries(
+        "Pending GPU pods by namespace and reason",
+        "none",
+        [Q(f"namespace_reason:hami_scheduler_pending_pods:sum{{{NAMESPACE}}}", "{{namespace}} {{reason}}")],
+        "Pending GPU pods per namespace, by the scheduler's latest verdict on them.",
         minimum=0,
     )
     b.timeseries(
@@ -143,7 +178,7 @@ def node_and_device() -> Board:
         "none",
         [
             Q(f"max by (node, device_uuid) (hami_gpu_shared_count{{{NODE}}})", f"shared {DEV}"),
-            Q(f"max by (node, device_uuid) (hami_gpu_split_count{{{NODE}}})", f"split {DEV}"),
+            Q(f"max by (node, device_uuid) (hami_gpu_split_limit{{{NODE}}})", f"split {DEV}"),
         ],
     )
     b.timeseries(

@@ -33,7 +33,8 @@ def scheduler() -> Board:
         lines=[Line(1, "green")],
         width=6,
     )
-    b.stat("Pending GPU pods", "none", Q(f"max(hami_scheduler_pending_pods{{{JOB}}})", instant=True), width=6)
+    pending = Q(f"sum(max by (namespace, reason) (hami_scheduler_pending_pods{{{JOB}}}))", instant=True)
+    b.stat("Pending GPU pods", "none", pending, width=6)
     b.stat(
         "Nodes with expired handshake",
         "none",
@@ -45,10 +46,25 @@ def scheduler() -> Board:
         "Nodes by state", "none", [Q(f"max by (state) (hami_scheduler_nodes{{{JOB}}})", "{{state}}")]
     )
     b.timeseries(
+        "Unschedulable nodes by reason",
+        "none",
+        [
+            Q(
+                f"count by (reason) (max by (node, reason) "
+                f"(hami_scheduler_node_schedulable{{{JOB}, {NODE}}} == 0))",
+                "{{reason}}",
+            )
+        ],
+        "Nodes the scheduler places no GPU pod on, by its reason (hami_scheduler_node_schedulable); "
+        "HAMiNodeHandshakeExpired and HAMiNodeLockHeldTooLong fire from the same series.",
+        minimum=0,
+    )
+    b.timeseries(
         "Handshake age",
         "s",
         [Q(f"max by (node) (hami_node_handshake_age_seconds{{{JOB}, {NODE}}})", "{{node}}")],
-        lines=[Line(t["handshake_age_seconds"], "red")],
+        "Seconds since the scheduler's handshake request. v2.10 device plugins never answer it, so it "
+        "grows on healthy nodes too; a node is dropped only when kubelet also reports no allocatable GPU.",
     )
     b.row("Filter and bind")
     b.timeseries("Filter latency", "s", _quantiles("hami_scheduler_filter_duration_seconds", "result", JOB))
@@ -150,7 +166,7 @@ def device_plugin() -> Board:
         "Configured split, memory and core scaling",
         "none",
         [
-            Q(f"max by (node) (hami_device_split_count{{{NODE}}})", "split {{node}}"),
+            Q(f"max by (node) (hami_device_split_limit{{{NODE}}})", "split {{node}}"),
             Q(f"max by (node) (hami_device_memory_scaling{{{NODE}}})", "memory scaling {{node}}"),
             Q(f"max by (node) (hami_device_core_scaling{{{NODE}}})", "core scaling {{node}}"),
         ],

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import yaml
 from grafana_foundation_sdk.builders import common as common_b
 from grafana_foundation_sdk.builders import dashboard as dash_b
 from grafana_foundation_sdk.builders import prometheus, stat, table, timeseries
@@ -16,19 +15,90 @@ from grafana_foundation_sdk.models import common as common_m
 from grafana_foundation_sdk.models import dashboard as dash_m
 from grafana_foundation_sdk.models import prometheus as prom_m
 
+from dashboards.descriptions import DESCRIPTIONS
+from hami.core import thresholds
+
 DATASOURCE = dash_m.DataSourceRef(type_val="prometheus", uid="${datasource}")
 NODE = 'node=~"$node"'
 NAMESPACE = 'namespace=~"$namespace"'
 JOB = 'job=~"$job"'
 RI = "$__rate_interval"
-ALERT_CONFIG = Path(__file__).resolve().parents[1] / "alerts" / "config.yaml"
 
 
 def alert_thresholds() -> dict[str, Any]:
     """The alert thresholds, so panels draw the lines the alerts fire at."""
-    with ALERT_CONFIG.open(encoding="utf-8") as f:
-        data: dict[str, Any] = yaml.safe_load(f)["thresholds"]
+    data: dict[str, Any] = thresholds.load()["thresholds"]
     return data
+
+
+CLUSTER_LABEL: str = thresholds.load()["cluster_label"]
+CLUSTER = f'{CLUSTER_LABEL}=~"$cluster"'
+# HAMi's alerts while they fire, as Prometheus exposes them: the annotations and the alerts panel.
+FIRING = 'ALERTS{alertstate="firing", alertname=~"HAMi.*"}'
+_KEYWORDS = {"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring", "group_left",
+             "group_right", "inf", "nan"}  # fmt: skip
+_LISTS = {"by", "without", "on", "ignoring", "group_left", "group_right"}
+_AGGREGATIONS = {"sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values",
+                 "bottomk", "topk", "quantile"}  # fmt: skip
+_IDENT = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
+
+
+def with_cluster(expr: str) -> str:
+    """``expr`` with the cluster matcher added to every vector selector, so every query of every
+    dashboard follows the cluster variable (strings, label lists, ranges and functions untouched)."""
+    out: list[str] = []
+    i, n = 0, len(expr)
+    while i < n:
+        ch = expr[i]
+        if ch in "\"'":
+            end = i + 1
+            while end < n and expr[end] != ch:
+                end += 2 if expr[end] == "\\" else 1
+            out.append(expr[i : end + 1])
+            i = end + 1
+            continue
+        if ch == "[":
+            end = expr.index("]", i)
+            out.append(expr[i : end + 1])
+            i = end + 1
+            continue
+        m = _IDENT.match(expr, i)
+        if m is None or (i > 0 and (expr[i - 1].isalnum() or expr[i - 1] in "_.")):
+            out.append(ch)
+            i += 1
+            continue
+        word, j = m.group(), m.end()
+        k = j
+        while k < n and expr[k] == " ":
+            k += 1
+        if word.lower() in _LISTS and k < n and expr[k] == "(":
+            end = expr.index(")", k)
+            out.append(expr[i : end + 1])
+            i = end + 1
+        elif word.lower() in _KEYWORDS or word in _AGGREGATIONS or (k < n and expr[k] == "("):
+            out.append(word)
+            i = j
+        elif k < n and expr[k] == "{":
+            close = _closing_brace(expr, k)
+            inner = expr[k + 1 : close].strip()
+            out.append(f"{word}{{{CLUSTER}" + (f", {inner}" if inner else "") + "}")
+            i = close + 1
+        else:
+            out.append(f"{word}{{{CLUSTER}}}")
+            i = j
+    return "".join(out)
+
+
+def _closing_brace(expr: str, start: int) -> int:
+    """Index of the ``}`` closing the matcher list opened at ``start`` (braces in strings skipped)."""
+    i = start + 1
+    while expr[i] != "}":
+        if expr[i] in "\"'":
+            quote, i = expr[i], i + 1
+            while expr[i] != quote:
+                i += 2 if expr[i] == "\\" else 1
+        i += 1
+    return i
 
 
 @dataclass(frozen=True)
@@ -50,7 +120,7 @@ class Line:
 
 def _targets(queries: Sequence[Q]) -> Iterator[prometheus.Dataquery]:
     for ref, q in zip("ABCDEFGH", queries, strict=False):
-        t = prometheus.Dataquery().expr(q.expr).ref_id(ref).datasource(DATASOURCE)
+        t = prometheus.Dataquery().expr(with_cluster(q.expr)).ref_id(ref).datasource(DATASOURCE)
         if q.legend:
             t = t.legend_format(q.legend)
         yield t.instant() if q.instant else t.range()
@@ -60,6 +130,13 @@ def _thresholds(lines: Sequence[Line], base: str = "green") -> dash_b.Thresholds
     steps = [dash_m.Threshold(value=None, color=base)]
     steps += [dash_m.Threshold(value=line.value, color=line.color) for line in lines]
     return dash_b.ThresholdsConfig().mode(dash_m.ThresholdsMode.ABSOLUTE).steps(steps)
+
+
+def _described(title: str, description: str) -> str:
+    text = description or DESCRIPTIONS.get(title, "")
+    if not text:
+        raise ValueError(f"panel {title!r} has no description: add one (dashboards/descriptions.py)")
+    return text
 
 
 class Board:
@@ -86,6 +163,15 @@ class Board:
                 .keep_time(True)
             )
             .with_variable(dash_b.DatasourceVariable("datasource").label("Data source").type("prometheus"))
+            .with_variable(VARIABLES["cluster"]())
+            .annotation(
+                dash_b.AnnotationQuery()
+                .name("HAMi alerts")
+                .datasource(DATASOURCE)
+                .enable(True)
+                .icon_color("red")
+                .expr(with_cluster(FIRING))
+            )
         )
         for name in variables:
             self.builder = self.builder.with_variable(VARIABLES[name]())
@@ -109,7 +195,7 @@ class Board:
             timeseries.Panel()
             .id(next(self._ids))
             .title(title)
-            .description(description)
+            .description(_described(title, description))
             .datasource(DATASOURCE)
             .unit(unit)
             .span(width)
@@ -151,7 +237,7 @@ class Board:
             stat.Panel()
             .id(next(self._ids))
             .title(title)
-            .description(description)
+            .description(_described(title, description))
             .datasource(DATASOURCE)
             .unit(unit)
             .span(width)
@@ -170,7 +256,7 @@ class Board:
             table.Panel()
             .id(next(self._ids))
             .title(title)
-            .description(description)
+            .description(_described(title, description))
             .datasource(DATASOURCE)
             .unit(unit)
             .span(width)
@@ -200,6 +286,7 @@ def _query_var(name: str, label: str, query: str) -> dash_b.QueryVariable:
 # hami_gpu_memory_limit_bytes, every running vGPU container hami_vgpu_memory_limit_bytes, and the
 # scheduler always exports hami_scheduler_is_leader.
 VARIABLES = {
+    "cluster": lambda: _query_var("cluster", "Cluster", f"label_values(hami_build_info, {CLUSTER_LABEL})"),
     "node": lambda: _query_var("node", "Node", "label_values(hami_gpu_memory_limit_bytes, node)"),
     "namespace": lambda: _query_var(
         "namespace", "Namespace", "label_values(hami_vgpu_memory_limit_bytes, namespace)"

@@ -78,14 +78,14 @@ def tuning() -> Board:
     b.timeseries(
         "Configured split count",
         "none",
-        [Q(f"max by (node) (hami_device_split_count{{{NODE}}})", "{{node}}")],
+        [Q(f"max by (node) (hami_device_split_limit{{{NODE}}})", "{{node}}")],
         "The table's values; 200+ node clusters stay within 30 (§4.5).",
         lines=[Line(step, "blue") for step in tables.SPLIT_STEPS],
     )
     b.timeseries(
         "GPU pods pending",
         "none",
-        [Q("cluster:hami_scheduler_pending_pods:max", "pending")],
+        [Q("cluster:hami_scheduler_pending_pods:sum", "pending")],
         lines=[Line(1, "red")],
         minimum=0,
     )

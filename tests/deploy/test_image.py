@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
+from hami.core import thresholds
 from hami.testing import manifests as m
 
 DOCKERFILE = m.ROOT / "Dockerfile"
@@ -103,7 +103,7 @@ def test_deploy_runs_this_image_and_the_runbook_links_point_into_its_repository(
     images = {c.spec["image"] for c in m.containers() if not c.spec["image"].startswith("registry.k8s.io/")}
     assert images == {image}
     assert f"docker build -t {image}:" in DOCKERFILE.read_text(encoding="utf-8")
-    config = yaml.safe_load((m.ROOT / "alerts" / "config.yaml").read_text(encoding="utf-8"))
+    config = thresholds.load()
     assert config["runbook_base_url"] == f"{repository}/blob/main/docs/runbooks"
 
 

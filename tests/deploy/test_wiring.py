@@ -1,5 +1,6 @@
 """deploy/: the pieces point at each other: kube-scheduler -> extender, API server -> webhook,
-Prometheus -> metrics (with alerts/config.yaml's job names), and the PrometheusRule stays generated."""
+Prometheus -> metrics (with the job names of src/hami/core/thresholds.yaml), and the PrometheusRule stays
+generated."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 import yaml
 from scripts import gen_deploy_rules
 
+from hami.core import thresholds
 from hami.scheduler.engine.admission import WebhookConfig, admit
 from hami.scheduler.engine.device_config import load_nvidia_config
 from hami.testing import manifests as m
@@ -119,7 +121,7 @@ def test_webhook_reaches_the_extender_and_speaks_its_review_version() -> None:
 
 
 def test_service_monitors_scrape_each_daemon_under_its_alerting_job_name() -> None:
-    jobs = yaml.safe_load((m.ROOT / "alerts" / "config.yaml").read_text(encoding="utf-8"))["jobs"]
+    jobs = thresholds.load()["jobs"]
     program_of_job = {
         jobs["monitor"]: "hami-monitor",
         jobs["scheduler"]: "hami-scheduler",

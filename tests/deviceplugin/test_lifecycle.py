@@ -33,7 +33,7 @@ def test_startup_registers_with_kubelet_and_annotates_the_node(rig: Rig) -> None
     assert rig.metric("hami_deviceplugin_register_total", result="success") == 1
     assert rig.metric("hami_deviceplugin_kubelet_registered", resource="nvidia.com/gpu") == 1
     assert rig.metric("hami_deviceplugin_register_last_success_timestamp_seconds") > 0
-    assert rig.metric("hami_device_split_count") == 4
+    assert rig.metric("hami_device_split_limit") == 4
     assert rig.metric("hami_device_memory_scaling") == 1.0
     assert (
         rig.metric(

@@ -43,7 +43,7 @@ FAMILIES = [
     "hami_deviceplugin_kubelet_registered",
     "hami_device_health",
     "hami_deviceplugin_health_events_total",
-    "hami_device_split_count",
+    "hami_device_split_limit",
     "hami_device_memory_scaling",
     "hami_device_core_scaling",
     "rest_client_requests_total",

@@ -12,7 +12,7 @@ def test_tuning_inputs_and_device_series_follow_the_state() -> None:
     registry = CollectorRegistry()
     m = PluginMetrics(registry, "n1")
     m.set_config(PluginConfig(device_split_count=20, device_memory_scaling=1.5, device_core_scaling=0.8))
-    assert registry.get_sample_value("hami_device_split_count", {"node": "n1"}) == 20
+    assert registry.get_sample_value("hami_device_split_limit", {"node": "n1"}) == 20
     assert registry.get_sample_value("hami_device_memory_scaling", {"node": "n1"}) == 1.5
     assert registry.get_sample_value("hami_device_core_scaling", {"node": "n1"}) == 0.8
     a = DeviceInfo(id="GPU-a", index=0, type="NVIDIA-T4", health=True)

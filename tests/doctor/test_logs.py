@@ -1,4 +1,4 @@
-"""`hami-doctor logs`: the seeds' literal log lines map to their meaning and action."""
+"""`hami-doctor logs`: the guides' literal log lines, and this project's, map to their meaning and action."""
 
 from __future__ import annotations
 
@@ -45,6 +45,29 @@ SEED_LINES = [
     ),
     ("W FilteringFailed 2 nodes CardInsufficientMemory(n1,n2)", "filtering-failed", "Warning"),
     ("E node gpu-1 has been locked within 5m0s: node lock contention", "node-lock-contention", "Warning"),
+    # HAMi's lines the tuning guide quotes (§2.1, §2.2), and this project's daemons' own wording
+    ("W node lock expired, releasing", "node-lock-expired", "Warning"),
+    (
+        "I0613 09:10:00.000001    7 nodelock.py:160] node gpu-1: node lock expired, releasing "
+        "'2025-06-13T09:00:00Z,ml,train' (older than 0:05:00)",
+        "node-lock-expired",
+        "Warning",
+    ),
+    ("I node gpu-1: lock owner ml/gone is gone, taking the lock over", "node-lock-owner-gone", "Info"),
+    ("E rate limiter Wait returned error: context deadline exceeded", "client-rate-limited", "Warning"),
+    ("E client rate limiter: context deadline exceeded", "client-rate-limited", "Warning"),
+    (
+        "W0613 09:10:00.000001    7 register.py:150] node stale-node: handshake 'Requesting_2025-06-13 "
+        "08:50:00' expired and no nvidia.com/gpu allocatable, cleaning up",
+        "handshake-timeout",
+        "Error",
+    ),
+    (
+        "I Starting to serve 'nvidia.com/gpu' on /var/lib/kubelet/device-plugins/nvidia-gpu.sock",
+        "grpc-serving",
+        "Info",
+    ),
+    ("I Starting WatchAndRegister", "watch-and-register", "Info"),
 ]
 
 
@@ -100,3 +123,20 @@ def test_python_dash_m_entry_point() -> None:
         check=False,
     )
     assert proc.returncode == 2 and "nvml-init-err" in proc.stdout
+
+
+def test_a_directory_is_read_file_by_file(tmp_path: Path) -> None:
+    (tmp_path / "scheduler.log").write_text("W node lock expired, releasing\nI nothing\n")
+    (tmp_path / "device-plugin.log").write_text("E patch node error forbidden\n")
+    (tmp_path / "empty.d").mkdir()
+    code, doc = run_json(None, "logs", str(tmp_path))
+    assert code == 2
+    titles = [s["title"] for s in doc["sections"]]
+    assert titles == [f"log {tmp_path / 'device-plugin.log'}", f"log {tmp_path / 'scheduler.log'}"]
+    found = {f["code"] for s in doc["sections"] for f in s["findings"]}
+    assert {"log.patch-node-error", "log.node-lock-expired"} <= found
+
+
+def test_an_empty_directory_is_a_usage_error(tmp_path: Path) -> None:
+    code, _ = run_doctor(None, "logs", str(tmp_path))
+    assert code == 3

@@ -1,4 +1,4 @@
-"""`hami-doctor nodes` / `node NAME`: seed 000's batch check and seed 001 §4.2, plus --fix and access."""
+"""`hami-doctor nodes` / `node NAME`: the guides' batch check and register checks, plus --fix and access."""
 
 from __future__ import annotations
 
@@ -58,6 +58,8 @@ NODE_CASES = {
     "handshake-old-but-allocatable": (hami_node("n", handshake=OLD_HANDSHAKE), 0, "node.handshake.ok"),
     "handshake-expired": (hami_node("n", handshake=OLD_HANDSHAKE, gpus=0), 2, "node.handshake.expired"),
     "lock-held": (hami_node("n", lock="2025-06-13T09:09:00Z,default,owner"), 0, "node.lock.held"),
+    # held 4m: longer than HAMiNodeLockHeldTooLong's for: (3m), younger than the 5m expiry
+    "lock-stuck": (hami_node("n", lock="2025-06-13T09:06:00Z,default,owner"), 1, "node.lock.stuck"),
     "lock-expired": (hami_node("n", lock="2025-06-13T09:04:59Z,default,owner"), 1, "node.lock.expired"),
     "lock-dangling": (hami_node("n", lock="2025-06-13T09:09:00Z,default,gone"), 1, "node.lock.dangling"),
     "lock-legacy": (hami_node("n", lock="2025-06-13T09:09:00Z"), 0, "node.lock.held"),

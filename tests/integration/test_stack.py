@@ -9,6 +9,9 @@ expressions and thresholds unchanged); XIDs every 5 s and a batch pod every 5 s.
 
 from __future__ import annotations
 
+import io
+import json
+import re
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,7 +20,8 @@ from typing import Any, TypeVar
 import pytest
 import requests
 
-from hami.testing import cluster, dashqueries, promconfig
+from hami.doctor.main import main as doctor_main
+from hami.testing import cluster, dashqueries, demo, promconfig
 from hami.testing.prometheus import PROMETHEUS, PROMTOOL
 from hami.testing.stack import (
     ALERTMANAGER,
@@ -64,6 +68,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         churn_every=5.0,
         schedule_every=1.0,
         components=COMPONENTS,
+        # the lock the pinned pod takes over (its crashed owner is gone) holds locked-node for the
+        # whole module, not only for the default 5m
+        node_lock_timeout="30m",
     )
     s = Stack(opts)
     s.start()
@@ -95,11 +102,10 @@ def test_prometheus_scrapes_every_daemon(stack: Stack) -> None:
     assert {t["labels"]["instance"]: t["labels"]["job"] for t in active} == expected
 
 
-# Names fixed by HAMi v2.10 (spec/scheduler.md §7.1) and the metrics contract: promtool's naming lint
-# flags their `_count` suffix. Only this finding, on only these names, is accepted.
+# HAMi v2.10's own name (docs/design/scheduler.md §7.1): promtool's naming lint flags its `_count`
+# suffix. Only this finding, on only this name, is accepted.
 LINT_ACCEPTED = {
-    f'{name} non-histogram and non-summary metrics should not have "_count" suffix'
-    for name in ("hami_gpu_shared_count", "hami_gpu_split_count", "hami_device_split_count")
+    'hami_gpu_shared_count non-histogram and non-summary metrics should not have "_count" suffix'
 }
 PROMTOOL_LINT_FOUND = 3  # exit status for lint findings (1 is a parse error)
 
@@ -152,11 +158,13 @@ def _alert_fires(stack: Stack, name: str, labels: dict[str, str]) -> Callable[[]
 
 
 def _alertmanager_has(stack: Stack, name: str, labels: dict[str, str]) -> Callable[[], bool]:
+    """Received by Alertmanager: active, or suppressed by an inhibition of alerts/alertmanager.yaml."""
+
     def check() -> bool:
         got = requests.get(stack.url("alertmanager") + "/api/v2/alerts", timeout=10).json()
         return any(
             a["labels"].get("alertname") == name
-            and a["status"]["state"] == "active"
+            and a["status"]["state"] in ("active", "suppressed")
             and all(a["labels"].get(k) == v for k, v in labels.items())
             for a in got
         )
@@ -178,7 +186,8 @@ SCENARIOS = [
     ("unhealthy device", (MONITOR,), "HAMiGPUXidErrors", {"node": cluster.NODE, "device_uuid": LAST_GPU}),
     ("stuck node lock", (SCHEDULER,), "HAMiNodeLockHeldTooLong", {"node": cluster.LOCKED_NODE}),
     ("pending pod", (), "HAMiGPUPodPending", {"namespace": "scenarios", "pod": cluster.PENDING}),
-    ("pending pod", (SCHEDULER,), "HAMiSchedulerPendingPods", {}),
+    ("pending pod", (SCHEDULER,), "HAMiSchedulerPendingPods", {"reason": "CardInsufficientMemory"}),
+    ("idle vGPU", (MONITOR,), "HAMiVGPUIdle", {"namespace": "notebooks", "pod": cluster.IDLE.name}),
 ]
 
 
@@ -243,3 +252,90 @@ def test_healthy_things_do_not_alert(stack: Stack) -> None:
     pending = {(a.get("namespace"), a.get("pod")) for a in by_name["HAMiGPUPodPending"]}
     assert ("scenarios", cluster.PENDING) in pending and not pending & running
     assert not any(name.endswith("Down") for name in by_name), sorted(by_name)
+
+
+def test_every_url_the_banner_prints_answers(stack: Stack) -> None:
+    text = demo.banner(stack, [])
+    # the Kubernetes API emulator's root is not a page: it answers API paths only
+    # pages only: the tools' base addresses (--scheduler-url, --prometheus-url) are checked by the
+    # doctor/tune tests, and the Kubernetes API emulator's root answers API paths only
+    pages = "\n".join(line for line in text.splitlines() if not re.search(r"hami-(doctor|tune)", line))
+    urls = [u.rstrip(",.") for u in re.findall(r"https?://\S+", pages)]
+    urls = [u for u in urls if u != stack.kube_url]
+    assert any("/alerts" in u for u in urls) and any(u.startswith(stack.url("alertmanager")) for u in urls)
+    for url in urls:
+        got = requests.get(url, timeout=10)
+        assert got.status_code == 200, (url, got.status_code)
+    assert str(stack.notifications) in text
+    assert f"pod scenarios/{cluster.PENDING}" in text
+
+
+def test_notifications_reach_the_file_the_banner_names(stack: Stack) -> None:
+    poll(
+        lambda: "HAMiGPUXidErrors" in stack.notifications.read_text(encoding="utf-8")
+        or "HAMiGPUDeviceUnhealthy" in stack.notifications.read_text(encoding="utf-8"),
+        "a notification in the sink's file",
+    )
+
+
+NODE_ALERTS = ("HAMiNodeHandshakeExpired", "HAMiNodeLockHeldTooLong")
+
+
+def test_no_node_alert_fires_for_a_node_the_scheduler_calls_schedulable(stack: Stack) -> None:
+    need(SCHEDULER)
+    poll(_alert_fires(stack, "HAMiNodeHandshakeExpired", {"node": cluster.STALE_NODE}), "the handshake alert")
+    firing = prometheus(stack).query(f'ALERTS{{alertstate="firing", alertname=~"{"|".join(NODE_ALERTS)}"}}')
+    schedulable = prometheus(stack).query("hami_scheduler_node_schedulable == 1")
+    alerted = {a["metric"]["node"] for a in firing}
+    assert alerted and not alerted & {s["metric"]["node"] for s in schedulable}
+    assert cluster.NODE not in alerted
+
+
+def _doctor(stack: Stack, *args: str) -> tuple[int, dict[str, Any]]:
+    out = io.StringIO()
+    argv = [*args, "--kubeconfig", str(stack.kubeconfig), "--scheduler-url", stack.url(SCHEDULER), "--json"]
+    code = doctor_main(argv, stdout=out)
+    return code, json.loads(out.getvalue())
+
+
+def test_the_doctor_agrees_with_the_scheduler_and_the_alerts(stack: Stack) -> None:
+    need(SCHEDULER)
+    poll(
+        _alert_fires(stack, "HAMiSchedulerPendingPods", {"reason": "CardInsufficientMemory"}),
+        "the pending-pods alert with the scheduler's reason",
+    )
+    metric = {
+        s["metric"]["node"]: s["metric"]["reason"]
+        for s in prometheus(stack).query("hami_scheduler_node_schedulable")
+    }
+    _, nodes = _doctor(stack, "nodes")
+    verdicts = {
+        s["title"].removeprefix("node "): f["evidence"][0].rsplit(": ", 1)[1]
+        for s in nodes["sections"]
+        for f in s["findings"]
+        if f["code"] == "node.schedulable"
+    }
+    assert verdicts == metric
+    code, pod = _doctor(stack, "pod", f"scenarios/{cluster.PENDING}")
+    codes = [f["code"] for f in pod["sections"][0]["findings"]]
+    assert code == 2 and "pod.decision.CardInsufficientMemory" in codes
+    summary = next(f["summary"] for f in pod["sections"][0]["findings"] if f["severity"] == "broken")
+    assert summary.startswith("CardInsufficientMemory: requests 160 GiB per card; the largest free")
+    code, running = _doctor(stack, "pod", "ml-train/bert-train-0")
+    assert code == 0 and running["sections"][0]["findings"][-1]["code"] == "pod.bind-phase.success"
+
+
+def test_alertmanager_inhibits_the_over_limit_containers_other_alerts(stack: Stack) -> None:
+    need(MONITOR)
+    poll(_alertmanager_has(stack, "HAMiVGPUMemoryOverLimit", {"pod": "overlimit"}), "the over-limit alert")
+
+    def inhibited() -> bool:
+        got = requests.get(stack.url("alertmanager") + "/api/v2/alerts", timeout=10).json()
+        return any(
+            a["labels"].get("alertname") == "HAMiGPUMemoryHigh"
+            and a["labels"].get("pod") == "overlimit"
+            and a["status"]["inhibitedBy"]
+            for a in got
+        )
+
+    poll(inhibited, "HAMiGPUMemoryHigh of the over-limit container inhibited")

@@ -42,7 +42,7 @@ def _queries() -> list[tuple[str, str, str]]:
 
 def _substitute(expr: str) -> str:
     expr = expr.replace("$__rate_interval", "5m")
-    return re.sub(r"\$\{?(node|namespace|job)\}?", ".*", expr)
+    return re.sub(r"\$\{?(cluster|node|namespace|job)\}?", ".*", expr)
 
 
 def metric_names(expr: str) -> set[str]:
@@ -100,6 +100,7 @@ def test_datasource_is_templated_everywhere() -> None:
 
 def test_node_and_namespace_variables_come_from_series_that_always_exist() -> None:
     expected = {
+        "cluster": "label_values(hami_build_info, cluster)",
         "node": "label_values(hami_gpu_memory_limit_bytes, node)",
         "namespace": "label_values(hami_vgpu_memory_limit_bytes, namespace)",
         "job": "label_values(hami_scheduler_is_leader, job)",
@@ -173,3 +174,34 @@ def test_tuning_dashboard_draws_the_guides_thresholds() -> None:
     assert {5, 20, 50, 100} <= drawn["Configured QPS and burst"]  # §2.1
     assert {50, 200} <= drawn["Nodes (tier boundaries at 50 and 200)"]
     assert {120, 180, 300, 480, 600} <= drawn["3 x p99 bind latency vs expiry choices"]  # §2.2, §6.1
+
+
+def test_every_panel_has_a_description_and_every_query_follows_the_cluster() -> None:
+    for path in FILES:
+        board = _load(path)
+        assert [v["name"] for v in board["templating"]["list"]][:2] == ["datasource", "cluster"]
+        for panel in _panels(board):
+            assert panel.get("description"), (path.name, panel["title"])
+    for board, title, expr in _queries():
+        selectors = len(re.findall(r"\{", expr))
+        assert selectors and expr.count('cluster=~"$cluster"') == selectors, (board, title, expr)
+
+
+def test_every_dashboard_marks_firing_hami_alerts() -> None:
+    for path in FILES:
+        (annotation,) = [a for a in _load(path)["annotations"]["list"] if a.get("name") == "HAMi alerts"]
+        assert annotation["expr"] == 'ALERTS{cluster=~"$cluster", alertstate="firing", alertname=~"HAMi.*"}'
+    overview = _load(DASHBOARDS / "hami-cluster-overview.json")
+    titles = [p["title"] for p in _panels(overview)]
+    assert "Firing HAMi alerts" in titles
+    assert {"vGPU memory allocated by namespace", "Pending GPU pods by namespace and reason"} <= set(titles)
+
+
+def test_cluster_matcher_reaches_every_selector() -> None:
+    from dashboards.panels import with_cluster
+
+    got = with_cluster('sum by (le) (rate(x_bucket{a="b}"}[5m])) / on (n) group_left () y:z:r > 1e3')
+    assert got == (
+        'sum by (le) (rate(x_bucket{cluster=~"$cluster", a="b}"}[5m])) / on (n) group_left () '
+        'y:z:r{cluster=~"$cluster"} > 1e3'
+    )

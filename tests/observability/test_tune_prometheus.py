@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from hami.testing import prometheus
 from hami.testing.processes import free_port, python_env
@@ -53,7 +54,7 @@ def _scenario() -> list[tuple[str, str]]:
         series += [
             (f"hami_host_gpu_memory_used_bytes{{{MON.format(n=n)},{dev}}}", f"const:{10 * GIB}"),
             (f"hami_host_gpu_memory_total_bytes{{{MON.format(n=n)},{dev}}}", f"const:{40 * GIB}"),
-            (f'hami_gpu_split_count{{{SCH},node="n{n}",{dev}}}', "const:10"),
+            (f'hami_gpu_split_limit{{{SCH},node="n{n}",{dev}}}', "const:10"),
             (
                 f'hami_gpu_shared_count{{{SCH},node="n{n}",{dev}}}',
                 "const:10" if uuid == "GPU-a" else "const:2",
@@ -120,8 +121,11 @@ def _run_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict
     return code, {r["parameter"]: r for r in doc["recommendations"]}
 
 
+WINDOW = "2h"  # the backfill holds 3 hours
+
+
 def test_recommendations_from_real_prometheus(prom_url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    code, recs = _run_json(capsys, "--prometheus-url", prom_url, "--time", str(END))
+    code, recs = _run_json(capsys, "--prometheus-url", prom_url, "--time", str(END), "--window", WINDOW)
     assert code == 0
 
     mem = recs["deviceMemoryScaling"]
@@ -129,8 +133,8 @@ def test_recommendations_from_real_prometheus(prom_url: str, capsys: pytest.Capt
     assert mem["value"] == "1.5"
     assert mem["current"] == "1"
     assert mem["details"] == {"safe_ratio": "1.5254", "node/n1": "1.8", "node/n2": "1"}
-    # The backfill holds 3 hours; the history query resolves it to 10-minute steps.
-    assert any(re.search(r"peaks cover only (2\.[6-9]|3\.0)h of data", r) for r in mem["reasons"])
+    # The window is 2 hours: shorter than the week the guide observes, and the reasons say so.
+    assert any(re.search(r"peaks cover only (1\.9|2\.0)h of data", r) for r in mem["reasons"])
 
     split = recs["deviceSplitCount"]
     # Smallest request 4 GiB -> 20; pods pending with GPU-a full -> one step above max(20, current 10).
@@ -154,8 +158,56 @@ def test_recommendations_from_real_prometheus(prom_url: str, capsys: pytest.Capt
     )
 
 
+def test_history_shorter_than_the_window_is_refused_naming_the_window(
+    prom_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, recs = _run_json(capsys, "--prometheus-url", prom_url, "--time", str(END))  # default 7d
+    assert code == 3
+    assert all(r["value"] is None for r in recs.values())
+    mem = recs["deviceMemoryScaling"]
+    (missing,) = mem["missing"]
+    series = r'hami_vgpu_memory_used_bytes\{job="hami-monitor"\}'
+    assert re.fullmatch(rf"7d of {series} history \(have (2\.[89]|3\.0)h\)", missing)
+    assert "--window 7d" in mem["reasons"][0]
+
+
+def test_patch_output_rewrites_only_the_recommended_fields(
+    prom_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    current = tmp_path / "device-config.yaml"
+    current.write_text("nvidia:\n  resourceCountName: nvidia.com/gpu\n  deviceSplitCount: 10\n"
+                       "  deviceMemoryScaling: 1.0\n  libCudaLogLevel: 0\n")  # fmt: skip
+    nodes = tmp_path / "config.json"
+    nodes.write_text('{"nodeconfig": [{"name": "n2", "devicesplitcount": 4}]}')
+    args = ["--prometheus-url", prom_url, "--time", str(END), "--window", WINDOW, "--output", "patch"]
+    assert main([*args, "--device-config", str(current), "--node-config", str(nodes)]) == 0
+    device, node = yaml.safe_load_all(capsys.readouterr().out)
+    assert device["metadata"] == {"name": "hami-device-config", "namespace": "hami-system"}
+    assert yaml.safe_load(device["data"]["device-config.yaml"]) == {
+        "nvidia": {
+            "resourceCountName": "nvidia.com/gpu",
+            "deviceSplitCount": 30,
+            "deviceMemoryScaling": 1.5,
+            "libCudaLogLevel": 0,
+        }
+    }
+    assert json.loads(node["data"]["config.json"]) == {
+        "nodeconfig": [
+            {"name": "n2", "devicesplitcount": 4, "devicememoryscaling": 1.0},
+            {"name": "n1", "devicememoryscaling": 1.8},
+        ]
+    }
+
+
+def test_patch_output_needs_the_current_config(prom_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--prometheus-url", prom_url, "--output", "patch"])
+    assert exit_info.value.code == 2
+    assert "--device-config FILE" in capsys.readouterr().err
+
+
 def test_text_output_shows_evidence(prom_url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--prometheus-url", prom_url, "--time", str(END)]) == 0
+    assert main(["--prometheus-url", prom_url, "--time", str(END), "--window", WINDOW]) == 0
     out = capsys.readouterr().out
     assert "deviceSplitCount: 30   (current: 10)" in out
     assert 'max(hami_kube_client_qps{job="hami-scheduler"})' in out
@@ -164,7 +216,8 @@ def test_text_output_shows_evidence(prom_url: str, capsys: pytest.CaptureFixture
 
 def test_refuses_and_names_the_missing_series(prom_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, recs = _run_json(
-        capsys, "--prometheus-url", prom_url, "--time", str(END), "--scheduler-job", "other-scheduler"
+        capsys, "--prometheus-url", prom_url, "--time", str(END), "--window", WINDOW,
+        "--scheduler-job", "other-scheduler",
     )
     assert code == 3
     assert recs["--kube-qps/--kube-burst"]["value"] is None
@@ -198,7 +251,8 @@ def test_unreachable_prometheus_is_an_error(capsys: pytest.CaptureFixture[str]) 
 
 def test_module_entry_point(prom_url: str, tmp_path: Path) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "hami.tune", "--prometheus-url", prom_url, "--time", str(END), "--json"],
+        [sys.executable, "-m", "hami.tune", "--prometheus-url", prom_url, "--time", str(END), "--json",
+         "--window", WINDOW],
         capture_output=True,
         text=True,
         timeout=120,

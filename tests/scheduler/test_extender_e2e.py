@@ -133,7 +133,7 @@ def test_unschedulable_pod_gets_reasons_events_and_failure_counts(kube_api: Kube
         text = metrics_text(ext)
         assert 'hami_scheduler_filter_failures_total{reason="CardInsufficientMemory"} 1.0' in text
         assert "hami_scheduler_pods_unschedulable_total 1.0" in text
-        assert "hami_scheduler_pending_pods 1.0" in text
+        assert 'hami_scheduler_pending_pods{namespace="default",reason="CardInsufficientMemory"} 1.0' in text
 
 
 def test_pod_without_gpu_passes_through_untouched(kube_api: KubeAPIServer) -> None:

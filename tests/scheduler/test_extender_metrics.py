@@ -156,11 +156,9 @@ def test_a_fresh_extender_exports_every_bounded_label_value_at_zero(kube_api: Ku
             assert _value(samples, name, **{label: value}) == 0.0, (name, value)
 
 
-# Names promtool's "_count suffix" lint flags that are fixed by contract: HAMi's own §7.1 family,
-# and the contract's split count (hami_gpu_shared_count / hami_gpu_split_count in PromQL).
+# The one name promtool's "_count suffix" lint flags that is fixed: HAMi's own §7.1 family.
 CONTRACT_NAMES_FLAGGED = {
     'hami_gpu_shared_count non-histogram and non-summary metrics should not have "_count" suffix',
-    'hami_gpu_split_count non-histogram and non-summary metrics should not have "_count" suffix',
 }
 
 
@@ -176,6 +174,6 @@ def test_promtool_check_metrics_on_a_live_scrape(kube_api: KubeAPIServer) -> Non
         [PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, check=False
     )
     problems = {line.strip() for line in (done.stdout + done.stderr).splitlines() if line.strip()}
-    assert problems <= CONTRACT_NAMES_FLAGGED, problems - CONTRACT_NAMES_FLAGGED
+    assert problems == CONTRACT_NAMES_FLAGGED
     # promtool's parser accepted the whole exposition: a broken line would be an error, not a lint.
     assert done.returncode in (0, 3), done.stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -15,10 +15,12 @@ from hami.core import annotations as ann
 from hami.core.codec.handshake import REQUESTING, parse_handshake
 from hami.core.codec.node_devices import decode_node_devices
 from hami.core.codec.nodelock import parse_node_lock
-from hami.testing import cluster, dashqueries, demo, ksm, kubesched, promconfig
+from hami.testing import alertsink, cluster, dashqueries, demo, ksm, kubesched, promconfig
 from hami.testing.processes import port_problem
 from hami.testing.prometheus import PROMTOOL
-from hami.testing.stack import DASHBOARDS, RULES
+from hami.testing.stack import ALERTMANAGER_CONFIG, DASHBOARDS, RULES
+
+AMTOOL = "/usr/bin/amtool"
 
 needs_promtool = pytest.mark.skipif(not Path(PROMTOOL).exists(), reason="promtool is not installed")
 NOW = datetime(2026, 1, 2, 3, 4, 5).astimezone()
@@ -72,10 +74,38 @@ def test_seconds_reads_prometheus_durations() -> None:
         promconfig.seconds("5 minutes")
 
 
-def test_alertmanager_config_routes_everything_to_one_receiver() -> None:
-    cfg = yaml.safe_load(promconfig.alertmanager_config(group_wait="1s"))
-    assert cfg["route"]["receiver"] == "hami-demo" and cfg["route"]["group_wait"] == "1s"
-    assert cfg["receivers"] == [{"name": "hami-demo"}]
+def test_demo_alertmanager_keeps_the_shipped_inhibitions_and_sends_to_the_sink(tmp_path: Path) -> None:
+    shipped = ALERTMANAGER_CONFIG.read_text(encoding="utf-8")
+    text = promconfig.alertmanager_config(shipped, "http://127.0.0.1:1234/", group_wait="1s")
+    cfg = yaml.safe_load(text)
+    assert cfg["inhibit_rules"] == yaml.safe_load(shipped)["inhibit_rules"]
+    assert cfg["route"]["group_wait"] == "1s"
+    assert cfg["receivers"] == [
+        {"name": "hami", "webhook_configs": [{"url": "http://127.0.0.1:1234/", "send_resolved": True}]}
+    ]
+    path = tmp_path / "am.yml"
+    path.write_text(text)
+    out = subprocess.run(
+        [AMTOOL, "check-config", str(path)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_alert_sink_writes_one_line_per_alert() -> None:
+    note = {
+        "alerts": [
+            {
+                "status": "firing",
+                "labels": {"alertname": "HAMiGPUXidErrors", "severity": "warning", "node": "n1", "job": "x"},
+                "annotations": {"description": "Device GPU-a reported 2 XID errors in the last 10m."},
+            }
+        ]
+    }
+    (line,) = alertsink.lines(note, datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))
+    assert line == (
+        "2026-01-02T03:04:05Z firing HAMiGPUXidErrors [warning] node=n1 — "
+        "Device GPU-a reported 2 XID errors in the last 10m."
+    )
 
 
 def test_substitute_interpolates_like_grafana() -> None:

@@ -78,7 +78,7 @@ class PluginMetrics:
             registry=registry,
         )
         self.split_count = Gauge(
-            "hami_device_split_count",
+            "hami_device_split_limit",
             "Configured deviceSplitCount: vGPU slots per physical GPU.",
             ["node"],
             registry=registry,

@@ -1,9 +1,10 @@
 """hami-doctor: the debugging decision trees of the HAMi guides as one command.
 
-``hami-doctor pod NS/NAME`` walks the pod-pending tree (seed 000 调试决策树, seed 001 §6) and stops
-at the diagnosis; ``hami-doctor nodes`` / ``node NAME`` is seed 000's batch annotation check plus the
-register checks of seed 001 §4.2; ``hami-doctor logs [FILE|-]`` maps known log lines (seed 001 §1.3
-and §7, seed 000's filter lines) to their meaning and action.
+``hami-doctor pod NS/NAME`` walks the pod-pending decision trees of
+docs/guides/scheduler-debugging.md and docs/guides/device-plugin-debugging.md (§6) and stops at the
+diagnosis; ``hami-doctor nodes`` / ``node NAME`` is the batch annotation check of the scheduler guide
+plus the register checks of the device-plugin guide (§4.2); ``hami-doctor logs [FILE|DIR|-]`` maps
+known log lines (both guides' tables, HAMi's own lines and this project's) to their meaning and action.
 
 Checks are pure functions over objects fetched once (GET/LIST only); ``--fix`` is the only path that
 writes, and it asks first. Exit status: 0 healthy, 1 warning, 2 broken, 3 usage error (bad

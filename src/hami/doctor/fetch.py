@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+import requests
 
 from hami.core import annotations as ann
 from hami.core.kube import errors, raw
@@ -80,9 +83,14 @@ def lock_owners(api: Any, nodes: list[Obj]) -> dict[str, bool]:
 
 
 def pod_cluster(
-    api: Any, namespace: str, name: str, scheduler_namespace: str = "", lease_ref: str = ""
-) -> PodCluster:
+    api: Any, namespace: str, name: str, *, scheduler_namespace: str = "", lease_ref: str = "",
+    scheduler_url: str = "",
+) -> PodCluster:  # fmt: skip
     pod = get_pod(api, namespace, name)
+    if scheduler_url:
+        decision, source = decision_from_url(scheduler_url, namespace, name)
+    else:
+        decision, source = decision_via_service(api, namespace, name, scheduler_namespace)
     nodes = list_nodes(api)
     lease = None
     if lease_ref:
@@ -96,7 +104,66 @@ def pod_cluster(
         lease_ref=lease_ref,
         nodes={name_of(n): n for n in nodes},
         owner_exists=lock_owners(api, nodes),
+        decision=decision,
+        decision_source=source,
     )
+
+
+# The scheduler's metrics Service (deploy/services.yaml) and the port its decision record is served on.
+SCHEDULER_SERVICE_SELECTOR = "hami.io/job=hami-scheduler"
+DECISIONS = "/debug/decisions"
+
+
+def decision_from_url(url: str, namespace: str, name: str, timeout: float = 10.0) -> tuple[Obj | None, str]:
+    """The pod's decision record from the scheduler's metrics URL, or None and why not."""
+    target = f"{url.rstrip('/')}{DECISIONS}/{namespace}/{name}"
+    try:
+        got = requests.get(target, timeout=timeout)
+    except requests.RequestException as exc:
+        return None, f"cannot reach the scheduler at {url}: {type(exc).__name__}"
+    return _decision_answer(got.status_code, got.text, target)
+
+
+def _decision_answer(status: int, text: str, where: str) -> tuple[Obj | None, str]:
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None, f"{where} answered {status} without JSON"
+    if status == 200 and isinstance(doc, dict):
+        return doc, where
+    message = doc.get("error") if isinstance(doc, dict) else None
+    return None, f"{where}: {message or f'HTTP {status}'}"
+
+
+def decision_via_service(
+    api: Any, namespace: str, name: str, scheduler_namespace: str = ""
+) -> tuple[Obj | None, str]:
+    """The record through the API server's proxy to the scheduler's metrics Service (in-cluster use)."""
+    path = raw.resource_path("", "v1", "services", scheduler_namespace or None)
+    try:
+        query = [("labelSelector", SCHEDULER_SERVICE_SELECTOR)]
+        services = _items(raw.request_json(api, "GET", path, query=query))
+    except errors.ApiError as exc:
+        return None, f"cannot list the scheduler's Service: {exc}"
+    for svc in services:
+        meta = svc.get("metadata") or {}
+        ports = (svc.get("spec") or {}).get("ports") or []
+        port = next((p.get("name") or p.get("port") for p in ports if p.get("name") == "metrics"), None)
+        if port is None and ports:
+            port = ports[0].get("port")
+        if port is None:
+            continue
+        proxy = raw.resource_path("", "v1", "services", meta.get("namespace"), f"{meta.get('name')}:{port}")
+        where = f"service {meta.get('namespace')}/{meta.get('name')}"
+        try:
+            doc = raw.request_json(api, "GET", f"{proxy}/proxy{DECISIONS}/{namespace}/{name}")
+        except errors.NotFound:
+            return None, f"{where}: no decision for {namespace}/{name}"
+        except errors.ApiError as exc:
+            return None, f"{where}: {exc}"
+        if isinstance(doc, dict):
+            return doc, where
+    return None, f"no Service labelled {SCHEDULER_SERVICE_SELECTOR}"
 
 
 def _items(doc: Any) -> list[Obj]:

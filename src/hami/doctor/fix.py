@@ -1,6 +1,6 @@
 """``--fix``: apply the guides' remedies the findings offer, after confirmation.
 
-Each remedy removes one node annotation (a stale, dangling or malformed node lock — seed 001 §5.4's
+Each remedy removes one node annotation (a stale, dangling or malformed node lock — the device-plugin guide's
 ``kubectl annotate node <node> hami.io/mutex.lock-`` — or a handshake the scheduler will not refresh)
 with a JSON merge patch carrying the node's resourceVersion, and only if the annotation still has
 the value that was diagnosed: a lock taken in between is never removed.

@@ -1,5 +1,8 @@
-"""Known scheduler and device-plugin log lines → meaning and action (seed 001 §1.3, §4.3, §4.4, §7;
-seed 000's Filter lines). ``scan`` counts each pattern and keeps its first occurrence."""
+"""Known scheduler and device-plugin log lines → meaning and action.
+
+The lines are those docs/guides/device-plugin-debugging.md (§1.3, §4.3, §4.4, §7) and
+docs/guides/scheduler-debugging.md quote from HAMi, and this project's own wording of the same
+events. ``scan`` counts each pattern and keeps its first occurrence."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from dataclasses import dataclass, field
 from hami.doctor import reasons
 from hami.doctor.findings import BROKEN, OK, WARNING, Finding, Section, Severity, Table
 
-# The seed's severity column (严重程度) and what it means for the exit status.
+# The guide's severity column (§7) and what it means for the exit status.
 LEVELS: dict[str, Severity] = {"Fatal": BROKEN, "Error": BROKEN, "Warning": WARNING, "Info": OK}
 
 
@@ -155,6 +158,22 @@ PATTERNS: tuple[LogPattern, ...] = (
         "none",
     ),
     _p(
+        "grpc-serving",
+        r"Starting to serve '\S+' on ",
+        DP,
+        "Info",
+        "the device plugin's gRPC server is up",
+        "none",
+    ),
+    _p(
+        "watch-and-register",
+        r"Starting WatchAndRegister",
+        DP,
+        "Info",
+        "the registration loop started (node annotations every 30 s)",
+        "none",
+    ),
+    _p(
         "registered-kubelet",
         r"Registered device plugin for .* with Kubelet",
         DP,
@@ -172,12 +191,13 @@ PATTERNS: tuple[LogPattern, ...] = (
     ),
     _p(
         "handshake-timeout",
-        r"handshake timeout",
+        # HAMi's line, then this project's register pass dropping the node
+        r"handshake timeout|handshake .* expired and no \S+ allocatable",
         SCHED,
         "Error",
         "the node's handshake expired",
-        "follow seed 001 §4.3: device plugin pod state, then its WatchAndRegister log "
-        "(hami-doctor node NAME)",
+        "follow docs/guides/device-plugin-debugging.md §4.3: device plugin pod state, then its "
+        "WatchAndRegister log (hami-doctor node NAME)",
     ),
     _p(
         "annos-not-found",
@@ -202,6 +222,34 @@ PATTERNS: tuple[LogPattern, ...] = (
         "Error",
         "the node's device registration cannot be decoded",
         "upgrade the HAMi components together",
+    ),
+    _p(
+        "node-lock-expired",
+        # the tuning guide quotes HAMi's line; this project's scheduler writes the same words
+        r"node lock expired, releasing",
+        SCHED,
+        "Warning",
+        "a node lock outlived the scheduler's node-lock timeout and was broken: a bind crashed, or binds "
+        "take longer than the timeout",
+        "if binds are slow, raise --node-lock-timeout (scheduler.nodeLockExpire, 8m-10m); hami-tune "
+        "recommends a value from the bind latency",
+    ),
+    _p(
+        "node-lock-owner-gone",
+        r"lock owner \S+ is gone, taking the lock over",
+        SCHED,
+        "Info",
+        "the pod holding a node lock was deleted; the scheduler took the lock over",
+        "none",
+    ),
+    _p(
+        "client-rate-limited",
+        # client-go's wording, which the tuning guide quotes
+        r"rate limiter Wait returned error|client rate limiter",
+        SCHED,
+        "Warning",
+        "the scheduler's API client waits on its own QPS limit",
+        "raise --kube-qps/--kube-burst (hami-tune recommends them from the request rate)",
     ),
     _p(
         "node-lock-contention",

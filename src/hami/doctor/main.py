@@ -3,7 +3,7 @@
   hami-doctor pod NAMESPACE/NAME    walk the pod-pending tree to the diagnosis
   hami-doctor nodes [--selector S]  registration, devices, handshake and lock of every node
   hami-doctor node NAME             the same for one node
-  hami-doctor logs [FILE|-]         known scheduler/device-plugin log lines, counted
+  hami-doctor logs [FILE|DIR|-]     known scheduler/device-plugin log lines, counted (DIR: each file)
 
 Reads only (GET/LIST). --fix applies the guides' remedies the report offers (clear a stale,
 dangling or malformed node lock; drop a handshake the scheduler will not refresh) after asking;
@@ -16,6 +16,7 @@ unreadable log), 4 the cluster could not be reached or read.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -88,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cluster.add_argument("--scheduler-namespace", default="", help="where its pods run (default: all)")
     cluster.add_argument(
+        "--scheduler-url",
+        default="",
+        help="the scheduler's metrics address (e.g. http://127.0.0.1:9395), for its decision record; "
+        "default: its metrics Service through the API server",
+    )
+    cluster.add_argument(
         "--scheduler-lease",
         default="",
         metavar="NS/NAME",
@@ -97,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--handshake-timeout",
         type=_duration,
         default=timedelta(seconds=60),
-        help="handshake expiry (default 60s, HAMi v2.10; seed 000's 300s is stale)",
+        help="handshake expiry (default 60s, as HAMi v2.10's scheduler applies it)",
     )
     cluster.add_argument(
         "--scheduler-tz",
@@ -129,7 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     node = sub.add_parser("node", parents=[common, cluster], help="check one node's HAMi annotations")
     node.add_argument("target", metavar="NAME")
     logs = sub.add_parser("logs", parents=[common], help="explain scheduler/device-plugin log lines")
-    logs.add_argument("file", nargs="?", default="-", metavar="FILE|-")
+    logs.add_argument(
+        "file", nargs="?", default="-", metavar="FILE|DIR|-", help="a log file, a directory of them, or stdin"
+    )
     return p
 
 
@@ -155,7 +164,14 @@ def _cluster_sections(args: argparse.Namespace, api: Any, now: datetime) -> list
         if not sep or not namespace or not name:
             raise UsageError(f"pod must be NAMESPACE/NAME, got {args.target!r}")
         try:
-            cluster = fetch.pod_cluster(api, namespace, name, args.scheduler_namespace, args.scheduler_lease)
+            cluster = fetch.pod_cluster(
+                api,
+                namespace,
+                name,
+                scheduler_namespace=args.scheduler_namespace,
+                lease_ref=args.scheduler_lease,
+                scheduler_url=args.scheduler_url,
+            )
         except errors.NotFound:
             raise UsageError(f"pod {args.target} not found") from None
         return [podtree.diagnose_pod(cluster, s, now)]
@@ -183,7 +199,7 @@ def main(argv: list[str] | None = None, stdin: IO[str] | None = None, stdout: IO
     command = args.command + (f" {args.target}" if getattr(args, "target", None) else "")
     try:
         if args.command == "logs":
-            sections = [_logs(args.file, stdin)]
+            sections = _logs(args.file, stdin)
             api = None
         else:
             api = _api(args)
@@ -220,11 +236,24 @@ def _fix(api: Any, sections: list[Section], yes: bool, stdin: IO[str]) -> list[s
     return fix.apply(api, todo)
 
 
-def _logs(path: str, stdin: IO[str]) -> Section:
+def _logs(path: str, stdin: IO[str]) -> list[Section]:
+    """One section per log: stdin, the file, or every regular file of the directory (sorted)."""
     if path == "-":
-        return logscan.report(logscan.scan(stdin), "log <stdin>")
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return logscan.report(logscan.scan(fh), f"log {path}")
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+        return [logscan.report(logscan.scan(stdin), "log <stdin>")]
+    files = [path]
+    if os.path.isdir(path):
+        try:
+            names = sorted(os.listdir(path))
+        except OSError as exc:
+            raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+        files = [p for name in names if os.path.isfile(p := os.path.join(path, name))]
+        if not files:
+            raise UsageError(f"{path} holds no log files")
+    sections = []
+    for name in files:
+        try:
+            with open(name, encoding="utf-8", errors="replace") as fh:
+                sections.append(logscan.report(logscan.scan(fh), f"log {name}"))
+        except OSError as exc:
+            raise UsageError(f"cannot read {name}: {exc.strerror}") from None
+    return sections

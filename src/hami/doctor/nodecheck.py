@@ -1,4 +1,4 @@
-"""Node checks: seed 000's batch annotation check and seed 001 §2.3/§4.2, as pure functions.
+"""Node checks: the guides' batch annotation check and register field checks, as pure functions.
 
 Input is a Node as the API returns it (a dict); output is findings and the decoded device table.
 """
@@ -25,12 +25,14 @@ Obj = dict[str, Any]
 
 UUID_RE = re.compile(r"GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 DEVICE_COLUMNS = ("ID", "Index", "Count", "Devmem", "Devcore", "Type", "Numa", "Mode", "Health")
-# Clocks further apart than this break the handshake (seed 001 §4.3: keep skew under 30 s).
+# Clocks further apart than this break the handshake (docs/guides/device-plugin-debugging.md §4.3).
 CLOCK_SKEW = timedelta(seconds=30)
 
-FIX_DEVICE_PLUGIN = "check that the device plugin pod on the node is running (seed 001 §4.1)"
-FIX_HEALTH = "check the GPU: nvidia-smi -q -d HEALTH and -d ECC on the node (seed 001 §3.3)"
-FIX_VERSIONS = "device plugin and scheduler versions differ: upgrade HAMi components together (seed 001 §4.3)"
+FIX_DEVICE_PLUGIN = (
+    "check that the device plugin pod on the node is running (docs/guides/device-plugin-debugging.md §4.1)"
+)
+FIX_HEALTH = "check the GPU: nvidia-smi -q -d HEALTH and -d ECC on the node"
+FIX_VERSIONS = "device plugin and scheduler versions differ: upgrade HAMi components together"
 
 
 def age(when: datetime, now: datetime) -> str:
@@ -63,7 +65,7 @@ def check_registration(node: Obj) -> tuple[list[Finding], list[DeviceInfo]]:
                     f"but {ann.NODE_REGISTER} is absent",
                     (f"{ann.NODE_REGISTER}: <absent>",),
                     "the device plugin registered with kubelet but could not patch the node: check that its "
-                    "ServiceAccount may patch nodes and that NODE_NAME matches the node (seed 001 §4.1)",
+                    "ServiceAccount may patch nodes and that NODE_NAME matches the node",
                 )
             ], []
         return [
@@ -99,7 +101,7 @@ def check_registration(node: Obj) -> tuple[list[Finding], list[DeviceInfo]]:
 
 
 def check_devices(devs: list[DeviceInfo]) -> list[Finding]:
-    """Seed 001 §4.2 field checks, plus device health."""
+    """The register field checks of the device-plugin guide (§4.2), plus device health."""
     out: list[Finding] = []
     for d in devs:
         label = f"device {d.index} ({d.id or '<no id>'})"
@@ -132,7 +134,7 @@ def check_devices(devs: list[DeviceInfo]) -> list[Finding]:
                     f"{label}: Devmem must be > 0 (MiB)",
                     (f"devmem={d.devmem}",),
                     "check deviceMemoryScaling and, for unified-memory GPUs, "
-                    "preConfiguredDeviceMemory (seed 001 §7)",
+                    "preConfiguredDeviceMemory",
                 )
             )
         if not d.type.startswith("NVIDIA"):
@@ -158,7 +160,7 @@ def check_devices(devs: list[DeviceInfo]) -> list[Finding]:
                 )
             )
     if devs and not out:
-        out.append(Finding(OK, "node.device.ok", "every device passes the register checks (seed 001 §4.2)"))
+        out.append(Finding(OK, "node.device.ok", "every device passes the register checks"))
     return out
 
 
@@ -238,7 +240,7 @@ def check_node_handshake(node: Obj, s: Settings, now: datetime) -> list[Finding]
                 "node.handshake.future",
                 "handshake time is in the future: clocks differ",
                 tuple(evidence),
-                "check NTP on the nodes and the control plane; keep skew under 30 s (seed 001 §4.3)",
+                "check NTP on the nodes and the control plane; keep skew under 30 s",
             )
         ]
     healthy, _ = check_handshake(value, now, gpus, s.scheduler_tz)
@@ -265,7 +267,7 @@ def check_node_handshake(node: Obj, s: Settings, now: datetime) -> list[Finding]
             f"reports no allocatable {ann.RESOURCE_GPU}: the scheduler drops the node's devices",
             tuple(evidence),
             "check the device plugin pod (CrashLoopBackOff → its logs), its kubelet registration "
-            "('Registered device plugin ... with Kubelet') and NTP (skew under 30 s) (seed 001 §4.3)",
+            "('Registered device plugin ... with Kubelet') and NTP (skew under 30 s)",
             clear,
         )
     ]
@@ -295,7 +297,7 @@ def check_node_lock(
                 "node.lock.malformed",
                 "node lock cannot be parsed: every bind to this node fails until it is removed",
                 (*evidence, f"error: {exc}"),
-                "clear the node lock (seed 001 §5.4)",
+                "clear the node lock (--fix, or kubectl annotate node NAME hami.io/mutex.lock-)",
                 clear,
             )
         ], None
@@ -311,7 +313,7 @@ def check_node_lock(
                 f"node lock held by {owner} for {age(lock.time, now)}: expired, the next bind takes it "
                 "over; whoever set it did not release it",
                 tuple(evidence),
-                "check the device plugin's Allocate on this node; clear the lock (seed 001 §5.4)",
+                "check the device plugin's Allocate on this node; or clear the lock now",
                 clear,
             )
         ], lock
@@ -322,7 +324,22 @@ def check_node_lock(
                 "node.lock.dangling",
                 f"node lock held by {owner}, which no longer exists",
                 tuple(evidence),
-                "the scheduler releases it at the next bind; or clear it now (seed 001 §5.4)",
+                "the scheduler releases it at the next bind; or clear it now",
+                clear,
+            )
+        ], lock
+    if now - lock.time > s.lock_held_alert:
+        expires = format_duration(lock.time + s.node_lock_timeout - now)
+        return [
+            Finding(
+                WARNING,
+                "node.lock.stuck",
+                f"node lock held by {owner} for {age(lock.time, now)} (> "
+                f"{format_duration(s.lock_held_alert)}, HAMiNodeLockHeldTooLong): binds of other pods "
+                f"to this node fail until it is released or expires in {expires}",
+                tuple(evidence),
+                "check the holder's allocation (hami-doctor pod " + owner + ") and the device plugin on "
+                "this node; or clear the lock now",
                 clear,
             )
         ], lock
@@ -336,6 +353,29 @@ def check_node_lock(
     ], lock
 
 
+# Finding codes → the reason the scheduler gives in hami_scheduler_node_schedulable, in its order.
+_UNSCHEDULABLE = (
+    ("handshake_expired", frozenset({"node.handshake.expired"})),
+    ("decode_error", frozenset({"node.register.undecodable"})),
+    ("no_devices", frozenset({"node.register.missing"})),
+    ("node_lock", frozenset({"node.lock.malformed", "node.lock.held", "node.lock.stuck"})),
+)
+
+
+def schedulable_reason(findings: list[Finding], devs: list[DeviceInfo]) -> str:
+    """The scheduler's verdict on the node as its own metric names it: ``ok`` or why not."""
+    codes = {f.code for f in findings}
+    for reason, match in _UNSCHEDULABLE[:3]:
+        if codes & match:
+            return reason
+    nvidia = [d for d in devs if "nvidia" in d.type.lower()]
+    if not nvidia:
+        return "no_devices"
+    if not any(d.health for d in nvidia):
+        return "unhealthy"
+    return "node_lock" if codes & _UNSCHEDULABLE[3][1] else "ok"
+
+
 def check_node(node: Obj, owner_exists: bool | None, s: Settings, now: datetime) -> Section:
     section = Section(f"node {name_of(node)}")
     findings, devs = check_registration(node)
@@ -345,6 +385,16 @@ def check_node(node: Obj, owner_exists: bool | None, s: Settings, now: datetime)
         section.tables.append(device_table(name_of(node), devs))
     section.findings += check_node_handshake(node, s, now)
     section.findings += check_node_lock(node, owner_exists, s, now)[0]
+    reason = schedulable_reason(section.findings, devs)
+    verdict = "places GPU pods on this node" if reason == "ok" else f"places no GPU pod here ({reason})"
+    section.findings.append(
+        Finding(
+            OK,
+            "node.schedulable",
+            f"the scheduler {verdict}",
+            (f'hami_scheduler_node_schedulable{{node="{name_of(node)}"}} reason: {reason}',),
+        )
+    )
     return section
 
 

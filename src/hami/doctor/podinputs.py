@@ -25,7 +25,7 @@ HAMI_RESOURCES = (
 )
 MAX_INT32 = 2**31 - 1  # HAMi rejects gpumem above MaxInt32 (spec §3.2; memoryFactor 1)
 FIX_ADD_RESOURCES = (
-    "add nvidia.com/gpu (and nvidia.com/gpumem / gpucores) to the container resources (seed 000)"
+    "add nvidia.com/gpu (and nvidia.com/gpumem / gpucores) to the container resources"
 )
 
 
@@ -40,6 +40,8 @@ class PodCluster:
     lease_ref: str = ""  # "ns/name" when --scheduler-lease was given
     nodes: dict[str, Obj] = field(default_factory=dict)
     owner_exists: dict[str, bool] = field(default_factory=dict)  # "ns/name" of lock owners
+    decision: Obj | None = None  # the scheduler's decision record, when it could be read
+    decision_source: str = ""  # where it came from, or why it could not be read
 
 
 def _resource(container: Obj, name: str) -> str | None:
@@ -93,7 +95,7 @@ def check_requests(pod: Obj) -> list[Finding]:
                 "HAMi treats a container whose nvidia.com/gpumem is not an int32 of MiB "
                 "as asking for nothing",
                 tuple(lines + problems),
-                "write nvidia.com/gpumem in MiB as an integer, e.g. 8192 (not 8Gi) (spec/scheduler.md §3.2)",
+                "write nvidia.com/gpumem in MiB as an integer, e.g. 8192 (not 8Gi)",
             )
         ]
     if consumers:
@@ -203,7 +205,7 @@ def check_scheduler(c: PodCluster, s: Settings, now: datetime) -> list[Finding]:
                 WARNING,
                 "scheduler.no-leader",
                 "no scheduler pod is labelled leader: the extender "
-                "registers nodes only while it is leader (spec §6.5)",
+                "registers nodes only while it is leader",
                 evidence,
                 "check the kube-scheduler leader election and --leader-elect-resource-name",
             )
@@ -245,7 +247,7 @@ def _check_lease(c: PodCluster, now: datetime) -> list[Finding]:
             Finding(
                 WARNING,
                 "scheduler.lease.stale",
-                f"lease {c.lease_ref} is expired: the extender is not leader and Filter waits (spec §6.5)",
+                f"lease {c.lease_ref} is expired: the extender is not leader and Filter waits",
                 evidence,
                 "check the kube-scheduler sidecar's logs",
             )

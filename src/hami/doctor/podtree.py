@@ -1,4 +1,5 @@
-"""The pod-pending tree of seed 000 (调试决策树) and seed 001 §6, walked until the diagnosis.
+"""The pod-pending decision trees of docs/guides/scheduler-debugging.md and
+docs/guides/device-plugin-debugging.md (§6).
 
 Order: resources → schedulerName → scheduler running → (bound? bind phase) → HAMi events →
 FilteringFailed reason codes → node registration / handshake for unfit nodes → BindingFailed /
@@ -17,7 +18,7 @@ from hami.core.codec import CodecError
 from hami.core.codec.nodelock import parse_rfc3339
 from hami.core.duration import format_duration
 from hami.core.objects import annotations_of, meta_field, name_of, namespace_of
-from hami.doctor import nodecheck, reasons
+from hami.doctor import nodecheck, reasons, verdict
 from hami.doctor.findings import BROKEN, OK, WARNING, Finding, Section, is_broken
 from hami.doctor.podinputs import PodCluster, check_requests, check_scheduler, check_scheduler_name
 from hami.doctor.settings import Settings
@@ -26,7 +27,7 @@ Obj = dict[str, Any]
 
 HAMI_REASONS = ("FilteringFailed", "FilteringSucceed", "BindingFailed", "BindingSucceed")
 _NODE_IN_MESSAGE = re.compile(r"node \[?([\w.-]+)\]?")
-FIX_RAISE_V5 = "raise the scheduler log level to V(5) and read its log for this pod (seed 000)"
+FIX_RAISE_V5 = "raise the scheduler log level to V(5) and read its log for this pod"
 FIX_RAISE_V4 = "raise the scheduler log level to V(4) and check the Filter lines (hami-doctor logs)"
 
 
@@ -57,12 +58,37 @@ def _describe(event: Obj, now: datetime) -> str:
 
 
 def diagnose_pod(c: PodCluster, s: Settings, now: datetime) -> Section:
+    """Requests → schedulerName → bound? (then it is scheduled) → the scheduler's decision record,
+    else its pods and the pod's events, walked as the guides' tree."""
     section = Section(f"pod {namespace_of(c.pod)}/{name_of(c.pod)}")
     section.findings += check_requests(c.pod)
     if not is_broken(section.findings):
         section.findings += check_scheduler_name(c.pod, s)
-    if not is_broken(section.findings):
-        section.findings += check_scheduler(c, s, now)
+    if is_broken(section.findings):
+        return section
+    spec, annos = c.pod.get("spec") or {}, annotations_of(c.pod)
+    if spec.get("nodeName") or ann.POD_BIND_PHASE in annos:
+        section.findings += _bind_phase(c, s, now)
+        return section
+    if c.decision is not None:
+        section.findings += verdict.findings(c.decision, c.decision_source)
+        return section
+    found = check_scheduler(c, s, now)
+    hami_events = [e for e in c.events if e.get("reason") in HAMI_REASONS]
+    if found and found[0].code == "scheduler.missing" and hami_events:
+        # the scheduler's own events prove it runs, under labels the doctor does not know
+        found = [
+            Finding(
+                WARNING,
+                "scheduler.unlabelled",
+                "no HAMi scheduler pod found by label, but it recorded events for this pod",
+                found[0].evidence,
+                "pass --scheduler-url (its metrics address) to read its decision record",
+            )
+        ]
+    if c.decision_source:
+        found.append(Finding(OK, "scheduler.decision.none", "no decision record", (c.decision_source,)))
+    section.findings += found
     if is_broken(section.findings):
         return section
     section.findings += _after_scheduling(c, s, now)
@@ -91,7 +117,7 @@ def _after_scheduling(c: PodCluster, s: Settings, now: datetime) -> list[Finding
             "pod.pending-after-filter",
             "filtering succeeded but the pod is still Pending: another scheduler plugin may hold it",
             (_describe(latest, now),),
-            "check the complete kube-scheduler log for this pod (seed 000)",
+            "check the complete kube-scheduler log for this pod",
         )
     ]
 
@@ -121,7 +147,7 @@ def _no_hami_events(c: PodCluster) -> list[Finding]:
                 f"Insufficient {ann.RESOURCE_GPU}: no node has allocatable {ann.RESOURCE_GPU}",
                 evidence,
                 "the device plugin has not registered devices with kubelet "
-                "(seed 001 §4.1): check its pod and logs",
+                "(hami-doctor nodes): check its pod and logs",
             )
         ]
     return [
@@ -130,7 +156,7 @@ def _no_hami_events(c: PodCluster) -> list[Finding]:
             "pod.insufficient.all-used",
             f"Insufficient {ann.RESOURCE_GPU}: the existing pods use every device slot",
             evidence,
-            "wait for resources to be released or increase deviceSplitCount (seed 001 §6)",
+            "wait for resources to be released or increase deviceSplitCount (hami-tune)",
         )
     ]
 
@@ -159,7 +185,7 @@ def _filtering_failed(events: list[Obj], c: PodCluster, s: Settings, now: dateti
 
 
 def _node_annotations(names: list[str], c: PodCluster, s: Settings, now: datetime) -> list[Finding]:
-    """Seed 000 E4 → F → G: register present? handshake expired? else raise the log level."""
+    """The scheduler guide's NodeUnfitPod branch: register present? handshake expired? else raise -v."""
     out: list[Finding] = []
     for name in names:
         node = c.nodes.get(name)
@@ -217,7 +243,7 @@ def _binding_failed(event: Obj, c: PodCluster, s: Settings, now: datetime) -> li
             f"bind failed: {message}",
             described,
             "check the scheduler's connection to the API server (etcd) and its permission to patch "
-            "node annotations and bind pods (seed 000)",
+            "node annotations and bind pods",
         )
     ]
 
@@ -272,7 +298,7 @@ def _bind_phase(c: PodCluster, s: Settings, now: datetime) -> list[Finding]:
                 f"the device plugin failed to allocate devices on {node}",
                 tuple(evidence),
                 "read the Allocate error in the pod's events and the device plugin log "
-                "(seed 001 §4.4; hami-doctor logs), fix it, then delete the pod so it is scheduled again",
+                "(hami-doctor logs), fix it, then delete the pod so it is scheduled again",
             ),
             *[f for f in locks if f.severity != OK],
         ]
@@ -286,7 +312,7 @@ def _bind_phase(c: PodCluster, s: Settings, now: datetime) -> list[Finding]:
                     f"{format_duration(s.bind_timeout)}): the device plugin never finished Allocate",
                     tuple(evidence),
                     f"check the device plugin pod on {node} and kubelet's device "
-                    "plugin log (journalctl -u kubelet | grep -i device); seed 001 §4.4",
+                    "plugin log (journalctl -u kubelet | grep -i device)",
                 ),
                 *locks,
             ]

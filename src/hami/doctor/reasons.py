@@ -1,12 +1,12 @@
-"""Filter reason codes (spec/scheduler.md §4.8) with the meaning and fix of seed 000's 速查表,
-and the parser for the FilteringFailed messages the scheduler aggregates (§4.2)."""
+"""Filter reason codes (docs/design/scheduler.md §4.8) with the meaning and fix of the scheduler
+guide's table, and the parser for the FilteringFailed messages the scheduler aggregates (§4.2)."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 
-# reason → (meaning, fix). The first five are seed 000's table verbatim in intent; the rest are the
+# reason → (meaning, fix). The first five are the guide's table in intent; the rest are the
 # other codes of pkg/device/common/common.go, with the pod annotation or node state that causes them.
 REASONS: dict[str, tuple[str, str]] = {
     "NodeInsufficientDevice": (
@@ -51,7 +51,7 @@ REASONS: dict[str, tuple[str, str]] = {
     ),
     "CardNotHealth": (
         "the device plugin registered the card as unhealthy",
-        "check the GPU: nvidia-smi -q -d HEALTH and -d ECC on the node (seed 001 §3.3)",
+        "check the GPU: nvidia-smi -q -d HEALTH and -d ECC on the node",
     ),
     "CardCordoned": (
         "the card is listed in the node's hami.io/device-cordon annotation",
@@ -89,7 +89,7 @@ REASONS: dict[str, tuple[str, str]] = {
 
 _PER_REASON = re.compile(r"^(\d+) nodes (.+?)\((.*)\)$")
 _NO_NODE = re.compile(r"^no available node, (\d+) nodes do not meet$")
-# Seed 000's example event text: "Bindingfailed: CardInsufficientMemory on node gpu-node-01".
+# The scheduler guide's example event text: "Bindingfailed: CardInsufficientMemory on node gpu-node-01".
 _ON_NODE = re.compile(r"\b([A-Za-z]+) on node (\S+)")
 _COUNTED = re.compile(r"(\d+)/(\d+) ([A-Za-z]+)")
 

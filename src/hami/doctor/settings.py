@@ -1,15 +1,15 @@
 """Thresholds and names the checks compare against, with the reasons for their defaults.
 
-Handshake: seed 000 says a handshake older than 300 s makes the scheduler refuse the node and its
-check script compares a Unix timestamp. HAMi v2.10 (spec/scheduler.md §1.3) works differently and the
-code wins: the value is ``Requesting_<local time>`` written by the scheduler itself, the device plugin
-no longer answers it, and a node turns unhealthy only when the request is older than **60 s and**
-kubelet reports no allocatable ``nvidia.com/gpu``. The 300 s figure is protocol.md's stale "5
-minutes". So the doctor uses 60 s (``--handshake-timeout``) together with the allocatable check.
+Handshake: the scheduler writes ``Requesting_<local time>`` itself and v2.10 device plugins no longer
+answer it, so an old handshake is normal. A node turns unhealthy only when the request is older than
+**60 s and** kubelet reports no allocatable ``nvidia.com/gpu`` (docs/design/scheduler.md §1.3); the
+doctor applies the same rule the scheduler does (``--handshake-timeout``, the allocatable check).
 
-Node lock: expiry is the scheduler's ``--node-lock-timeout`` (default 5m, §1.5). A pod left in
-``bind-phase=allocating`` longer than that has outlived its lock, so the same figure is the default
-for a stuck bind (``--bind-timeout``).
+Node lock: expiry is the scheduler's ``--node-lock-timeout`` (default 5m, §1.5). A lock younger than
+that holds the node; one held longer than the ``node_lock_held`` duration of the alert thresholds
+file (``hami.core.thresholds``, the one HAMiNodeLockHeldTooLong fires after) is reported as holding
+it. A pod left in ``bind-phase=allocating`` longer than the expiry has outlived its lock, so the same
+figure is the default for a stuck bind (``--bind-timeout``).
 """
 
 from __future__ import annotations
@@ -17,12 +17,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta, tzinfo
 
+from hami.core import thresholds
 from hami.core.codec.handshake import HANDSHAKE_TIMEOUT
 from hami.core.codec.nodelock import DEFAULT_TIMEOUT
 
 DEFAULT_SCHEDULER_NAME = "hami-scheduler"
-# The chart labels its pods app.kubernetes.io/component=hami-scheduler; seed 000 uses app=hami-scheduler.
+# The chart labels its pods app.kubernetes.io/component=hami-scheduler; HAMi's guides use app=hami-scheduler.
 SCHEDULER_SELECTORS = ("app.kubernetes.io/component=hami-scheduler", "app=hami-scheduler")
+# The alert HAMiNodeLockHeldTooLong fires after a lock has held a node this long.
+LOCK_HELD_ALERT = "node_lock_held"
+_LOCK_HELD = thresholds.alert_for(LOCK_HELD_ALERT)
 
 
 @dataclass(frozen=True)
@@ -33,3 +37,4 @@ class Settings:
     bind_timeout: timedelta = DEFAULT_TIMEOUT
     # Zone of the scheduler's handshake timestamps (Go local time); None = this machine's zone.
     scheduler_tz: tzinfo | None = None
+    lock_held_alert: timedelta = _LOCK_HELD

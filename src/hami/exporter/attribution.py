@@ -2,13 +2,15 @@
 
 Pods are the API's JSON dicts from the node-scoped informer. A region belongs to the container
 whose pod UID and name match its dir; a container holding devices in ``hami.io/vgpu-devices-allocated``
-but without a readable region yet (no CUDA call so far) gets 0-valued usage with its allocated limits.
+but without a region yet (no CUDA call so far) gets 0-valued usage with its allocated limits. A
+container whose region exists but cannot be read gets no series at all: zeros would claim an idle
+container that may be using its whole card (the skip metrics report it instead).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,14 +99,16 @@ def attribute(
     regions: Mapping[tuple[str, str], RegionSnapshot],
     decode: Callable[[str], PodDevices],
     on_decode_error: Callable[[Mapping[str, Any], Exception], None] = lambda pod, err: None,
+    unreadable: Collection[tuple[str, str]] = frozenset(),
 ) -> list[ContainerView]:
-    """One view per (pod, regular container) that has a region or an allocation."""
+    """One view per (pod, regular container) that has a region or an allocation, unless its region
+    is in ``unreadable`` (present but skipped)."""
     views: list[ContainerView] = []
     for pod in pods:
         uid, ns, name = uid_of(pod), namespace_of(pod), name_of(pod)
         names = _names(pod, "containers")
         # the annotation is decoded only for a pod with a container that has no region yet
-        idle = any((uid, ctr) not in regions for ctr in names)
+        idle = any((uid, ctr) not in regions and (uid, ctr) not in unreadable for ctr in names)
         finished = (pod.get("status") or {}).get("phase") in _FINISHED
         try:
             allocated = allocated_devices(pod, decode) if idle and not finished else {}
@@ -117,7 +121,7 @@ def attribute(
                 views.append(
                     ContainerView(ns, name, ctr, snap.devices, snap.processes, snap.last_kernel_time, True)
                 )
-            elif ctr in allocated:
+            elif ctr in allocated and (uid, ctr) not in unreadable:
                 views.append(ContainerView(ns, name, ctr, allocated[ctr], 0, 0, False))
     return views
 

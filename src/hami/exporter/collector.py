@@ -11,6 +11,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram
@@ -51,6 +52,19 @@ def collect_duration(registry: CollectorRegistry | None, node: str) -> Histogram
     return family.labels(node)
 
 
+class Onsets:
+    """Which reasons each region newly meets: a region that stays broken is one event, not one per scrape."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, frozenset[str]] = {}
+
+    def update(self, now: Mapping[str, frozenset[str]]) -> list[str]:
+        """The reasons of ``now`` (region -> reasons met at this read) its region did not meet last time."""
+        new = [r for key, met in now.items() for r in met - self._last.get(key, frozenset())]
+        self._last = dict(now)
+        return new
+
+
 class Tally:
     """Thread-safe cumulative counts by label value (skip reasons, NVML calls)."""
 
@@ -65,6 +79,16 @@ class Tally:
     def snapshot(self) -> dict[str, int]:
         with self._lock:
             return dict(self._counts)
+
+
+@dataclass
+class RegionRead:
+    """One pass over the regions: snapshots by (pod UID, container), and what could not be read."""
+
+    found: dict[tuple[str, str], RegionSnapshot] = field(default_factory=dict)
+    unreadable: set[tuple[str, str]] = field(default_factory=set)  # never exported as idle
+    states: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)  # reason -> regions meeting it now
 
 
 class MonitorCollector(Collector):
@@ -98,29 +122,39 @@ class MonitorCollector(Collector):
         self._duration = collect_duration(registry, node)
         self._warned: set[str] = set()
         self._renderer = TextRenderer()
+        self._onsets = Onsets()
 
-    def read_regions(self) -> tuple[dict[tuple[str, str], RegionSnapshot], dict[str, int]]:
-        """Snapshot every loaded region; count states and skip reasons."""
+    def read_regions(self) -> RegionRead:
+        """Snapshot every loaded region; count states, skip reasons met now, and their onsets."""
+        out = RegionRead()
         states: Counter[str] = Counter()
-        found: dict[tuple[str, str], RegionSnapshot] = {}
-        met: list[str] = []
+        met: dict[str, frozenset[str]] = {}
         with self._lister.lock:
             for c in self._lister.containers():
                 if c.region is None:
-                    states["skipped" if c.open_error is not None else "initialising"] += 1
+                    if c.open_error is None:
+                        states["initialising"] += 1
+                        continue
+                    states["skipped"] += 1
+                    out.unreadable.add((c.pod_uid, c.name))
+                    met[c.dirname] = frozenset({c.open_error.reason})
                     continue
                 snap = c.region.read()
                 if isinstance(snap, RegionRejected):
                     states[snap.state] += 1
                     if snap.reason:
-                        met.append(snap.reason)
+                        out.unreadable.add((c.pod_uid, c.name))
+                        met[c.dirname] = frozenset({snap.reason})
                         self._warn_once(c.dirname, f"Skipping region of {c.dirname}: {snap.detail}")
                     continue
                 states["ok"] += 1
-                met.extend(snap.issues)
-                found.setdefault((c.pod_uid, c.name), snap)
-        self.skips.add(met)
-        return found, dict(states)
+                if snap.issues:
+                    met[c.dirname] = frozenset(snap.issues)
+                out.found.setdefault((c.pod_uid, c.name), snap)
+            self.skips.add(self._onsets.update(met))
+        out.states = dict(states)
+        out.skipped = dict(Counter(r for reasons in met.values() for r in reasons))
+        return out
 
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:
@@ -135,9 +169,9 @@ class MonitorCollector(Collector):
         self._warn_once(f"{uid_of(pod)}: {detail}", f"Pod {where}: {detail}")
 
     def view(self) -> NodeView:
-        found, states = self.read_regions()
+        read = self.read_regions()
         pods = list(self._pods())
-        containers = attribute(pods, found, self._decode, self._decode_failed)
+        containers = attribute(pods, read.found, self._decode, self._decode_failed, read.unreadable)
         return NodeView(
             node=self.node,
             now=self._clock(),
@@ -145,7 +179,8 @@ class MonitorCollector(Collector):
             containers=tuple(containers),
             pod_labels=tuple(pod_labels(pods, self._allowlist)),
             migs=tuple(mig_devices(pods, self._decode_mig, self._pod_error)),
-            regions=states,
+            regions=read.states,
+            skipped=read.skipped,
         )
 
     def families(self) -> list[Family]:

@@ -64,6 +64,7 @@ class NodeView:
     pod_labels: tuple[PodLabels, ...] = ()
     migs: tuple[MigView, ...] = ()
     regions: Mapping[str, int] = field(default_factory=dict)  # state -> count
+    skipped: Mapping[str, int] = field(default_factory=dict)  # reason -> regions affected now
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,13 @@ _CTR = (
         "over",
     ),
     ("hami_container_device_memory_bytes", "Container device memory usage in bytes", "used"),
-    ("hami_container_device_utilization_ratio", "Container device SM utilization ratio (0-100)", "sm"),
+    # HAMi's meaning: the raw sum over the container's processes, which can exceed 100.
+    (
+        "hami_container_device_utilization_ratio",
+        "Container device SM utilization ratio: the sum of its processes' SM use (0-100 each, so the "
+        "sum can exceed 100)",
+        "sm_sum",
+    ),
     ("hami_vgpu_memory_context_bytes", "Container device memory context size in bytes", "context"),
     ("hami_vgpu_memory_module_bytes", "Container device memory module size in bytes", "module"),
     ("hami_vgpu_memory_buffer_bytes", "Container device memory buffer size in bytes", "buffer"),
@@ -186,6 +193,7 @@ def container_families(view: NodeView, legacy: bool) -> list[Family]:
                 "limit": d.limit_bytes,
                 "over": 1 if d.over_limit else 0,
                 "sm": d.sm_util_percent,
+                "sm_sum": d.sm_util_sum,
                 "context": d.context_bytes,
                 "module": d.module_bytes,
                 "buffer": d.buffer_bytes,
@@ -206,7 +214,7 @@ def container_families(view: NodeView, legacy: bool) -> list[Family]:
                     (*llv, str(d.context_bytes), str(d.module_bytes), str(d.buffer_bytes), str(off)),
                     d.used_bytes,
                 )
-                lutil.add(llv, d.sm_util_percent)
+                lutil.add(llv, d.sm_util_sum)
                 if since is not None:
                     lkern.add(llv, since)
     out: list[Family] = [*fams, elapsed]
@@ -249,15 +257,22 @@ def self_families(
         regions.add((state, view.node, ZONE), view.regions.get(state, 0))
     skips = _c(
         "hami_monitor_region_skips",
-        "Regions, slots or devices skipped or clamped, by reason",
+        "Times a region started being skipped or clamped for a reason (a region that stays broken "
+        "counts once)",
+        ("reason", "node", "zone"),
+    )
+    skipped = _g(
+        "hami_monitor_regions_skipped",
+        "Regions skipped or clamped at this scrape, by reason",
         ("reason", "node", "zone"),
     )
     for reason in reasons:
         skips.add((reason, view.node, ZONE), counters.region_skips.get(reason, 0))
+        skipped.add((reason, view.node, ZONE), view.skipped.get(reason, 0))
     nvml = _c("hami_monitor_nvml_errors", "Failed NVML calls, by call", ("call", "node", "zone"))
     for call in sorted({*calls, *counters.nvml_errors}):
         nvml.add((call, view.node, ZONE), counters.nvml_errors.get(call, 0))
-    return [regions, skips, nvml]
+    return [regions, skips, skipped, nvml]
 
 
 POD_LABELS_BASE = ("namespace", "pod", "node")

@@ -75,13 +75,10 @@ class Monitor:
         )
         # not registered: /metrics renders it itself (serve's ``exposition``), beside the registry
         build_info("monitor", self.registry)
-        self.feedback = FeedbackLoop(self.lister, pod_uids, on_update=self._on_update, mig_lock=mig_lock)
+        self.feedback = FeedbackLoop(self.lister, pod_uids, mig_lock=mig_lock)
         self._cfg = cfg
         self._ready = ready
         self.server: Server | None = None
-
-    def _on_update(self, errors: list[str]) -> None:
-        self.skips.add(errors)
 
     def start(self) -> None:
         os.makedirs(os.path.join(self._cfg.hook_path, "containers"), exist_ok=True)

@@ -4,7 +4,8 @@
   Seeded with the ``hami.io/node-nvidia-register`` annotation the device plugin writes (the plugin
   rewrites it when it starts) and a fresh handshake.
 - ``stale-node``: a GPU node whose device plugin went away: the scheduler's ``Requesting`` handshake
-  is 20 minutes old and unanswered (expired handshake).
+  is 20 minutes old and unanswered, and kubelet advertises no allocatable GPU (expired handshake: the
+  scheduler drops the node).
 - GPU pods bound to ``sim-node`` with ``hami.io/vgpu-devices-allocated``: their containers get
   HAMi-core regions on the simulated node.
 - ``scenarios/overlimit``: a pod whose container will use more than its vGPU memory limit.
@@ -102,8 +103,12 @@ def fake_nvml_spec(gpus: int) -> dict[str, Any]:
     }
 
 
-def gpu_node(name: str, node_index: int, gpus: int, handshake: str, pool: str) -> dict[str, Any]:
+def gpu_node(
+    name: str, node_index: int, gpus: int, handshake: str, pool: str, *, allocatable: int | None = None
+) -> dict[str, Any]:
+    """A GPU node; ``allocatable`` overrides the GPUs kubelet advertises (0 once its plugin is gone)."""
     resources = {"cpu": "64", "memory": "512Gi", "pods": "110", ann.RESOURCE_GPU: str(gpus * SPLIT_COUNT)}
+    slots = gpus * SPLIT_COUNT if allocatable is None else allocatable
     return node(
         name,
         labels={"kubernetes.io/hostname": name, "gpu": "on", POOL_LABEL: pool},
@@ -112,7 +117,7 @@ def gpu_node(name: str, node_index: int, gpus: int, handshake: str, pool: str) -
             ann.NODE_HANDSHAKE: handshake,
         },
         capacity=resources,
-        allocatable=resources,
+        allocatable={**resources, ann.RESOURCE_GPU: str(slots)},
         conditions=[{"type": "Ready", "status": "True"}],
     )
 
@@ -173,7 +178,8 @@ def objects(gpus: int, now: datetime, scenarios: bool) -> list[dict[str, Any]]:
     out = [gpu_node(NODE, 0, gpus, format_handshake(Handshake(REPORTED, now)), "a100")]
     if scenarios:
         # the scheduler asked 20 minutes ago and no device plugin answered
-        out.append(gpu_node(STALE_NODE, 1, 2, format_requesting(now - timedelta(minutes=20)), "a100"))
+        stale = format_requesting(now - timedelta(minutes=20))
+        out.append(gpu_node(STALE_NODE, 1, 2, stale, "a100", allocatable=0))
         locked = gpu_node(LOCKED_NODE, 2, 1, format_handshake(Handshake(REPORTED, now)), "a100")
         crashed = NodeLock(now - timedelta(minutes=10), "scenarios", "crashed-bind")
         locked["metadata"]["annotations"][ann.NODE_LOCK] = format_node_lock(crashed)

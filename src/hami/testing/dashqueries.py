@@ -46,6 +46,15 @@ def panel_queries(path: Path) -> list[PanelQuery]:
     ]
 
 
+def all_values(path: Path) -> dict[str, str]:
+    """name -> allValue of each variable with "All": what Grafana interpolates when it has no values."""
+    return {
+        var["name"]: var["allValue"]
+        for var in load(path)["templating"]["list"]
+        if var.get("includeAll") and var.get("allValue")
+    }
+
+
 def variable_queries(path: Path) -> dict[str, tuple[str, str]]:
     """name -> (metric, label) of each ``label_values`` query variable of the dashboard."""
     out: dict[str, tuple[str, str]] = {}
@@ -111,11 +120,15 @@ def run_all(prom: Prometheus, directory: Path, rate_interval: str) -> dict[Panel
     out: dict[PanelQuery, tuple[str, int]] = {}
     for path in dashboard_files(directory):
         values = {name: prom.label_values(*mq) for name, mq in variable_queries(path).items()}
+        fallback = all_values(path)
         for q in panel_queries(path):
-            used_empty = [n for n, v in values.items() if not v and re.search(r"\$\{?" + n + r"\b", q.expr)]
+            expr = q.expr
+            for name in [n for n, v in values.items() if not v and n in fallback]:
+                expr = re.sub(r"\$\{" + name + r"\}|\$" + name + r"\b", _const(fallback[name]), expr)
+            used_empty = [n for n, v in values.items() if not v and re.search(r"\$\{?" + n + r"\b", expr)]
             if used_empty:
                 out[q] = (f"variable ${used_empty[0]} has no values", 0)
                 continue
-            expr = substitute(q.expr, values, rate_interval)
+            expr = substitute(expr, values, rate_interval)
             out[q] = (expr, len(prom.query(expr)))
     return out

@@ -81,6 +81,32 @@ def options(args: argparse.Namespace) -> StackOptions:
     )
 
 
+def tool(name: str) -> str:
+    """How to run one of hami's console scripts from this interpreter's environment."""
+    script = Path(sys.executable).parent / name
+    return str(script) if script.exists() else f"{sys.executable} -m hami.{name.removeprefix('hami-')}"
+
+
+def commands(stack: Stack) -> list[str]:
+    """The exact hami-doctor and hami-tune command lines for this demo cluster."""
+    doctor = f"{tool('hami-doctor')} --kubeconfig {stack.kubeconfig}"
+    out = []
+    if SCHEDULER in stack.running:
+        url = f" --scheduler-url {stack.url(SCHEDULER)}"
+        out += [
+            f"{tool('hami-doctor')} pod scenarios/{cluster.PENDING} --kubeconfig {stack.kubeconfig}{url}",
+            f"{doctor} nodes{url}",
+        ]
+    else:
+        out.append(f"{tool('hami-doctor')} pod scenarios/{cluster.PENDING} --kubeconfig {stack.kubeconfig}")
+    out += [
+        f"{tool('hami-doctor')} logs {stack.procs.log_dir}",
+        # the demo's history is minutes long: a window the tuner accepts for it, and it says so
+        f"{tool('hami-tune')} --prometheus-url {stack.url('prometheus')} --window 10m",
+    ]
+    return out
+
+
 def banner(stack: Stack, skipped: list[str]) -> str:
     names = {
         MONITOR: "vGPU monitor",
@@ -88,9 +114,11 @@ def banner(stack: Stack, skipped: list[str]) -> str:
         DEVICE_PLUGIN: "device plugin",
     }
     lines = ["", "HAMi demo is running on a simulated cluster (Ctrl-C stops it).", ""]
-    lines.append(f"  Prometheus          {stack.url('prometheus')}   (rules: {stack.opts.rules})")
-    lines.append(f"    alerts            {stack.url('prometheus')}/alerts")
-    lines.append(f"  Alertmanager        {stack.url('alertmanager')}")
+    lines.append(f"  Prometheus          {stack.prometheus_page('graph')}   (rules: {stack.opts.rules})")
+    lines.append(f"    alerts            {stack.prometheus_page('alerts')}")
+    lines.append(f"    targets           {stack.prometheus_page('targets')}")
+    lines.append(f"  Alertmanager        {stack.url('alertmanager')}/#/alerts")
+    lines.append(f"    notifications     {stack.notifications}   (tail -f; grouped and inhibited)")
     for c in stack.running:
         lines.append(f"  {names[c]:<20}{stack.url(c)}/metrics")
     lines.append(f"  kube-state-metrics  {stack.url('ksm')}/metrics   (stand-in)")
@@ -99,10 +127,12 @@ def banner(stack: Stack, skipped: list[str]) -> str:
         lines.append(f"  {names[c]:<20}not started ({MODULES[c]} is not in this checkout, or --skip)")
     lines += ["", "Grafana: add a Prometheus data source at " + stack.url("prometheus") + ", then import:"]
     lines += [f"  {path}" for path in sorted(DASHBOARDS.glob("*.json"))]
+    lines += ["", "Ask the doctor and the tuner about this cluster:"]
+    lines += [f"  {line}" for line in commands(stack)]
     lines += [
         "",
         "Scenarios (alerts fire once their `for:` durations, 0-15 minutes, have passed):",
-        f"  node {cluster.STALE_NODE}: expired handshake",
+        f"  node {cluster.STALE_NODE}: expired handshake and no allocatable GPU (the scheduler drops it)",
         f"  node {cluster.LOCKED_NODE}: expired lock of a crashed bind, broken and held again",
         f"  pod scenarios/{cluster.PENDING}: stays Pending",
         f"  pod scenarios/{cluster.OVERLIMIT.name}: uses more than its vGPU memory limit",

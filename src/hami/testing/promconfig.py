@@ -1,7 +1,11 @@
 """Configuration files for the demo's Prometheus and Alertmanager, and a fast copy of the rules.
 
-The scrape job names are the ones alerts/config.yaml gives the rules (`hami-monitor`, `hami-scheduler`,
-`hami-device-plugin`), plus `kube-state-metrics` for the seed's per-pod pending alert.
+The scrape job names are the ones the thresholds file gives the rules (`hami-monitor`,
+`hami-scheduler`, `hami-device-plugin`), plus `kube-state-metrics` for the per-pod pending alert.
+Prometheus carries the demo's `cluster` as an external label (alerts and federation see it; local
+queries do not, so the dashboards' cluster variable is "All"). Alertmanager runs the shipped
+alerts/alertmanager.yaml (its grouping and inhibitions) with the receiver pointed at the demo's file
+sink.
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ JOB_DEVICE_PLUGIN = "hami-device-plugin"
 JOB_KSM = "kube-state-metrics"
 
 
+CLUSTER = "hami-demo"
+
+
 def prometheus_config(
     targets: Mapping[str, str],
     rule_files: list[Path],
@@ -33,7 +40,7 @@ def prometheus_config(
             "scrape_interval": scrape_interval,
             "scrape_timeout": scrape_interval if seconds(scrape_interval) < 10 else "10s",
             "evaluation_interval": evaluation_interval,
-            "external_labels": {"cluster": "hami-demo"},
+            "external_labels": {"cluster": CLUSTER},
         },
         "rule_files": [str(p) for p in rule_files],
         "scrape_configs": [
@@ -45,18 +52,14 @@ def prometheus_config(
     return yaml.safe_dump(cfg, sort_keys=False)
 
 
-def alertmanager_config(group_wait: str = "10s", group_interval: str = "30s") -> str:
-    """One catch-all route to a receiver with no integrations: alerts are kept and shown, sent nowhere."""
-    cfg = {
-        "route": {
-            "receiver": "hami-demo",
-            "group_by": ["alertname", "node"],
-            "group_wait": group_wait,
-            "group_interval": group_interval,
-            "repeat_interval": "4h",
-        },
-        "receivers": [{"name": "hami-demo"}],
-    }
+def alertmanager_config(
+    shipped: str, sink_url: str, group_wait: str = "10s", group_interval: str = "30s"
+) -> str:
+    """The shipped configuration (routes, inhibitions) with its receivers sending to ``sink_url``."""
+    cfg: dict[str, Any] = yaml.safe_load(shipped)
+    cfg["route"].update(group_wait=group_wait, group_interval=group_interval)
+    for receiver in cfg["receivers"]:
+        receiver["webhook_configs"] = [{"url": sink_url, "send_resolved": True}]
     return yaml.safe_dump(cfg, sort_keys=False)
 
 

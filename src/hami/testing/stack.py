@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+import requests
 import yaml
 
 from hami.testing import cluster, dashqueries, promconfig
@@ -24,6 +25,7 @@ from hami.testing.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
 RULES = ROOT / "alerts" / "hami-rules.yaml"
+ALERTMANAGER_CONFIG = ROOT / "alerts" / "alertmanager.yaml"
 DASHBOARDS = ROOT / "dashboards"
 ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
 
@@ -49,6 +51,7 @@ class Ports:
 
     kubeapi: int = 0
     ksm: int = 0
+    alertsink: int = 0  # Alertmanager's webhook receiver (notifications to a file)
     extender: int = 0  # the extender's /filter and /bind
     monitor: int = 9394
     scheduler: int = 9395
@@ -73,6 +76,7 @@ class StackOptions:
     sim_interval: float = 1.0
     components: tuple[str, ...] = (MONITOR, SCHEDULER, DEVICE_PLUGIN)
     ready_timeout: float = 120.0
+    node_lock_timeout: str = ""  # the scheduler's --node-lock-timeout; "" keeps its default (5m)
 
 
 class Stack:
@@ -83,6 +87,7 @@ class Stack:
         self.ports: dict[str, int] = {}
         self.running: list[str] = []
         self.kubeconfig = self.work / "kubeconfig"
+        self.notifications = self.work / "notifications.log"
 
     # ---- addresses ----
 
@@ -101,6 +106,17 @@ class Stack:
     @property
     def kube_url(self) -> str:
         return self.url("kubeapi")
+
+    def prometheus_page(self, page: str) -> str:
+        """The URL of a Prometheus UI page that answers on this build: Debian's 2.42 ships only the
+        classic UI, under ``/classic/``; upstream builds serve ``/<page>``."""
+        base = self.url("prometheus")
+        try:
+            if requests.get(f"{base}/{page}", timeout=5, allow_redirects=False).status_code == 200:
+                return f"{base}/{page}"
+        except requests.RequestException:
+            pass
+        return f"{base}/classic/{page}"
 
     def metrics_targets(self) -> dict[str, str]:
         """Scrape job -> address of every running daemon."""
@@ -216,6 +232,8 @@ class Stack:
             "--scheduler-name", cluster.SCHEDULER_NAME,
             "--kubeconfig", str(self.kubeconfig),
         ]  # fmt: skip
+        if self.opts.node_lock_timeout:
+            args += ["--node-lock-timeout", self.opts.node_lock_timeout]
         self.procs.python("scheduler", "hami.scheduler", args)
         self._wait(self.url(SCHEDULER) + "/metrics", "the scheduler extender's metrics")
         self._wait(self.url("extender") + "/healthz", "the scheduler extender")
@@ -284,13 +302,27 @@ class Stack:
         self._wait(self.url(DEVICE_PLUGIN) + "/metrics", "the device plugin")
 
     def _start_alertmanager(self) -> None:
+        self.procs.python(
+            "alertsink",
+            "hami.testing.alertsink",
+            ["--bind", self.addr("alertsink"), "--out", str(self.notifications)],
+        )
+        self._wait_for(self.notifications.exists, "the alert sink")
         config = self.work / "alertmanager.yml"
-        config.write_text(promconfig.alertmanager_config(group_wait="1s" if self.fast else "10s"))
+        config.write_text(
+            promconfig.alertmanager_config(
+                ALERTMANAGER_CONFIG.read_text(encoding="utf-8"),
+                self.url("alertsink") + "/",
+                group_wait="1s" if self.fast else "10s",
+            )
+        )
         argv = [
             ALERTMANAGER,
             f"--config.file={config}",
             f"--storage.path={self.work / 'alertmanager-data'}",
             f"--web.listen-address={self.addr('alertmanager')}",
+            # links in notifications and the UI point here, not at this machine's hostname
+            f"--web.external-url={self.url('alertmanager')}",
             "--cluster.listen-address=",  # no HA gossip port: one instance, nothing else to bind
         ]
         self.procs.start("alertmanager", argv)
@@ -316,6 +348,8 @@ class Stack:
             f"--config.file={config}",
             f"--storage.tsdb.path={self.work / 'prometheus-data'}",
             f"--web.listen-address={self.addr('prometheus')}",
+            # alerts' generator links (and Alertmanager's "Source") point here
+            f"--web.external-url={self.url('prometheus')}",
             "--web.enable-lifecycle",
         ]
         self.procs.start("prometheus", argv)

@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from hami.core.duration import parse_prometheus_duration
 from hami.tune import recommend, tables
 from hami.tune.recommend import Evidence, Recommendation
 
@@ -61,9 +62,30 @@ class _Session:
         out, self.evidence = tuple(self.evidence), []
         return out
 
+    def history(self, series: str, window: str) -> float | None:
+        """Seconds of ``series`` Prometheus holds within ``window`` (None: no sample at all)."""
+        step = _step(window)
+        return self.scalar(f"time() - min(min_over_time(timestamp({series})[{window}:{step}s]))")
+
+
+def _step(window: str) -> int:
+    """Subquery resolution for history checks: about 100 points over the window, 1 to 10 minutes."""
+    return min(600, max(60, int(parse_prometheus_duration(window).total_seconds() / 100)))
+
+
+def _too_short(s: _Session, parameter: str, series: str, window: str) -> Recommendation | None:
+    """A refusal when the history of ``series`` does not cover ``window`` (one step of slack)."""
+    need = parse_prometheus_duration(window).total_seconds()
+    have = s.history(series, window)
+    if have is None or have + 2 * _step(window) >= need:
+        return None
+    return recommend.short_history(parameter, series, window, need, have, evidence=s.take())
+
 
 def _kube_client(s: _Session, cfg: Settings) -> Recommendation:
     sch, w = f'job="{cfg.scheduler_job}"', cfg.window
+    if short := _too_short(s, "--kube-qps/--kube-burst", f"rest_client_requests_total{{{sch}}}", w):
+        return short
     nodes = s.scalar(f"max(sum by (instance) (hami_scheduler_nodes{{{sch}}}))")
     qps = s.scalar(f"max(hami_kube_client_qps{{{sch}}})")
     burst = s.scalar(f"max(hami_kube_client_burst{{{sch}}})")
@@ -83,6 +105,8 @@ def _kube_client(s: _Session, cfg: Settings) -> Recommendation:
 
 def _memory_scaling(s: _Session, cfg: Settings) -> Recommendation:
     mon, w = f'job="{cfg.monitor_job}"', cfg.window
+    if short := _too_short(s, "deviceMemoryScaling", f"hami_vgpu_memory_used_bytes{{{mon}}}", w):
+        return short
     requested = s.vector(f"sum by (node) (hami_vgpu_memory_limit_bytes{{{mon}}})")
     peak = s.vector(
         f"sum by (node) (max_over_time(hami_vgpu_memory_used_bytes{{{mon}}}[{w}])"
@@ -93,9 +117,7 @@ def _memory_scaling(s: _Session, cfg: Settings) -> Recommendation:
         f"max by (node) (max_over_time((hami_host_gpu_memory_used_bytes{{{mon}}}"
         f" / on (node, device_uuid) group_left () (hami_host_gpu_memory_total_bytes{{{mon}}} > 0))[{w}:5m]))"
     )
-    history = s.scalar(
-        f"time() - min(min_over_time(timestamp(hami_vgpu_memory_limit_bytes{{{mon}}})[{w}:10m]))"
-    )
+    history = s.history(f"hami_vgpu_memory_limit_bytes{{{mon}}}", w)
     evidence = s.take()
     if not requested or not peak:
         needed = (f"hami_vgpu_memory_limit_bytes{{{mon}}}", f"hami_vgpu_memory_used_bytes{{{mon}}}")
@@ -113,13 +135,17 @@ def _memory_scaling(s: _Session, cfg: Settings) -> Recommendation:
 
 def _split_count(s: _Session, cfg: Settings) -> Recommendation:
     mon, sch, w = f'job="{cfg.monitor_job}"', f'job="{cfg.scheduler_job}"', cfg.window
+    if short := _too_short(s, "deviceSplitCount", f"hami_vgpu_memory_limit_bytes{{{mon}}}", w):
+        return short
     smallest = s.scalar(f"min(min_over_time(hami_vgpu_memory_limit_bytes{{{mon}}}[{w}]))")
     nodes = s.scalar(f"max(sum by (instance) (hami_scheduler_nodes{{{sch}}}))")
-    current = s.scalar(f"max(hami_gpu_split_count{{{sch}}})")
-    pending = s.scalar(f"max(max_over_time(hami_scheduler_pending_pods{{{sch}}}[1h]))")
+    current = s.scalar(f"max(hami_gpu_split_limit{{{sch}}})")
+    pending = s.scalar(
+        f"max_over_time(sum(max by (namespace, reason) (hami_scheduler_pending_pods{{{sch}}}))[1h:1m])"
+    )
     saturated = s.scalar(
         f"count(max by (node, device_uuid) (hami_gpu_shared_count{{{sch}}})"
-        f" >= on (node, device_uuid) max by (node, device_uuid) (hami_gpu_split_count{{{sch}}}))"
+        f" >= on (node, device_uuid) max by (node, device_uuid) (hami_gpu_split_limit{{{sch}}}))"
         f" or vector(0)"
     )
     evidence = s.take()
@@ -139,6 +165,9 @@ def _split_count(s: _Session, cfg: Settings) -> Recommendation:
 
 def _node_lock(s: _Session, cfg: Settings) -> Recommendation:
     sch, w = f'job="{cfg.scheduler_job}"', cfg.window
+    series = f"hami_scheduler_bind_duration_seconds_bucket{{{sch}}}"
+    if short := _too_short(s, "nodeLockExpire", series, w):
+        return short
     expired = s.scalar(f"sum(increase(hami_scheduler_node_lock_expired_total{{{sch}}}[{w}]))")
     bind = s.scalar(
         f"histogram_quantile(0.99, sum by (le) "

@@ -1,7 +1,10 @@
 """hami-tune: read the Prometheus HTTP API and print tuning recommendations with their evidence.
 
-Exit status: 0 every parameter has a recommendation; 3 at least one was refused for missing data;
-1 Prometheus could not be queried.
+Every recommendation is computed over --window (default 7d) and refused, naming the window, while
+Prometheus holds less history than that. Sections cited (tuning.md §N) are in docs/guides/tuning.md.
+
+Exit status: 0 every parameter has a recommendation; 3 at least one was refused for missing data or
+history; 1 Prometheus could not be queried; 2 bad arguments or an unreadable configuration file.
 """
 
 from __future__ import annotations
@@ -11,8 +14,10 @@ import sys
 import time
 from datetime import timedelta
 
+import yaml
+
 from hami.core.duration import duration_flag, prometheus_duration_flag
-from hami.tune import report
+from hami.tune import patch, report
 from hami.tune.collect import Settings, recommend_all
 from hami.tune.promapi import PrometheusClient, PrometheusError
 
@@ -26,12 +31,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--prometheus-url", required=True, help="base URL of Prometheus, e.g. http://localhost:9090"
     )
-    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument(
+        "--output",
+        choices=("text", "json", "patch"),
+        default="text",
+        help="text (default), json, or patch: merge patches of the device configuration ConfigMaps",
+    )
+    p.add_argument("--json", action="store_true", help="same as --output json")
     p.add_argument(
         "--window",
         type=prometheus_duration_flag,  # it goes into PromQL range selectors as it is
         default="7d",
         help="history the peaks and rates are taken over, a Prometheus duration (default 7d)",
+    )
+    p.add_argument(
+        "--device-config",
+        type=argparse.FileType("r", encoding="utf-8"),
+        help="with --output patch: the current device-config.yaml (kubectl -n hami-system get configmap "
+        "hami-device-config -o jsonpath='{.data.device-config\\.yaml}')",
+    )
+    p.add_argument(
+        "--node-config",
+        type=argparse.FileType("r", encoding="utf-8"),
+        help="with --output patch: the device plugin's current node config.json, for per-node scaling",
+    )
+    p.add_argument("--namespace", default="hami-system", help="namespace of the ConfigMaps (patch)")
+    p.add_argument("--device-configmap", default="hami-device-config", help="device config ConfigMap (patch)")
+    p.add_argument(
+        "--node-configmap", default="hami-device-plugin-node-config", help="node config ConfigMap (patch)"
     )
     p.add_argument("--time", type=float, default=None, help="evaluation time, unix seconds (default: now)")
     p.add_argument("--timeout", type=float, default=30.0, help="HTTP timeout per query, seconds")
@@ -49,7 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    output = "json" if args.json else args.output
+    if output == "patch" and args.device_config is None:
+        parser.error("--output patch needs --device-config FILE: the patch carries the whole device config")
     settings = Settings(
         window=args.window,
         monitor_job=args.monitor_job,
@@ -65,13 +96,21 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         client.close()
-    if args.json:
+    if output == "json":
         meta = {
             "prometheus_url": args.prometheus_url,
             "time": args.time if args.time is not None else time.time(),
             "window": args.window,
         }
         print(report.to_json(recs, meta))
+    elif output == "patch":
+        node_config = args.node_config.read() if args.node_config is not None else None
+        names = (args.namespace, args.device_configmap, args.node_configmap)
+        try:
+            print(patch.render(recs, args.device_config.read(), node_config, names), end="")
+        except (patch.PatchError, ValueError, yaml.YAMLError) as exc:
+            print(f"hami-tune: cannot patch the configuration: {exc}", file=sys.stderr)
+            return 2
     else:
         print(report.to_text(recs), end="")
     return EXIT_REFUSED if any(r.refused for r in recs) else 0

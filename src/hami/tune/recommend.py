@@ -1,6 +1,7 @@
 """Pure recommendation functions: measured inputs in, a recommendation with its reasons out.
 
-Nothing here talks to Prometheus; `hami.tune.collect` turns query results into these inputs.
+Nothing here talks to Prometheus; `hami.tune.collect` turns query results into these inputs. The
+reasons cite the tuning guide this repository ships, docs/guides/tuning.md, by section.
 """
 
 from __future__ import annotations
@@ -46,7 +47,26 @@ def refuse(parameter: str, missing: tuple[str, ...], evidence: tuple[Evidence, .
     )
 
 
-# --- --kube-qps / --kube-burst (§2.1) ---------------------------------------------------------------
+def short_history(
+    parameter: str, series: str, window: str, need_seconds: float, have_seconds: float,
+    *, evidence: tuple[Evidence, ...] = (),
+) -> Recommendation:
+    """Refusal of a recommendation computed over ``window`` when Prometheus holds less history."""
+    have = f"{have_seconds / 3600:.1f}h" if have_seconds >= 3600 else f"{have_seconds / 60:.0f}m"
+    return Recommendation(
+        parameter,
+        None,
+        reasons=(
+            f"refusing: {parameter} is computed over --window {window}, and Prometheus holds only {have} of "
+            f"{series}; wait until the history covers the window, or pass a --window it covers",
+        ),
+        evidence=evidence,
+        missing=(f"{window} of {series} history (have {have})",),
+        details={"needed_seconds": f"{need_seconds:.0f}", "history_seconds": f"{have_seconds:.0f}"},
+    )
+
+
+# --- --kube-qps / --kube-burst (§2.1) ----------------------------------------------------------------
 
 
 def client_tier(nodes: int) -> int:
@@ -69,7 +89,7 @@ class ClientInputs:
 
 def recommend_kube_client(inp: ClientInputs, evidence: tuple[Evidence, ...] = ()) -> Recommendation:
     index = client_tier(inp.nodes)
-    reasons = [f"{inp.nodes} nodes: tier {tables.CLIENT_TIERS[index].name} (tuning guide §2.1)"]
+    reasons = [f"{inp.nodes} nodes: tier {tables.CLIENT_TIERS[index].name} (docs/guides/tuning.md §2.1)"]
     throttled = (
         inp.mean_wait_seconds is not None and inp.mean_wait_seconds > tables.CLIENT_THROTTLED_WAIT_SECONDS
     )
@@ -104,7 +124,7 @@ def recommend_kube_client(inp: ClientInputs, evidence: tuple[Evidence, ...] = ()
     )
 
 
-# --- deviceMemoryScaling (§3) -----------------------------------------------------------------------
+# --- deviceMemoryScaling (§3) ------------------------------------------------------------------------
 
 
 def safe_overcommit_ratio(requested_bytes: float, peak_used_bytes: float) -> float:
@@ -117,9 +137,11 @@ def safe_overcommit_ratio(requested_bytes: float, peak_used_bytes: float) -> flo
 def scaling_for_ratio(ratio: float) -> tuple[float, str]:
     """Clamp a safe ratio to the guide's range, rounded down to 0.1, with the reason."""
     if ratio < tables.SCALING_DEFAULT:
-        return tables.SCALING_DEFAULT, "usage is not far below requests: do not over-commit, keep 1.0 (§3.3)"
+        return tables.SCALING_DEFAULT, (
+            "usage is not far below requests: do not over-commit, keep 1.0 (tuning.md §3.3)"
+        )
     if ratio > tables.SCALING_MAX:
-        return tables.SCALING_MAX, f"capped at {tables.SCALING_MAX} (aggressive over-commit, §3.1 table)"
+        return tables.SCALING_MAX, f"capped at {tables.SCALING_MAX} (aggressive over-commit, tuning.md §3.1)"
     return math.floor(ratio * 10 + 1e-9) / 10, "rounded down to 0.1"
 
 
@@ -145,7 +167,7 @@ def _node_scaling(n: NodeMemory) -> tuple[float | None, str]:
     ):
         return tables.SCALING_DEFAULT, (
             f"physical memory reached {n.peak_physical_ratio:.0%} on an over-committed card: "
-            "reduce to 1.0 (§6.1)"
+            "reduce to 1.0 (tuning.md §6.1)"
         )
     return value, f"safe ratio {ratio:.2f}, {why}"
 
@@ -163,14 +185,16 @@ def recommend_memory_scaling(
     reasons = [
         f"safe ratio = (Σ requested / Σ peak used) × {tables.OVERCOMMIT_SAFETY_FACTOR} = "
         f"({requested / tables.GIB:.1f} GiB / {peak / tables.GIB:.1f} GiB) × "
-        f"{tables.OVERCOMMIT_SAFETY_FACTOR} = {ratio:.2f} (§3.3); {why}",
+        f"{tables.OVERCOMMIT_SAFETY_FACTOR} = {ratio:.2f} (tuning.md §3.3); {why}",
     ]
     details: dict[str, str] = {"safe_ratio": f"{ratio:.4f}"}
     per_node = {n.node: _node_scaling(n) for n in nodes}
     risky = [node for node, (v, r) in per_node.items() if v is not None and "§6.1" in r]
     if risky:
         value = tables.SCALING_DEFAULT
-        reasons.append(f"nodes {', '.join(sorted(risky))} ran out of physical memory: 1.0 globally (§6.1)")
+        reasons.append(
+            f"nodes {', '.join(sorted(risky))} ran out of physical memory: 1.0 globally (tuning.md §6.1)"
+        )
     for node, (v, r) in sorted(per_node.items()):
         if v is not None and v != value:
             details[f"node/{node}"] = f"{v:g}"
@@ -178,14 +202,14 @@ def recommend_memory_scaling(
     if history_seconds is not None and history_seconds < 7 * 86400:
         reasons.append(
             f"peaks cover only {history_seconds / 3600:.1f}h of data; the guide observes a week before "
-            "settling the ratio (§3.3)"
+            "settling the ratio (tuning.md §3.3)"
         )
     currents = {n.current_scaling for n in nodes if n.current_scaling is not None}
     current = ", ".join(f"{c:g}" for c in sorted(currents)) if currents else None
     return Recommendation(name, f"{value:g}", current, tuple(reasons), evidence, details=details)
 
 
-# --- deviceSplitCount (§4) --------------------------------------------------------------------------
+# --- deviceSplitCount (§4) ---------------------------------------------------------------------------
 
 
 def split_for_min_request(min_request_bytes: float, nodes: int | None) -> tuple[int, str]:
@@ -200,9 +224,9 @@ def split_for_min_request(min_request_bytes: float, nodes: int | None) -> tuple[
         where = "node count unknown" if nodes is None else f"{nodes} nodes"
         return tables.SPLIT_LARGE_CLUSTER_MAX, (
             f"smallest request {gib:.2f} GiB ({label}): 30-50, kept at {tables.SPLIT_LARGE_CLUSTER_MAX} "
-            f"({where}; §4.5 keeps large clusters within 30)"
+            f"({where}; tuning.md §4.5 keeps large clusters within 30)"
         )
-    return count, f"smallest request {gib:.2f} GiB ({label}) -> {count} (§4.3)"
+    return count, f"smallest request {gib:.2f} GiB ({label}) -> {count} (tuning.md §4.3)"
 
 
 def next_split_step(count: int) -> int:
@@ -230,7 +254,7 @@ def recommend_split_count(inp: SplitInputs, evidence: tuple[Evidence, ...] = ())
             bigger = next_split_step(base)
             reasons.append(
                 f"{inp.pending_pods:g} GPU pods pending while {inp.saturated_devices:g} devices are at their "
-                f"split count: increase to {bigger} (§4.3 verification)"
+                f"split count: increase to {bigger} (tuning.md §4.3 verification)"
             )
             value = bigger
         else:
@@ -242,7 +266,7 @@ def recommend_split_count(inp: SplitInputs, evidence: tuple[Evidence, ...] = ())
     return Recommendation("deviceSplitCount", str(value), current, tuple(reasons), evidence)
 
 
-# --- nodeLockExpire (§2.2, §6.1) --------------------------------------------------------------------
+# --- nodeLockExpire (§2.2, §6.1) ---------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -257,24 +281,24 @@ def recommend_node_lock_expire(inp: LockInputs, evidence: tuple[Evidence, ...] =
     floor = max(tables.LOCK_MIN_SECONDS, math.ceil(inp.bind_p99_seconds * tables.LOCK_BIND_MARGIN / 60) * 60)
     reasons = [
         f"p99 bind {inp.bind_p99_seconds:.2f}s: the expiry must stay above "
-        f"{tables.LOCK_BIND_MARGIN} x p99 and the 2m floor, so >= {format_duration(floor)} (§2.2)"
+        f"{tables.LOCK_BIND_MARGIN} x p99 and the 2m floor, so >= {format_duration(floor)} (tuning.md §2.2)"
     ]
     slow_binds = inp.bind_p99_seconds * tables.LOCK_BIND_MARGIN >= inp.current_seconds
     if inp.expired_locks > 0 and slow_binds:
         value = float(max(tables.LOCK_SLOW_API_SECONDS, floor))
         reasons.append(
-            f"{inp.expired_locks:g} locks expired and binds are slow: raise to 8m-10m (§2.2, "
+            f"{inp.expired_locks:g} locks expired and binds are slow: raise to 8m-10m (tuning.md §2.2, "
             "'node lock expired, releasing')"
         )
     elif inp.expired_locks > 0 or inp.lock_wait_p99_seconds > tables.LOCK_LONG_WAIT_SECONDS:
         value = float(max(tables.LOCK_SHORT_SECONDS, floor))
         reasons.append(
             f"{inp.expired_locks:g} expired locks, p99 lock wait {inp.lock_wait_p99_seconds:.1f}s "
-            "while binds are fast: stale locks block nodes, shorten to 3m (§6.1)"
+            "while binds are fast: stale locks block nodes, shorten to 3m (tuning.md §6.1)"
         )
     else:
         value = float(max(tables.LOCK_DEFAULT_SECONDS, floor))
-        reasons.append("no expired locks and short lock waits: keep the 5m default (§2.2)")
+        reasons.append("no expired locks and short lock waits: keep the 5m default (tuning.md §2.2)")
     value = min(value, float(tables.LOCK_MAX_SECONDS))
     current = format_duration(inp.current_seconds)
     return Recommendation("nodeLockExpire", format_duration(value), current, tuple(reasons), evidence)

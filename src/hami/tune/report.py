@@ -32,7 +32,8 @@ def to_text(recs: list[Recommendation]) -> str:
             lines.append(f"    {ev.query}")
             lines.append(f"      ={where} {_value(ev.value)}")
         lines.append("")
-    return "\n".join(lines)
+    lines.append("Sections cited (tuning.md §N) are in docs/guides/tuning.md.")
+    return "\n".join(lines) + "\n"
 
 
 def to_json(recs: list[Recommendation], meta: dict[str, Any]) -> str:

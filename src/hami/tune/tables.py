@@ -1,4 +1,4 @@
-"""The tuning guide's tables and thresholds (seed 003 §2-§4, §6), as data.
+"""The tuning guide's tables and thresholds (docs/guides/tuning.md §2-§4, §6), as data.
 
 The dashboards generator draws its threshold lines from these same values.
 """

@@ -61,6 +61,7 @@ class DeviceUsage:
     # Σ used > limit > 0, used_bytes clamped. A flag, not the excess: an underflowed (wrapped) u64
     # sum also lands here, and its "excess" would be garbage.
     over_limit: bool = False
+    sm_util_sum: int = 0  # Σ device_util[i].sm_util as HAMi exports it: may exceed 100
 
 
 @dataclass(frozen=True)
@@ -261,7 +262,6 @@ def parse_region(
         util_sum = sm[d]
         if util_sum > 100:
             issues.append(reasons.SM_UTIL_OVER_100)
-            util_sum = 100
         sm_limit = sm_limits[d]
         if sm_limit > 100:
             issues.append(reasons.SM_LIMIT_OUT_OF_RANGE)
@@ -276,8 +276,9 @@ def parse_region(
                 module_bytes=module,
                 buffer_bytes=data,
                 offset_bytes=offset,
-                sm_util_percent=util_sum,
+                sm_util_percent=min(util_sum, 100),
                 over_limit=over,
+                sm_util_sum=util_sum,
             )
         )
     lkt_off = layout.off_last_kernel_time

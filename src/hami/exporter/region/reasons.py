@@ -2,7 +2,8 @@
 
 A region-level reason drops the whole container for that scrape; a slot-level one drops one
 process slot; a device-level one drops one device of one container; a clamp keeps the series but
-bounds its value. Each is counted once per scrape (or per discovery pass) that meets it.
+bounds its value. The counter adds one when a region starts meeting a reason (not at every scrape
+while it keeps meeting it); ``hami_monitor_regions_skipped`` shows the regions meeting each now.
 """
 
 from typing import Final
@@ -27,7 +28,7 @@ BAD_UUID: Final = "bad_uuid"  # not UTF-8, or not printable
 # Clamps.
 PROC_NUM_OUT_OF_RANGE: Final = "proc_num_out_of_range"  # clamped to [0, 1024]
 USAGE_OVER_LIMIT: Final = "usage_over_limit"  # used > limit > 0: exported as the limit
-SM_UTIL_OVER_100: Final = "sm_util_over_100"  # Σ sm_util > 100: exported as 100
+SM_UTIL_OVER_100: Final = "sm_util_over_100"  # Σ sm_util > 100: hami_vgpu_core_used_percent reads 100
 SM_LIMIT_OUT_OF_RANGE: Final = "sm_limit_out_of_range"  # sm_limit > 100: exported as 100
 
 ALL: Final = (

@@ -147,6 +147,9 @@ def fit_devices(view: NodeView, load: Load, req: ContainerRequest, ctx: PodConte
     orig = nums = req.nums
     opts = ctx.request.options
     filters_type, filters_uuid, numa_bind = opts.filters_type, opts.filters_uuid, opts.numa_bind
+    # HAMi's checkType also demands the request be of the card's device type (NVIDIA): a request of
+    # another type is CardTypeMismatch on every card, whatever the annotations say.
+    other_type = req.type != VENDOR
     mutex, topology = ctx.policy.mutex, ctx.policy.topology
     check_quota = ctx.quota is not None
     cores = req.coresreq
@@ -169,7 +172,7 @@ def fit_devices(view: NodeView, load: Load, req: ContainerRequest, ctx: PodConte
             reason = r.CARD_NOT_HEALTH
         elif d.cordoned:
             reason = r.CARD_CORDONED
-        elif filters_type and not opts.type_ok(d.type, d.mode):
+        elif other_type or (filters_type and not opts.type_ok(d.type, d.mode)):
             reason = r.CARD_TYPE_MISMATCH
         else:
             if numa_bind and d.numa != prevnuma:
@@ -233,7 +236,7 @@ def _devices(view: NodeView, picks: Sequence[Pick]) -> ContainerDevices:
 def _enough_cards(view: NodeView, req: ContainerRequest, ctx: PodContext) -> bool:
     """Do at least ``req.nums`` cards pass every check of Fit? (for ``order_free`` contexts)."""
     nums = req.nums
-    if nums > len(view.avail):
+    if nums > len(view.avail) or req.type != VENDOR:
         return False
     opts = ctx.request.options
     filters_type, filters_uuid, mutex = opts.filters_type, opts.filters_uuid, ctx.policy.mutex

@@ -21,12 +21,14 @@ from typing import Any
 
 from hami.core import annotations as ann
 from hami.core import klog
-from hami.core.codec.nodelock import CONTENTION
+from hami.core.codec.errors import CodecError
+from hami.core.codec.nodelock import CONTENTION, parse_rfc3339
 from hami.core.duration import format_duration
 from hami.core.kube import errors, raw
 from hami.core.kube.events import ObjectRef
-from hami.core.objects import labels_of
+from hami.core.objects import labels_of, meta_field
 from hami.scheduler.engine.requests import pod_request
+from hami.scheduler.extender.decisions import Recorder
 from hami.scheduler.extender.events import PodEvents
 from hami.scheduler.extender.nodelock import NodeLocker, NodeLockError
 from hami.scheduler.extender.state import Assignment, ClusterState
@@ -77,6 +79,7 @@ class Binder:
         *,
         is_leader: Callable[[], bool] = lambda: True,
         lock_retry_timeout: float = 28.0,
+        recorder: Recorder | None = None,
     ) -> None:
         self.state = state
         self.api = api_client
@@ -85,6 +88,7 @@ class Binder:
         self.is_leader = is_leader
         self.lock_retry_timeout = lock_retry_timeout
         self.metrics = state.metrics
+        self.recorder = recorder
 
     def bind(self, args: BindArgs) -> str:
         """Bind the pod; returns the ExtenderBindingResult ``Error`` ("" on success)."""
@@ -137,6 +141,7 @@ class Binder:
             annotations.update(assignment.annotations)
         annotations[ann.POD_BIND_PHASE] = ann.BIND_PHASE_ALLOCATING
         annotations[ann.POD_BIND_TIME] = str(int(time.time()))
+        gpus = request is not None  # the decision record follows HAMi pods only
         try:
             if request is not None and request.locks_node:
                 self._lock(args, pod)
@@ -168,13 +173,28 @@ class Binder:
             message = str(err)
             log.error("bind %s/%s to %s failed: %s", args.pod_namespace, args.pod_name, args.node, message)
             self.events.binding_failed(ref, message)
+            if self.recorder is not None and gpus:
+                contention = isinstance(err, NodeLockError) and err.contention
+                self.recorder.bind_failed(args.pod_namespace, args.pod_name, args.node, message, contention)
             return message
         if request is not None:
             with self.state.lock:  # the pod's own annotations account for it from now on
                 self.state.assignments.pop(request.uid, None)
         self.events.binding_succeed(ref, args.node)
+        if gpus:
+            self._bound(args, pod)
         log.v(4).info("bound %s/%s to %s", args.pod_namespace, args.pod_name, args.node)
         return ""
+
+    def _bound(self, args: BindArgs, pod: Mapping[str, Any]) -> None:
+        if self.recorder is not None:
+            self.recorder.bound(args.pod_namespace, args.pod_name, args.node)
+        created = meta_field(pod, "creationTimestamp")
+        try:
+            since = time.time() - parse_rfc3339(created).timestamp()
+        except CodecError:
+            return  # no creation time to measure from
+        self.metrics.pod_creation_to_bind.observe(max(since, 0.0))
 
     def _lock(self, args: BindArgs, pod: Mapping[str, Any]) -> None:
         started = time.monotonic()

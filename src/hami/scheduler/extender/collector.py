@@ -18,16 +18,18 @@ prometheus_client as reservations come and go.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from hami.core import annotations as ann
+from hami.core.codec.nodelock import DEFAULT_TIMEOUT
 from hami.core.kube.metrics import kube_metrics
-from hami.core.objects import annotations_of, name_of
+from hami.core.objects import annotations_of, name_of, namespace_of
 from hami.core.serve import build_info, listener_metrics
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor, describe_families
 from hami.core.serve.families import (
@@ -41,8 +43,10 @@ from hami.core.serve.families import (
 )
 from hami.scheduler.engine.nodes import NodeState
 from hami.scheduler.engine.usage import PodAllocation
+from hami.scheduler.extender.decisions import DecisionStore
 from hami.scheduler.extender.metrics import SchedulerMetrics
-from hami.scheduler.extender.state import NODE_STATES, ClusterState
+from hami.scheduler.extender.schedulable import SCHEDULABLE, node_reason
+from hami.scheduler.extender.state import NODE_STATES, ClusterState, NodeRecord
 
 MIB = 1048576
 ZONE = "vGPU"
@@ -58,7 +62,14 @@ def _scheduler_families() -> tuple[Family, ...]:
     """The extender's scrape-time state families, without samples."""
     leader = _g("hami_scheduler_is_leader", "1 when this replica leads (binds and writes handshakes).", [])
     synced = _g("hami_scheduler_cache_synced", "1 once informers synced and a register pass completed.", [])
-    pending = _g("hami_scheduler_pending_pods", "Pods requesting HAMi resources in phase Pending.", [])
+    pending = _g(
+        "hami_scheduler_pending_pods",
+        "Pods requesting HAMi resources in phase Pending, by namespace and the reason of the extender's "
+        "latest decision (a Fit reason code, NotFiltered, WaitingForBind, NodeLockContention, Bound); "
+        "exported by the leader only.",
+        ["namespace", "reason"],
+    )
+    records = _g("hami_scheduler_decision_records", "Pods in the decision record (bounded LRU).", [])
     states = _g(
         "hami_scheduler_nodes",
         "Nodes by registration state (healthy, handshake_expired, unregistered, decode_error).",
@@ -75,7 +86,13 @@ def _scheduler_families() -> tuple[Family, ...]:
         "1 while the node carries a hami.io/mutex.lock annotation.",
         ["node"],
     )
-    return (leader, synced, pending, states, ages, held)
+    schedulable = _g(
+        "hami_scheduler_node_schedulable",
+        "1 when the scheduler places GPU pods on the node, else 0 with the reason (handshake_expired, "
+        "node_lock, decode_error, no_devices, unhealthy); reason is ok when schedulable.",
+        ["node", "reason"],
+    )
+    return (leader, synced, pending, states, ages, held, schedulable, records)
 
 
 class _Allocation(NamedTuple):
@@ -122,8 +139,9 @@ class _PodText(NamedTuple):
 def _allocation_families() -> tuple[_Allocation, list[Family]]:
     """HAMi's §7.1 families, current names and the pre-2.9 ones, without samples."""
     split = _g(
-        "hami_gpu_split_count",
-        "Configured split count of the GPU (count in the register annotation).",
+        "hami_gpu_split_limit",
+        "Containers the GPU may hold at once: its split count (count in the register annotation). "
+        "Named _limit, not _count: a _count suffix reads as a histogram's.",
         _DEV,
     )
     mem_limit = _g("hami_gpu_memory_limit_bytes", "Device memory limit for a certain GPU", _DEV)
@@ -239,12 +257,17 @@ class StateCollector(Collector):
         state: ClusterState,
         is_leader: Callable[[], bool],
         legacy: bool = False,
+        *,
         now: Callable[[], datetime] = lambda: datetime.now().astimezone(),
+        lock_timeout: timedelta = DEFAULT_TIMEOUT,
+        decisions: DecisionStore | None = None,
     ) -> None:
         self.state = state
         self.is_leader = is_leader
         self.legacy = legacy
         self.now = now
+        self.lock_timeout = lock_timeout  # the expiry the extender's NodeLocker enforces
+        self.decisions = decisions if decisions is not None else DecisionStore()
         self._renderer = TextRenderer()
         self._node_text: dict[str, _NodeText] = {}  # guarded by the state lock
         self._pod_text: dict[str, _PodText] = {}
@@ -263,23 +286,46 @@ class StateCollector(Collector):
         return self._renderer.render([*self._scheduler(), *self._allocations(rendered=True)], openmetrics)
 
     def _scheduler(self) -> tuple[Family, ...]:
-        leader, synced, pending, states, ages, held = _scheduler_families()
-        leader.add((), 1.0 if self.is_leader() else 0.0)
+        leader, synced, pending, states, ages, held, schedulable, size = _scheduler_families()
+        is_leader = self.is_leader()
+        leader.add((), 1.0 if is_leader else 0.0)
         synced.add((), 1.0 if self.state.synced.is_set() and self.state.informers_synced() else 0.0)
-        pending.add((), float(self.state.pending_gpu_pods()))
+        size.add((), float(len(self.decisions)))
+        if is_leader:  # kube-scheduler asks the leader's extender: followers hold no decisions
+            reasons = Counter(
+                (namespace_of(p), self.decisions.pending_reason(p))
+                for p in self.state.pending_gpu_pods()
+            )
+            for labels, n in sorted(reasons.items()):
+                pending.add(labels, float(n))
         now = self.now()
         with self.state.lock:
             counts = dict.fromkeys(NODE_STATES, 0)
-            for name, record in self.state.records.items():
+            records = dict(self.state.records)
+            for name, record in records.items():
                 counts[record.state] = counts.get(record.state, 0) + 1
                 if record.handshake is not None:
                     ages.add((name,), max((now - record.handshake).total_seconds(), 0.0))
         for st, n in counts.items():
             states.add((st,), float(n))
+        for reason, name in self.node_reasons(records, now):
+            schedulable.add((name, reason), 1.0 if reason == SCHEDULABLE else 0.0)
         for node in self.state.node_informer.list():
             if ann.NODE_LOCK in annotations_of(node):
                 held.add((name_of(node),), 1.0)
-        return (leader, synced, pending, states, ages, held)
+        return (leader, synced, pending, states, ages, held, schedulable, size)
+
+    def node_reasons(self, records: dict[str, NodeRecord], now: datetime) -> list[tuple[str, str]]:
+        """(reason, node) for every node the register pass has seen."""
+        def pod_exists(namespace: str, name: str) -> bool:
+            return self.state.get_pod(namespace, name) is not None
+
+        out = []
+        for name in sorted(records):
+            node = self.state.get_node(name)
+            annos = annotations_of(node) if node is not None else {}
+            out.append((node_reason(records[name], annos, now, self.lock_timeout, pod_exists), name))
+        return out
 
     def _allocations(self, rendered: bool = False) -> list[Family]:
         """HAMi's §7.1 families. ``rendered``: the per-device and per-pod series come as cached text,

@@ -18,6 +18,8 @@ from hami.scheduler.engine.admission import WebhookConfig
 from hami.scheduler.engine.decision import FilterConfig
 from hami.scheduler.extender.bind import Binder
 from hami.scheduler.extender.collector import StateCollector
+from hami.scheduler.extender.decisions import DEFAULT_CAPACITY, DecisionStore, Recorder
+from hami.scheduler.extender.decisions import make_app as decisions_app
 from hami.scheduler.extender.events import PodEvents
 from hami.scheduler.extender.filter_service import FilterService
 from hami.scheduler.extender.leader import Leadership
@@ -58,6 +60,7 @@ class Options:
     pod_namespace: str = ""
     register_tick: float = TICK_SECONDS
     http_threads: int = 16
+    decision_records: int = DEFAULT_CAPACITY  # --decision-records: pods whose latest verdict is kept
     gc_freeze: bool = True  # see hami.core.gctune; off where many daemons share one process (tests)
 
 
@@ -101,7 +104,9 @@ class Extender:
             self.api, opts.scheduler_name or "hami-scheduler", registry=self.registry
         )
         self.events = PodEvents(self.recorder, self.metrics)
-        self.filters = FilterService(self.state, self.api, self.events, opts.filter)
+        self.decisions = DecisionStore(opts.decision_records, on_evict=self.metrics.decisions_evicted.inc)
+        decided = Recorder(self.decisions, self.state, opts.node_lock_timeout)
+        self.filters = FilterService(self.state, self.api, self.events, opts.filter, recorder=decided)
         self.binder = Binder(
             self.state,
             self.api,
@@ -109,9 +114,16 @@ class Extender:
             self.events,
             is_leader=self.leader.is_leader,
             lock_retry_timeout=opts.node_lock_retry_timeout,
+            recorder=decided,
         )
         # not registered: /metrics renders it itself (serve's ``exposition``), beside the registry
-        self.collector = StateCollector(self.state, self.leader.is_leader, opts.legacy_metrics)
+        self.collector = StateCollector(
+            self.state,
+            self.leader.is_leader,
+            opts.legacy_metrics,
+            lock_timeout=opts.node_lock_timeout,
+            decisions=self.decisions,
+        )
         webhook = WebhookConfig(
             opts.scheduler_name, opts.force_overwrite_default_scheduler, opts.filter.nvidia
         )
@@ -176,6 +188,7 @@ class Extender:
             name="hami-scheduler-metrics",
             exposition=self.collector,
             max_connections=self.opts.max_connections,
+            extra_app=decisions_app(self.decisions, self.opts.node_lock_timeout),
         )
 
     def stop(self) -> None:

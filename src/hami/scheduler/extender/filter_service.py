@@ -39,6 +39,7 @@ from hami.scheduler.engine.quota import QuotaManager
 from hami.scheduler.engine.ranking import Ranker
 from hami.scheduler.engine.requests import PodRequest, pod_request
 from hami.scheduler.engine.usage import UsageIndex
+from hami.scheduler.extender.decisions import Recorder
 from hami.scheduler.extender.events import PodEvents
 from hami.scheduler.extender.metrics import SIMULATED, failure_codes
 from hami.scheduler.extender.state import Assignment, ClusterState
@@ -144,6 +145,7 @@ class FilterService:
         config: FilterConfig,
         *,
         sync_wait: float = 25.0,
+        recorder: Recorder | None = None,
     ) -> None:
         self.state = state
         self.api = api_client
@@ -152,6 +154,7 @@ class FilterService:
         self.sync_wait = sync_wait
         self.metrics = state.metrics
         self.ranks = Ranker()  # used under the state lock
+        self.recorder = recorder
 
     def filter(
         self, pod: Obj, names: Sequence[str] | None, nodes: Sequence[Mapping[str, Any]] | None = None,
@@ -199,6 +202,8 @@ class FilterService:
             if result.node is not None:
                 commit(result, self.state.usage, self.state.quotas)
                 self.state.assignments[request.uid] = Assignment(result.node, _annotations(result))
+            if self.recorder is not None:
+                self.recorder.filtered(pod, request.reqs, result.failed, result.node, result.error)
             if klog.v(4):
                 self._log_verdicts(request, names, result)
         if result.error is not None:

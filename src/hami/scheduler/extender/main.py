@@ -22,9 +22,20 @@ from hami.scheduler.engine.decision import FilterConfig
 from hami.scheduler.engine.device_config import DeviceConfigError, load_nvidia_config
 from hami.scheduler.engine.policy import DEFAULT_GPU_POLICY, DEFAULT_NODE_POLICY
 from hami.scheduler.extender.daemon import Extender, Options
+from hami.scheduler.extender.decisions import DEFAULT_CAPACITY
 from hami.scheduler.extender.nodelock import default_timeout
 
 log = klog.get_logger("hami.scheduler")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"not a positive integer: {text!r}")
+    return value
 
 
 def _bool(text: str) -> bool:
@@ -99,6 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="also export HAMi's pre-2.9 CamelCase metric names",
     )
     p.add_argument("--debug", nargs="?", const=True, default=False, type=_bool, help="accepted, no effect")
+    p.add_argument(
+        "--decision-records",
+        type=_positive,
+        default=DEFAULT_CAPACITY,
+        help="pods whose latest filter/bind verdict is kept for /debug/decisions (LRU; default %(default)s)",
+    )
     p.add_argument("--device-config-file", default="", help="HAMi device config YAML")
     add_kube_flags(p)
     add_web_flags(p)
@@ -135,6 +152,7 @@ def options(args: argparse.Namespace) -> Options:
         legacy_metrics=args.legacy_metrics,
         pod_name=os.environ.get("POD_NAME", ""),
         pod_namespace=os.environ.get("POD_NAMESPACE", ""),
+        decision_records=args.decision_records,
     )
 
 

@@ -15,6 +15,8 @@ from hami.scheduler.engine import reasons as r
 
 # kube-scheduler style exponential buckets, from 0.1 ms doubling to ~52 s.
 LATENCY_BUCKETS: Final = tuple(0.0001 * 2**i for i in range(20))
+# From a pod's creation to its bind: seconds when it fits at once, up to hours when it waits for room.
+POD_BIND_BUCKETS: Final = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 10800.0)
 
 # Failure strings that are not ``n/m Reason`` items map onto bounded label values.
 _PLAIN_REASONS: Final = {
@@ -153,6 +155,17 @@ class SchedulerMetrics:
             "hami_scheduler_register_duration_seconds",
             "Duration of one register pass over the node cache.",
             buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.pod_creation_to_bind = Histogram(
+            "hami_scheduler_pod_creation_to_bind_seconds",
+            "Time from the creation of a pod requesting HAMi resources to its successful bind.",
+            buckets=POD_BIND_BUCKETS,
+            registry=registry,
+        )
+        self.decisions_evicted = Counter(
+            "hami_scheduler_decision_records_evicted_total",
+            "Decision records dropped because the record was full (--decision-records).",
             registry=registry,
         )
         self.register_writes = Counter(

@@ -131,8 +131,9 @@ class NodeLocker:
         except CodecError as err:
             raise NodeLockError(str(err)) from err
         if is_expired(lock, self.now(), self.timeout):
+            # HAMi's words, which the tuning guide tells operators to grep for
             log.info(
-                "node %s: lock %r expired (older than %s), taking it over",
+                "node %s: node lock expired, releasing %r (older than %s)",
                 node, value, format_duration(self.timeout),
             )
             self.metrics.node_lock_expired.labels("expired").inc()

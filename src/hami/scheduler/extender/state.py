@@ -138,15 +138,15 @@ class ClusterState:
     def get_node(self, name: str) -> Obj | None:
         return self.node_informer.get(name)
 
-    def pending_gpu_pods(self) -> int:
+    def pending_gpu_pods(self) -> list[Obj]:
         """Pods requesting HAMi resources that are still Pending."""
-        count = 0
+        out = []
         for pod in self.pod_informer.list():
             if (pod.get("status") or {}).get("phase") != "Pending":
                 continue
             if pod_request(pod, self.nvidia) is not None:
-                count += 1
-        return count
+                out.append(pod)
+        return out
 
     def drop_reservation(self, uid: str) -> None:
         """Forget a pod's reservation, its assignment and its quota usage (a pod that is gone)."""

@@ -1,0 +1,198 @@
+"""The scheduler's decision record of one pod, as findings whose summaries carry the numbers.
+
+The record is what ``/debug/decisions/NAMESPACE/NAME`` on the scheduler's metrics port answers: the
+phase (unschedulable, fit, bound, bind_failed, error), the request per container, and for each
+rejected node Fit's reason with the free capacity it was compared against. The summaries say both
+sides of the comparison ("requests 160 GiB per card; the largest free on any node is 40 GiB").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from hami.core.duration import format_duration
+from hami.doctor import reasons
+from hami.doctor.findings import BROKEN, OK, WARNING, Finding
+
+Obj = dict[str, Any]
+
+# What the scheduler's node verdict means for a pod, and what to do (hami_scheduler_node_schedulable).
+UNSCHEDULABLE_FIX = {
+    "handshake_expired": "the node's device plugin stopped answering and kubelet reports no GPU: check the "
+    "device plugin pod on it (hami-doctor node NAME)",
+    "decode_error": "the node's hami.io/node-nvidia-register cannot be decoded: upgrade the device plugin "
+    "and scheduler together",
+    "no_devices": "the node registers no GPU: is the device plugin running there? (hami-doctor node NAME)",
+    "unhealthy": "every GPU of the node is unhealthy or cordoned: nvidia-smi -q -d HEALTH on the node",
+    "node_lock": "a node lock holds the node (hami-doctor node NAME shows the holder)",
+}
+
+
+def size(mib: float) -> str:
+    """MiB as people read them: ``40 GiB``, ``1.5 GiB``, ``512 MiB``."""
+    return f"{mib / 1024:g} GiB" if mib >= 1024 else f"{mib:g} MiB"
+
+
+def _request(rec: Obj) -> Obj:
+    """The most demanding container request (what no card could hold)."""
+    reqs = rec.get("request") or [{}]
+    return max(reqs, key=lambda q: (q.get("memory_mib") or 0, q.get("cores") or 0, q.get("gpus") or 0))
+
+
+def _nodes_with(rec: Obj, code: str) -> list[Obj]:
+    return [n for n in rec.get("nodes") or [] if code in (n.get("codes") or {}) or n.get("reason") == code]
+
+
+def _best(nodes: list[Obj], key: str) -> tuple[float, str]:
+    found = [(float(n.get(key) or 0), str(n.get("node"))) for n in nodes if key in n]
+    return max(found, default=(0.0, ""))
+
+
+def _memory(rec: Obj, nodes: list[Obj]) -> str:
+    req = _request(rec)
+    free, where = _best(nodes, "largest_free_memory_mib")
+    pct = req.get("memory_percent")
+    asked = f"{pct}% of a card" if pct else size(req.get("memory_mib", 0))
+    return f"requests {asked} per card; the largest free on any node is {size(free)} ({where or 'none'})"
+
+
+def _cores(rec: Obj, nodes: list[Obj]) -> str:
+    free, where = _best(nodes, "largest_free_cores")
+    return (
+        f"requests {_request(rec).get('cores', 0)}% of a card's cores; the most free on any node is "
+        f"{free:g}% ({where or 'none'})"
+    )
+
+
+def _devices(rec: Obj, nodes: list[Obj]) -> str:
+    cards, where = _best(nodes, "cards")
+    gpus = _request(rec).get("gpus", 0)
+    return f"requests {gpus} GPUs in one container; the most on any node is {cards:g} ({where})"
+
+
+def _slots(_rec: Obj, nodes: list[Obj]) -> str:
+    free, where = _best(nodes, "free_slots")
+    return f"every split slot is taken: the most free slots on any node is {free:g} ({where or 'none'})"
+
+
+def _quota(rec: Obj, _nodes: list[Obj]) -> str:
+    left = rec.get("quota") or {}
+    req = _request(rec)
+    parts = []
+    if "memory_mib_left" in left:
+        asked = size(req.get("memory_mib", 0))
+        parts.append(f"{size(left['memory_mib_left'])} memory left (requests {asked})")
+    if "cores_left" in left:
+        parts.append(f"{left['cores_left']} cores left (requests {req.get('cores', 0)})")
+    return f"namespace quota: {', '.join(parts) or 'no HAMi limit found'}"
+
+
+def _on(_rec: Obj, nodes: list[Obj]) -> str:
+    return "on " + ", ".join(str(n.get("node")) for n in nodes)
+
+
+NUMBERS: dict[str, Callable[[Obj, list[Obj]], str]] = {
+    "CardInsufficientMemory": _memory,
+    "CardInsufficientCore": _cores,
+    "NodeInsufficientDevice": _devices,
+    "CardTimeSlicingExhausted": _slots,
+    "ResourceQuotaNotFit": _quota,
+}
+
+
+def _evidence(node: Obj) -> str:
+    line = f"{node.get('node')}: {node.get('reason')}"
+    if "largest_free_memory_mib" in node:
+        cards = f"{node.get('healthy_cards', 0)}/{node.get('cards', 0)}"
+        line += (
+            f"; largest free {size(node['largest_free_memory_mib'])}, {node.get('largest_free_cores', 0)}% "
+            f"cores, {node.get('free_slots', 0)} free slots on {cards} healthy cards"
+        )
+    if node.get("schedulable", "ok") != "ok":
+        line += f"; scheduler: {node['schedulable']}"
+    lock = node.get("lock")
+    if lock:
+        line += f"; lock held by {lock.get('holder') or '?'} for {lock.get('age_seconds', '?')}s"
+    return line
+
+
+def unschedulable(rec: Obj) -> list[Finding]:
+    nodes = rec.get("nodes") or []
+    evidence = tuple(_evidence(n) for n in nodes) + tuple(
+        f"{count} more nodes: {code}" for code, count in sorted((rec.get("other_nodes") or {}).items())
+    )
+    codes: dict[str, int] = {}
+    for n in nodes:
+        for code in n.get("codes") or {}:
+            codes[code] = codes.get(code, 0) + 1
+    out = []
+    for code in sorted(codes, key=lambda c: (-codes[c], c)):
+        with_code = _nodes_with(rec, code)
+        meaning, fix = reasons.explain(code)
+        numbers = NUMBERS.get(code, _on)
+        summary = f"{code}: {numbers(rec, with_code)} ({meaning})"
+        out.append(Finding(BROKEN, f"pod.decision.{code}", summary, evidence, fix))
+    dropped = [n for n in nodes if not n.get("codes")]
+    for n in dropped:
+        why = str(n.get("schedulable") or "no_devices")
+        out.append(
+            Finding(
+                BROKEN,
+                f"pod.decision.node-{why}",
+                f"{n.get('node')}: the scheduler places no GPU pod there ({why}; {n.get('reason')})",
+                evidence,
+                UNSCHEDULABLE_FIX.get(why, "hami-doctor node " + str(n.get("node"))),
+            )
+        )
+    if not out:
+        out.append(
+            Finding(BROKEN, "pod.decision.unschedulable", "no node fits the pod", evidence, "read the record")
+        )
+    return out
+
+
+def findings(rec: Obj, source: str) -> list[Finding]:
+    """The diagnosis a decision record gives for a pod that is not bound yet."""
+    phase = rec.get("phase")
+    seen = Finding(
+        OK, "scheduler.decision", f"the scheduler's decision record ({source})", (f"phase: {phase}",)
+    )
+    if phase == "unschedulable":
+        return [seen, *unschedulable(rec)]
+    node = rec.get("node") or "?"
+    if phase == "fit":
+        return [
+            seen,
+            Finding(
+                WARNING,
+                "pod.decision.fit",
+                f"the scheduler chose {node} and is waiting for kube-scheduler to bind the pod",
+                (f"{rec.get('rejected', 0)} other nodes rejected",),
+                "check kube-scheduler: another plugin may hold the pod (its log for this pod)",
+            ),
+        ]
+    if phase == "bind_failed":
+        lock = rec.get("lock") or {}
+        timeout = timedelta(seconds=float(rec.get("node_lock_timeout_seconds") or 300))
+        detail = ""
+        if lock:
+            age = timedelta(seconds=float(lock.get("age_seconds") or 0))
+            detail = (
+                f": node lock held by {lock.get('holder') or '?'} for {format_duration(age)}, taken over "
+                f"after {format_duration(timeout)}"
+            )
+        return [
+            seen,
+            Finding(
+                BROKEN,
+                f"pod.decision.{rec.get('reason', 'BindingFailed')}",
+                f"bind to {node} failed{detail}",
+                (str(rec.get("message", "")),),
+                "wait for the holder's allocation; hami-doctor node " + node + " shows the lock",
+            ),
+        ]
+    if phase == "error":
+        return [seen, Finding(BROKEN, "pod.decision.error", f"filter error: {rec.get('message')}", (), "")]
+    return [seen, Finding(OK, "pod.decision.bound", f"the scheduler bound the pod to {node}")]
