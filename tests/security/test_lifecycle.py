@@ -102,7 +102,7 @@ def test_sigterm_stops_the_scheduler_mid_request(
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
         "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
     })
-    hang = kube_api.faults.add(method="PATCH", path="/pods/p", delay=60)  # the filter's pod write hangs
+    hang = kube_api.faults.add(method="POST", path="/pods/p/binding", delay=60)  # the bind hangs
     http, metrics = free_port(), free_port()
     log = (tmp_path / "scheduler.log").open("wb")
     proc = subprocess.Popen(
@@ -119,14 +119,18 @@ def test_sigterm_stops_the_scheduler_mid_request(
                 return False
         wait_until(ready, 30, "the scheduler's caches")
 
-        def filter_pod() -> None:
-            with contextlib.suppress(requests.RequestException):  # cut off by the stop, or answered
-                requests.post(f"http://127.0.0.1:{http}/filter", json={"Pod": pod, "NodeNames": ["n1"]},
-                              timeout=60)
+        filtered = requests.post(f"http://127.0.0.1:{http}/filter", json={"Pod": pod, "NodeNames": ["n1"]},
+                                 timeout=30)
+        assert filtered.json()["NodeNames"] == ["n1"]
 
-        caller = threading.Thread(target=filter_pod)
+        def bind_pod() -> None:
+            args = {"PodName": "p", "PodNamespace": "default", "PodUID": pod["metadata"]["uid"], "Node": "n1"}
+            with contextlib.suppress(requests.RequestException):  # cut off by the stop, or answered
+                requests.post(f"http://127.0.0.1:{http}/bind", json=args, timeout=60)
+
+        caller = threading.Thread(target=bind_pod)
         caller.start()
-        wait_until(lambda: hang.hits >= 1, 10, "the filter's pod write")  # the request is in flight
+        wait_until(lambda: hang.hits >= 1, 10, "the bind's Binding call")  # the request is in flight
         started = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(EXIT_WITHIN_S)

@@ -122,9 +122,10 @@ def test_linking_another_tenants_region_reports_nothing_under_the_attackers_pod(
     lister = ContainerLister(str(tmp_path / "hook"))
     try:
         errors = lister.update(None).errors
-        found, states = MonitorCollector("n1", lister, tuple, decode_pod_devices).read_regions()
-        assert set(found) == {("uid1", "victim")}
-        assert states == {"ok": 1, "skipped": 1} and errors == [reasons.SYMLINK]
+        read = MonitorCollector("n1", lister, tuple, decode_pod_devices).read_regions()
+        assert set(read.found) == {("uid1", "victim")}
+        assert read.states == {"ok": 1, "skipped": 1} and read.skipped == {reasons.SYMLINK: 1}
+        assert errors == [reasons.SYMLINK]
     finally:
         lister.close()
         writer.close()
