@@ -151,10 +151,6 @@ class _Refused(Exception):
         self.status = status
 
 
-class _WriteTimedOut(Exception):
-    pass
-
-
 class _Guard:
     """ASGI around Hypercorn's WSGI bridge (which reads the whole body before it calls the app):
     the body's size and deadline, the app on our workers, and its response sent from the loop.
@@ -171,53 +167,61 @@ class _Guard:
         self._workers = workers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        loop = asyncio.get_running_loop()
         replies: list[tuple[Callable[..., Awaitable[None]], tuple[Any, ...]]] = []
 
         def record(func: Callable[..., Awaitable[None]], *args: Any) -> None:
             replies.append((func, args))  # on the worker: kept for the loop
 
-        async def run_app(fn: Callable[..., Any], *args: Any) -> Any:
-            result = await self._workers.run(fn, *args)
-            for func, recorded in replies:
-                await func(*recorded)
-            replies.clear()
-            return result
-
-        if scope["type"] != "http":
-            await self._app(scope, receive, send, run_app, record)  # type: ignore[arg-type]
+        if scope["type"] != "http":  # lifespan: the bridge has nothing to run
+            await self._app(scope, receive, send, self._workers.run, record)  # type: ignore[arg-type]
             return
-        deadline = loop.time() + BODY_TIMEOUT_S
+        loop = asyncio.get_running_loop()
         size = 0
+        phase = "body"
+        # one timer per request: the body's deadline, none while the app runs, then the write's
+        deadline = asyncio.timeout(BODY_TIMEOUT_S)
 
-        async def bounded_receive() -> Message:
+        async def sized_receive() -> Message:
             nonlocal size
-            try:
-                message = await asyncio.wait_for(receive(), max(deadline - loop.time(), 0))
-            except TimeoutError:
-                raise _Refused(408, f"request body not received within {BODY_TIMEOUT_S:g}s") from None
+            message = await receive()
             size += len(message.get("body", b""))
             if size > self._max_body:
                 raise _Refused(413, f"request body too large: limit {self._max_body} bytes")
             return message
 
-        async def bounded_send(message: Message) -> None:
-            try:
-                await asyncio.wait_for(send(message), WRITE_TIMEOUT_S)
-            except TimeoutError:
-                raise _WriteTimedOut from None
-
         try:
-            await self._app(scope, bounded_receive, bounded_send, run_app, record)  # type: ignore[arg-type]
+            async with deadline:
+
+                async def run_app(fn: Callable[..., Any], *args: Any) -> Any:
+                    nonlocal phase
+                    phase = "app"
+                    deadline.reschedule(None)
+                    result = await self._workers.run(fn, *args)
+                    phase = "write"
+                    deadline.reschedule(loop.time() + WRITE_TIMEOUT_S)
+                    for func, recorded in replies:
+                        await func(*recorded)
+                    return result
+
+                await self._app(scope, sized_receive, send, run_app, record)  # type: ignore[arg-type]
+        except TimeoutError:
+            if not deadline.expired():  # the app's own, not our timer's
+                raise
+            if phase != "body":
+                log.v(2).info("http: a client did not read its response within %ss; closing", WRITE_TIMEOUT_S)
+                return
+            await _refuse(send, _Refused(408, f"request body not received within {BODY_TIMEOUT_S:g}s"))
         except _Refused as err:
-            body = f"{err}\n".encode()
-            await send({"type": "http.response.start", "status": err.status, "headers": [
-                (b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode()),
-                (b"connection", b"close"),
-            ]})
-            await send({"type": "http.response.body", "body": body})
-        except _WriteTimedOut:
-            log.v(2).info("http: a client did not read its response within %ss; closing", WRITE_TIMEOUT_S)
+            await _refuse(send, err)
+
+
+async def _refuse(send: Send, err: _Refused) -> None:
+    body = f"{err}\n".encode()
+    await send({"type": "http.response.start", "status": err.status, "headers": [
+        (b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+    ]})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
