@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -34,8 +33,8 @@ def taken_port() -> Iterator[int]:
         yield sock.getsockname()[1]
 
 
-def run_until_exit(argv: Sequence[str], log: Path, env: dict[str, str] | None = None) -> tuple[int, float]:
-    started = time.monotonic()
+def run_until_exit(argv: Sequence[str], log: Path, env: dict[str, str] | None = None) -> int:
+    """The exit status of a daemon that must end by itself, within ``EXIT_WITHIN_S``."""
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, *argv], stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
@@ -46,14 +45,14 @@ def run_until_exit(argv: Sequence[str], log: Path, env: dict[str, str] | None = 
             proc.kill()
             proc.wait(10)
             raise AssertionError(f"still running after {EXIT_WITHIN_S}s: {log_tail(log)}") from None
-    return code, time.monotonic() - started
+    return code
 
 
 def test_the_scheduler_exits_at_once_when_its_metrics_port_is_taken(
     tmp_path: Path, kube_config_file: Path, taken_port: int
 ) -> None:
     log = tmp_path / "scheduler.log"
-    code, _ = run_until_exit(
+    code = run_until_exit(
         ["-m", "hami.scheduler", "--http_bind", "127.0.0.1:0",
          "--metrics-bind-address", f"127.0.0.1:{taken_port}", "--kubeconfig", str(kube_config_file)],
         log,
@@ -67,7 +66,7 @@ def test_the_monitor_exits_at_once_when_its_port_is_taken(
     tmp_path: Path, kube_config_file: Path, taken_port: int
 ) -> None:
     log = tmp_path / "monitor.log"
-    code, _ = run_until_exit(
+    code = run_until_exit(
         ["-m", "hami.exporter", "--metrics-bind-address", f"127.0.0.1:{taken_port}",
          "--kubeconfig", str(kube_config_file)],
         log, {"HOOK_PATH": str(tmp_path / "hook"), "NODE_NAME": "n1"},
@@ -83,7 +82,7 @@ def test_the_device_plugin_exits_at_once_when_its_port_is_taken(
     spec = tmp_path / "nvml.yaml"
     spec.write_text(yaml.safe_dump(cluster.fake_nvml_spec(1)))
     log = tmp_path / "plugin.log"
-    code, _ = run_until_exit(
+    code = run_until_exit(
         ["-m", "hami.deviceplugin", "--node-name", "n1", "--nvml", "fake", "--fake-nvml-spec", str(spec),
          "--device-plugin-path", str(tmp_path / "dp"), "--kubelet-socket", "", "--node-config-file", "",
          "--metrics-bind-address", f"127.0.0.1:{taken_port}", "--kubeconfig", str(kube_config_file)],
@@ -131,10 +130,8 @@ def test_sigterm_stops_the_scheduler_mid_request(
         caller = threading.Thread(target=bind_pod)
         caller.start()
         wait_until(lambda: hang.hits >= 1, 10, "the bind's Binding call")  # the request is in flight
-        started = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        code = proc.wait(EXIT_WITHIN_S)
-        assert code == 0 and time.monotonic() - started < EXIT_WITHIN_S
+        assert proc.wait(EXIT_WITHIN_S) == 0  # TimeoutExpired otherwise: the grace period's bound
         caller.join(10)
     finally:
         if proc.poll() is None:

@@ -60,9 +60,7 @@ def test_idle_connections_to_a_tls_listener_do_not_stop_it_answering(
 ) -> None:
     with tls_metrics(tls) as server:
         attackers += connections(server, 4)  # TCP up, no ClientHello ever
-        started = time.monotonic()
-        assert healthz(server, tls) == 200
-        assert time.monotonic() - started < 3
+        assert healthz(server, tls) == 200  # within healthz's 3 s timeout: a handshake stall was 10 s
 
 
 def test_idle_connections_to_the_extenders_tls_listener_do_not_stop_it(
@@ -127,10 +125,8 @@ def test_an_idle_connection_is_closed_after_the_idle_timeout(
     monkeypatch.setattr(serving, "IDLE_TIMEOUT_S", 1.0)
     with serve_metrics("127.0.0.1:0", CollectorRegistry()) as server:
         attackers += connections(server, 1, SLOW_HEAD)
-        attackers[0].settimeout(5)
-        started = time.monotonic()
+        attackers[0].settimeout(5)  # far past the 1 s idle timeout: a recv that times out fails the test
         assert attackers[0].recv(100) == b""
-        assert time.monotonic() - started < 4
 
 
 def test_a_body_that_never_arrives_is_answered_408(
@@ -164,10 +160,8 @@ def test_tls_handshake_that_stalls_midway_is_cut(tls: Tls, monkeypatch: pytest.M
     with tls_metrics(tls) as server:
         raw = socket.create_connection((server.host, server.port), timeout=5)
         raw.sendall(b"\x16\x03\x01\x00\xff")  # a ClientHello record header, then silence
-        started = time.monotonic()
-        with suppress(ConnectionResetError):
+        with suppress(ConnectionResetError):  # cut within the 5 s socket timeout, not left to hang
             assert raw.recv(100) == b""
-        assert time.monotonic() - started < 4
         raw.close()
         assert healthz(server, tls) == 200
         ctx = ssl.create_default_context(cafile=str(tls.ca))

@@ -20,9 +20,10 @@ from __future__ import annotations
 import os
 import stat
 import struct
+from typing import Final
 
 from hami.exporter.region import reasons
-from hami.exporter.region.layout import HEADER_MIN, MAX_PROCS, V0, V1_1, Layout
+from hami.exporter.region.layout import HEADER_MIN, LAYOUTS, MAX_PROCS, V0, V1_1, Layout
 from hami.exporter.region.parse import Buffer, RegionRejected, RegionSnapshot, detect_layout, parse_region
 
 _I32 = struct.Struct("<i")
@@ -36,6 +37,10 @@ def _tail_end(layout: Layout) -> int:
     if layout.off_last_kernel_time is not None:
         return layout.off_last_kernel_time + 8
     return layout.off_priority + 4
+
+
+# What a scrape copies from ``proc_num`` on, by layout.
+_TAIL_LEN: Final = {layout.name: _tail_end(layout) - layout.off_proc_num for layout in LAYOUTS}
 
 
 class RegionFile:
@@ -113,26 +118,38 @@ class RegionFile:
         return detect_layout(header, self.size, trust_size=True)
 
     def read(self) -> RegionSnapshot | RegionRejected:
-        # The head as the last scrape sized it; it is also the "before" copy of the slot guards.
-        before = self.copy(0, self._head_len)
-        if before is None:
-            return RegionRejected("skipped", reasons.TRUNCATED, f"{self.path}: file shrank")
-        layout = detect_layout(before, self.size, trust_size=True)
-        if isinstance(layout, RegionRejected):
-            return layout
-        tail = self.copy(layout.off_proc_num, _tail_end(layout) - layout.off_proc_num)
-        if tail is None:
-            return RegionRejected("skipped", reasons.TRUNCATED, f"{self.path}: file shrank")
-        live = min(max(_I32.unpack_from(tail, 0)[0], 0), MAX_PROCS)
-        self._head_len = need = min(layout.slot_base(live), self.size)
-        if need > len(before):
-            before = self.copy(0, need)
-        # no live slot, no guard needed; else the slots come from a copy between two others
-        data, after = (before, before) if live == 0 else (self.copy(0, need), self.copy(0, need))
-        if before is None or data is None or after is None:
+        # The hot path of every scrape: four preads, checked inline.
+        fd, head_len = self._fd, self._head_len
+        try:
+            if fd is None:
+                raise OSError("closed")
+            # the head as the last scrape sized it; also the "before" copy of the slot guards
+            before = os.pread(fd, head_len, 0)
+            if len(before) != head_len:
+                raise OSError("short read")
+            layout = detect_layout(before, self.size, trust_size=True)
+            if isinstance(layout, RegionRejected):
+                return layout
+            base = layout.off_proc_num
+            tail_len = _TAIL_LEN[layout.name]
+            tail = os.pread(fd, tail_len, base)
+            if len(tail) != tail_len:
+                raise OSError("short read")
+            live = min(max(_I32.unpack_from(tail, 0)[0], 0), MAX_PROCS)
+            self._head_len = need = min(layout.slot_base(live), self.size)
+            if live == 0:  # no slot, no guard needed
+                data = after = before
+            else:
+                if need > head_len:
+                    before = os.pread(fd, need, 0)
+                data = os.pread(fd, need, 0)
+                after = os.pread(fd, need, 0)
+                if len(before) < need or len(data) != need or len(after) != need:
+                    raise OSError("short read")
+        except OSError:
             return RegionRejected("skipped", reasons.TRUNCATED, f"{self.path}: file shrank")
         return parse_region(
-            data, self.size, tail=tail, tail_base=layout.off_proc_num, layout=layout,
+            data, self.size, tail=tail, tail_base=base, layout=layout,
             before=before, after=after, reread=self._reread,
         )
 
