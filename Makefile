@@ -1,7 +1,7 @@
 # The two commands the README gives: `make demo` and `make test`.
 VENV ?= .venv
 PY := $(VENV)/bin/python
-export PYTHONPATH := $(CURDIR)/src
+export PYTHONPATH := $(CURDIR)/src:$(CURDIR)
 
 .PHONY: test demo lint typecheck imports unit venv sysdeps proto generate clean
 
@@ -36,7 +36,7 @@ proto: venv
 
 generate: venv
 	$(PY) -m alerts.generate
-	$(PY) scripts/gen_deploy_rules.py
+	$(PY) scripts/gen_deploy.py
 	$(PY) -m dashboards.generate
 	$(PY) scripts/gen_metrics_doc.py
 	$(PY) scripts/gen_provisioning.py

@@ -24,7 +24,8 @@ class AlertingRules(RuleBase):
                 f"on device "
                 "{{ $labels.device_uuid }} (node {{ $labels.node }}).",
             ),
-            # The seed joined on `pod` alone; pod names repeat across namespaces.
+            # HAMi's rule (docs/guides/tuning.md §5.4) joined on `pod` alone; pod names repeat across
+            # namespaces.
             self.alert(
                 "HAMiGPUPodPending",
                 f'max by (namespace, pod) (kube_pod_status_phase{{{ksm}, phase="Pending"}}) == 1\n'
@@ -70,6 +71,17 @@ class AlertingRules(RuleBase):
                 description=f"{who} holds vGPU memory on device {{{{ $labels.device_uuid }}}} (node "
                 "{{ $labels.node }}) and ran no kernel for {{ $value | humanizeDuration }}: the "
                 "slot and its memory are lost to other pods.",
+            ),
+            self.alert(
+                "HAMiVGPUNotLimited",
+                f"sum by (node, namespace, pod, container, reason) "
+                f"(hami_vgpu_unlimited_processes{{{mon}}}) > 0",
+                "vgpu_not_limited",
+                "warning",
+                summary="A container given vGPUs runs GPU processes that HAMi-core does not limit.",
+                description=f"{who} (node {{{{ $labels.node }}}}) runs {{{{ $value }}}} GPU processes "
+                "without HAMi-core ({{ $labels.reason }}): its vGPU memory and core limits are not "
+                "enforced and it can take the whole GPU from the pods sharing it.",
             ),
             self.alert(
                 "HAMiVGPUCoreOverLimit",
@@ -148,6 +160,36 @@ class AlertingRules(RuleBase):
                 summary="A GPU reported XID errors.",
                 description="Device {{ $labels.device_uuid }} on node {{ $labels.node }} reported "
                 f'{{{{ printf "%.0f" $value }}}} XID errors in the last {self.w["errors"]}.',
+            ),
+            # One series per problem, so the description names it; all three need the GPU drained.
+            self.alert(
+                "HAMiGPUEccErrors",
+                f"label_replace(sum by (node, device_uuid) (increase(hami_host_gpu_ecc_errors_total{{{mon}, "
+                f'type="uncorrected"}}[{self.w["errors"]}])) > 0,'
+                ' "problem", "uncorrected ECC errors", "", "")\n'
+                f"or label_replace(max by (node, device_uuid) (hami_host_gpu_retired_pages_pending{{{mon}}})"
+                ' == 1, "problem", "retired pages waiting for a reset", "", "")\n'
+                f"or label_replace(max by (node, device_uuid) (hami_host_gpu_row_remap_failure{{{mon}}})"
+                ' == 1, "problem", "a failed row remap", "", "")',
+                "ecc_errors",
+                "critical",
+                summary="A GPU has uncorrectable memory errors.",
+                description="Device {{ $labels.device_uuid }} on node {{ $labels.node }} reports "
+                f"{{{{ $labels.problem }}}} (uncorrected ECC errors in the last {self.w['errors']}, or "
+                "NVML's retired-page / row-remap state): drain it and reset it.",
+            ),
+            self.alert(
+                "HAMiGPUTemperatureHigh",
+                f"max by (node, device_uuid) (hami_host_gpu_temperature_celsius{{{mon}}})\n"
+                f"  >= on (node, device_uuid)\n"
+                f"max by (node, device_uuid) (hami_host_gpu_temperature_slowdown_threshold_celsius{{{mon}}})"
+                f" - {t['temperature_margin_celsius']}",
+                "temperature_high",
+                "warning",
+                summary="A GPU runs close to its slowdown temperature.",
+                description="Device {{ $labels.device_uuid }} on node {{ $labels.node }} is at "
+                f"{{{{ $value }}}} °C, within {t['temperature_margin_celsius']} °C of the temperature at "
+                "which it slows its clocks down: its workloads are or will soon be throttled.",
             ),
             self.alert(
                 "HAMiDevicePluginAllocateErrors",

@@ -1,15 +1,20 @@
-"""Recording rules: the tuning quantities, in `level:metric:operations` names."""
+"""Recording rules: the tuning quantities, in `level:metric:operations` names.
+
+Section signs (§) refer to docs/guides/tuning.md.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from alerts.rulebase import RuleBase
+from hami.tune.collect import core_quantile_expr
+from hami.tune.tables import CORE_QUANTILE_NAME as SM_QUANTILE
 
 
 class RecordingRules(RuleBase):
     def vgpu_rules(self) -> list[dict[str, Any]]:
-        mon, peak = self.mon, self.w["peak"]
+        mon, peak, sm = self.mon, self.w["peak"], self.w["sm_use"]
         factor = self.t["overcommit_safety_factor"]
         pool = self.cfg["pool_label"]
         return [
@@ -29,6 +34,17 @@ class RecordingRules(RuleBase):
             self.record(
                 "namespace_pod_container:hami_vgpu_core_used_per_limit:ratio",
                 f"hami_vgpu_core_used_percent{{{mon}}} / (hami_vgpu_core_limit_percent{{{mon}}} > 0)",
+            ),
+            # §5's SM-use distribution: a quantile over time of the gauge (histogram_quantile wants
+            # buckets); the same expression hami-tune's gpuCorePolicy and gpucores rules evaluate.
+            self.record(
+                f"namespace_pod_container:hami_vgpu_core_used_percent:{SM_QUANTILE}_over_time{sm}",
+                core_quantile_expr(mon, sm),
+            ),
+            self.record(
+                f"namespace_pod_container:hami_vgpu_core_used_{SM_QUANTILE}_per_limit:ratio{sm}",
+                f"namespace_pod_container:hami_vgpu_core_used_percent:{SM_QUANTILE}_over_time{sm}\n"
+                f"  / (hami_vgpu_core_limit_percent{{{mon}}} > 0)",
             ),
             # Σ requested and Σ peak over the same population: containers running now.
             self.record(
@@ -76,8 +92,28 @@ class RecordingRules(RuleBase):
         ]
 
     def device_rules(self) -> list[dict[str, Any]]:
-        sch, mon = self.sch, self.mon
+        sch, mon, ksm = self.sch, self.mon, self.ksm
+        gpu = self.cfg["gpu_resource_regex"]
         return [
+            # Node GPU headroom twice: the kubelet's (allocatable minus the requests of pods that hold
+            # a place, from kube-state-metrics) and HAMi's (split slots minus shared). They differ when
+            # the two disagree on what runs there.
+            self.record(
+                "node:kube_gpu_allocatable_free:sum",
+                f'sum by (node) (kube_node_status_allocatable{{{ksm}, resource=~"{gpu}"}})\n'
+                f"  - (\n    sum by (node) (\n"
+                f'      kube_pod_container_resource_requests{{{ksm}, resource=~"{gpu}"}}\n'
+                "      * on (namespace, pod) group_left ()\n"
+                "      (max by (namespace, pod) "
+                f'(kube_pod_status_phase{{{ksm}, phase=~"Pending|Running"}}) == 1)\n'
+                "    )\n"
+                f'    or sum by (node) (kube_node_status_allocatable{{{ksm}, resource=~"{gpu}"}}) * 0\n  )',
+            ),
+            self.record(
+                "node:hami_gpu_split_free:sum",
+                f"sum by (node) (\n  max by (node, device_uuid) (hami_gpu_split_limit{{{sch}}})\n"
+                f"  - max by (node, device_uuid) (hami_gpu_shared_count{{{sch}}})\n)",
+            ),
             self.record(
                 "node:hami_gpu_memory_allocated_per_limit:ratio",
                 f"sum by (node) (max by (node, device_uuid) (hami_gpu_memory_allocated_bytes{{{sch}}}))\n"

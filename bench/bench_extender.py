@@ -2,7 +2,7 @@
 calls one idle register tick costs, with the emulator and the extender in their own processes.
 
 Run: PYTHONPATH=src python bench/bench_extender.py [--nodes 1000] [--pods 400] [--clients 8] [--pipeline]
-     [--pprof SECONDS --pprof-out FILE] [--in-process: the older single-process variant]
+     [--pprof SECONDS --pprof-out FILE] [--profiling] [--in-process: the older single-process variant]
 
 The Kubernetes API emulator (``python -m hami.testing.kubeapi``) and the extender
 (``python -m hami.scheduler``) run as child processes; this process seeds ``--nodes`` nodes × 8 GPUs
@@ -21,7 +21,8 @@ calls per idle register tick (requests between two full register passes once eve
 written), each process's CPU seconds per pod from /proc/<pid>/stat, and what one full /metrics
 scrape of the extender costs at this cluster size (its per-device series). With ``--pprof N`` the
 extender runs with ``--profiling`` and an N-second CPU profile is taken during the load
-(read it with ``go tool pprof -top FILE``).
+(read it with ``go tool pprof -top FILE``); ``--profiling`` alone measures what heap tracing from
+start-up costs (compare with a run without it).
 """
 
 from __future__ import annotations
@@ -316,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-ticks", type=int, default=1, help="idle register passes (15 s each)")
     parser.add_argument("--pprof", type=int, default=0, help="CPU profile seconds during the load")
     parser.add_argument("--pprof-out", type=Path, default=Path("extender.pprof"))
+    parser.add_argument("--profiling", action="store_true",
+                        help="the extender with --profiling (heap tracing from start-up), no profile")
     parser.add_argument("-v", type=int, default=0, help="the extender's log verbosity")
     parser.add_argument("--in-process", action="store_true", help="the single-process variant")
     args, rest = parser.parse_known_args(argv)
@@ -345,10 +348,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"--kubeconfig={kubeconfig}", "--http_bind=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0",
                 "--kube-qps=-1", f"--node-scheduler-policy={args.node_policy}", f"-v={args.v}",
             ]
-            # --profiling costs nothing until a profile is taken (tracemalloc only inside heap windows)
+            # --profiling traces every allocation from start-up (the heap profile's price): compare a
+            # run with --profiling against one without
+            profiling = args.profiling or bool(args.pprof)
             started = time.monotonic()
             extender = children.python(
-                "extender", "hami.scheduler", [*flags, *(["--profiling"] if args.pprof else [])]
+                "extender", "hami.scheduler", [*flags, *(["--profiling"] if profiling else [])]
             )
             found = children.wait_for_log(extender, LISTENING, 120, "the extender")
             ext_url, metrics_url = found.group(1), found.group(2)
@@ -387,7 +392,8 @@ def main(argv: list[str] | None = None) -> int:
 
     n = args.pods
     print(f"end-to-end: {n / wall:.0f} pods/s (target >= 200; {n} pods in {wall:.2f}s, "
-          f"{args.clients} clients, node policy {args.node_policy}), {retries} lock retries")
+          f"{args.clients} clients, node policy {args.node_policy}), {retries} lock retries"
+          + (", extender with --profiling" if args.profiling or args.pprof else ""))
     print(f"filter latency ms: p50 {pct(filter_s, 0.5):.1f} p99 {pct(filter_s, 0.99):.1f}; "
           f"bind latency ms: p50 {pct(bind_s, 0.5):.1f} p99 {pct(bind_s, 0.99):.1f}")
     by_verb = {

@@ -119,7 +119,17 @@ def node_and_device() -> Board:
     b.timeseries(
         "GPU utilisation", "percent", [Q(f"hami_host_gpu_utilization_ratio{{{NODE}}}", DEV)], minimum=0
     )
-    b.timeseries("Temperature", "celsius", [Q(f"hami_host_gpu_temperature_celsius{{{NODE}}}", DEV)], width=8)
+    b.timeseries(
+        "Temperature vs slowdown threshold",
+        "celsius",
+        [
+            Q(f"hami_host_gpu_temperature_celsius{{{NODE}}}", DEV),
+            Q(f"hami_host_gpu_temperature_slowdown_threshold_celsius{{{NODE}}}", f"slowdown {DEV}"),
+        ],
+        f"HAMiGPUTemperatureHigh fires {alert_thresholds()['temperature_margin_celsius']} °C below the "
+        "card's slowdown threshold.",
+        width=8,
+    )
     b.timeseries("Power", "watt", [Q(f"hami_host_gpu_power_watts{{{NODE}}}", DEV)], width=8)
     b.timeseries(
         "XID and ECC errors",
@@ -136,6 +146,36 @@ def node_and_device() -> Board:
             ),
         ],
         width=8,
+    )
+    b.timeseries(
+        "Retired pages and remapped rows",
+        "short",
+        [
+            Q(f"hami_host_gpu_retired_pages{{{NODE}}}", f"retired {{{{cause}}}} {DEV}"),
+            Q(f"hami_host_gpu_remapped_rows{{{NODE}}}", f"remapped {{{{type}}}} {DEV}"),
+            Q(
+                f"hami_host_gpu_retired_pages_pending{{{NODE}}} == 1"
+                f" or hami_host_gpu_row_remap_failure{{{NODE}}} == 1",
+                f"needs reset {DEV}",
+            ),
+        ],
+        "Pages retired (before Ampere) or rows remapped (Ampere+) for ECC errors; 'needs reset' marks a "
+        "pending retirement or a failed remap (HAMiGPUEccErrors).",
+        width=12,
+    )
+    b.timeseries(
+        "Clock throttle reasons",
+        "none",
+        [
+            Q(
+                f"hami_host_gpu_clock_throttle_active"
+                f'{{{NODE}, reason!~"gpu_idle|applications_clocks_setting"}} == 1',
+                f"{{{{reason}}}} {DEV}",
+            )
+        ],
+        "Active reasons other than idle and application clocks: power cap, thermal and hardware slowdowns.",
+        width=12,
+        minimum=0,
     )
     b.row("Health")
     b.timeseries(
@@ -219,7 +259,7 @@ def container_workloads() -> Board:
         "7-day peak memory / limit",
         "percentunit",
         [Q(f"namespace_pod_container:hami_vgpu_memory_used_per_limit:max_over_time7d{{{sel}}}", CTR)],
-        "Over-commit candidates sit well below 50% (tuning guide §5.2).",
+        "Over-commit candidates sit well below 50% (docs/guides/tuning.md §5.2).",
         lines=[Line(0.5, "orange"), Line(alert_thresholds()["vgpu_memory_used_ratio"], "red")],
         minimum=0,
     )
@@ -260,6 +300,19 @@ def container_workloads() -> Board:
         lines=[Line(alert_thresholds()["idle_seconds"], "orange")],
     )
     b.timeseries("Processes per vGPU", "none", [Q(f"hami_vgpu_processes{{{sel}}}", CTR)], minimum=0)
+    b.timeseries(
+        "GPU processes not limited by HAMi-core",
+        "none",
+        [
+            Q(
+                f"sum by (namespace, pod, container, reason) (hami_vgpu_unlimited_processes{{{sel}}})",
+                "{{namespace}}/{{pod}}/{{container}} {{reason}}",
+            )
+        ],
+        "Processes of vGPU containers without a HAMi-core region: their limits are not enforced "
+        "(HAMiVGPUNotLimited).",
+        minimum=0,
+    )
     b.timeseries(
         "Idle vGPUs per node", "none", [Q(f"node:hami_vgpu_idle:count{{{NODE}}}", "{{node}}")], minimum=0
     )

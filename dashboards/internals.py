@@ -163,6 +163,13 @@ def device_plugin() -> Board:
         "Registered with kubelet", "none", [Q(f"hami_deviceplugin_kubelet_registered{{{NODE}}}", "{{node}}")]
     )
     b.timeseries(
+        "gRPC server restarts",
+        "short",
+        [Q(f"sum by (node) (increase(hami_deviceplugin_grpc_restarts_total{{{NODE}}}[{RI}]))", "{{node}}")],
+        "The kubelet-facing server found dead and served again; the seventh crash in a row within an "
+        "hour of each other ends the plugin.",
+    )
+    b.timeseries(
         "Configured split, memory and core scaling",
         "none",
         [

@@ -1,8 +1,10 @@
-"""The tuning dashboard: the quantities of the tuning guide with its thresholds drawn (seed 003 §2-§6)."""
+"""The tuning dashboard: the quantities of the tuning guide with its thresholds drawn
+(docs/guides/tuning.md §2-§6)."""
 
 from __future__ import annotations
 
 from dashboards.panels import JOB, NODE, RI, Board, Line, Q, alert_thresholds
+from hami.core import thresholds
 from hami.tune import tables
 
 
@@ -10,7 +12,8 @@ def tuning() -> Board:
     b = Board(
         "hami-tuning",
         "HAMi / Tuning",
-        "Over-commit, split, API client and node-lock quantities with the tuning guide's thresholds. "
+        "Over-commit, split, SM use, API client and node-lock quantities with the thresholds of "
+        "docs/guides/tuning.md. "
         "`hami-tune --prometheus-url ...` turns them into recommended values.",
         ["job", "node"],
     )
@@ -87,6 +90,46 @@ def tuning() -> Board:
         "none",
         [Q("cluster:hami_scheduler_pending_pods:sum", "pending")],
         lines=[Line(1, "red")],
+        minimum=0,
+    )
+    sm, quantile = thresholds.load()["windows"]["sm_use"], tables.CORE_QUANTILE_NAME
+    p95 = f"namespace_pod_container:hami_vgpu_core_used_percent:{quantile}_over_time{sm}"
+    b.row("gpuCorePolicy and gpucores (§5, §6.1)")
+    b.timeseries(
+        f"SM use {quantile} over {sm} / gpucores limit, per container",
+        "percentunit",
+        [
+            Q(
+                f"namespace_pod_container:hami_vgpu_core_used_{quantile}_per_limit:ratio{sm}{{{NODE}}}",
+                "{{namespace}}/{{pod}}/{{container}}",
+            )
+        ],
+        f"Above {tables.CORE_OVERSHOOT_RATIO}: the container is not held to its limit, gpuCorePolicy force "
+        f"(§6.1). Below {tables.CORE_UNDERUSE_RATIO}: lower its gpucores (§5). A quantile over time of the "
+        "gauge; hami-tune takes the same quantile over its --window.",
+        lines=[Line(tables.CORE_UNDERUSE_RATIO, "yellow"), Line(tables.CORE_OVERSHOOT_RATIO, "red")],
+        minimum=0,
+    )
+    b.timeseries(
+        f"SM-use distribution across containers ({quantile} over {sm})",
+        "percent",
+        [
+            Q(f"quantile(0.5, {p95}{{{NODE}}})", "median container"),
+            Q(f"quantile(0.9, {p95}{{{NODE}}})", "90th percentile container"),
+            Q(f"max({p95}{{{NODE}}})", "busiest container"),
+        ],
+        "How busy containers are, each by its own SM-use quantile over time.",
+        minimum=0,
+    )
+    b.timeseries(
+        "Node GPU headroom: the kubelet's vs HAMi's",
+        "none",
+        [
+            Q(f"node:kube_gpu_allocatable_free:sum{{{NODE}}}", "kubelet {{node}}"),
+            Q(f"node:hami_gpu_split_free:sum{{{NODE}}}", "HAMi {{node}}"),
+        ],
+        "Allocatable nvidia.com/gpu minus the requests of pods holding a place (kube-state-metrics), "
+        "beside HAMi's free split slots. Apart: the two disagree on what runs on the node.",
         minimum=0,
     )
     b.row("--kube-qps / --kube-burst (§2.1)")

@@ -3,6 +3,37 @@
   prometheusAlerts+:: {
     groups+: [
       {
+        "name": "hami-capacity.alerts",
+        "rules": [
+          {
+            "alert": "HAMiGPUOvercommitExhaustionRisk",
+            "expr": "predict_linear(hami_host_gpu_memory_used_bytes{job=\"%(monitorJob)s\"}[%(trendWindow)s], %(overcommitExhaustionHorizonSeconds)s)\n  >= on (node, device_uuid) group_left () hami_host_gpu_memory_total_bytes{job=\"%(monitorJob)s\"}\nand on (node, device_uuid)\n(\n  node_device:hami_vgpu_memory_claimable_bytes:sum\n  > on (node, device_uuid)\n  node_device:hami_host_gpu_memory_headroom_bytes:total_minus_used\n)" % $._config,
+            "for": "%(overcommitExhaustionFor)s" % $._config,
+            "labels": {
+              "severity": "warning"
+            },
+            "annotations": {
+              "summary": "An over-committed GPU is heading to physical memory exhaustion.",
+              "description": "Device {{ $labels.device_uuid }} on node {{ $labels.node }} runs out of physical memory in about {{ with printf `(hami_host_gpu_memory_total_bytes{job=\"%(monitorJob)s\", node=%%q, device_uuid=%%q} - on (node, device_uuid) hami_host_gpu_memory_used_bytes{job=\"%(monitorJob)s\", node=%%q, device_uuid=%%q}) / on (node, device_uuid) deriv(hami_host_gpu_memory_used_bytes{job=\"%(monitorJob)s\", node=%%q, device_uuid=%%q}[%(trendWindow)s])` $labels.node $labels.device_uuid $labels.node $labels.device_uuid $labels.node $labels.device_uuid | query }}{{ . | first | value | humanizeDuration }}{{ end }} at the last %(trendWindow)s's growth, and its vGPUs may still claim more than is left. Pods on it: {{ range $i, $s := printf `sum by (namespace, pod) (hami_vgpu_memory_limit_bytes{job=\"%(monitorJob)s\", node=%%q, device_uuid=%%q})` $labels.node $labels.device_uuid | query | sortByLabel \"pod\" }}{{ if $i }}, {{ end }}{{ $s.Labels.namespace }}/{{ $s.Labels.pod }}{{ end }}." % $._config,
+              "runbook_url": $._config.runbookURLPattern % "HAMiGPUOvercommitExhaustionRisk"
+            }
+          },
+          {
+            "alert": "HAMiAllocationInconsistent",
+            "expr": "max by (node, kind) (hami_inconsistency{job=\"%(monitorJob)s\"}) > 0" % $._config,
+            "for": "%(allocationInconsistentFor)s" % $._config,
+            "labels": {
+              "severity": "warning"
+            },
+            "annotations": {
+              "summary": "The scheduler's allocations, HAMi-core's regions and NVML disagree on a node.",
+              "description": "Node {{ $labels.node }} has {{ $value }} finding(s) of kind {{ $labels.kind }}: what the scheduler allocated, what HAMi-core measures and what runs on the GPUs no longer match there. The runbook says what each kind means and how to fix it.",
+              "runbook_url": $._config.runbookURLPattern % "HAMiAllocationInconsistent"
+            }
+          }
+        ]
+      },
+      {
         "name": "hami-workload.alerts",
         "rules": [
           {
@@ -68,6 +99,19 @@
               "summary": "A container holds a vGPU but runs no kernel on it.",
               "description": "{{ $labels.namespace }}/{{ $labels.pod }} container {{ $labels.container }} holds vGPU memory on device {{ $labels.device_uuid }} (node {{ $labels.node }}) and ran no kernel for {{ $value | humanizeDuration }}: the slot and its memory are lost to other pods.",
               "runbook_url": $._config.runbookURLPattern % "HAMiVGPUIdle"
+            }
+          },
+          {
+            "alert": "HAMiVGPUNotLimited",
+            "expr": "sum by (node, namespace, pod, container, reason) (hami_vgpu_unlimited_processes{job=\"%(monitorJob)s\"}) > 0" % $._config,
+            "for": "%(vgpuNotLimitedFor)s" % $._config,
+            "labels": {
+              "severity": "warning"
+            },
+            "annotations": {
+              "summary": "A container given vGPUs runs GPU processes that HAMi-core does not limit.",
+              "description": "{{ $labels.namespace }}/{{ $labels.pod }} container {{ $labels.container }} (node {{ $labels.node }}) runs {{ $value }} GPU processes without HAMi-core ({{ $labels.reason }}): its vGPU memory and core limits are not enforced and it can take the whole GPU from the pods sharing it.",
+              "runbook_url": $._config.runbookURLPattern % "HAMiVGPUNotLimited"
             }
           },
           {
@@ -151,6 +195,32 @@
               "summary": "A GPU reported XID errors.",
               "description": "Device {{ $labels.device_uuid }} on node {{ $labels.node }} reported {{ printf \"%%.0f\" $value }} XID errors in the last %(errorsWindow)s." % $._config,
               "runbook_url": $._config.runbookURLPattern % "HAMiGPUXidErrors"
+            }
+          },
+          {
+            "alert": "HAMiGPUEccErrors",
+            "expr": "label_replace(sum by (node, device_uuid) (increase(hami_host_gpu_ecc_errors_total{job=\"%(monitorJob)s\", type=\"uncorrected\"}[%(errorsWindow)s])) > 0, \"problem\", \"uncorrected ECC errors\", \"\", \"\")\nor label_replace(max by (node, device_uuid) (hami_host_gpu_retired_pages_pending{job=\"%(monitorJob)s\"}) == 1, \"problem\", \"retired pages waiting for a reset\", \"\", \"\")\nor label_replace(max by (node, device_uuid) (hami_host_gpu_row_remap_failure{job=\"%(monitorJob)s\"}) == 1, \"problem\", \"a failed row remap\", \"\", \"\")" % $._config,
+            "for": "%(eccErrorsFor)s" % $._config,
+            "labels": {
+              "severity": "critical"
+            },
+            "annotations": {
+              "summary": "A GPU has uncorrectable memory errors.",
+              "description": "Device {{ $labels.device_uuid }} on node {{ $labels.node }} reports {{ $labels.problem }} (uncorrected ECC errors in the last %(errorsWindow)s, or NVML's retired-page / row-remap state): drain it and reset it." % $._config,
+              "runbook_url": $._config.runbookURLPattern % "HAMiGPUEccErrors"
+            }
+          },
+          {
+            "alert": "HAMiGPUTemperatureHigh",
+            "expr": "max by (node, device_uuid) (hami_host_gpu_temperature_celsius{job=\"%(monitorJob)s\"})\n  >= on (node, device_uuid)\nmax by (node, device_uuid) (hami_host_gpu_temperature_slowdown_threshold_celsius{job=\"%(monitorJob)s\"}) - %(temperatureMarginCelsius)s" % $._config,
+            "for": "%(temperatureHighFor)s" % $._config,
+            "labels": {
+              "severity": "warning"
+            },
+            "annotations": {
+              "summary": "A GPU runs close to its slowdown temperature.",
+              "description": "Device {{ $labels.device_uuid }} on node {{ $labels.node }} is at {{ $value }} \u00b0C, within %(temperatureMarginCelsius)s \u00b0C of the temperature at which it slows its clocks down: its workloads are or will soon be throttled." % $._config,
+              "runbook_url": $._config.runbookURLPattern % "HAMiGPUTemperatureHigh"
             }
           },
           {

@@ -21,10 +21,10 @@ from typing import Any
 
 import yaml
 
-from hami.core import thresholds
+from hami.core import names, thresholds
 
 ROOT = Path(__file__).resolve().parents[1]
-NAMESPACE = "hami-system"
+NAMESPACE = names.NAMESPACE  # where the chart is installed as the guides install it
 GRAFANA = ROOT / "deploy" / "grafana" / "dashboards-configmap.yaml"
 SCRAPE = ROOT / "deploy" / "prometheus" / "scrape-configs.yaml"
 RULES = ROOT / "deploy" / "prometheus" / "rules-configmap.yaml"

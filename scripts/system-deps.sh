@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian tools the tests drive for real (Prometheus, promtool, Alertmanager, Go's pprof).
+# Installs the Debian tools the tests drive for real (Prometheus, promtool, Alertmanager, Go's pprof,
+# kubectl and jq for the guides' recipes).
 # Idempotent: does nothing when they are already present.
 set -euo pipefail
 need=()
@@ -7,6 +8,11 @@ command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 command -v prometheus-alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
 command -v go >/dev/null 2>&1 || need+=(golang-go)
+command -v jq >/dev/null 2>&1 || need+=(jq)
+command -v curl >/dev/null 2>&1 || need+=(curl)
+# kubectl: where none is installed, Debian's kubernetes-client (1.20 on Debian 12: enough for tests/deploy
+# kustomize checks; tests/deploy/test_recipes.py needs 1.27+, which validates through OpenAPI v3).
+command -v kubectl >/dev/null 2>&1 || need+=(kubernetes-client)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   echo "missing Debian packages: ${need[*]} (run as root, or: sudo apt-get install ${need[*]})" >&2

@@ -9,7 +9,16 @@ from typing import Any
 
 import pytest
 
-from hami.core.nvml import EVENT_XID_CRITICAL, HEALTH_EVENTS, Nvml, NvmlError, open_nvml
+from hami.core.nvml import (
+    CLOCK_EVENT_REASONS,
+    EVENT_XID_CRITICAL,
+    HEALTH_EVENTS,
+    GpuInstanceProfile,
+    Nvml,
+    NvmlError,
+    open_nvml,
+)
+from hami.core.nvml.api import TOPOLOGY_LEVELS
 from hami.core.nvml.fake import FakeNvml
 from hami.core.nvml.real import RealNvml
 
@@ -24,6 +33,7 @@ SPEC: dict[str, Any] = {
             "numa": 0,
             "compute_capability": [7, 0],
             "utilization": {"gpu": 37, "memory": 12},
+            "nvlinks": {1: 2},
             "temperature": 41,
             "power_mw": 53000,
             "processes": [{"pid": 4242, "used_mib": 1000}],
@@ -33,8 +43,15 @@ SPEC: dict[str, Any] = {
             "name": "NVIDIA A100-SXM4-40GB",
             "memory_mib": 40960,
             "numa": 1,
+            "nvlinks": {0: 2},
             "mig": {
                 "enabled": True,
+                "profiles": [
+                    {"id": 19, "name": "1g.5gb", "slices": 1, "memory_mib": 4864,
+                     "placements": [[s, 1] for s in range(7)]},
+                    {"id": 14, "name": "2g.10gb", "slices": 2, "memory_mib": 9856,
+                     "placements": [[0, 2], [2, 2], [4, 2]]},
+                ],
                 "instances": [
                     {
                         "uuid": "MIG-aaaa",
@@ -134,6 +151,35 @@ def test_monitor_readings(nvml: Nvml) -> None:
             assert proc.pid > 0 and (proc.used_memory is None or proc.used_memory >= 0)
 
 
+def test_health_readings(nvml: Nvml) -> None:
+    for i in _devices(nvml):
+        dev = nvml.device(i)
+        slowdown = _or_unsupported(lambda dev=dev: dev.temperature_threshold("slowdown"))
+        shutdown = _or_unsupported(lambda dev=dev: dev.temperature_threshold("shutdown"))
+        if slowdown is not None and shutdown is not None:
+            assert 40 < slowdown <= shutdown < 150
+        pages = _or_unsupported(dev.retired_pages)
+        assert pages is None or (pages.single_bit >= 0 and pages.double_bit >= 0)
+        rows = _or_unsupported(dev.remapped_rows)
+        assert rows is None or (rows.correctable >= 0 and rows.uncorrectable >= 0)
+        reasons = _or_unsupported(dev.clock_event_reasons)
+        assert reasons is None or reasons & ~sum(CLOCK_EVENT_REASONS) == 0, f"unknown bits in {reasons:#x}"
+
+
+def test_topology(nvml: Nvml) -> None:
+    devices = [nvml.device(i) for i in _devices(nvml)]
+    buses = {d.pci_bus_id().lower() for d in devices}
+    for dev in devices:
+        for remote in _or_unsupported(dev.nvlink_remotes) or []:
+            assert remote.switch or remote.bus_id.lower() in buses, f"NVLink to an unknown GPU {remote}"
+        for other in devices:
+            if other.index != dev.index:
+                level = _or_unsupported(lambda dev=dev, other=other: dev.topology_common_ancestor(other))
+                assert level is None or level in TOPOLOGY_LEVELS
+                back = _or_unsupported(lambda dev=dev, other=other: other.topology_common_ancestor(dev))
+                assert level == back, "the PCIe common ancestor is the same both ways"
+
+
 def test_mig_identity(nvml: Nvml) -> None:
     for i in _devices(nvml):
         dev = nvml.device(i)
@@ -143,6 +189,52 @@ def test_mig_identity(nvml: Nvml) -> None:
             assert migs == []
         for m in migs:
             assert m.uuid.startswith("MIG-") and m.gpu_instance_id >= 0 and m.compute_instance_id >= 0
+
+
+def _partitionable(nvml: Nvml) -> tuple[Any, GpuInstanceProfile, tuple[int, int]]:
+    """A MIG GPU, its smallest profile and a placement of it that no instance uses."""
+    for i in _devices(nvml):
+        dev = nvml.device(i)
+        profiles = _or_unsupported(dev.gpu_instance_profiles)
+        if not profiles:
+            continue
+        used = [(g.start, g.size) for g in dev.gpu_instances()]
+        smallest = min(profiles, key=lambda p: p.slice_count)
+        for start, size in smallest.placements:
+            if all(start + size <= s or s + z <= start for s, z in used):
+                return dev, smallest, (start, size)
+    pytest.skip("no GPU in MIG mode with a free placement")
+
+
+def test_mig_instances_are_created_and_destroyed(nvml: Nvml) -> None:
+    dev, profile, (start, size) = _partitionable(nvml)
+    assert profile.name and profile.memory_mib > 0 and profile.placements
+    gi = dev.create_gpu_instance(profile.id, start, size)
+    try:
+        with pytest.raises(NvmlError) as info:  # the slices are taken now
+            dev.create_gpu_instance(profile.id, start, size)
+        assert info.value.code == "INSUFFICIENT_RESOURCES"
+        ci = dev.create_compute_instance(gi)
+        (made,) = [m for m in dev.mig_devices() if (m.gpu_instance_id, m.compute_instance_id) == (gi, ci)]
+        assert made.uuid.startswith("MIG-")
+        (listed,) = [g for g in dev.gpu_instances() if g.id == gi]
+        assert (listed.profile_id, listed.start, listed.size, listed.compute_instances) == (
+            profile.id, start, size, (ci,)
+        )
+        with pytest.raises(NvmlError) as info:  # not while a compute instance lives in it
+            dev.destroy_gpu_instance(gi)
+        assert info.value.code == "IN_USE"
+        dev.destroy_compute_instance(gi, ci)
+    finally:
+        for g in dev.gpu_instances():
+            if g.id == gi:
+                for c in g.compute_instances:
+                    dev.destroy_compute_instance(gi, c)
+                dev.destroy_gpu_instance(gi)
+    assert gi not in [g.id for g in dev.gpu_instances()]
+    with pytest.raises(NvmlError) as info:
+        dev.create_gpu_instance(profile.id, start, size + 99)  # not a placement of the profile
+    assert info.value.code == "INVALID_ARGUMENT"
 
 
 def test_event_set_times_out_with_none(nvml: Nvml) -> None:

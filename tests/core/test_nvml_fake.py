@@ -159,6 +159,37 @@ def test_simulator_controls(fake: FakeNvml) -> None:
         fake.update(0, fan=3)
 
 
+def test_health_conditions_and_a_lost_gpu() -> None:
+    fake = FakeNvml(
+        {
+            "devices": [
+                {
+                    "uuid": "GPU-a",
+                    "memory_mib": 1,
+                    "temperature_thresholds": {"slowdown": 87, "shutdown": 92},
+                    "retired_pages": {"single_bit": 2, "double_bit": 1, "pending": True},
+                    "remapped_rows": {"correctable": 4, "uncorrectable": 0, "failure": True},
+                    "clock_event_reasons": 0x40,
+                }
+            ]
+        }
+    )
+    dev = fake.device(0)
+    assert (dev.temperature_threshold("slowdown"), dev.temperature_threshold("shutdown")) == (87, 92)
+    assert (dev.retired_pages().double_bit, dev.retired_pages().pending) == (1, True)
+    assert (dev.remapped_rows().correctable, dev.remapped_rows().failure) == (4, True)
+    assert dev.clock_event_reasons() == 0x40
+    with pytest.raises(NvmlError, match="INVALID_ARGUMENT"):
+        dev.temperature_threshold("acoustic")
+    fake.update(0, lost=True)  # fallen off the bus: the handle and a new lookup both say so
+    for call in (dev.temperature, dev.uuid, lambda: fake.device_by_uuid("GPU-a")):
+        with pytest.raises(NvmlError) as info:
+            call()
+        assert info.value.code == "GPU_IS_LOST"
+    fake.update(0, lost=False)
+    assert fake.device_by_uuid("GPU-a").temperature() == 35
+
+
 def test_mig_instances_and_call_counts() -> None:
     spec = {
         "devices": [
@@ -219,6 +250,12 @@ def test_init_error_and_yaml_spec(tmp_path: Path) -> None:
         ({"devices": [{"memory_mib": 1}], "events": [{"device": 0}]}, r"events\[0\]\.xid"),
         ({"devices": [{"memory_mib": 1}], "events": [{"device": 0, "xid": 79, "every_seconds": 0}]}, "every"),
         ({"devices": [{"memory_mib": 1}], "events": ["soon"]}, r"events\[0\]: expected a mapping"),
+        ({"devices": [{"memory_mib": 1, "retired_pages": {"pending": 1}}]}, r"retired_pages\.pending"),
+        ({"devices": [{"memory_mib": 1, "temperature_thresholds": 90}]}, "temperature_thresholds"),
+        ({"devices": [{"memory_mib": 1, "nvlinks": {0: 1}}]}, r"devices\[0\]\.nvlinks: peer 0"),
+        ({"devices": [{"memory_mib": 1, "nvlinks": {"x": 1}}]}, r"devices\[0\]\.nvlinks: want"),
+        ({"devices": [{"memory_mib": 1, "mig": {"instances": [{"placement": [0, 1]}]}}]}, "placed instance"),
+        ({"devices": [{"memory_mib": 1, "mig": {"profiles": [{"placements": [0, 1]}]}}]}, r"profiles\[0\]"),
     ],
 )
 def test_spec_errors_name_the_key(spec: Any, message: str) -> None:

@@ -3,6 +3,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 import tracemalloc
 from collections.abc import Iterator
 
@@ -125,8 +126,64 @@ def test_go_tool_pprof_reads_our_profiles(server: Server, go_env: dict[str, str]
     assert "test_profiling.Busy.busy_hami_worker" in out
 
 
+def sleepy_hami_sleeper(stop: threading.Event) -> None:
+    while not stop.wait(0.05):
+        pass
+
+
+def bursty_hami_work() -> None:
+    total = 0
+    for i in range(10_000):
+        total += i * i
+
+
+def idle_hami_pause() -> None:
+    time.sleep(0.001)
+
+
+def bursty_hami_loop(stop: threading.Event) -> None:
+    while not stop.is_set():
+        bursty_hami_work()
+        idle_hami_pause()
+
+
+def cum_ms(top: str, name: str) -> float:
+    """The cum column of `go tool pprof -top` for function `name` (0 when absent)."""
+    for line in top.splitlines():
+        fields = line.split()
+        if len(fields) == 6 and fields[5] == name:
+            value = fields[3]
+            if value.endswith("ms"):
+                return float(value.removesuffix("ms"))
+            return float(value.removesuffix("s")) * 1e3
+    return 0.0
+
+
+def test_cpu_profile_shows_running_threads_only(server: Server, go_env: dict[str, str]) -> None:
+    """A blocked thread costs no CPU and shows nowhere; a thread that alternates work and short
+    sleeps is charged to its work, not to the sleep it is in whenever the sampler looks."""
+    stop = threading.Event()
+    threads = [threading.Thread(target=f, args=(stop,), daemon=True)
+               for f in (sleepy_hami_sleeper, bursty_hami_loop)]
+    for t in threads:
+        t.start()
+    try:
+        top = pprof(go_env, "-top", f"{server.url}/debug/pprof/profile?seconds=3")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+    module = "tests.core.test_profiling"
+    assert cum_ms(top, f"{module}.Busy.busy_hami_worker") > 0, top
+    assert f"{module}.sleepy_hami_sleeper" not in top
+    work, pause = cum_ms(top, f"{module}.bursty_hami_work"), cum_ms(top, f"{module}.idle_hami_pause")
+    # Charging each interval's CPU to wherever the thread is at the tick puts nearly all of it
+    # in the pause; sampling only running threads puts nearly all of it in the work.
+    assert work > 2 * pause, top
+
+
 def test_pprof_list_shows_python_source(server: Server, go_env: dict[str, str]) -> None:
-    # The seed's `list FUNC`: pprof reads the source file named in the profile.
+    # The `list FUNC` of docs/guides/profiling.md §2.1: pprof reads the source file named in the profile.
     out = pprof(go_env, "-list", "busy_hami_worker", f"{server.url}/debug/pprof/profile?seconds=1")
     assert "ROUTINE ======================== tests.core.test_profiling.Busy.busy_hami_worker" in out
     assert "total += i * i" in out

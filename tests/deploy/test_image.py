@@ -100,8 +100,9 @@ def test_its_python_meets_requires_python() -> None:
 def test_deploy_runs_this_image_and_the_runbook_links_point_into_its_repository() -> None:
     repository = pyproject()["project"]["urls"]["Repository"]
     image = "ghcr.io/" + repository.removeprefix("https://github.com/")
+    version = pyproject()["project"]["version"]
     images = {c.spec["image"] for c in m.containers() if not c.spec["image"].startswith("registry.k8s.io/")}
-    assert images == {image}
+    assert images == {f"{image}:{version}"}  # the chart's appVersion is the package's version
     assert f"docker build -t {image}:" in DOCKERFILE.read_text(encoding="utf-8")
     config = thresholds.load()
     assert config["runbook_base_url"] == f"{repository}/blob/main/docs/runbooks"

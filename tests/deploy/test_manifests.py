@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import tomllib
@@ -9,13 +10,13 @@ import tomllib
 import pytest
 import yaml
 
+from hami.core import names
 from hami.deviceplugin.config import PluginConfig, apply_device_yaml, apply_node_json
 from hami.exporter.config import load_config
 from hami.scheduler.engine.device_config import load_nvidia_config
 from hami.testing import manifests as m
 
 CLUSTER_SCOPED = {
-    "Namespace",
     "ClusterRole",
     "ClusterRoleBinding",
     "MutatingWebhookConfiguration",
@@ -23,7 +24,7 @@ CLUSTER_SCOPED = {
 
 
 def test_every_yaml_file_is_listed_and_parses() -> None:
-    on_disk = {p.name for p in m.DEPLOY.glob("*.yaml")} - {"kustomization.yaml"}
+    on_disk = {p.name for p in m.DEPLOY.glob("*.yaml")} - {"kustomization.yaml", "values.yaml"}
     assert {p.name for p in m.resource_files()} == on_disk
     for path in m.resource_files():
         list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
@@ -40,8 +41,6 @@ def test_every_object_is_named_and_namespaced_where_it_must_be() -> None:
         seen.add(key)
         if obj["kind"] in CLUSTER_SCOPED:
             assert "namespace" not in meta, key
-        elif (obj["kind"], meta["name"]) == ("RoleBinding", "hami-kube-scheduler-auth-reader"):
-            assert meta["namespace"] == "kube-system"  # the Role it grants lives there
         else:
             assert meta.get("namespace") == m.NAMESPACE, key
 
@@ -65,6 +64,7 @@ def test_the_monitor_starts_with_its_container_environment() -> None:
     env = {"HOOK_PATH": c.env("HOOK_PATH")["value"], "NODE_NAME": "gpu-node-1"}
     cfg = load_config([*c.spec["command"][1:], *c.spec.get("args", [])], env)
     assert cfg.hook_path == "/usr/local/vgpu"
+    assert c.spec["name"] == names.MONITOR_CONTAINER
 
 
 def test_metrics_ports_match_the_bind_address_and_probes_hit_them() -> None:
@@ -84,12 +84,12 @@ def test_metrics_ports_match_the_bind_address_and_probes_hit_them() -> None:
     }
 
 
-def test_node_agent_daemonset_host_paths() -> None:
-    ds = m.find("DaemonSet", "hami-device-plugin")
-    assert ds["spec"]["template"]["spec"]["nodeSelector"] == {"gpu": "on"}
+def test_node_agents_host_paths() -> None:
     plugin, monitor = m.hami_container("hami-device-plugin"), m.hami_container("hami-monitor")
-    assert plugin.workload == ds and monitor.workload == ds
+    assert plugin.workload == m.find("DaemonSet", names.DEVICE_PLUGIN_DAEMONSET)
+    assert monitor.workload == m.find("DaemonSet", names.MONITOR_DAEMONSET)
     for c in (plugin, monitor):
+        assert c.pod["nodeSelector"] == {"gpu": "on"}
         assert c.env("NODE_NAME")["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     args = plugin.args()
     # Allocate hands host paths to the kubelet, so each must be the same path inside the plugin.
@@ -100,6 +100,59 @@ def test_node_agent_daemonset_host_paths() -> None:
     assert monitor.host_path_at(containers_dir) == "/usr/local/vgpu/containers"
     # the plugin creates <hook>/vgpu/containers/<uid>_<ctr>; the monitor must read the same directory
     assert f"{args.hook_path.rstrip('/')}/vgpu/containers" == containers_dir
+
+
+def test_guide_names() -> None:
+    """The names the guides type: labels, workloads, containers, ConfigMaps, the default container."""
+    deployment = m.find("Deployment", names.SCHEDULER_DEPLOYMENT)
+    daemonset = m.find("DaemonSet", names.DEVICE_PLUGIN_DAEMONSET)
+    for workload, app, first in (
+        (deployment, names.SCHEDULER_APP, names.EXTENDER_CONTAINER),
+        (daemonset, names.DEVICE_PLUGIN_APP, names.DEVICE_PLUGIN_CONTAINER),
+        (m.find("DaemonSet", names.MONITOR_DAEMONSET), names.MONITOR_APP, names.MONITOR_CONTAINER),
+    ):
+        template = workload["spec"]["template"]
+        labels = template["metadata"]["labels"]
+        assert labels[names.APP_LABEL] == app and labels[names.COMPONENT_LABEL] == app
+        assert m.labels_match(workload["spec"]["selector"]["matchLabels"], labels)
+        assert template["metadata"]["annotations"][names.DEFAULT_CONTAINER_ANNOTATION] == first
+        # the first container is kubectl's pick even where the annotation is not read
+        assert template["spec"]["containers"][0]["name"] == first
+    assert m.hami_container("hami-scheduler").spec["name"] == names.EXTENDER_CONTAINER
+    assert m.hami_container("hami-device-plugin").spec["name"] == names.DEVICE_PLUGIN_CONTAINER
+    for cm in (names.DEVICE_CONFIGMAP, names.SCHEDULER_CONFIGMAP, names.NODE_CONFIGMAP):
+        m.find("ConfigMap", cm)
+    assert names.DEVICE_CONFIG_KEY in m.find("ConfigMap", names.DEVICE_CONFIGMAP)["data"]
+
+
+def test_extender_knows_its_pod_from_the_downward_api() -> None:
+    c = m.hami_container("hami-scheduler")
+    assert c.env("POD_NAME")["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert c.env("POD_NAMESPACE")["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+
+
+def test_every_container_is_locked_down() -> None:
+    """No privilege escalation, no capability, a read-only root filesystem; non-root except the
+    two node agents, which need root's host paths (the chart's values say why)."""
+    root = {names.DEVICE_PLUGIN_CONTAINER, names.MONITOR_CONTAINER}
+    seen = set()
+    for c in m.containers():
+        sc = c.spec["securityContext"]
+        pod_sc = c.pod.get("securityContext") or {}
+        name = c.spec["name"]
+        seen.add(name)
+        assert sc["allowPrivilegeEscalation"] is False, name
+        assert sc["readOnlyRootFilesystem"] is True, name
+        assert sc["capabilities"] == {"drop": ["ALL"]}, name
+        assert "privileged" not in sc, name
+        assert pod_sc["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        if name in root:
+            assert sc["runAsUser"] == 0, name
+        else:
+            assert sc["runAsNonRoot"] is True and sc["runAsUser"] != 0, name
+        for volume in c.pod.get("volumes", []):
+            assert "hostPath" not in volume or name in root, (name, volume)
+    assert seen == {names.EXTENDER_CONTAINER, names.KUBE_SCHEDULER_CONTAINER, *root}
 
 
 def _config_map_file(container: m.Container, path: str) -> str:
@@ -115,7 +168,7 @@ def test_device_config_loads_in_plugin_and_scheduler() -> None:
     text = _config_map_file(plugin, p_args.config_file)
     assert text == _config_map_file(sched, s_args.device_config_file)
     cfg = apply_device_yaml(PluginConfig(), text)
-    # seed 003 production template: deviceSplitCount 10, deviceMemoryScaling 1.0, libCudaLogLevel 0
+    # the tuning guide's production template: deviceSplitCount 10, deviceMemoryScaling 1.0, libCudaLogLevel 0
     assert (cfg.device_split_count, cfg.device_memory_scaling, cfg.lib_cuda_log_level) == (10, 1.0, "0")
     node_cfg = apply_node_json(cfg, _config_map_file(plugin, p_args.node_config_file), "gpu-node-1")
     assert node_cfg == cfg
@@ -155,11 +208,41 @@ def test_kustomize_builds_with_pinned_images() -> None:
     }
     assert images == {"ghcr.io/hami-py/hami:0.1.0", "registry.k8s.io/kube-scheduler:v1.31.4"}
     namespaces = {d["metadata"].get("namespace") for d in built} - {None}
-    assert namespaces == {m.NAMESPACE, "kube-system"}
+    assert namespaces == {m.NAMESPACE}
 
 
-def test_docs_name_every_file() -> None:
+def test_docs_start_with_helm_and_name_the_kustomize_way() -> None:
     doc = (m.ROOT / "docs" / "deploy.md").read_text(encoding="utf-8")
-    for path in m.resource_files():
-        assert path.name in doc, path.name
+    first_command = doc[doc.index("```sh") :].splitlines()[1]
+    assert first_command.startswith("helm install hami charts/hami"), first_command
     assert "kubectl apply -k deploy/" in doc
+
+
+def test_commands_in_the_docs_name_what_the_chart_installs() -> None:
+    """Every `kubectl` line of the runbooks, the recipe table and the deploy guide selects labels,
+    workloads, ConfigMaps and the namespace that deploy/ really has."""
+    apps = {c.pod_labels[names.APP_LABEL] for c in m.containers()}
+    kinds = {
+        "deployment": "Deployment",
+        "ds": "DaemonSet",
+        "daemonset": "DaemonSet",
+        "configmap": "ConfigMap",
+    }
+    docs = [*sorted((m.ROOT / "docs" / "runbooks").glob("*.md")), m.ROOT / "docs" / "guides" / "recipes.md"]
+    docs.append(m.ROOT / "docs" / "deploy.md")
+    checked = 0
+    for doc in docs:
+        for span in re.findall(r"`([^`]*kubectl [^`]*)`", doc.read_text(encoding="utf-8")):
+            for app in re.findall(r"-l app=([\w-]+)", span):
+                assert app in apps, (doc.name, span)
+                checked += 1
+            for ns in re.findall(r"(?:-n|--namespace) ([\w<>-]+)", span):
+                assert ns in (m.NAMESPACE, "<ns>", "<namespace>"), (doc.name, span)
+            for kind, name in re.findall(
+                r"\b(deployment|ds|daemonset|configmap)[/ ](?:-n [\w-]+ )?([a-z][\w-]+)", span
+            ):
+                if name in ("-n", "hami"):  # `get ds -n ...`, `... | grep hami`
+                    continue
+                m.find(kinds[kind], name)
+                checked += 1
+    assert checked >= 10, checked

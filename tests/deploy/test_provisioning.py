@@ -10,6 +10,7 @@ import pytest
 import yaml
 from scripts import gen_provisioning as g
 
+from hami.testing import manifests as m
 from hami.testing.prometheus import PROMTOOL
 
 
@@ -34,7 +35,8 @@ def test_plain_prometheus_config_is_valid(tmp_path: Path) -> None:
     cfg = yaml.safe_load(g.SCRAPE.read_text(encoding="utf-8"))
     cfg["rule_files"] = [str(tmp_path / "hami-rules.yaml")]
     job = cfg["scrape_configs"][0]
-    assert job["kubernetes_sd_configs"] == [{"role": "endpoints", "namespaces": {"names": ["hami-system"]}}]
+    # the namespace the chart's metrics Services are in (deploy/, the guides' kube-system)
+    assert job["kubernetes_sd_configs"] == [{"role": "endpoints", "namespaces": {"names": [m.NAMESPACE]}}]
     # Debian's promtool is built without Kubernetes discovery: check the rest of the job with a static one
     job["static_configs"] = [{"targets": ["127.0.0.1:9395"]}]
     del job["kubernetes_sd_configs"]

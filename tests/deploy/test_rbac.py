@@ -1,4 +1,4 @@
-"""deploy/rbac.yaml grants each daemon exactly the API calls its code makes: every call is allowed,
+"""The chart's RBAC grants each daemon exactly the API calls its code makes: every call is allowed,
 and nothing else is granted by hami's own roles (least privilege)."""
 
 from __future__ import annotations
@@ -35,13 +35,13 @@ SCHEDULER = {
     ("patch", "/events"),  # events.py EventRecorder._write: aggregate a repeated event (count++)
     ("list", "/resourcequotas"),  # state.py: Informer(resourcequotas)
     ("watch", "/resourcequotas"),
-    ("list", "coordination.k8s.io/leases@hami-system"),  # leader.py: Informer(leases, namespace,
-    ("watch", "coordination.k8s.io/leases@hami-system"),  # fieldSelector metadata.name=<lease>)
+    ("list", "coordination.k8s.io/leases@" + m.NAMESPACE),  # leader.py: Informer(leases, namespace,
+    ("watch", "coordination.k8s.io/leases@" + m.NAMESPACE),  # fieldSelector metadata.name=<lease>)
 }
 # The kube-scheduler sidecar's own Lease (its configuration's leaderElection.resourceName).
 KUBE_SCHEDULER_LEASE = {
-    ("get", "coordination.k8s.io/leases@hami-system"),
-    ("update", "coordination.k8s.io/leases@hami-system"),
+    ("get", "coordination.k8s.io/leases@" + m.NAMESPACE),
+    ("update", "coordination.k8s.io/leases@" + m.NAMESPACE),
 }
 
 
@@ -80,23 +80,29 @@ def _grants(service_account: str) -> tuple[set[tuple[str, str]], set[str], set[s
     return pairs, system, names
 
 
-def test_device_plugin_pod_gets_exactly_what_plugin_and_monitor_call() -> None:
-    daemonset = m.find("DaemonSet", "hami-device-plugin")
-    account = daemonset["spec"]["template"]["spec"]["serviceAccountName"]
-    pairs, system, _names = _grants(account)
-    assert pairs == MONITOR | DEVICE_PLUGIN
-    assert system == set()
-    # each component's own role is exactly its calls
-    for name, calls in (("hami-monitor", MONITOR), ("hami-device-plugin", DEVICE_PLUGIN)):
-        role = m.find("ClusterRole", name)
-        granted = {
-            (v, f"{g}/{r}")
-            for rule in role["rules"]
-            for g in rule["apiGroups"]
-            for r in rule["resources"]
-            for v in rule["verbs"]
-        }
-        assert granted == calls, name
+def _role_calls(name: str) -> set[tuple[str, str]]:
+    role = m.find("ClusterRole", name)
+    return {
+        (v, f"{g}/{r}")
+        for rule in role["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+
+
+def test_device_plugin_and_monitor_pods_each_get_exactly_their_calls() -> None:
+    """Each node agent runs under its own account: the monitor's is read-only."""
+    accounts = set()
+    for daemonset, calls in (("hami-device-plugin", DEVICE_PLUGIN), ("hami-vgpu-monitor", MONITOR)):
+        account = m.find("DaemonSet", daemonset)["spec"]["template"]["spec"]["serviceAccountName"]
+        accounts.add(account)
+        pairs, system, _names = _grants(account)
+        assert pairs == calls, daemonset
+        assert system == set()
+        assert _role_calls(daemonset) == calls
+    assert len(accounts) == 2
+    assert {verb for verb, _ in MONITOR} <= {"get", "list", "watch"}
 
 
 def test_scheduler_pod_gets_exactly_extender_calls_plus_kube_scheduler_roles() -> None:

@@ -12,16 +12,16 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
-from scripts import gen_deploy_rules
+from scripts import gen_deploy
 
-from hami.core import thresholds
+from hami.core import names, thresholds
 from hami.scheduler.engine.admission import WebhookConfig, admit
 from hami.scheduler.engine.device_config import load_nvidia_config
 from hami.testing import manifests as m
 
 
 def _scheduler_config() -> dict[str, Any]:
-    cm = m.find("ConfigMap", "hami-kube-scheduler-config")
+    cm = m.find("ConfigMap", names.SCHEDULER_CONFIGMAP)
     doc: dict[str, Any] = yaml.safe_load(cm["data"]["config.yaml"])
     return doc
 
@@ -32,7 +32,7 @@ def test_kube_scheduler_is_configured_from_its_config_map() -> None:
     path = flag.split("=", 1)[1]
     mount, name = path.rsplit("/", 1)
     volume = sidecar.volume_at(mount)
-    assert volume["configMap"]["name"] == "hami-kube-scheduler-config"
+    assert volume["configMap"]["name"] == names.SCHEDULER_CONFIGMAP
     assert name == "config.yaml"
     assert sidecar.workload == m.hami_container("hami-scheduler").workload
 
@@ -64,18 +64,42 @@ def test_extender_config_points_at_the_extender() -> None:
     assert all(r["ignoredByScheduler"] is True for r in managed)
 
 
-def test_extender_tls_is_the_webhook_certificate() -> None:
+def test_extender_and_kube_scheduler_authenticate_each_other() -> None:
+    """kube-scheduler checks the extender's serving certificate and presents a client certificate
+    from the same CA, which the extender requires (--client-ca-file)."""
     cfg = _scheduler_config()
     ext = m.hami_container("hami-scheduler")
-    sidecar = next(c for c in m.containers() if c.spec["name"] == "kube-scheduler")
+    sidecar = next(c for c in m.containers() if c.spec["name"] == names.KUBE_SCHEDULER_CONTAINER)
     args = ext.args()
-    cert = m.find("Certificate", "hami-scheduler-tls")
-    for path in (args.cert_file, args.key_file):
-        assert ext.volume_at(path.rsplit("/", 1)[0])["secret"]["secretName"] == cert["spec"]["secretName"]
+    serving = m.find("Certificate", "hami-scheduler-tls")
+    client = m.find("Certificate", "hami-scheduler-client-tls")
+    for path in (args.cert_file, args.key_file, args.client_ca_file):
+        assert ext.volume_at(path.rsplit("/", 1)[0])["secret"]["secretName"] == serving["spec"]["secretName"]
+    assert args.client_ca_file.endswith("/ca.crt")
     tls = cfg["extenders"][0]["tlsConfig"]
-    ca_volume = sidecar.volume_at(tls["caFile"].rsplit("/", 1)[0])
-    assert ca_volume["secret"]["secretName"] == cert["spec"]["secretName"]
-    assert tls["serverName"] in cert["spec"]["dnsNames"]
+    assert sidecar.volume_at(tls["caFile"].rsplit("/", 1)[0])["secret"]["secretName"] == serving["spec"][
+        "secretName"
+    ]
+    for key in ("certFile", "keyFile"):
+        assert sidecar.volume_at(tls[key].rsplit("/", 1)[0])["secret"]["secretName"] == client["spec"][
+            "secretName"
+        ]
+    assert serving["spec"]["issuerRef"] == client["spec"]["issuerRef"]  # one CA
+    assert client["spec"]["usages"] == ["client auth"]
+    assert tls["serverName"] in serving["spec"]["dnsNames"]
+
+
+def test_network_policy_closes_the_extender_port() -> None:
+    """kube-scheduler calls the extender over loopback; from outside the pod only the webhook,
+    the metrics and kube-scheduler's own authenticated port are reachable."""
+    policy = m.find("NetworkPolicy", names.SCHEDULER_DEPLOYMENT)
+    ext = m.hami_container("hami-scheduler")
+    assert m.labels_match(policy["spec"]["podSelector"]["matchLabels"], ext.pod_labels)
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    opened = {ext.port(p["port"]) if p["port"] != "kube-sched" else 10259
+              for rule in policy["spec"]["ingress"] for p in rule["ports"]}
+    assert opened == {names.WEBHOOK_PORT, names.SCHEDULER_METRICS_PORT, 10259}
+    assert m.bind_port(ext.args().http_bind) == names.EXTENDER_PORT not in opened
 
 
 def test_leader_election_is_shared_by_sidecar_and_extender() -> None:
@@ -97,7 +121,8 @@ def test_webhook_reaches_the_extender_and_speaks_its_review_version() -> None:
     (port,) = [p for p in service["spec"]["ports"] if p["port"] == ref["port"]]
     ext = m.hami_container("hami-scheduler")
     assert m.labels_match(service["spec"]["selector"], ext.pod_labels)
-    assert ext.port(port["targetPort"]) == m.bind_port(ext.args().http_bind)
+    # its own listener, without client certificates: the API server has none from the chart's CA
+    assert ext.port(port["targetPort"]) == m.bind_port(ext.args().webhook_bind) == names.WEBHOOK_PORT
     review = {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
@@ -112,12 +137,12 @@ def test_webhook_reaches_the_extender_and_speaks_its_review_version() -> None:
     assert webhook["rules"][0]["operations"] == ["CREATE"]
     skip = {"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}
     assert skip in webhook["namespaceSelector"]["matchExpressions"]
-    assert "objectSelector" not in webhook  # a pod author must not be able to opt out
-    assert m.find("Namespace", m.NAMESPACE)["metadata"]["labels"]["hami.io/webhook"] == "ignore"
+    # only a namespace label (an administrator's) exempts pods: a pod's author cannot opt out
+    assert "objectSelector" not in webhook
     cert = m.find("Certificate", "hami-scheduler-tls")
     assert f"{ref['name']}.{ref['namespace']}.svc" in cert["spec"]["dnsNames"]
     injected = m.find("MutatingWebhookConfiguration", "hami-webhook")["metadata"]["annotations"]
-    assert injected["cert-manager.io/inject-ca-from"] == f"{m.NAMESPACE}/hami-scheduler-tls"
+    assert injected["cert-manager.io/inject-ca-from"] == f"{m.NAMESPACE}/{cert['metadata']['name']}"
 
 
 def test_service_monitors_scrape_each_daemon_under_its_alerting_job_name() -> None:
@@ -148,28 +173,31 @@ def test_service_monitors_scrape_each_daemon_under_its_alerting_job_name() -> No
     assert set(scraped) == set(program_of_job)
 
 
-def test_prometheus_rule_is_generated_from_the_alert_rules() -> None:
-    rules = (m.ROOT / "alerts" / "hami-rules.yaml").read_text(encoding="utf-8")
-    on_disk = (m.DEPLOY / "prometheusrule.yaml").read_text(encoding="utf-8")
-    assert on_disk == gen_deploy_rules.render(rules), "stale: run python scripts/gen_deploy_rules.py"
-    assert gen_deploy_rules.main(["--check"]) == 0
-    assert yaml.safe_load(on_disk)["spec"]["groups"] == yaml.safe_load(rules)["groups"]
+def test_prometheus_rule_is_the_alert_rules() -> None:
+    rules = yaml.safe_load((m.ROOT / "alerts" / "hami-rules.yaml").read_text(encoding="utf-8"))
+    assert m.find("PrometheusRule", "hami")["spec"]["groups"] == rules["groups"]
+
+
+def test_generated_files_are_current() -> None:
+    assert gen_deploy.main(["--check"]) == 0, "stale: run python scripts/gen_deploy.py"
 
 
 def test_check_reports_a_stale_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    stale = tmp_path / "prometheusrule.yaml"
-    stale.write_text("spec: {}\n", encoding="utf-8")
-    monkeypatch.setattr(gen_deploy_rules, "OUT", stale)
-    assert gen_deploy_rules.main(["--check"]) == 1
-    assert gen_deploy_rules.main([]) == 0
-    assert gen_deploy_rules.main(["--check"]) == 0
+    stale = tmp_path / "hami.yaml"
+    stale.write_text("kind: List\n", encoding="utf-8")
+    monkeypatch.setattr(gen_deploy, "DEPLOY", stale)
+    monkeypatch.setattr(gen_deploy, "CHART_RULES", tmp_path / "hami-rules.yaml")
+    assert gen_deploy.main(["--check"]) == 1
+    assert gen_deploy.main([]) == 0
+    assert gen_deploy.main(["--check"]) == 0
+    assert stale.read_text(encoding="utf-8") == (m.DEPLOY / "hami.yaml").read_text(encoding="utf-8")
 
 
 def test_prometheus_rule_groups_pass_promtool(tmp_path: Path) -> None:
     promtool = shutil.which("promtool") or "/usr/bin/promtool"
     if not Path(promtool).exists():
         pytest.skip("promtool is not installed")
-    spec = yaml.safe_load((m.DEPLOY / "prometheusrule.yaml").read_text(encoding="utf-8"))["spec"]
+    spec = m.find("PrometheusRule", "hami")["spec"]
     path = tmp_path / "rules.yaml"
     path.write_text(yaml.safe_dump(spec), encoding="utf-8")
     done = subprocess.run(

@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from hami.core.devices import ContainerDevice
+from hami.core.hamicore import HostLayout
 from hami.deviceplugin.config import PluginConfig
 from hami.deviceplugin.container_setup import (
     DECODE_FAILED,
@@ -12,7 +13,6 @@ from hami.deviceplugin.container_setup import (
     AllocateError,
     DeviceNode,
     GpuRef,
-    HostLayout,
     PreferredRequest,
     RuntimeOptions,
     align_to_kubelet,

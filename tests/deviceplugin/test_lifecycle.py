@@ -1,10 +1,15 @@
-"""Registration, ListAndWatch, health and kubelet restarts, end to end on FakeNvml and the API emulator."""
+"""Registration, ListAndWatch, health and kubelet restarts, end to end on FakeNvml and the API emulator.
+
+Section signs (§) refer to docs/design/node-agent.md.
+"""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 from typing import Any
+
+from kubernetes import client
 
 from hami.core import annotations as ann
 from hami.core.codec.node_devices import decode_node_devices
@@ -89,7 +94,7 @@ def test_a_kubelet_restart_is_survived_and_resets_health(rig: Rig) -> None:
     channel, stub = rig.kubelet.plugin("nvidia-gpu.sock")
     with channel:
         devices = next(stub.ListAndWatch(pb.Empty())).devices
-    # The restart rebuilt the device state: the only way back from Unhealthy (spec §C.6).
+    # The restart rebuilt the device state: the only way back from Unhealthy (§C.6).
     assert {d.health for d in devices} == {"Healthy"}
     wait_until(lambda: _registered(rig)[U0].health, what="healthy U0 in the annotation")
 
@@ -140,3 +145,62 @@ def test_filtered_and_wildcard_configured_node(
         rig.manager.stop()
         rig.kubelet.stop()
         rig.pods.stop()
+
+
+def _node_events(rig: Rig) -> list[tuple[str, str, str]]:
+    items = client.CoreV1Api(rig.kube_client).list_namespaced_event("default").items
+    return [
+        (e.type, e.reason, e.message)
+        for e in sorted(items, key=lambda e: e.metadata.name)
+        if e.involved_object.kind == "Node" and e.involved_object.name == NODE
+    ]
+
+
+def test_an_opted_in_overheat_goes_unhealthy_everywhere_and_comes_back(
+    kube_api: KubeAPIServer, kube_client: Any, short_dir: Path
+) -> None:
+    rig = start_rig(kube_api, kube_client, short_dir, checks=frozenset({"temperature"}))
+    try:
+        _registered(rig)
+        channel, stub = rig.kubelet.plugin("nvidia-gpu.sock")
+        with channel:
+            stream = stub.ListAndWatch(pb.Empty())
+            assert {d.health for d in next(stream).devices} == {"Healthy"}
+            rig.nvml.update(1, temperature=93)
+            health = {d.ID: d.health for d in next(stream).devices}
+            assert health[f"{U1}-0"] == "Unhealthy" and health[f"{U0}-0"] == "Healthy"
+            wait_until(lambda: not _registered(rig)[U1].health, what="health:false in the annotation")
+            rig.nvml.update(1, temperature=70)
+            assert {d.health for d in next(stream).devices} == {"Healthy"}
+            stream.cancel()
+        wait_until(lambda: _registered(rig)[U1].health, what="health:true again")
+        event = {"device_uuid": U1, "event": "temperature_slowdown"}
+        assert rig.metric("hami_deviceplugin_health_events_total", **event) == 1
+        assert rig.metric("hami_deviceplugin_health_events_total", device_uuid=U1, event="recovered") == 1
+        wait_until(lambda: len(_node_events(rig)) == 2, what="two Node events")
+        assert _node_events(rig) == [
+            (
+                "Warning",
+                "GPUUnhealthy",
+                f"Device {U1} is unhealthy (temperature_slowdown): "
+                "temperature 93 C at or above the slowdown threshold 90 C",
+            ),
+            ("Normal", "GPURecovered", f"Device {U1} recovered from temperature_slowdown; "
+             "the device is healthy again"),
+        ]
+    finally:
+        rig.stop()
+
+
+def test_a_crashed_grpc_server_is_served_again_and_registered_again(rig: Rig) -> None:
+    rig.kubelet.next_registration()
+    socket = rig.dir / "nvidia-gpu.sock"
+    restarts, labels = "hami_deviceplugin_grpc_restarts_total", {"resource": "nvidia.com/gpu"}
+    for n in (1, 2):
+        socket.unlink()
+        assert rig.kubelet.next_registration().endpoint == "nvidia-gpu.sock"  # the kubelet hears of it again
+        wait_until(socket.is_socket, what="the socket served again")
+        wait_until(lambda n=n: rig.metric(restarts, **labels) == n, what=f"{n} restart(s) counted")
+    channel, stub = rig.kubelet.plugin("nvidia-gpu.sock")
+    with channel:
+        assert len(next(stub.ListAndWatch(pb.Empty())).devices) == 8

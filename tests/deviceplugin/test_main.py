@@ -20,6 +20,7 @@ from hami.testing.kubeapi import KubeAPIServer
 from hami.testing.kubelet import FakeKubelet
 from hami.testing.pluginrig import NODE, NVML_SPEC
 from hami.testing.processes import Daemon, python_env
+from hami.testing.wait import wait_until
 
 # HAMi's device-plugin start-up log, in order (the substrings operators grep for).
 STARTUP = [
@@ -127,3 +128,40 @@ def test_missing_node_name_and_bad_config_fail_fast(short_dir: Path) -> None:
         env=env, check=False, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert out.returncode == 1 and "failed to load device config file" in out.stderr
+
+
+def test_a_server_that_keeps_crashing_ends_the_process_as_hami_does(
+    kube_api: KubeAPIServer, kube_client: Any, kube_config_file: Path, short_dir: Path
+) -> None:
+    client.CoreV1Api(kube_client).create_node({"metadata": {"name": NODE}})
+    spec = short_dir / "nvml.yaml"
+    spec.write_text(yaml.safe_dump(NVML_SPEC))
+    kubelet = FakeKubelet(short_dir)
+    kubelet.start()
+    cmd = [
+        sys.executable, "-m", "hami.deviceplugin",
+        f"--kubeconfig={kube_config_file}", "--nvml=fake", f"--fake-nvml-spec={spec}",
+        f"--device-plugin-path={short_dir}", "--node-config-file=",
+        f"--hook-path={short_dir / 'hook'}", f"--mig-apply-lock={short_dir / 'mig.lock'}",
+        "--metrics-bind-address=127.0.0.1:0",
+        "--grpc-probe-interval=0.05", "--grpc-restart-backoff=0.01",
+    ]  # fmt: skip
+    logs = Daemon(cmd, python_env(NODE_NAME=NODE))
+    socket = short_dir / "nvidia-gpu.sock"
+    try:
+        kubelet.next_registration()
+        for n in range(1, 8):
+            wait_until(socket.is_socket, what=f"the socket before kill {n}")
+            socket.unlink()
+            if n < 7:
+                kubelet.next_registration()  # served again and registered again
+        assert logs.proc.wait(timeout=60) == 255
+        last = logs.wait_for_line("has repeatedly crashed recently").string
+        crashed = [line for line in logs.lines if "crashed with error" in line]
+        assert len(crashed) == 7 and all(f"socket {socket} is gone" in line for line in crashed)
+        assert last.startswith("F") and last.endswith(
+            "GRPC server for 'nvidia.com/gpu' has repeatedly crashed recently. Quitting"
+        )
+    finally:
+        logs.stop(grace=0)
+        kubelet.stop()

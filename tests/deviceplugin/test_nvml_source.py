@@ -11,7 +11,7 @@ import pytest
 
 from hami.core.nvml import EVENT_DOUBLE_BIT_ECC, NvmlError
 from hami.core.nvml.fake import FakeNvml
-from hami.deviceplugin.health import HealthState, XidPolicy
+from hami.deviceplugin.health import CHECKS, HealthState, XidPolicy
 from hami.deviceplugin.nvml_source import HealthChecker, read_gpu_facts
 from hami.testing.pluginrig import NVML_SPEC, U0, U1
 from hami.testing.wait import wait_until
@@ -57,17 +57,21 @@ def test_numa_falls_back_to_sysfs(tmp_path: Path) -> None:
 
 
 class Checked:
-    def __init__(self, nvml: FakeNvml, policy: XidPolicy, lock: Path) -> None:
+    def __init__(
+        self, nvml: FakeNvml, policy: XidPolicy, lock: Path, checks: frozenset[str] = frozenset()
+    ) -> None:
         self.state = HealthState([U0, U1])
         self.events: list[tuple[str, str]] = []
         self.checker = HealthChecker(
             nvml,
             [U0, U1],
             policy,
-            on_unhealthy=self.state.mark_unhealthy,
+            checks=checks,
+            on_condition=self.state.set_reason,
             on_event=lambda uuid, event: self.events.append((uuid, event)),
             paused=lock.exists,
             wait_ms=20,
+            poll_s=0.02,
         )
 
     def healthy(self) -> dict[str, bool]:
@@ -131,3 +135,69 @@ def test_disabled_checks_never_start(nvml: FakeNvml, tmp_path: Path) -> None:
     c.checker.start()
     c.checker.stop()
     assert "nvmlEventSetCreate" not in nvml.calls
+
+
+def _reasons(c: Checked, uuid: str) -> set[str]:
+    return set(c.state.reasons(uuid))
+
+
+def test_opt_in_conditions_come_and_go_with_nvml(nvml: FakeNvml, tmp_path: Path) -> None:
+    c = Checked(nvml, XidPolicy(), tmp_path / "lock", frozenset(CHECKS))
+    c.checker.start()
+    try:
+        wait_until(lambda: nvml.calls.get("nvmlDeviceGetTemperatureThreshold", 0) >= 4, what="two polls")
+        assert c.healthy() == {U0: True, U1: True} and c.events == []
+        nvml.update(0, temperature=95)  # default slowdown threshold 90
+        nvml.update(1, remap_failure=True, remapped_uncorrectable=2)
+        wait_until(lambda: c.healthy() == {U0: False, U1: False}, what="both unhealthy")
+        assert _reasons(c, U0) == {"temperature_slowdown"} and _reasons(c, U1) == {"row_remap_failure"}
+        nvml.update(0, temperature=87)  # below the threshold, not yet 5 C below: still unhealthy
+        nvml.update(1, remap_failure=False, retired_pending=True)
+        wait_until(lambda: _reasons(c, U1) == {"retired_pages_pending"}, what="remap cleared, pages pending")
+        assert _reasons(c, U0) == {"temperature_slowdown"}
+        nvml.update(0, temperature=80)
+        nvml.update(1, retired_pending=False)
+        wait_until(lambda: c.healthy() == {U0: True, U1: True}, what="both recovered")
+        assert c.events == [
+            (U0, "temperature_slowdown"),
+            (U1, "row_remap_failure"),
+            (U1, "retired_pages_pending"),
+            (U1, "recovered"),
+            (U0, "recovered"),
+            (U1, "recovered"),
+        ]
+    finally:
+        c.checker.stop()
+
+
+def test_a_lost_device_and_a_double_bit_ecc_event(nvml: FakeNvml, tmp_path: Path) -> None:
+    c = Checked(nvml, XidPolicy(), tmp_path / "lock", frozenset({"ecc", "device-lost"}))
+    c.checker.start()
+    try:
+        wait_until(lambda: nvml.calls.get("nvmlEventSetWait"), what="the loop waiting")
+        nvml.update(1, lost=True)
+        nvml.update(0, ecc_uncorrected=1)
+        nvml.inject_event(0, EVENT_DOUBLE_BIT_ECC, 0)
+        wait_until(lambda: c.healthy() == {U0: False, U1: False}, what="both unhealthy")
+        assert _reasons(c, U1) == {"device_lost"} and _reasons(c, U0) == {"ecc_double_bit"}
+        nvml.update(1, lost=False)
+        nvml.update(0, ecc_uncorrected=0)  # what a GPU reset does to the volatile counter
+        wait_until(lambda: c.healthy() == {U0: True, U1: True}, what="both back")
+        assert (U0, "non_xid_skipped") not in c.events  # ECC opted in: the event counts
+    finally:
+        c.checker.stop()
+
+
+def test_hamis_default_ignores_everything_but_xids(nvml: FakeNvml, tmp_path: Path) -> None:
+    nvml.update(0, temperature=99, ecc_uncorrected=5, retired_pending=True)
+    nvml.update(1, lost=True)
+    c = Checked(nvml, XidPolicy(), tmp_path / "lock")
+    c.checker.start()
+    try:
+        wait_until(lambda: nvml.calls.get("nvmlEventSetWait", 0) >= 3, what="the loop waiting")
+        assert "nvmlDeviceGetTemperatureThreshold" not in nvml.calls
+        assert c.healthy()[U0]
+        # U1 is gone: its event registration fails, which HAMi counts as unhealthy
+        assert c.events == [(U1, "registration_failed")]
+    finally:
+        c.checker.stop()

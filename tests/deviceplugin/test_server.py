@@ -14,8 +14,15 @@ from hami.deviceplugin.config import PluginConfig
 from hami.deviceplugin.container_setup import DEVICE_NUMBER_MISMATCH, AllocateError, PreferredRequest
 from hami.deviceplugin.health import HealthState
 from hami.deviceplugin.inventory import GpuFacts, KubeletDevice, build_register_devices, kubelet_devices
-from hami.deviceplugin.server import PluginServer, SocketWatcher, register_with_kubelet
+from hami.deviceplugin.server import (
+    CrashBudget,
+    PluginServer,
+    SocketWatcher,
+    register_with_kubelet,
+    restart_delay,
+)
 from hami.testing.kubelet import FakeKubelet
+from hami.testing.wait import wait_until
 
 U0 = "GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec"
 U1 = "GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448"
@@ -148,3 +155,56 @@ def test_socket_watcher_sees_a_kubelet_restart(tmp_path: Path) -> None:
     finally:
         watcher.stop()
         kubelet.stop()
+
+
+def test_hamis_give_up_rule() -> None:
+    hour = CrashBudget.WINDOW_S
+    budget = CrashBudget(now=0.0)
+    # Six crashes a minute apart are survived; the seventh in the chain gives up.
+    assert [budget.crashed(60.0 * i) for i in range(1, 8)] == [False] * 6 + [True]
+    budget = CrashBudget(now=0.0)
+    for i in range(1, 7):
+        assert not budget.crashed(60.0 * i)
+    assert not budget.crashed(360 + hour + 1)  # an hour of quiet: the count starts again
+    assert budget.count == 0
+    assert [restart_delay(n, 0.5) for n in (1, 2, 3, 7, 20)] == [0.5, 1.0, 2.0, 30.0, 30.0]
+
+
+def test_a_server_killed_again_and_again_is_served_again_then_given_up(tmp_path: Path) -> None:
+    backend = Backend()
+    restarts: list[int] = []
+    crashes: list[int] = []
+    gave_up = threading.Event()
+    messages: list[str] = []
+    path = tmp_path / "nvidia-gpu.sock"
+    server = PluginServer(
+        backend,
+        "nvidia.com/gpu",
+        path,
+        workers=2,
+        on_restart=lambda: restarts.append(1),
+        on_crash=lambda: crashes.append(1),
+        on_give_up=lambda message: (messages.append(message), gave_up.set()),  # type: ignore[func-returns-value]
+        probe_s=0.02,
+        backoff_s=0.01,
+    )
+    server.start()
+    kubelet = FakeKubelet(tmp_path)
+    try:
+        for n in range(1, 8):
+            if n % 2:
+                path.unlink()  # someone removed the socket: the kubelet cannot reach the plugin
+            else:
+                server._server.stop(0)  # type: ignore[union-attr]  # the gRPC core died under us
+            if n == 7:
+                break
+            wait_until(lambda n=n: len(restarts) == n, what=f"restart {n}")  # type: ignore[misc]
+            channel, stub = kubelet.plugin("nvidia-gpu.sock")
+            with channel:  # served again, and answering
+                assert len(next(stub.ListAndWatch(pb.Empty())).devices) == 4
+        assert gave_up.wait(30)
+        assert messages == ["GRPC server for 'nvidia.com/gpu' has repeatedly crashed recently. Quitting"]
+        assert (len(crashes), len(restarts)) == (7, 6)
+    finally:
+        backend.health.close()
+        server.stop()

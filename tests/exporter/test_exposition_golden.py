@@ -30,12 +30,18 @@ NVML_SPEC = {
             "temperature": 55,
             "power_mw": 123500,
             "ecc": {"corrected": 2, "uncorrected": 0},
+            # a Volta card retires pages and has no row remapper
+            "retired_pages": {"single_bit": 1, "double_bit": 0, "pending": False},
+            "unsupported": ["nvmlDeviceGetRemappedRows"],
+            "clock_event_reasons": 0x1 | 0x4,  # idle, software power cap
         },
         {
             "uuid": GPU1,
             "name": "NVIDIA A100-SXM4-40GB",
             "memory_mib": 40960,
-            "unsupported": ["nvmlDeviceGetPowerUsage"],
+            "unsupported": ["nvmlDeviceGetPowerUsage", "nvmlDeviceGetRetiredPages"],
+            "temperature_thresholds": {"slowdown": 88, "shutdown": 93},
+            "remapped_rows": {"correctable": 3, "uncorrectable": 1, "pending": True, "failure": False},
             "mig": {
                 "enabled": True,
                 "instances": [

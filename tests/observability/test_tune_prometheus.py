@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from hami.testing import prometheus
+from hami.core import names
+from hami.testing import chart, prometheus
 from hami.testing.processes import free_port, python_env
 from hami.tune.main import main
 
@@ -30,24 +31,30 @@ MON = 'job="hami-monitor",instance="n{n}:9394",node="n{n}"'
 SCH = 'job="hami-scheduler",instance="s1:9395"'
 
 
-def _container(n: int, pod: str, uuid: str, limit_gib: float, peak_gib: float) -> list[tuple[str, str]]:
+def _container(
+    n: int, pod: str, uuid: str, memory_gib: tuple[float, float], cores: tuple[int, int]
+) -> list[tuple[str, str]]:
     labels = f'{MON.format(n=n)},namespace="ns{n}",pod="{pod}",container="main",vdevice_index="0"'
     labels += f',device_uuid="{uuid}"'
+    (limit_gib, peak_gib), (core_limit, core_used) = memory_gib, cores
     # Used memory idles at half the peak and reaches the peak once, mid-way.
     return [
         (f"hami_vgpu_memory_limit_bytes{{{labels}}}", f"const:{limit_gib * GIB}"),
         (f"hami_vgpu_memory_used_bytes{{{labels}}}", f"peak:{peak_gib * GIB}"),
+        (f"hami_vgpu_core_limit_percent{{{labels}}}", f"const:{core_limit}"),
+        (f"hami_vgpu_core_used_percent{{{labels}}}", f"const:{core_used}"),
     ]
 
 
 def _scenario() -> list[tuple[str, str]]:
     """A 2-node cluster. n1: two 8 GiB containers peaking at 4 GiB; n2: one 4 GiB container peaking at
     3.8 GiB. The scheduler is throttled, one device is at its split count with 3 pods pending, two node
-    locks expired although binds are fast."""
+    locks expired although binds are fast. SM use: a takes 45% on a 30% limit, b 10% of 50%, c 60% of
+    100%."""
     series = [
-        *_container(1, "a", "GPU-a", 8, 4),
-        *_container(1, "b", "GPU-a", 8, 4),
-        *_container(2, "c", "GPU-c", 4, 3.8),
+        *_container(1, "a", "GPU-a", (8, 4), (30, 45)),
+        *_container(1, "b", "GPU-a", (8, 4), (50, 10)),
+        *_container(2, "c", "GPU-c", (4, 3.8), (100, 60)),
     ]
     for n, uuid in ((1, "GPU-a"), (1, "GPU-b"), (2, "GPU-c")):
         dev = f'device_uuid="{uuid}",device_index="0",device_type="NVIDIA-A100"'
@@ -86,31 +93,13 @@ def _scenario() -> list[tuple[str, str]]:
     return series
 
 
-def _value(kind: str, arg: float, i: int, points: int) -> float:
-    if kind == "const":
-        return arg
-    if kind == "peak":
-        return arg if i == points // 2 else arg / 2
-    if kind == "counter":
-        return arg * STEP * i
-    assert kind == "steps"  # a counter that reaches `arg` in two jumps
-    return 0.0 if i < points // 3 else (arg / 2 if i < 2 * points // 3 else arg)
-
-
-def _samples() -> Iterator[tuple[str, float, float]]:
-    points = (END - START) // STEP + 1
-    for series, spec in _scenario():
-        kind, arg = spec.split(":")
-        for i in range(points):
-            yield series, _value(kind, float(arg), i, points), float(START + i * STEP)
-
-
 @pytest.fixture(scope="module")
 def prom_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     work = tmp_path_factory.mktemp("prom")
     data = work / "data"
     data.mkdir()
-    prometheus.backfill_openmetrics(prometheus.openmetrics(_samples()), data, work)
+    samples = prometheus.recorded(_scenario(), START, END, STEP)
+    prometheus.backfill_openmetrics(prometheus.openmetrics(samples), data, work)
     with prometheus.PrometheusServer(data) as server:
         yield server.url
 
@@ -150,6 +139,33 @@ def test_recommendations_from_real_prometheus(prom_url: str, capsys: pytest.Capt
     # Two locks expired, binds take < 0.5 s: stale locks, shorten to 3m.
     assert (lock["value"], lock["current"]) == ("3m0s", "5m0s")
 
+    policy = recs["devices.nvidia.gpuCorePolicy"]
+    # a's p95 45% exceeds 1.1 x its 30% limit: isolation is imprecise.
+    assert (policy["value"], policy["current"]) == ("force", "default")
+    assert "ns1/a/main p95 45% of limit 30%" in policy["reasons"][0]
+    assert any(
+        e["query"] == 'quantile_over_time(0.95, hami_vgpu_core_used_percent{job="hami-monitor"}[2h])'
+        and "pod=a" in e["labels"] and e["value"] == 45
+        for e in policy["evidence"]
+    )
+    cores = recs["nvidia.com/gpucores (per pod)"]
+    # a: 45 x 1.2 = 54 -> 55; b: 10 x 1.2 = 12 -> 15; c uses 60 of 100, left as it is.
+    assert cores["details"] == {"pod/ns1/a/main": "55", "pod/ns1/b/main": "15"}
+
+    # The chart's default level 1 is quiet enough for production: kept.
+    level = recs["devices.nvidia.libCudaLogLevel"]
+    assert (level["value"], level["current"]) == ("1", "1")
+
+    resources = recs["scheduler.extender.resources"]
+    # 2 nodes: the < 50 row of the table; without kube-state-metrics the current value is unknown.
+    assert resources["value"] == "requests cpu=100m memory=128Mi, limits cpu=500m memory=512Mi"
+    assert resources["current"] is None
+    assert any("kube_pod_container_status_last_terminated_reason" in r for r in resources["reasons"])
+
+    monitor = recs["devicePlugin.monitor.extraArgs"]
+    # Both nodes with vGPU pods report their containers: nothing to debug.
+    assert (monitor["value"], monitor["current"]) == ("[]", "[]")
+
     # Every number comes with the query that produced it.
     evidence = mem["evidence"]
     assert any(
@@ -163,8 +179,15 @@ def test_history_shorter_than_the_window_is_refused_naming_the_window(
 ) -> None:
     code, recs = _run_json(capsys, "--prometheus-url", prom_url, "--time", str(END))  # default 7d
     assert code == 3
-    assert all(r["value"] is None for r in recs.values())
+    windowed = (
+        "deviceMemoryScaling", "deviceSplitCount", "--kube-qps/--kube-burst", "nodeLockExpire",
+        "devices.nvidia.gpuCorePolicy", "nvidia.com/gpucores (per pod)",
+    )  # fmt: skip
+    assert all(recs[p]["value"] is None for p in windowed)
     mem = recs["deviceMemoryScaling"]
+    # Instead of a number that looks measured, the guide's starting point, said to be one.
+    assert mem["start"] == "1.5 (start there and watch for a week, docs/guides/tuning.md §3.3)"
+    assert recs["devices.nvidia.gpuCorePolicy"]["start"].startswith("force (the production template")
     (missing,) = mem["missing"]
     series = r'hami_vgpu_memory_used_bytes\{job="hami-monitor"\}'
     assert re.fullmatch(rf"7d of {series} history \(have (2\.[89]|3\.0)h\)", missing)
@@ -182,13 +205,16 @@ def test_patch_output_rewrites_only_the_recommended_fields(
     args = ["--prometheus-url", prom_url, "--time", str(END), "--window", WINDOW, "--output", "patch"]
     assert main([*args, "--device-config", str(current), "--node-config", str(nodes)]) == 0
     device, node = yaml.safe_load_all(capsys.readouterr().out)
-    assert device["metadata"] == {"name": "hami-device-config", "namespace": "hami-system"}
+    # the ConfigMap the chart installs, where the guides install it
+    assert device["metadata"] == {"name": names.DEVICE_CONFIGMAP, "namespace": names.NAMESPACE}
+    assert node["metadata"] == {"name": names.NODE_CONFIGMAP, "namespace": names.NAMESPACE}
     assert yaml.safe_load(device["data"]["device-config.yaml"]) == {
         "nvidia": {
             "resourceCountName": "nvidia.com/gpu",
             "deviceSplitCount": 30,
             "deviceMemoryScaling": 1.5,
-            "libCudaLogLevel": 0,
+            "libCudaLogLevel": 0,  # the rule keeps the chart's quiet level: the file's stays
+            "gpuCorePolicy": "force",  # a's SM use exceeds its limit
         }
     }
     assert json.loads(node["data"]["config.json"]) == {
@@ -231,22 +257,20 @@ def test_refuses_and_names_the_missing_series(prom_url: str, capsys: pytest.Capt
     assert recs["deviceMemoryScaling"]["value"] == "1.5"
 
 
-def test_before_any_data_everything_is_refused(prom_url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    code, recs = _run_json(
-        capsys, "--prometheus-url", prom_url, "--time", str(START - 86400), "--window", "1h"
-    )
-    assert code == 3
-    assert all(r["value"] is None for r in recs.values())
-    assert recs["deviceMemoryScaling"]["missing"] == [
-        'hami_vgpu_memory_limit_bytes{job="hami-monitor"}',
-        'hami_vgpu_memory_used_bytes{job="hami-monitor"}',
-    ]
+def test_a_window_without_samples_is_bad_input(prom_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["--prometheus-url", prom_url, "--time", str(START - 86400), "--window", "1h"])
+    assert code == 2
+    out = capsys.readouterr()
+    assert out.out == ""
+    (line,) = out.err.splitlines()
+    assert "no samples of hami_vgpu_memory_limit_bytes" in line and "--window 1h" in line
 
 
-def test_unreachable_prometheus_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+def test_unreachable_prometheus_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
     url = f"http://127.0.0.1:{free_port()}"
-    assert main(["--prometheus-url", url, "--timeout", "5"]) == 1
-    assert "cannot reach Prometheus" in capsys.readouterr().err
+    assert main(["--prometheus-url", url, "--timeout", "5"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"hami-tune: cannot reach Prometheus at {url}")
 
 
 def test_module_entry_point(prom_url: str, tmp_path: Path) -> None:
@@ -262,3 +286,21 @@ def test_module_entry_point(prom_url: str, tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["recommendations"][0]["parameter"] == "deviceMemoryScaling"
+
+
+def test_values_output_lands_in_the_chart(
+    prom_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    args = ["--prometheus-url", prom_url, "--time", str(END), "--window", WINDOW, "--output", "values"]
+    assert main(args) == 0
+    tuned = tmp_path / "tuned.yaml"
+    tuned.write_text(capsys.readouterr().out, encoding="utf-8")
+    doc = yaml.safe_load(tuned.read_text(encoding="utf-8"))
+    assert doc["scheduler"]["nodeLockExpire"] == "3m0s"
+    assert doc["devices"] == {"nvidia": {"gpuCorePolicy": "force"}}
+    assert doc["devicePlugin"]["deviceMemoryScaling"] == 1.5
+    objects = chart.render([tuned])
+    assert chart.unlanded(objects, doc) == []
+    landed = chart.tuned(objects)
+    assert landed["scheduler.nodeLockExpire"] == 180.0
+    assert landed["scheduler.extender.kube_client"] == (20.0, 40, 20.0)

@@ -1,14 +1,19 @@
-"""Every row and branch of the tuning guide's tables, through the pure recommendation functions."""
+"""Every row and branch of the tuning guide's tables, through the pure recommendation functions.
+
+Section signs (§) refer to docs/guides/tuning.md.
+"""
 
 from __future__ import annotations
 
 import argparse
+import re
 
 import pytest
 
+from hami.core.promapi import PrometheusError, parse_result
+from hami.tune import compare, components, cores, values
 from hami.tune import recommend as r
 from hami.tune.main import build_parser
-from hami.tune.promapi import PrometheusError, parse_result
 
 GIB = 1024**3
 
@@ -211,10 +216,13 @@ def test_duration_flag(text: str, seconds: float) -> None:
     assert _args("--node-lock-expire", text).node_lock_expire.total_seconds() == seconds
 
 
-@pytest.mark.parametrize(("flag", "value"), [("--node-lock-expire", "five minutes"), ("--window", "1.5h"),
-                                             ("--window", "5 minutes")])
-def test_bad_duration_flags_are_usage_errors(flag: str, value: str,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--node-lock-expire", "five minutes"), ("--window", "1.5h"), ("--window", "5 minutes")],
+)
+def test_bad_duration_flags_are_usage_errors(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exc:
         _args(flag, value)
     assert exc.value.code == 2
@@ -236,3 +244,147 @@ def test_parse_vector_and_scalar() -> None:
     assert [s.value for s in parse_result({"resultType": "scalar", "result": [1.0, "7"]})] == [7.0]
     with pytest.raises(PrometheusError, match="matrix"):
         parse_result({"resultType": "matrix", "result": []})
+
+
+# --- gpuCorePolicy and per-pod gpucores (§5, §6.1, §6.2) ---------------------------------------------
+
+
+def test_overshoot_starts_above_1_1_times_the_limit() -> None:
+    assert not cores.ContainerCores("ns/p/c", 33, 30).overshoots
+    assert cores.ContainerCores("ns/p/c", 33.1, 30).overshoots
+    # A 100% limit is no limit: SM use up to 100% of the card is not imprecise isolation.
+    assert not cores.ContainerCores("ns/p/c", 100, 100).overshoots
+
+
+@pytest.mark.parametrize(
+    ("environment", "current", "expected"),
+    [
+        ("production", "default", "default"),
+        ("production", "force", "force"),
+        ("development", "default", "disable"),
+    ],
+)
+def test_policy_without_overshoot_follows_the_environment(
+    environment: str, current: str, expected: str
+) -> None:
+    rec = cores.recommend_policy([cores.ContainerCores("ns/p/c", 20, 30)], environment, current)
+    assert rec.value == expected
+
+
+def test_any_overshoot_forces_even_in_development() -> None:
+    inside, over = cores.ContainerCores("ns/p/a", 20, 30), cores.ContainerCores("ns/p/b", 40, 30)
+    assert cores.recommend_policy([inside, over], "development", "disable").value == "force"
+
+
+@pytest.mark.parametrize(
+    ("used", "limit", "expected"), [(45, 30, 55), (10, 50, 15), (1, 50, 5), (95, 60, 100)]
+)
+def test_gpucores_proposal_is_p95_with_headroom_in_steps_of_5(
+    used: float, limit: float, expected: int
+) -> None:
+    assert cores.gpucores_for(cores.ContainerCores("ns/p/c", used, limit)) == expected
+
+
+def test_gpucores_leaves_containers_between_half_and_all_of_their_limit() -> None:
+    rec = cores.recommend_gpucores(
+        [cores.ContainerCores("ns/p/c", 25, 50), cores.ContainerCores("ns/p/d", 50, 50)]
+    )
+    assert (rec.value, rec.changed) == ("as requested", False)
+
+
+# --- deviceSplitCount from low utilisation (§6.1) -----------------------------------------------------
+
+
+def test_low_utilisation_with_full_devices_raises_the_split_to_20() -> None:
+    rec = r.recommend_split_count(r.SplitInputs(8 * GIB, 3, 10, 0, 1, 0.1))
+    assert rec.value == "20"
+
+
+@pytest.mark.parametrize(("utilisation", "saturated"), [(0.3, 1), (0.1, 0), (None, 1)])
+def test_utilisation_rule_needs_low_use_and_a_full_device(
+    utilisation: float | None, saturated: float
+) -> None:
+    assert r.recommend_split_count(r.SplitInputs(8 * GIB, 3, 10, 0, saturated, utilisation)).value == "10"
+
+
+# --- the extender's resources (§2.3, §6.1) ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("nodes", "expected"),
+    [
+        (49, "requests cpu=100m memory=128Mi, limits cpu=500m memory=512Mi"),
+        (50, "requests cpu=200m memory=256Mi, limits cpu=1000m memory=1024Mi"),
+        (200, "requests cpu=500m memory=512Mi, limits cpu=2000m memory=2048Mi"),
+    ],
+)
+def test_scheduler_resources_by_cluster_size(nodes: int, expected: str) -> None:
+    rec = components.recommend_scheduler_resources(components.SchedulerInputs(nodes, None, 0, None))
+    assert rec.value == expected
+
+
+def test_oom_kill_doubles_a_limit_already_at_2gi() -> None:
+    current = components.Resources(500, 2000, 512, 2048)
+    rec = components.recommend_scheduler_resources(components.SchedulerInputs(300, current, 1, None))
+    assert rec.details == {"limits.memory": "4096Mi"}
+
+
+def test_working_set_near_the_limit_raises_it_before_the_kill() -> None:
+    current = components.Resources(100, 500, 128, 512)
+    near = components.SchedulerInputs(10, current, 0, 0.9 * 512 * components.MIB)
+    assert components.recommend_scheduler_resources(near).details == {"limits.memory": "2048Mi"}
+    below = components.SchedulerInputs(10, current, 0, 0.89 * 512 * components.MIB)
+    assert not components.recommend_scheduler_resources(below).changed
+
+
+# --- monitor verbosity and HAMi-core's log level (§6.1) ------------------------------------------------
+
+
+def test_monitor_debug_args_are_added_once() -> None:
+    inputs = components.MonitorInputs(("n1", "n2"), ("n1",), 0, ("-v=4", "--x"))
+    assert components.recommend_monitor_args(inputs).value == "-v=4 --x"
+
+
+def test_region_skips_alone_call_for_debug_logs() -> None:
+    inputs = components.MonitorInputs(("n1",), ("n1",), 3, ())
+    assert components.recommend_monitor_args(inputs).value == "-v=4"
+
+
+@pytest.mark.parametrize(
+    ("level", "environment", "expected"),
+    [(3, "production", "0"), (1, "production", "1"), (3, "development", "3")],
+)
+def test_log_level(level: int, environment: str, expected: str) -> None:
+    assert components.recommend_log_level(level, environment, "--values").value == expected
+
+
+# --- --values and --before/--after ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("devices:\n  nvidia:\n    gpuCorePolicy: strict\n", "gpuCorePolicy is 'strict'"),
+        ("devices:\n  nvidia:\n    libCudaLogLevel: 9\n", "libCudaLogLevel is 9"),
+        ("devicePlugin:\n  monitor:\n    extraArgs: -v=4\n", "extraArgs must be a list of strings"),
+        ("devices: [a]\n", "devices.nvidia.gpuCorePolicy: 'nvidia' is inside a list"),
+        ("- a\n", "must be a YAML mapping"),
+        ("a: [\n", "not YAML"),
+    ],
+)
+def test_bad_values_files_name_the_key(text: str, message: str) -> None:
+    with pytest.raises(values.ValuesError, match=re.escape(message)):
+        values.current(values.parse(text))
+
+
+def test_instants_take_unix_seconds_and_iso_times() -> None:
+    assert _args("--before", "1700000000", "--after", "2023-11-14T22:13:20Z").after == 1700000000.0
+    assert _args("--time", "2023-11-14T22:13:20").time == 1700000000.0  # no zone: UTC
+
+
+def test_compare_pairs_evidence_and_marks_changes() -> None:
+    before = [r.Recommendation("x", "1", evidence=(r.Evidence("q", 1.0, "node=a"), r.Evidence("p", 2.0)))]
+    after = [r.Recommendation("x", "2", evidence=(r.Evidence("q", 1.0, "node=a"), r.Evidence("n", 3.0)))]
+    rows = {(row.quantity, row.before, row.after) for row in compare.compare(before, after)}
+    assert rows == {("recommendation", "1", "2"), ("q {node=a}", "1", "1"), ("p", "2", "no data"),
+                    ("n", "no data", "3")}  # fmt: skip

@@ -64,12 +64,6 @@ def test_without_kube_schedulers_certificate_nobody_binds_or_filters(
                              timeout=10).status_code == 404
 
 
-def test_a_client_ca_without_a_serving_certificate_is_refused_at_start(make_extender: MakeExtender) -> None:
-    with pytest.raises(ValueError, match="--client-ca-file needs --cert_file"), \
-            make_extender(client_ca_file="/etc/ca.crt"):
-        pass
-
-
 def test_the_schedulers_metrics_port_takes_the_web_config(
     tmp_path: Path, tls: TlsFiles, kube_api: KubeAPIServer, make_extender: MakeExtender
 ) -> None:

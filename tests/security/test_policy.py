@@ -11,8 +11,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_only_a_namespace_label_exempts_pods_from_the_webhook() -> None:
+    # deploy/hami.yaml: the chart rendered with its defaults
     (config,) = [
-        d for d in yaml.safe_load_all((ROOT / "deploy" / "webhook.yaml").read_text(encoding="utf-8"))
+        d for d in yaml.safe_load_all((ROOT / "deploy" / "hami.yaml").read_text(encoding="utf-8"))
         if d and d["kind"] == "MutatingWebhookConfiguration"
     ]
     for hook in config["webhooks"]:

@@ -15,7 +15,7 @@ from hami.core import annotations as ann
 from hami.core.codec.handshake import REQUESTING, parse_handshake
 from hami.core.codec.node_devices import decode_node_devices
 from hami.core.codec.nodelock import parse_node_lock
-from hami.testing import alertsink, cluster, dashqueries, demo, ksm, kubesched, promconfig
+from hami.testing import alertsink, chart, cluster, dashqueries, demo, ksm, kubesched, promconfig
 from hami.testing.processes import port_problem
 from hami.testing.prometheus import PROMTOOL
 from hami.testing.stack import ALERTMANAGER_CONFIG, DASHBOARDS, RULES
@@ -136,9 +136,12 @@ def test_ksm_families_follow_kube_state_metrics_names() -> None:
     req = {(s.labels["pod"], s.labels["resource"]): s.value for s in requests.samples}
     assert req[(cluster.PENDING, "nvidia_com_gpu")] == 1.0
     assert req[(cluster.PENDING, "nvidia_com_gpumem")] == cluster.GPU_MEM_MIB * 4
-    (labels,) = ksm.node_families([cluster.gpu_node("n", 0, 1, "Reported_2026-01-02 03:04:05", "a100")])
+    node = cluster.gpu_node("n", 0, 1, "Reported_2026-01-02 03:04:05", "a100")
+    labels, allocatable = ksm.node_families([node])
     (sample,) = labels.samples
     assert sample.labels["node"] == "n" and sample.labels["label_hami_io_pool"] == "a100"
+    free = {(s.labels["resource"], s.labels["unit"]): s.value for s in allocatable.samples}
+    assert free[("nvidia_com_gpu", "integer")] == cluster.SPLIT_COUNT
 
 
 def test_cluster_objects_carry_the_scenarios() -> None:
@@ -196,3 +199,15 @@ def test_demo_clears_only_its_own_workdir(tmp_path: Path, capsys: pytest.Capture
     (run / "old.log").write_text("previous run")
     assert demo.reset_workdir(run) is None
     assert sorted(p.name for p in run.iterdir()) == [demo.MARKER]
+
+
+def test_demo_prints_the_helm_lines_for_a_real_cluster(capsys: pytest.CaptureFixture[str]) -> None:
+    assert demo.main(["--helm"]) == 0
+    out = capsys.readouterr().out
+    install_line = "helm install hami charts/hami -n kube-system -f charts/hami/examples/production.yaml"
+    assert install_line in out and "helm template hami charts/hami" in out
+    # the paths it names exist in the checkout, and the values file renders
+    for word in install_line.split():
+        if "/" in word:
+            assert (chart.ROOT / word).exists(), word
+    assert chart.render([chart.ROOT / "charts/hami/examples/production.yaml"])

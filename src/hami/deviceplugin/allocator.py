@@ -1,4 +1,7 @@
-"""Allocate against the cluster: pending-pod lookup, annotation pop/erase, bind phase, node lock (§C.7)."""
+"""Allocate against the cluster: pending-pod lookup, annotation pop/erase, bind phase, node lock (§C.7).
+
+Section signs (§) refer to docs/design/node-agent.md.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +11,17 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 from hami.core import annotations as ann
 from hami.core import klog
 from hami.core.codec.errors import CodecError
+from hami.core.codec.mig import decode_mig_allocations, encode_mig_allocations
 from hami.core.codec.pod_devices import decode_pod_devices, encode_pod_devices
-from hami.core.devices import MODE_MIG, PodDevices
+from hami.core.devices import MODE_MIG, ContainerDevices, MigAllocation, PodDevices
+from hami.core.hamicore import HostLayout
+from hami.core.nvml import NvmlError
 from hami.core.objects import annotations_of, name_of, namespace_of, object_key, resource_version, uid_of
 from hami.deviceplugin.api import deviceplugin_pb2 as pb
 from hami.deviceplugin.config import PluginConfig
@@ -24,7 +31,6 @@ from hami.deviceplugin.container_setup import (
     AllocateError,
     ContainerAllocation,
     GpuRef,
-    HostLayout,
     PreferredRequest,
     RuntimeOptions,
     align_to_kubelet,
@@ -41,8 +47,11 @@ from hami.deviceplugin.container_setup import (
     pop_next_container,
     preferred_allocation,
 )
+from hami.deviceplugin.inventory import physical_device_id
 from hami.deviceplugin.kubeops import NodeOps
 from hami.deviceplugin.metrics import PluginMetrics
+from hami.deviceplugin.migpartition import MigPartitioner
+from hami.deviceplugin.migplan import MIG_CREATE_FAILED, MigMade, MigPlanError, fill, plan
 
 log = klog.get_logger(__name__)
 
@@ -90,6 +99,8 @@ class PodCache(Protocol):
 
     def get(self, key: str) -> dict[str, Any] | None: ...
 
+    def has_synced(self) -> bool: ...
+
 
 def is_pending_for(pod: dict[str, Any], node: str) -> bool:
     """HAMi's GetPendingPod test: Pending, bind-time set, bind-phase allocating/success, vgpu-node ours."""
@@ -130,6 +141,8 @@ def to_pb(alloc: ContainerAllocation) -> pb.ContainerAllocateResponse:
         resp.devices.append(
             pb.DeviceSpec(container_path=d.container_path, host_path=d.host_path, permissions=d.permissions)
         )
+    resp.annotations.update(alloc.annotations)
+    resp.cdi_devices.extend(pb.CDIDevice(name=name) for name in alloc.cdi_devices)
     return resp
 
 
@@ -147,6 +160,7 @@ class Allocator:
         layout: HostLayout,
         plugin_version: str,
         opts: RuntimeOptions,
+        mig: MigPartitioner | None = None,
     ) -> None:
         self.node = node
         self.cfg = cfg
@@ -158,6 +172,7 @@ class Allocator:
         self._layout = layout
         self._plugin_version = plugin_version
         self._opts = opts
+        self._mig = mig  # operatingmode mig: instances are created at the scheduler's placements
         self._written = WrittenPods()
 
     def find_pending_pod(self) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -206,26 +221,81 @@ class Allocator:
     def _allocate_for(
         self, pod: dict[str, Any], node_obj: dict[str, Any], requests: Sequence[Sequence[str]]
     ) -> list[pb.ContainerAllocateResponse]:
+        who = object_key(pod)
         text = annotations_of(pod).get(ann.POD_DEVICES_TO_ALLOCATE, "")
+        log.v(4).info("Allocate for pod %s: %s=%s", who, ann.POD_DEVICES_TO_ALLOCATE, text)
         if not text:
             raise decode_error("device request not found")
         try:
             pending = decode_to_allocate(text)
         except CodecError as exc:
             raise decode_error(str(exc)) from exc
+        made: list[MigMade] = []
+        try:
+            return self._containers(pod, node_obj, requests, pending, made)
+        except (AllocateError, MigPlanError) as exc:
+            if made and self._mig is not None:
+                self._mig.undo(made)  # nothing half-made: no pod will hold these
+            if isinstance(exc, MigPlanError):
+                raise AllocateError(exc.reason, exc.message) from exc
+            raise
+
+    def _mig_instances(
+        self, pod: dict[str, Any], idx: int, devreq: ContainerDevices, allocations: list[MigAllocation]
+    ) -> list[MigMade]:
+        assert self._mig is not None
+        try:
+            offered = {d.uuid: self._mig.profiles(d.uuid) for d in devreq}
+        except NvmlError as exc:
+            raise AllocateError(MIG_CREATE_FAILED, f"cannot read the MIG profiles: {exc}") from exc
+        return self._mig.create(plan(allocations, idx, devreq, offered, self._mig.allowed))
+
+    def _containers(
+        self,
+        pod: dict[str, Any],
+        node_obj: dict[str, Any],
+        requests: Sequence[Sequence[str]],
+        pending: PodDevices,
+        made: list[MigMade],
+    ) -> list[pb.ContainerAllocateResponse]:
+        who = object_key(pod)
+        mig_allocations: list[MigAllocation] = []
+        if self._mig is not None:
+            try:
+                text = annotations_of(pod).get(ann.POD_MIG_ALLOCATIONS) or "[]"
+                mig_allocations = decode_mig_allocations(text)
+            except CodecError as exc:
+                raise decode_error(str(exc)) from exc
         known = self._known_ids()
         responses: list[pb.ContainerAllocateResponse] = []
         for ids in requests:
             check_kubelet_ids(ids, known, self.cfg)
             if is_mig_request(ids):
-                envs, _ = base_response(ids, self._opts, {})
-                responses.append(pb.ContainerAllocateResponse(envs=envs))
+                responses.append(to_pb(base_response(ids, self._opts, {}, str(uuid.uuid4()))))
                 continue
             idx, devreq, pending = pop_next_container(pending)
             check_count(devreq, ids)
             if self.cfg.enable_get_preferred_allocation and self.cfg.operating_mode != MODE_MIG:
                 devreq = align_to_kubelet(devreq, ids)
             check_annotated_devices(devreq, self._gpus())
+            if log.v(5):
+                for kubelet_id, dev in zip(ids, devreq, strict=True):
+                    log.v(5).info(
+                        "Allocate for pod %s: kubelet device %s is replica of GPU %s; the scheduler "
+                        "chose GPU %s (%d MiB, %d%% cores)",
+                        who,
+                        kubelet_id,
+                        physical_device_id(kubelet_id),
+                        dev.uuid,
+                        dev.usedmem,
+                        dev.usedcores,
+                    )
+            opts = self._opts
+            if self._mig is not None:
+                now = self._mig_instances(pod, idx, devreq, mig_allocations)
+                made += now
+                devreq = tuple(replace(d, uuid=m.mig_uuid) for d, m in zip(devreq, now, strict=True))
+                opts = replace(opts, id_strategy="uuid")  # a MIG device has no index of its own
             alloc = build_container_allocation(
                 devreq,
                 self.cfg,
@@ -235,18 +305,34 @@ class Allocator:
                 cache_id=str(uuid.uuid4()),
                 lib_host_path=self._lib_path(),
                 license_present=os.path.exists(self._layout.license_path),
-                opts=self._opts,
+                opts=opts,
                 gpus=self._gpus(),
             )
             if alloc.cache_dir is not None:
                 self._prepare_host(alloc.cache_dir)
+            if log.v(4):
+                env_text = " ".join(f"{k}={v}" for k, v in sorted(alloc.envs.items()))
+                mounts = ", ".join(f"{m.host_path}:{m.container_path}" for m in alloc.mounts)
+                log.v(4).info(
+                    "Allocate for pod %s container %s: %s; mounts %s",
+                    who,
+                    container_of(pod, idx).get("name", ""),
+                    env_text,
+                    mounts or "none",
+                )
             responses.append(to_pb(alloc))
         erased = encode_pod_devices(pending)
         done = not has_pending_devices(erased)
+        log.v(4).info(
+            "Allocate for pod %s: %s=%s%s", who, ann.POD_DEVICES_TO_ALLOCATE, erased,
+            f", {ann.POD_BIND_PHASE}={ann.BIND_PHASE_SUCCESS}" if done else "",
+        )
         # The erase and, after the last container, bind-phase=success go in one patch. It also
         # sets the hami.io/vgpu-node label HAMi's filter patch sets (HAMi's vGPU monitor lists pods
         # by it): this scheduler writes no filter patch, and a Binding cannot carry labels.
         values: dict[str, str | None] = {ann.POD_DEVICES_TO_ALLOCATE: erased}
+        if made:
+            values[ann.POD_MIG_ALLOCATIONS] = encode_mig_allocations(fill(mig_allocations, made))
         if done:
             values[ann.POD_BIND_PHASE] = ann.BIND_PHASE_SUCCESS
         ns, name = namespace_of(pod), name_of(pod)

@@ -1,11 +1,13 @@
-"""Device-plugin configuration: HAMi's device YAML, the per-node JSON, and flag fallbacks (spec §C.1–§C.2).
+"""Device-plugin configuration: HAMi's device YAML, the per-node JSON, and flag fallbacks (§C.1–§C.2).
 
 Precedence, lowest first: command-line flags / env (HAMi parses these but ignores them; here they are
 the fallback when the device YAML omits a field instead of a nil-pointer panic), the ``nvidia:`` section
 of the device YAML, then every matching ``nodeconfig`` entry. A node entry's ``name`` is an exact node
-name or a shell wildcard (``inference-pool-*``, seed 003 §4.4); wildcard entries apply first and exact
-ones last, so a named node always beats its pool. As in HAMi (mergo WithOverride), zero values in the
+name or a shell wildcard (``inference-pool-*``, docs/guides/tuning.md §4.4); wildcard entries apply first and
+exact ones last, so a named node always beats its pool. As in HAMi (mergo WithOverride), zero values in the
 JSON never override.
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations
@@ -59,6 +61,19 @@ class PluginConfig:
     resource_name: str = "nvidia.com/gpu"
     # NVIDIA time-slicing option that makes multi-replica MIG requests fail (request_too_large).
     fail_requests_greater_than_one: bool = False
+    # migProfileAllowlist: (model substrings, profile names) pairs; empty lets every profile through.
+    mig_profile_allowlist: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ()
+
+    def allowed_mig_profiles(self, model: str) -> frozenset[str] | None:
+        """The MIG profile names allowed on a GPU of ``model``; None when every one is."""
+        if not self.mig_profile_allowlist:
+            return None
+        return frozenset(
+            name
+            for models, names in self.mig_profile_allowlist
+            if any(m in model for m in models)
+            for name in names
+        )
 
     @property
     def socket_name(self) -> str:
@@ -143,11 +158,30 @@ def apply_device_yaml(base: PluginConfig, text: str, where: str = "device config
     for key, attr in _YAML_FIELDS.items():
         if nvidia.get(key) is not None:
             changes[attr] = _coerce(attr, nvidia[key], f"{where}: nvidia.{key}")
+    if nvidia.get("migProfileAllowlist") is not None:
+        changes["mig_profile_allowlist"] = _allowlist(
+            nvidia["migProfileAllowlist"], f"{where}: nvidia.migProfileAllowlist"
+        )
     sharing = doc.get("sharing") or {}
     slicing = sharing.get("timeSlicing") if isinstance(sharing, Mapping) else None
     if isinstance(slicing, Mapping) and isinstance(slicing.get("failRequestsGreaterThanOne"), bool):
         changes["fail_requests_greater_than_one"] = slicing["failRequestsGreaterThanOne"]
     return _validate(replace(base, **changes), where)
+
+
+def _allowlist(raw: Any, where: str) -> tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]:
+    if not isinstance(raw, list):
+        raise ConfigError(f"{where}: must be a list of {{models: [...], profiles: [...]}}")
+    out = []
+    for i, entry in enumerate(raw):
+        models = entry.get("models") if isinstance(entry, Mapping) else None
+        profiles = entry.get("profiles") if isinstance(entry, Mapping) else None
+        if not (isinstance(models, list) and isinstance(profiles, list)) or not all(
+            isinstance(v, str) for v in [*models, *profiles]
+        ):
+            raise ConfigError(f"{where}[{i}]: needs models and profiles, each a list of strings")
+        out.append((tuple(models), tuple(profiles)))
+    return tuple(out)
 
 
 def _node_entries(text: str, where: str) -> list[dict[str, Any]]:

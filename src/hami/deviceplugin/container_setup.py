@@ -1,28 +1,35 @@
-"""Allocate as data: error reasons, container selection, env vars and mounts (spec §C.7, seed 001 §4.4).
+"""Allocate as data: error reasons, container selection, env vars and mounts (§C.7,
+docs/guides/device-plugin-debugging.md §4.4).
 
 Nothing here touches the API server or the filesystem; the servicer feeds it the pending pod's decoded
 annotation and the facts about the host it needs (whether a versioned libvgpu or a license exists).
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hami.core.devices import MODE_MIG, ContainerDevice, ContainerDevices, PodDevices
+from hami.core.hamicore import CONTAINER_LOCK_DIR, HostLayout, control_disabled
+from hami.deviceplugin.cdi import ANNOTATION_PREFIX, ENVVAR, device_list_edits
 from hami.deviceplugin.config import PluginConfig
 from hami.deviceplugin.inventory import physical_device_id
+from hami.deviceplugin.migplan import REASONS as MIG_REASONS
 
-# Reason codes of hami_deviceplugin_allocate_errors_total (metrics contract, seed 001 §4.4).
+# Reason codes of hami_deviceplugin_allocate_errors_total (metrics contract,
+# docs/guides/device-plugin-debugging.md §4.4).
 DEVICE_NUMBER_MISMATCH = "device_number_mismatch"
 UNKNOWN_DEVICE = "unknown_device"
 REQUEST_TOO_LARGE = "request_too_large"
 PENDING_POD_NOT_FOUND = "pending_pod_not_found"
 DECODE_FAILED = "decode_failed"
-# Not in the seed table: the API server refused the pod patch that records the allocation, the
-# per-container cache directory could not be prepared on the host, or the annotation asks for
-# limits no container may get (negative memory, cores outside 0..100).
+# Not in the table of docs/guides/device-plugin-debugging.md §4.4: the API server refused the pod patch that
+# records the allocation, the per-container cache directory could not be prepared on the host, or
+# the annotation asks for limits no container may get (negative memory, cores outside 0..100).
 POD_UPDATE_FAILED = "pod_update_failed"
 HOST_PREPARE_FAILED = "host_prepare_failed"
 INVALID_LIMITS = "invalid_limits"
@@ -35,10 +42,10 @@ REASONS = (
     POD_UPDATE_FAILED,
     HOST_PREPARE_FAILED,
     INVALID_LIMITS,
+    *MIG_REASONS,
 )
 
 VENDOR_KEYWORD = "NVIDIA"
-CONTAINER_LOCK_DIR = "/tmp/vgpulock"
 
 
 class AllocateError(Exception):
@@ -51,7 +58,8 @@ class AllocateError(Exception):
 
 
 def pending_pod_error(cause: str) -> AllocateError:
-    # Seed 001's grep target, followed by HAMi's own GetPendingPod text.
+    # The grep target of docs/guides/device-plugin-debugging.md §4.4, followed by HAMi's own GetPendingPod
+    # text.
     return AllocateError(PENDING_POD_NOT_FOUND, f"failed to get pending pod: {cause}")
 
 
@@ -139,46 +147,11 @@ def has_pending_devices(annotation: str) -> bool:
     return VENDOR_KEYWORD in annotation
 
 
-def parse_go_bool(text: str) -> bool:
-    """Go ``strconv.ParseBool`` truth values; anything unparsable counts as false."""
-    return text in {"1", "t", "T", "TRUE", "true", "True"}
-
-
-def control_disabled(container: Mapping[str, Any]) -> bool:
-    for env in container.get("env") or []:
-        if env.get("name") == "CUDA_DISABLE_CONTROL":
-            return parse_go_bool(str(env.get("value", "")))
-    return False
-
-
 @dataclass(frozen=True)
 class MountSpec:
     container_path: str
     host_path: str
     read_only: bool
-
-
-@dataclass(frozen=True)
-class HostLayout:
-    """Host paths of HAMi-core (``HOOK_PATH``, default /usr/local) and the shared lock dir."""
-
-    hook_path: str = "/usr/local"
-    lock_dir: str = CONTAINER_LOCK_DIR
-
-    @property
-    def vgpu_dir(self) -> str:
-        return f"{self.hook_path}/vgpu"
-
-    def cache_dir(self, pod_uid: str, container: str) -> str:
-        return f"{self.vgpu_dir}/containers/{pod_uid}_{container}"
-
-    def lib_candidates(self, plugin_version: str) -> tuple[str, str]:
-        """Versioned libvgpu first (``GetLibPath``), then the plain name."""
-        return f"{self.vgpu_dir}/libvgpu.so.{plugin_version}", f"{self.vgpu_dir}/libvgpu.so"
-
-    @property
-    def license_path(self) -> str:
-        return f"{self.vgpu_dir}/license"
 
 
 @dataclass(frozen=True)
@@ -190,7 +163,7 @@ class DeviceNode:
 
 @dataclass(frozen=True)
 class RuntimeOptions:
-    """NVIDIA plugin flags that shape every response (spec §C.1; §C.7 step 5)."""
+    """NVIDIA plugin flags that shape every response (§C.1; §C.7 step 5)."""
 
     id_strategy: str = "uuid"  # or "index"
     pass_device_specs: bool = False
@@ -199,6 +172,8 @@ class RuntimeOptions:
     gds: bool = False
     mofed: bool = False
     imex_channel_ids: tuple[int, ...] = ()
+    list_strategies: tuple[str, ...] = (ENVVAR,)  # --device-list-strategy
+    cdi_annotation_prefix: str = ANNOTATION_PREFIX
 
 
 @dataclass(frozen=True)
@@ -213,18 +188,22 @@ class ContainerAllocation:
     mounts: tuple[MountSpec, ...]
     cache_dir: str | None  # to prepare on the host; None in MIG mode
     devices: tuple[DeviceNode, ...] = ()
+    annotations: dict[str, str] = field(default_factory=dict)
+    cdi_devices: tuple[str, ...] = ()
 
 
 def base_response(
-    uuids: Sequence[str], opts: RuntimeOptions, gpus: Mapping[str, GpuRef]
-) -> tuple[dict[str, str], tuple[DeviceNode, ...]]:
-    """NVIDIA's part of the response: visible devices, feature envs, optional device nodes."""
+    uuids: Sequence[str], opts: RuntimeOptions, gpus: Mapping[str, GpuRef], response_id: str = ""
+) -> ContainerAllocation:
+    """NVIDIA's part of the response: the device list by ``--device-list-strategy``, feature envs,
+    optional device nodes. ``response_id`` names the CDI annotation (one per container response)."""
     unique = list(dict.fromkeys(uuids))
-    if opts.id_strategy == "index":
-        visible = ",".join(str(gpus[u].index) for u in unique if u in gpus)
-    else:
-        visible = ",".join(unique)
-    envs = {"NVIDIA_VISIBLE_DEVICES": visible}
+    by_index = opts.id_strategy == "index"
+    ids = [str(gpus[u].index) for u in unique if u in gpus] if by_index else unique
+    edits = device_list_edits(
+        opts.list_strategies, ids, opts.imex_channel_ids, response_id or "0", opts.cdi_annotation_prefix
+    )
+    envs = dict(edits.envs)
     if opts.imex_channel_ids:
         envs["NVIDIA_IMEX_CHANNELS"] = ",".join(str(c) for c in opts.imex_channel_ids)
     for flag, name in (
@@ -242,7 +221,8 @@ def base_response(
             for u in unique
             if u in gpus
         )
-    return envs, nodes
+    mounts = tuple(MountSpec(c, h, True) for c, h in edits.mounts)
+    return ContainerAllocation(envs, mounts, None, nodes, edits.annotations, edits.cdi_devices)
 
 
 def build_container_allocation(
@@ -258,10 +238,11 @@ def build_container_allocation(
     opts: RuntimeOptions | None = None,
     gpus: Mapping[str, GpuRef] | None = None,
 ) -> ContainerAllocation:
-    """The env vars, mounts and device nodes of spec §C.7 for one container, in HAMi's order."""
-    envs, nodes = base_response([d.uuid for d in devreq], opts or RuntimeOptions(), gpus or {})
+    """The env vars, mounts and device nodes of §C.7 for one container, in HAMi's order."""
+    base = base_response([d.uuid for d in devreq], opts or RuntimeOptions(), gpus or {}, cache_id)
     if cfg.operating_mode == MODE_MIG:
-        return ContainerAllocation(envs, (), None, nodes)
+        return base
+    envs = base.envs
     for i, dev in enumerate(devreq):
         envs[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{dev.usedmem}m"
     envs["CUDA_DEVICE_SM_LIMIT"] = str(devreq[0].usedcores)  # the first device only, as HAMi
@@ -274,16 +255,17 @@ def build_container_allocation(
         envs["GPU_CORE_UTILIZATION_POLICY"] = "disable"
     cache_dir = layout.cache_dir(pod_uid, str(container.get("name", "")))
     mounts = [
+        *base.mounts,
         MountSpec(f"{layout.vgpu_dir}/libvgpu.so", lib_host_path, True),
         MountSpec(layout.vgpu_dir, cache_dir, False),
         MountSpec(CONTAINER_LOCK_DIR, layout.lock_dir, False),
     ]
     if not control_disabled(container):
-        mounts.append(MountSpec("/etc/ld.so.preload", f"{layout.vgpu_dir}/ld.so.preload", True))
+        mounts.append(MountSpec("/etc/ld.so.preload", layout.preload_path, True))
     if license_present:
         mounts.append(MountSpec("/tmp/license", layout.license_path, True))
         mounts.append(MountSpec("/usr/bin/vgpuvalidator", f"{layout.vgpu_dir}/vgpuvalidator", True))
-    return ContainerAllocation(envs, tuple(mounts), cache_dir, nodes)
+    return replace(base, mounts=tuple(mounts), cache_dir=cache_dir)
 
 
 @dataclass(frozen=True)

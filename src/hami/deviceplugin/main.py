@@ -1,4 +1,7 @@
-"""``hami-device-plugin``: HAMi's NVIDIA device plugin (spec §C) with its own metrics on :9396."""
+"""``hami-device-plugin``: HAMi's NVIDIA device plugin (§C) with its own metrics on :9396.
+
+Section signs (§) refer to docs/design/node-agent.md.
+"""
 
 from __future__ import annotations
 
@@ -20,15 +23,19 @@ from prometheus_client import CollectorRegistry
 import hami
 from hami.core import klog
 from hami.core.duration import duration_flag
+from hami.core.hamicore import HostLayout
 from hami.core.kube.client import KubeConfigError, new_api_client
+from hami.core.kube.events import EventRecorder
 from hami.core.kube.informer import Informer
 from hami.core.kube.options import add_kube_flags, from_args
 from hami.core.lifecycle import stop_within, wait_unless_stopped
 from hami.core.nvml import Nvml, NvmlError, open_nvml
+from hami.core.profiling import start_tracing
 from hami.core.serve import WebConfigError, add_web_flags, build_info, serve_metrics
+from hami.deviceplugin.cdi import ANNOTATION_PREFIX, ENVVAR, parse_strategies
 from hami.deviceplugin.config import ConfigError, PluginConfig, load_config
-from hami.deviceplugin.container_setup import HostLayout, RuntimeOptions
-from hami.deviceplugin.health import parse_xid_policy
+from hami.deviceplugin.container_setup import RuntimeOptions
+from hami.deviceplugin.health import parse_health_checks, parse_xid_policy
 from hami.deviceplugin.kubeops import NodeOps
 from hami.deviceplugin.manager import Manager
 from hami.deviceplugin.metrics import PluginMetrics
@@ -50,6 +57,13 @@ def _bool(text: str) -> bool:
     if value in {"0", "f", "false", "no", ""}:
         return False
     raise argparse.ArgumentTypeError(f"not a boolean: {text!r}")
+
+
+def _strategies(text: str) -> tuple[str, ...]:
+    try:
+        return parse_strategies(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _ids(text: str) -> tuple[int, ...]:
@@ -74,9 +88,20 @@ def build_parser() -> argparse.ArgumentParser:
     a("--device-id-strategy", default=_env("DEVICE_ID_STRATEGY", "uuid"), choices=["uuid", "index"])
     a(
         "--device-list-strategy",
-        default=_env("DEVICE_LIST_STRATEGY", "envvar"),
-        choices=["envvar"],
-        help="only envvar is supported",
+        type=_strategies,
+        default=_env("DEVICE_LIST_STRATEGY", ENVVAR),
+        help="how Allocate names the devices, comma-separated: envvar, volume-mounts, cdi-annotations, "
+        "cdi-cri (env DEVICE_LIST_STRATEGY; default %(default)s)",
+    )
+    a(
+        "--cdi-annotation-prefix",
+        default=_env("CDI_ANNOTATION_PREFIX", ANNOTATION_PREFIX),
+        help="prefix of the cdi-annotations annotation (default %(default)s)",
+    )
+    a(
+        "--cdi-spec-dir",
+        default=_env("CDI_SPEC_DIR", "/var/run/cdi"),
+        help="where the cdi-* strategies write this node's CDI spec (default %(default)s)",
     )
     a(
         "--pass-device-specs",
@@ -121,6 +146,19 @@ def build_parser() -> argparse.ArgumentParser:
     a("--device-cores-scaling", type=float, default=float(_env("DEVICE_CORES_SCALING", "1.0")))
     a("--disable-core-limit", type=_bool, default=_bool(_env("DISABLE_CORE_LIMIT", "false")))
     a("--resource-name", default=_env("RESOURCE_NAME", "nvidia.com/gpu"))
+    a(
+        "--enable-topology-score",
+        type=_bool,
+        default=_bool(_env("ENABLE_TOPOLOGY_SCORE", "false")),
+        help="write GPU pair scores (hami.io/node-nvidia-score) for the topology-aware policy "
+        "(env ENABLE_TOPOLOGY_SCORE)",
+    )
+    a(
+        "--health-checks",
+        default=_env("HAMI_HEALTH_CHECKS", ""),
+        help="health checks beyond HAMi's critical Xids, comma-separated: ecc, retired-pages, "
+        "temperature, device-lost, or all (env HAMI_HEALTH_CHECKS; default none)",
+    )
     a("--hook-path", default=_env("HOOK_PATH", "/usr/local"), help="HAMi-core install prefix (env HOOK_PATH)")
     a("--vgpu-lock-dir", default="/tmp/vgpulock", help="host directory mounted at /tmp/vgpulock")
     a("--mig-apply-lock", default=str(DEFAULT_MIG_APPLY_LOCK))
@@ -138,6 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--register-interval", type=seconds, default=timedelta(seconds=30), help=argparse.SUPPRESS)
     a("--register-retry", type=seconds, default=timedelta(seconds=5), help=argparse.SUPPRESS)
     a("--start-retry", type=seconds, default=timedelta(seconds=30), help=argparse.SUPPRESS)
+    a("--grpc-probe-interval", type=seconds, default=timedelta(seconds=5), help=argparse.SUPPRESS)
+    a("--grpc-restart-backoff", type=seconds, default=timedelta(seconds=0.5), help=argparse.SUPPRESS)
     add_kube_flags(p)
     add_web_flags(p)
     klog.add_log_flags(p)
@@ -162,10 +202,17 @@ def settings_from(args: argparse.Namespace) -> Settings:
             gds=args.gds_enabled,
             mofed=args.mofed_enabled,
             imex_channel_ids=args.imex_channel_ids,
+            list_strategies=args.device_list_strategy,
+            cdi_annotation_prefix=args.cdi_annotation_prefix,
         ),
+        cdi_spec_dir=Path(args.cdi_spec_dir),
+        driver_root=args.nvidia_driver_root,
         register_interval=args.register_interval.total_seconds(),
         register_retry=args.register_retry.total_seconds(),
         mig_apply_lock=Path(args.mig_apply_lock),
+        topology_score=args.enable_topology_score,
+        grpc_probe_s=args.grpc_probe_interval.total_seconds(),
+        grpc_backoff_s=args.grpc_restart_backoff.total_seconds(),
     )
 
 
@@ -198,7 +245,9 @@ def run(args: argparse.Namespace, stop: threading.Event, running: dict[str, Mana
     log.info("Initializing metrics for scheduler")
     try:
         cfg = config_from(args)
-        policy = parse_xid_policy(_env("DP_DISABLE_HEALTHCHECKS", ""), _env("DP_ENABLE_HEALTHCHECKS", ""))
+        disable = _env("DP_DISABLE_HEALTHCHECKS", "")
+        policy = parse_xid_policy(disable, _env("DP_ENABLE_HEALTHCHECKS", ""))
+        checks = parse_health_checks(args.health_checks, disable)
     except (ConfigError, ValueError) as exc:
         log.error("%s", exc)
         return 1
@@ -241,6 +290,13 @@ def run(args: argparse.Namespace, stop: threading.Event, running: dict[str, Mana
         stop_within(lambda: _close(pods, nvml, api_client), "hami-device-plugin")
         return 1
     log.info("Serving metrics on %s/metrics", server.url)
+    events = EventRecorder(api_client, "hami-device-plugin", settings.node, registry=registry)
+    fatal: list[str] = []
+
+    def give_up(message: str) -> None:
+        fatal.append(message)
+        stop.set()
+
     manager = Manager(
         settings,
         cfg,
@@ -249,13 +305,17 @@ def run(args: argparse.Namespace, stop: threading.Event, running: dict[str, Mana
         pods=pods,
         metrics=metrics,
         policy=policy,
+        checks=checks,
+        events=events,
         retry_s=args.start_retry.total_seconds(),
+        on_fatal=give_up,
     )
     if running is not None:
         running["manager"] = manager
 
     def shutdown() -> None:
         manager.stop()
+        events.stop()
         server.stop()
         _close(pods, nvml, api_client)
 
@@ -266,6 +326,8 @@ def run(args: argparse.Namespace, stop: threading.Event, running: dict[str, Mana
             stop.wait()
     finally:
         stop_within(shutdown, "hami-device-plugin")
+    if fatal:
+        log.fatal("%s", fatal[0])  # klog.Fatalf: exit 255, as HAMi
     return 0
 
 
@@ -278,6 +340,8 @@ def _close(pods: Informer, nvml: Nvml, api_client: Any) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     klog.setup(args.v)
+    if args.profiling:
+        start_tracing()  # the heap profile shows what was allocated before the request
     stop = threading.Event()
     holder: dict[str, Manager] = {}
 

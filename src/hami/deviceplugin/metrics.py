@@ -1,6 +1,8 @@
 """The device plugin's own metrics (metrics contract, "Device plugin (:9396)").
 
-HAMi's plugin exports none (spec §C.10); these are new names and follow Prometheus conventions.
+HAMi's plugin exports none (§C.10); these are new names and follow Prometheus conventions.
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from hami.core.serve import build_info, listener_metrics
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor
 from hami.deviceplugin.config import PluginConfig
 from hami.deviceplugin.container_setup import REASONS
+from hami.deviceplugin.specdir import REASONS as SPEC_ERRORS
 
 # kube-scheduler style exponential buckets from 0.1 ms.
 ALLOCATE_BUCKETS = tuple(0.0001 * 2**i for i in range(16))
@@ -26,6 +29,13 @@ HEALTH_EVENTS = (
     "wait_error",  # the NVML event wait failed: every device unhealthy
     "registration_failed",  # the device could not join the event set: unhealthy
     "not_supported",  # too old for health checks: stays healthy
+    # opt-in checks (--health-checks): each marks the device unhealthy until NVML says it recovered
+    "ecc_double_bit",
+    "retired_pages_pending",
+    "row_remap_failure",
+    "temperature_slowdown",
+    "device_lost",
+    "recovered",  # one of the opt-in reasons cleared
 )
 REGISTER_RESULTS = ("success", "unchanged", "failure")
 ALLOCATE_RESULTS = ("success", "failure")
@@ -43,7 +53,8 @@ class PluginMetrics:
         )
         self.allocate_errors = Counter(
             "hami_deviceplugin_allocate_errors_total",
-            "Allocate calls that failed, by reason (seed 001 §4.4 failure table).",
+            "Allocate calls that failed, by reason (docs/guides/device-plugin-debugging.md §4.4 failure "
+            "table).",
             ["node", "reason"],
             registry=registry,
         )
@@ -57,6 +68,20 @@ class PluginMetrics:
             "hami_deviceplugin_register_last_success_timestamp_seconds",
             "Unix time of the last register loop pass that left the annotation current.",
             ["node"],
+            registry=registry,
+        )
+        self.cdi_spec_errors = Counter(
+            "hami_deviceplugin_cdi_spec_errors_total",
+            "Failed writes of the node's CDI spec (cdi-* device list strategies), by reason "
+            "not_writable/no_space/io_error; the plugin does not start until one succeeds.",
+            ["node", "reason"],
+            registry=registry,
+        )
+        self.grpc_restarts = Counter(
+            "hami_deviceplugin_grpc_restarts_total",
+            "Times the kubelet-facing gRPC server was found dead (stopped, socket gone or not answering) "
+            "and served again.",
+            ["node", "resource"],
             registry=registry,
         )
         self.kubelet_registered = Gauge(
@@ -102,6 +127,8 @@ class PluginMetrics:
             self.allocate_errors.labels(node, reason)
         for result in REGISTER_RESULTS:
             self.register.labels(node, result)
+        for reason in SPEC_ERRORS:
+            self.cdi_spec_errors.labels(node, reason)
 
     def set_config(self, cfg: PluginConfig) -> None:
         self.split_count.labels(self.node).set(cfg.device_split_count)
@@ -123,6 +150,7 @@ class PluginMetrics:
         self.health_events.labels(self.node, uuid, event).inc()
 
     def set_kubelet_registered(self, resource: str, registered: bool) -> None:
+        self.grpc_restarts.labels(self.node, resource)  # 0 from registration on
         self.kubelet_registered.labels(self.node, resource).set(1 if registered else 0)
 
 

@@ -1,14 +1,18 @@
-"""``hami.io/node-nvidia-register``: written every 30 s when it changed, retried in 5 s (spec §C.4).
+"""``hami.io/node-nvidia-register`` (and ``hami.io/node-nvidia-score`` with ``ENABLE_TOPOLOGY_SCORE``):
+written every 30 s when the devices changed, retried in 5 s (§C.4). The scores are computed once
+per plugin start, as the topology does not change while the plugin runs.
 
 Unlike HAMi, the "last written" cache is updated only after the patch succeeded, so a failed write is
 really retried 5 s later instead of waiting for the next device change.
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from hami.core import annotations as ann
 from hami.core import klog
@@ -27,6 +31,7 @@ class Registrar:
         ops: NodeOps,
         *,
         devices: Callable[[], Sequence[DeviceInfo]],
+        extra: Mapping[str, str] | None = None,
         metrics: PluginMetrics,
         paused: Callable[[], bool],
         interval: float = 30.0,
@@ -35,6 +40,7 @@ class Registrar:
         self.node = node
         self._ops = ops
         self._devices = devices
+        self._extra = dict(extra or {})  # annotations written beside the register one (pair scores)
         self._metrics = metrics
         self._paused = paused
         self.interval = interval
@@ -48,6 +54,9 @@ class Registrar:
         """One pass; True when the annotation is current afterwards (patched or unchanged)."""
         devices = list(self._devices())
         encoded = encode_node_devices(devices)
+        annos = {ann.NODE_REGISTER: encoded, **self._extra}
+        for key, value in annos.items():
+            log.v(4).info("node %s annotation %s=%s", self.node, key, value)
         if encoded == self._last:
             log.v(3).info("Device info unchanged, skipping annotation update")
             log.v(3).info("No device changes detected. Next check in %ds...", self.interval)
@@ -68,7 +77,6 @@ class Registrar:
         except Exception as exc:
             log.error("get node error %s", exc)
             return self._failed(exc)
-        annos = {ann.NODE_REGISTER: encoded}
         log.info("patch node with the following annos %s", annos)
         log.info("Updating node annotations with %d device(s)", len(devices))
         try:

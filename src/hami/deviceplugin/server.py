@@ -1,10 +1,14 @@
-"""The kubelet-facing gRPC DevicePlugin service on a unix socket (spec §C.6, §E)."""
+"""The kubelet-facing gRPC DevicePlugin service on a unix socket (§C.6, §E).
+
+Section signs (§) refer to docs/design/node-agent.md.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from pathlib import Path
@@ -19,6 +23,8 @@ from hami.deviceplugin.inventory import KubeletDevice
 
 log = klog.get_logger(__name__)
 
+# How long a dial of our own socket may take before the server counts as dead (HAMi's self-dial).
+DIAL_TIMEOUT_S = 5.0
 # How often an idle ListAndWatch stream checks that the kubelet is still there.
 STREAM_POLL_S = 1.0
 
@@ -63,6 +69,7 @@ class DevicePluginServicer:
     def ListAndWatch(self, request: pb.Empty, context: Any) -> Iterator[pb.ListAndWatchResponse]:
         seen, devices = self._backend.kubelet_devices()
         unhealthy = {d.id for d in devices if d.health != "Healthy"}
+        self._log_devices(devices)
         yield pb.ListAndWatchResponse(devices=to_pb_devices(devices))
         while context.is_active():
             gen = self._backend.wait_health_change(seen, STREAM_POLL_S)
@@ -73,8 +80,18 @@ class DevicePluginServicer:
                 now = {d.id for d in devices if d.health != "Healthy"}
                 for device_id in sorted(now - unhealthy):
                     log.info("'%s' device marked unhealthy: %s", self._resource, device_id)
+                for device_id in sorted(unhealthy - now):
+                    log.info("'%s' device marked healthy: %s", self._resource, device_id)
                 unhealthy = now
+                self._log_devices(devices)
                 yield pb.ListAndWatchResponse(devices=to_pb_devices(devices))
+
+    def _log_devices(self, devices: Sequence[KubeletDevice]) -> None:
+        log.v(4).info("ListAndWatch: sending %d device(s) of '%s'", len(devices), self._resource)
+        if log.v(5):
+            for dev in devices:
+                numa = "" if dev.numa is None else f", NUMA node {dev.numa}"
+                log.v(5).info("ListAndWatch: device %s %s%s", dev.id, dev.health, numa)
 
     def GetPreferredAllocation(
         self, request: pb.PreferredAllocationRequest, context: Any
@@ -133,17 +150,86 @@ class DevicePluginServicer:
         )
 
 
-class PluginServer:
-    """Serves the DevicePlugin service on ``<socket_dir>/<socket_name>`` and confirms it answers."""
+class CrashBudget:
+    """HAMi's give-up rule for a crashing gRPC server (``plugin/server.go`` ``Serve``).
 
-    def __init__(self, backend: Backend, resource: str, socket_path: Path, workers: int = 16) -> None:
+    Each crash within an hour of the previous one counts; one more crash once the count is past
+    ``LIMIT`` (the seventh in a row) means giving up; a crash more than an hour after the previous
+    one starts the count again. HAMi tests the count before the time, so after six quick crashes
+    even one a day later quits; here an hour of quiet is looked at first.
+    """
+
+    LIMIT = 5
+    WINDOW_S = 3600.0
+
+    def __init__(self, now: float) -> None:
+        self.count = 0
+        self._last = now
+
+    def crashed(self, now: float) -> bool:
+        """Record a crash at ``now``; True when the server should not be restarted again."""
+        quiet = now - self._last > self.WINDOW_S
+        self._last = now
+        if quiet:
+            self.count = 0
+            return False
+        if self.count > self.LIMIT:
+            return True
+        self.count += 1
+        return False
+
+
+def restart_delay(count: int, base: float, cap: float = 30.0) -> float:
+    """Back-off before restart number ``count`` (1, 2, ...): ``base`` doubling up to ``cap``.
+    HAMi restarts at once; a server that dies on start would then spin."""
+    return float(min(base * 2 ** max(count - 1, 0), cap))
+
+
+class PluginServer:
+    """Serves the DevicePlugin service on ``<socket_dir>/<socket_name>`` and confirms it answers.
+
+    A supervisor thread checks every ``probe_s`` that the server still runs and that its socket is
+    there and answers; when not, the server crashed: it is served again after a back-off and
+    ``on_restart`` runs (the plugin registers again, since the kubelet dropped its stream), until
+    ``CrashBudget`` says to give up and ``on_give_up`` gets HAMi's message.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        resource: str,
+        socket_path: Path,
+        workers: int = 16,
+        *,
+        on_restart: Callable[[], None] = lambda: None,
+        on_crash: Callable[[], None] = lambda: None,
+        on_give_up: Callable[[str], None] = lambda message: log.error("%s", message),
+        probe_s: float = 5.0,
+        backoff_s: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.resource = resource
         self.socket_path = socket_path
         self._backend = backend
         self._workers = workers
+        self._on_restart = on_restart
+        self._on_crash = on_crash
+        self._on_give_up = on_give_up
+        self._probe_s = probe_s
+        self._backoff_s = backoff_s
+        self._clock = clock
+        self._lock = threading.Lock()
         self._server: grpc.Server | None = None
+        self._stopping = threading.Event()
+        self._supervisor: threading.Thread | None = None
 
-    def start(self, dial_timeout: float = 5.0) -> None:
+    def start(self, dial_timeout: float = DIAL_TIMEOUT_S) -> None:
+        self._stopping.clear()
+        self._serve(dial_timeout)
+        self._supervisor = threading.Thread(target=self._supervise, name="grpc-supervisor", daemon=True)
+        self._supervisor.start()
+
+    def _serve(self, dial_timeout: float = DIAL_TIMEOUT_S) -> None:
         log.info("Starting GRPC server for '%s'", self.resource)
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)  # the kubelet makes it; a demo may not
         if self.socket_path.exists() or self.socket_path.is_symlink():
@@ -152,19 +238,72 @@ class PluginServer:
         server.add_generic_rpc_handlers((DevicePluginServicer(self._backend, self.resource).handler(),))
         server.add_insecure_port(f"unix://{self.socket_path}")
         server.start()
-        self._server = server
+        with self._lock:
+            self._server = server
         log.info("Starting to serve '%s' on %s", self.resource, self.socket_path)
+        if not self._answers(dial_timeout):
+            self._halt(server)
+            raise RuntimeError(f"device plugin socket {self.socket_path} did not answer")
+
+    def _answers(self, timeout: float) -> bool:
         with grpc.insecure_channel(f"unix://{self.socket_path}") as channel:
             try:
-                grpc.channel_ready_future(channel).result(timeout=dial_timeout)
+                grpc.channel_ready_future(channel).result(timeout=timeout)
             except grpc.FutureTimeoutError:
-                self.stop()
-                raise RuntimeError(f"device plugin socket {self.socket_path} did not answer") from None
+                return False
+        return True
+
+    def _problem(self) -> str | None:
+        """Why the server no longer serves the kubelet, or None while it does."""
+        with self._lock:
+            server = self._server
+        if server is None or not server.wait_for_termination(0):  # False: it has terminated
+            return "the server terminated"
+        if not self.socket_path.is_socket():
+            return f"socket {self.socket_path} is gone"
+        if not self._answers(DIAL_TIMEOUT_S):
+            return f"socket {self.socket_path} does not answer"
+        return None
+
+    def _supervise(self) -> None:
+        budget = CrashBudget(self._clock())
+        while not self._stopping.wait(self._probe_s):
+            problem = self._problem()
+            if problem is None or self._stopping.is_set():
+                continue
+            log.info("GRPC server for '%s' crashed with error: %s", self.resource, problem)
+            self._on_crash()
+            if budget.crashed(self._clock()):
+                message = f"GRPC server for '{self.resource}' has repeatedly crashed recently. Quitting"
+                self._on_give_up(message)
+                return
+            delay = restart_delay(budget.count, self._backoff_s)
+            log.v(4).info("restarting GRPC server for '%s' in %.1fs", self.resource, delay)
+            if self._stopping.wait(delay):
+                return
+            with self._lock:
+                old, self._server = self._server, None
+            if old is not None:
+                self._halt(old)
+            try:
+                self._serve()
+                self._on_restart()
+            except Exception as exc:  # the next probe counts it as one more crash
+                log.error("restarting GRPC server for '%s' failed: %s", self.resource, exc)
+
+    @staticmethod
+    def _halt(server: grpc.Server, grace: float = 1.0) -> None:
+        server.stop(grace).wait()
 
     def stop(self, grace: float = 1.0) -> None:
-        server, self._server = self._server, None
+        self._stopping.set()
+        supervisor, self._supervisor = self._supervisor, None
+        if supervisor is not None and supervisor is not threading.current_thread():
+            supervisor.join()
+        with self._lock:
+            server, self._server = self._server, None
         if server is not None:
-            server.stop(grace).wait()
+            self._halt(server, grace)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket_path)
 

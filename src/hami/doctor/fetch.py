@@ -10,8 +10,8 @@ import requests
 from hami.core import annotations as ann
 from hami.core.kube import errors, raw
 from hami.core.objects import annotations_of, name_of, namespace_of
-from hami.doctor.podinputs import PodCluster
-from hami.doctor.settings import SCHEDULER_SELECTORS
+from hami.doctor.podinputs import PodCluster, lease_of
+from hami.doctor.settings import DEVICE_PLUGIN_SELECTORS, SCHEDULER_SELECTORS
 
 Obj = dict[str, Any]
 
@@ -46,9 +46,18 @@ def pod_events(api: Any, namespace: str, name: str) -> list[Obj]:
 
 def scheduler_pods(api: Any, namespace: str = "") -> list[Obj] | None:
     """Pods of the HAMi scheduler by either known label; None when listing is forbidden."""
+    return _pods_by_selectors(api, SCHEDULER_SELECTORS, namespace)
+
+
+def device_plugin_pods(api: Any) -> list[Obj] | None:
+    """Pods of the HAMi device plugin, in any namespace, by either known label; None when forbidden."""
+    return _pods_by_selectors(api, DEVICE_PLUGIN_SELECTORS, "")
+
+
+def _pods_by_selectors(api: Any, selectors: tuple[str, ...], namespace: str) -> list[Obj] | None:
     found: dict[str, Obj] = {}
     path = raw.resource_path("", "v1", "pods", namespace or None)
-    for selector in SCHEDULER_SELECTORS:
+    for selector in selectors:
         try:
             items = _items(raw.request_json(api, "GET", path, query=[("labelSelector", selector)]))
         except errors.ApiError as exc:
@@ -92,6 +101,9 @@ def pod_cluster(
     else:
         decision, source = decision_via_service(api, namespace, name, scheduler_namespace)
     nodes = list_nodes(api)
+    schedulers = scheduler_pods(api, scheduler_namespace)
+    # Without --scheduler-lease, the Lease the extenders follow, as their own flags name it.
+    lease_ref = lease_ref or lease_of(schedulers or [])
     lease = None
     if lease_ref:
         lease_ns, _, lease_name = lease_ref.partition("/")
@@ -99,7 +111,7 @@ def pod_cluster(
     return PodCluster(
         pod=pod,
         events=pod_events(api, namespace, name),
-        scheduler_pods=scheduler_pods(api, scheduler_namespace),
+        scheduler_pods=schedulers,
         lease=lease,
         lease_ref=lease_ref,
         nodes={name_of(n): n for n in nodes},
@@ -109,7 +121,8 @@ def pod_cluster(
     )
 
 
-# The scheduler's metrics Service (deploy/services.yaml) and the port its decision record is served on.
+# The scheduler's metrics Service (the chart labels it hami.io/job=hami-scheduler) and the path its
+# decision record is served on.
 SCHEDULER_SERVICE_SELECTOR = "hami.io/job=hami-scheduler"
 DECISIONS = "/debug/decisions"
 

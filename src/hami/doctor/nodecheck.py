@@ -19,12 +19,16 @@ from hami.core.devices import DeviceInfo
 from hami.core.duration import format_duration
 from hami.core.objects import annotations_of, name_of
 from hami.doctor.findings import BROKEN, OK, WARNING, Finding, Remedy, Section, Table
-from hami.doctor.settings import Settings
+from hami.doctor.settings import DEVICE_PLUGIN_LOGS, GET_DEVICE_PLUGIN, Settings
 
 Obj = dict[str, Any]
 
 UUID_RE = re.compile(r"GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 DEVICE_COLUMNS = ("ID", "Index", "Count", "Devmem", "Devcore", "Type", "Numa", "Mode", "Health")
+HANDSHAKE_FORMAT = (
+    "written by the scheduler as HAMi v2.10 does (Requesting_<its local time>), not a Unix timestamp "
+    "from the device plugin: compare it with the time, not with date +%s"
+)
 # Clocks further apart than this break the handshake (docs/guides/device-plugin-debugging.md §4.3).
 CLOCK_SKEW = timedelta(seconds=30)
 
@@ -244,6 +248,8 @@ def check_node_handshake(node: Obj, s: Settings, now: datetime) -> list[Finding]
             )
         ]
     healthy, _ = check_handshake(value, now, gpus, s.scheduler_tz)
+    # The guides' check subtracts the value from `date +%s`: say once why that cannot work here.
+    evidence.append(HANDSHAKE_FORMAT)
     if now - when < s.handshake_timeout:
         return [
             Finding(OK, "node.handshake.ok", f"handshake requested {age(when, now)} ago", tuple(evidence))
@@ -376,9 +382,65 @@ def schedulable_reason(findings: list[Finding], devs: list[DeviceInfo]) -> str:
     return "node_lock" if codes & _UNSCHEDULABLE[3][1] else "ok"
 
 
-def check_node(node: Obj, owner_exists: bool | None, s: Settings, now: datetime) -> Section:
+def _pod_line(p: Obj) -> tuple[bool, str]:
+    meta, status = p.get("metadata") or {}, p.get("status") or {}
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
+    restarts = sum(int(cs.get("restartCount", 0)) for cs in status.get("containerStatuses") or [])
+    phase = status.get("phase", "Unknown")
+    text = (
+        f"{meta.get('namespace', '')}/{meta.get('name', '')}: phase {phase}, ready {str(ready).lower()}, "
+        f"restarts {restarts}"
+    )
+    return phase == "Running" and ready, text
+
+
+def check_device_plugin(node: Obj, plugin_pods: list[Obj] | None) -> list[Finding]:
+    """The device plugin pod on this node. Nothing is said when the plugin's pods cannot be
+    listed, or when none exists anywhere (it may run under labels of its own), or for a node that
+    neither registers nor offers GPUs."""
+    if not plugin_pods:
+        return []
+    name = name_of(node)
+    here = [p for p in plugin_pods if (p.get("spec") or {}).get("nodeName") == name]
+    if not here:
+        if ann.NODE_REGISTER not in annotations_of(node) and not allocatable_gpus(node):
+            return []
+        return [
+            Finding(
+                WARNING,
+                "node.device-plugin.missing",
+                "no device plugin pod runs on this node, though it has GPUs",
+                (f"device plugin pods run on: {', '.join(sorted({_node_of(p) for p in plugin_pods}))}",),
+                f"check the node's labels against the DaemonSet's nodeSelector (gpu=on): {GET_DEVICE_PLUGIN}",
+            )
+        ]
+    states = [_pod_line(p) for p in here]
+    evidence = tuple(text for _, text in states)
+    if not any(ok for ok, _ in states):
+        return [
+            Finding(
+                BROKEN,
+                "node.device-plugin.not-running",
+                "the device plugin pod on this node is not running and ready",
+                evidence,
+                f"read its logs: {DEVICE_PLUGIN_LOGS}",
+            )
+        ]
+    return [Finding(OK, "node.device-plugin.running", "the device plugin runs on this node", evidence)]
+
+
+def _node_of(p: Obj) -> str:
+    return str((p.get("spec") or {}).get("nodeName") or "<unscheduled>")
+
+
+def check_node(
+    node: Obj, owner_exists: bool | None, s: Settings, now: datetime, plugin_pods: list[Obj] | None = None
+) -> Section:
     section = Section(f"node {name_of(node)}")
     findings, devs = check_registration(node)
+    section.findings += check_device_plugin(node, plugin_pods)
     section.findings += findings
     section.findings += check_devices(devs)
     if devs:

@@ -13,7 +13,13 @@ from hami.core.codec.quantity import parse_quantity
 from hami.core.objects import labels_of, name_of, namespace_of
 from hami.doctor.findings import BROKEN, OK, WARNING, Finding
 from hami.doctor.nodecheck import age
-from hami.doctor.settings import SCHEDULER_SELECTORS, Settings
+from hami.doctor.settings import (
+    GET_SCHEDULER,
+    RESTART_SCHEDULER,
+    SCHEDULER_LOGS,
+    SCHEDULER_SELECTORS,
+    Settings,
+)
 
 Obj = dict[str, Any]
 
@@ -23,7 +29,7 @@ HAMI_RESOURCES = (
     ann.RESOURCE_GPUMEM_PERCENTAGE,
     ann.RESOURCE_GPUCORES,
 )
-MAX_INT32 = 2**31 - 1  # HAMi rejects gpumem above MaxInt32 (spec §3.2; memoryFactor 1)
+MAX_INT32 = 2**31 - 1  # HAMi rejects gpumem above MaxInt32 (docs/design/scheduler.md §3.2; memoryFactor 1)
 FIX_ADD_RESOURCES = (
     "add nvidia.com/gpu (and nvidia.com/gpumem / gpucores) to the container resources"
 )
@@ -45,7 +51,7 @@ class PodCluster:
 
 
 def _resource(container: Obj, name: str) -> str | None:
-    """HAMi reads limits first, then requests (spec/scheduler.md §3.2)."""
+    """HAMi reads limits first, then requests (docs/design/scheduler.md §3.2)."""
     res = container.get("resources") or {}
     for part in ("limits", "requests"):
         value = (res.get(part) or {}).get(name)
@@ -160,10 +166,37 @@ def _pod_state(p: Obj) -> tuple[bool, str]:
     return phase == "Running" and ready, text
 
 
+def _flag(args: list[str], name: str) -> str | None:
+    """The value of ``--name=value`` or ``--name value`` in an argument list (the last one wins)."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg.startswith(f"{name}="):
+            value = arg.split("=", 1)[1]
+        elif arg == name:
+            value = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("-") else "true"
+    return value
+
+
+def lease_of(scheduler_pods: list[Obj]) -> str:
+    """``ns/name`` of the Lease the extenders follow, read from their ``--leader-elect*`` flags;
+    "" when they do not elect (or no pod says)."""
+    for p in scheduler_pods:
+        for c in (p.get("spec") or {}).get("containers") or []:
+            args = [str(a) for a in [*(c.get("command") or []), *(c.get("args") or [])]]
+            if (_flag(args, "--leader-elect") or "false").lower() not in ("true", "1", "t"):
+                continue
+            name = _flag(args, "--leader-elect-resource-name")
+            namespace = _flag(args, "--leader-elect-resource-namespace")
+            if name and namespace:
+                return f"{namespace}/{name}"
+    return ""
+
+
 def check_scheduler(c: PodCluster, s: Settings, now: datetime) -> list[Finding]:
     """Observable from the API: the scheduler's pods (phase, readiness, restarts, role label) and,
-    when named, the kube-scheduler Lease the extender follows. The extender's HTTP port is reached
-    over 127.0.0.1 by its sidecar (spec §5.5), so Services/Endpoints would prove nothing."""
+    when named (or named by the extenders' own flags), the kube-scheduler Lease the extender
+    follows. The extender's HTTP port is reached over 127.0.0.1 by its sidecar, so
+    Services/Endpoints would prove nothing."""
     if c.scheduler_pods is None:
         return [
             Finding(
@@ -171,7 +204,7 @@ def check_scheduler(c: PodCluster, s: Settings, now: datetime) -> list[Finding]:
                 "scheduler.unknown",
                 "could not list the scheduler pods (no permission?)",
                 (),
-                "check with: kubectl get pods -A -l app.kubernetes.io/component=hami-scheduler",
+                f"check with: {GET_SCHEDULER}",
             )
         ]
     if not c.scheduler_pods:
@@ -181,7 +214,7 @@ def check_scheduler(c: PodCluster, s: Settings, now: datetime) -> list[Finding]:
                 "scheduler.missing",
                 "no HAMi scheduler pod found",
                 tuple(f"no pod with label {sel}" for sel in SCHEDULER_SELECTORS),
-                "install or restart the HAMi scheduler: kubectl rollout restart deployment/hami-scheduler",
+                f"install or restart the HAMi scheduler: {RESTART_SCHEDULER}",
             )
         ]
     states = [_pod_state(p) for p in c.scheduler_pods]
@@ -193,8 +226,7 @@ def check_scheduler(c: PodCluster, s: Settings, now: datetime) -> list[Finding]:
                 "scheduler.not-running",
                 "the HAMi scheduler is not running and ready",
                 evidence,
-                "read its logs (kubectl logs -l app.kubernetes.io/component=hami-scheduler), then "
-                "kubectl rollout restart deployment/hami-scheduler",
+                f"read its logs ({SCHEDULER_LOGS}), then {RESTART_SCHEDULER}",
             )
         ]
     out = [Finding(OK, "scheduler.running", "the HAMi scheduler is running", evidence)]
@@ -204,8 +236,7 @@ def check_scheduler(c: PodCluster, s: Settings, now: datetime) -> list[Finding]:
             Finding(
                 WARNING,
                 "scheduler.no-leader",
-                "no scheduler pod is labelled leader: the extender "
-                "registers nodes only while it is leader",
+                "no scheduler pod is labelled leader: the extender registers nodes only while it is leader",
                 evidence,
                 "check the kube-scheduler leader election and --leader-elect-resource-name",
             )

@@ -17,13 +17,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta, tzinfo
 
-from hami.core import thresholds
+from hami.core import names, thresholds
 from hami.core.codec.handshake import HANDSHAKE_TIMEOUT
 from hami.core.codec.nodelock import DEFAULT_TIMEOUT
 
 DEFAULT_SCHEDULER_NAME = "hami-scheduler"
-# The chart labels its pods app.kubernetes.io/component=hami-scheduler; HAMi's guides use app=hami-scheduler.
-SCHEDULER_SELECTORS = ("app.kubernetes.io/component=hami-scheduler", "app=hami-scheduler")
+# HAMi's chart labels its pods app.kubernetes.io/component=<app>; the guides select app=<app>; this
+# project's chart sets both.
+SCHEDULER_SELECTORS = (f"{names.COMPONENT_LABEL}={names.SCHEDULER_APP}", names.selector(names.SCHEDULER_APP))
+DEVICE_PLUGIN_SELECTORS = (
+    f"{names.COMPONENT_LABEL}={names.DEVICE_PLUGIN_APP}",
+    names.selector(names.DEVICE_PLUGIN_APP),
+)
+# The commands the findings suggest, with the guides' namespace and names.
+GET_SCHEDULER = f"kubectl get pods -n {names.NAMESPACE} -l {names.selector(names.SCHEDULER_APP)}"
+SCHEDULER_LOGS = f"kubectl logs -n {names.NAMESPACE} -l {names.selector(names.SCHEDULER_APP)} --tail=200"
+RESTART_SCHEDULER = f"kubectl -n {names.NAMESPACE} rollout restart deployment/{names.SCHEDULER_DEPLOYMENT}"
+GET_DEVICE_PLUGIN = (
+    f"kubectl get pods -n {names.NAMESPACE} -l {names.selector(names.DEVICE_PLUGIN_APP)} -o wide"
+)
+DEVICE_PLUGIN_LOGS = f"kubectl logs -n {names.NAMESPACE} <pod> -c {names.DEVICE_PLUGIN_CONTAINER} --tail=100"
 # The alert HAMiNodeLockHeldTooLong fires after a lock has held a node this long.
 LOCK_HELD_ALERT = "node_lock_held"
 _LOCK_HELD = thresholds.alert_for(LOCK_HELD_ALERT)

@@ -1,10 +1,12 @@
-"""Joining regions to pods (spec §B.3) and zero series for allocated-but-idle containers (HAMi #281).
+"""Joining regions to pods (§B.3) and zero series for allocated-but-idle containers (HAMi #281).
 
 Pods are the API's JSON dicts from the node-scoped informer. A region belongs to the container
 whose pod UID and name match its dir; a container holding devices in ``hami.io/vgpu-devices-allocated``
 but without a region yet (no CUDA call so far) gets 0-valued usage with its allocated limits. A
 container whose region exists but cannot be read gets no series at all: zeros would claim an idle
 container that may be using its whole card (the skip metrics report it instead).
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from typing import Any
 
 from hami.core.annotations import POD_DEVICES_ALLOCATED, POD_MIG_ALLOCATIONS
 from hami.core.devices import MigAllocation, PodDevices
+from hami.core.hamicore import control_disabled
 from hami.core.objects import annotations_of, labels_of, name_of, namespace_of, uid_of
+from hami.exporter.cgroups import container_id
 from hami.exporter.region.layout import UUID_EXPORT_LEN
 from hami.exporter.region.parse import DeviceUsage, RegionSnapshot
 
@@ -38,7 +42,7 @@ class ContainerView:
 
 @dataclass(frozen=True)
 class MigView:
-    """The runtime MIG identity of one container device (``hami_mig_device_info``, spec §B.4)."""
+    """The runtime MIG identity of one container device (``hami_mig_device_info``, §B.4)."""
 
     namespace: str
     pod: str
@@ -52,13 +56,31 @@ class MigView:
 
 
 @dataclass(frozen=True)
+class UnlimitedView:
+    """GPU processes of a HAMi container that HAMi-core does not limit, and why (``reason``)."""
+
+    namespace: str
+    pod: str
+    container: str
+    reason: str
+    processes: int
+
+
+# Why a container's GPU processes run without HAMi-core (the bounded reason label).
+CONTROL_DISABLED = "control_disabled"  # CUDA_DISABLE_CONTROL=true: no ld.so.preload by request
+NO_CACHE_DIR = "no_cache_dir"  # Allocate never prepared <uid>_<container> under the monitor's HOOK_PATH
+NO_REGION = "no_region"  # the dir is there but HAMi-core never created its region: it is not loaded
+UNLIMITED_REASONS = (CONTROL_DISABLED, NO_CACHE_DIR, NO_REGION)
+
+
+@dataclass(frozen=True)
 class PodLabels:
     namespace: str
     pod: str
     labels: tuple[tuple[str, str], ...]  # (prometheus label name, value), sorted
 
 
-def _names(pod: Mapping[str, Any], key: str) -> list[str]:
+def container_names(pod: Mapping[str, Any], key: str) -> list[str]:
     spec = pod.get("spec") or {}
     return [str(c.get("name", "")) for c in spec.get(key) or [] if isinstance(c, Mapping)]
 
@@ -71,9 +93,9 @@ def allocated_devices(
     if not text:
         return {}
     per_container = decode(text)
-    offset = len(_names(pod, "initContainers"))  # the annotation lists init containers first
+    offset = len(container_names(pod, "initContainers"))  # the annotation lists init containers first
     out: dict[str, tuple[DeviceUsage, ...]] = {}
-    for j, name in enumerate(_names(pod, "containers")):
+    for j, name in enumerate(container_names(pod, "containers")):
         if offset + j >= len(per_container) or not per_container[offset + j]:
             continue
         out[name] = tuple(
@@ -106,7 +128,7 @@ def attribute(
     views: list[ContainerView] = []
     for pod in pods:
         uid, ns, name = uid_of(pod), namespace_of(pod), name_of(pod)
-        names = _names(pod, "containers")
+        names = container_names(pod, "containers")
         # the annotation is decoded only for a pod with a container that has no region yet
         idle = any((uid, ctr) not in regions and (uid, ctr) not in unreadable for ctr in names)
         finished = (pod.get("status") or {}).get("phase") in _FINISHED
@@ -146,7 +168,7 @@ def mig_devices(
         except ValueError as err:
             on_error(pod, f"failed to decode {POD_MIG_ALLOCATIONS}: {err}")
             continue
-        names = _names(pod, "initContainers") + _names(pod, "containers")
+        names = container_names(pod, "initContainers") + container_names(pod, "containers")
         for a in allocations:
             if not a.mig_uuid or a.gpu_instance_id is None or a.compute_instance_id is None:
                 continue  # placed by the scheduler, not yet created by the device plugin
@@ -166,6 +188,58 @@ def mig_devices(
                     a.compute_instance_id,
                 )
             )
+    return out
+
+
+def unlimited_containers(
+    pods: Iterable[Mapping[str, Any]],
+    owners: Iterable[tuple[str, str]],
+    has_region_file: Mapping[tuple[str, str], bool],
+    decode: Callable[[str], PodDevices],
+) -> list[UnlimitedView]:
+    """Containers given HAMi vGPUs whose GPU processes run outside HAMi-core.
+
+    ``owners`` holds the (pod UID, container ID) of each GPU process NVML lists; ``has_region_file``
+    maps the (pod UID, container) of every dir under the monitor's containers path to whether it
+    holds a region file. A container counts when it has processes, devices in
+    ``hami.io/vgpu-devices-allocated`` and no region file (HAMi-core creates it when it loads).
+    MIG allocations have no HAMi-core by design and are left out.
+    """
+    per_container: dict[tuple[str, str], int] = {}
+    for owner in owners:
+        per_container[owner] = per_container.get(owner, 0) + 1
+    if not per_container:
+        return []
+    out: list[UnlimitedView] = []
+    for pod in pods:
+        uid = uid_of(pod)
+        if POD_MIG_ALLOCATIONS in annotations_of(pod) or (pod.get("status") or {}).get("phase") in _FINISHED:
+            continue
+        ids = {
+            str(s.get("name", "")): container_id(str(s.get("containerID", "")))
+            for s in (pod.get("status") or {}).get("containerStatuses") or []
+            if isinstance(s, Mapping)
+        }
+        running = {name: per_container.get((uid, cid), 0) for name, cid in ids.items() if cid}
+        if not any(running.values()):
+            continue
+        try:
+            allocated = allocated_devices(pod, decode)
+        except ValueError:
+            continue  # the collector reports an undecodable annotation already
+        containers = (pod.get("spec") or {}).get("containers") or []
+        specs = {str(c.get("name", "")): c for c in containers if isinstance(c, Mapping)}
+        for name, count in sorted(running.items()):
+            if not count or name not in allocated:
+                continue
+            region = has_region_file.get((uid, name))
+            if region:
+                continue
+            if control_disabled(specs.get(name, {})):
+                reason = CONTROL_DISABLED
+            else:
+                reason = NO_CACHE_DIR if region is None else NO_REGION
+            out.append(UnlimitedView(namespace_of(pod), name_of(pod), name, reason, count))
     return out
 
 

@@ -28,10 +28,12 @@ from hami.core.serve import build_info, listener_metrics
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor
 from hami.core.serve.families import Family, TextRenderer, declared_metric, to_metric
 from hami.exporter import families
-from hami.exporter.attribution import attribute, mig_devices, pod_labels
+from hami.exporter.attribution import attribute, mig_devices, pod_labels, unlimited_containers
+from hami.exporter.cgroups import owner_of
 from hami.exporter.discovery import ContainerLister
 from hami.exporter.families import Counters, HostDevice, NodeView
 from hami.exporter.host import NVML_CALLS
+from hami.exporter.reconcile import KINDS, counts, reconcile
 from hami.exporter.region import reasons
 from hami.exporter.region.parse import RegionRejected, RegionSnapshot
 
@@ -107,6 +109,7 @@ class MonitorCollector(Collector):
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.time,
         decode_mig: Callable[[str], list[MigAllocation]] = decode_mig_allocations,
+        proc_root: str = "/proc",
     ) -> None:
         self.node = node
         self.skips = skips or Tally()
@@ -119,6 +122,7 @@ class MonitorCollector(Collector):
         self._legacy = legacy
         self._allowlist = tuple(labels_allowlist)
         self._clock = clock
+        self._proc_root = proc_root
         self._duration = collect_duration(registry, node)
         self._warned: set[str] = set()
         self._renderer = TextRenderer()
@@ -170,13 +174,28 @@ class MonitorCollector(Collector):
 
     def view(self) -> NodeView:
         read = self.read_regions()
+        with self._lister.lock:
+            region_files = {(c.pod_uid, c.name): c.cache_path is not None for c in self._lister.containers()}
         pods = list(self._pods())
+        hosts = tuple(self.hosts())
         containers = attribute(pods, read.found, self._decode, self._decode_failed, read.unreadable)
+        owners = [o for h in hosts for pid in h.pids if (o := owner_of(pid, self._proc_root)) is not None]
+        unlimited = unlimited_containers(pods, owners, region_files, self._decode)
+        for u in unlimited:
+            self._warn_once(
+                f"unlimited {u.namespace}/{u.pod}/{u.container}",
+                f"Container {u.namespace}/{u.pod}/{u.container} runs {u.processes} GPU process(es) without "
+                f"HAMi-core ({u.reason}): its vGPU limits are not enforced",
+            )
         return NodeView(
             node=self.node,
             now=self._clock(),
-            hosts=tuple(self.hosts()),
+            hosts=hosts,
+            unlimited=tuple(unlimited),
             containers=tuple(containers),
+            inconsistencies=counts(
+                reconcile(pods, read.found, read.unreadable, decode=self._decode, hosts=hosts)
+            ),
             pod_labels=tuple(pod_labels(pods, self._allowlist)),
             migs=tuple(mig_devices(pods, self._decode_mig, self._pod_error)),
             regions=read.states,
@@ -184,15 +203,65 @@ class MonitorCollector(Collector):
         )
 
     def families(self) -> list[Family]:
+        log.v(4).info("Starting to collect metrics for vGPUMonitor")
+        start = time.perf_counter()
         view = self.view()
+        if log.v(4):
+            self._log_view(view, time.perf_counter() - start)
         counters = Counters(self.skips.snapshot(), self.nvml_errors.snapshot())
         return [
             *families.host_families(view, self._legacy),
             *families.container_families(view, self._legacy),
+            *families.unlimited_families(view),
             *families.mig_families(view, self._legacy),
             *families.pod_label_families(view),
             *families.self_families(view, counters, reasons.ALL, NVML_CALLS),
+            *families.inconsistency_families(view, KINDS),
         ]
+
+    @staticmethod
+    def _log_view(view: NodeView, seconds: float) -> None:
+        """V4: what one collection found; V5: every GPU and every container device, UUID by UUID."""
+        if log.v(5):
+            for h in view.hosts:
+                log.v(5).info(
+                    "GPU %d %s (%s): memory used %s of %s bytes, utilization %s%%, temperature %s C",
+                    h.index,
+                    h.uuid,
+                    h.type,
+                    h.memory_used,
+                    h.memory_total,
+                    h.util_gpu,
+                    h.temperature,
+                )
+            for c in view.containers:
+                source = "region" if c.started else "allocation annotation, no region yet"
+                for d in c.devices:
+                    log.v(5).info(
+                        "Container %s/%s/%s vdevice %d: uuid %s, used %d of %d bytes, SM %d%% of %d%% (%s)",
+                        c.namespace,
+                        c.pod,
+                        c.container,
+                        d.index,
+                        d.uuid,
+                        d.used_bytes,
+                        d.limit_bytes,
+                        d.sm_util_percent,
+                        d.sm_limit_percent,
+                        source,
+                    )
+        regions = " ".join(f"{state}={view.regions.get(state, 0)}" for state in families.REGION_STATES)
+        idle = sum(1 for c in view.containers if not c.started)
+        log.v(4).info(
+            "Finished collecting metrics for vGPUMonitor: %d container(s) (%d without a region yet), "
+            "%d host GPU(s), regions %s, %d MIG allocation(s), in %.1f ms",
+            len(view.containers),
+            idle,
+            len(view.hosts),
+            regions,
+            len(view.migs),
+            seconds * 1000,
+        )
 
     def collect(self) -> Iterator[Metric]:
         start = time.perf_counter()

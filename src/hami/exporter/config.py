@@ -1,7 +1,9 @@
-"""Flags and environment of the vGPU monitor (spec §B.1), parsed without side effects.
+"""Flags and environment of the vGPU monitor (§B.1), parsed without side effects.
 
 ``HAMI_RESYNC_INTERVAL`` is a Go duration as in HAMi; an invalid one keeps 5m with a warning. Unlike
 HAMi, a negative one is invalid too (no resync interval is negative).
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class Config:
     web_config_file: str | None = None
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     pod_labels_allowlist: tuple[str, ...] = ()
+    proc_root: str = "/proc"
     kube: KubeOptions = field(default_factory=KubeOptions)
     warnings: tuple[str, ...] = ()
 
@@ -49,6 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--pod-labels-allowlist",
         default="",
         help="comma-separated pod label keys ('*' = all) exposed in hami_pod_labels_info",
+    )
+    p.add_argument(
+        "--proc-root",
+        default="/proc",
+        help="the host's /proc (the monitor runs with hostPID), to find the pod of each GPU process",
     )
     klog.add_log_flags(p)
     add_kube_flags(p)
@@ -91,6 +99,7 @@ def load_config(argv: Sequence[str], env: Mapping[str, str]) -> Config:
         web_config_file=args.web_config_file,
         max_connections=args.web_max_connections,
         pod_labels_allowlist=tuple(k.strip() for k in args.pod_labels_allowlist.split(",") if k.strip()),
+        proc_root=args.proc_root,
         kube=kube,
         warnings=tuple(warnings),
     )

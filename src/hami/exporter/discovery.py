@@ -1,9 +1,11 @@
-"""Discovery of per-container cache dirs under ``$HOOK_PATH/containers`` and their GC (spec §A.7–§A.8).
+"""Discovery of per-container cache dirs under ``$HOOK_PATH/containers`` and their GC (§A.7–§A.8).
 
 One directory per container, named ``<podUID>_<containerName>``, holding the region file
 (``<uuid>.cache``), the ``libvgpu.so`` bind target and possibly stale or unrelated files. The
 container writes that directory, so nothing in it is trusted: it is opened by descriptor without
 following a symlink, and so is the region file in it (``region.file``).
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations
@@ -172,9 +174,11 @@ class ContainerLister:
             and self._still_valid(c.region, dir_fd, name)
         ):
             return
+        log.v(4).info("Checking path %s", path)
         self._unmap(c)
         c.cache_path = cache_path
         if name is None or cache_path is None:
+            log.v(4).info("No cache file in %s", path)
             return
         opened = RegionFile.open(dir_fd, name, cache_path)
         if isinstance(opened, RegionRejected):

@@ -1,9 +1,11 @@
 """The monitor's metric families, built fresh on every scrape from a ``NodeView`` (pure).
 
-Names HAMi v2.10 exports keep HAMi's name, type, help and value semantics (spec §B.2), including
+Names HAMi v2.10 exports keep HAMi's name, type, help and value semantics (§B.2), including
 its 0-100 scale on ``*_utilization_ratio``; they gain the contract's ``node`` join label. Every
 family carries HAMi's ``zone="vGPU"``. ``device_type`` is the registered type string
 (``NVIDIA-`` prefixed only when the model lacks it), never double-prefixed.
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from hami.core.nvml import CLOCK_EVENT_REASONS, RemappedRows, RetiredPages
 from hami.core.serve.families import Family
-from hami.exporter.attribution import ContainerView, MigView, PodLabels
+from hami.exporter.attribution import ContainerView, MigView, PodLabels, UnlimitedView
 
 ZONE = "vGPU"
 HOST_LABELS = ("node", "device_index", "device_uuid", "device_type", "zone")
@@ -50,9 +53,15 @@ class HostDevice:
     power_watts: float | None = None
     ecc_corrected: int | None = None
     ecc_uncorrected: int | None = None
+    temperature_slowdown: int | None = None
+    retired: RetiredPages | None = None
+    remapped: RemappedRows | None = None
+    clock_event_reasons: int | None = None
     xid_errors: int = 0
     healthy: bool = True
     migs: tuple[MigIdentity, ...] = ()
+    process_memory: int | None = None  # Σ of NVML's compute processes; None: unread or not available
+    pids: tuple[int, ...] = ()  # host PIDs of the compute processes NVML lists on the GPU
 
 
 @dataclass(frozen=True)
@@ -65,6 +74,8 @@ class NodeView:
     migs: tuple[MigView, ...] = ()
     regions: Mapping[str, int] = field(default_factory=dict)  # state -> count
     skipped: Mapping[str, int] = field(default_factory=dict)  # reason -> regions affected now
+    inconsistencies: Mapping[str, int] = field(default_factory=dict)  # kind -> count (exporter.reconcile)
+    unlimited: tuple[UnlimitedView, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -106,7 +117,58 @@ def host_families(view: NodeView, legacy: bool) -> list[Family]:
         "MIG instances present on the GPU, from NVML",
         (*HOST_LABELS, "mig_uuid", "profile", "gpu_instance_id", "compute_instance_id"),
     )
-    out: list[Family] = [mem, total, util, mcu, temp, power, health, xid, ecc, mig]
+    slowdown = _g(
+        "hami_host_gpu_temperature_slowdown_threshold_celsius",
+        "Temperature at which the GPU slows its clocks down, in degrees Celsius",
+        HOST_LABELS,
+    )
+    retired = _g(
+        "hami_host_gpu_retired_pages",
+        "Framebuffer pages retired by the driver (before Ampere), by cause single_bit/double_bit",
+        (*HOST_LABELS, "cause"),
+    )
+    retired_pending = _g(
+        "hami_host_gpu_retired_pages_pending",
+        "1 while a page retirement waits for a GPU reset or reboot, else 0",
+        HOST_LABELS,
+    )
+    remapped = _g(
+        "hami_host_gpu_remapped_rows",
+        "Memory rows remapped (Ampere and later), by the error type correctable/uncorrectable",
+        (*HOST_LABELS, "type"),
+    )
+    remap_pending = _g(
+        "hami_host_gpu_row_remap_pending", "1 while a row remap waits for a GPU reset, else 0", HOST_LABELS
+    )
+    remap_failure = _g(
+        "hami_host_gpu_row_remap_failure",
+        "1 when a row remap failed (the GPU needs service), else 0",
+        HOST_LABELS,
+    )
+    throttle = _g(
+        "hami_host_gpu_clock_throttle_active",
+        "1 while NVML reports this clock throttle reason active on the GPU, else 0",
+        (*HOST_LABELS, "reason"),
+    )
+    out: list[Family] = [
+        mem,
+        total,
+        util,
+        mcu,
+        temp,
+        slowdown,
+        power,
+        health,
+        xid,
+        ecc,
+        retired,
+        retired_pending,
+        remapped,
+        remap_pending,
+        remap_failure,
+        throttle,
+        mig,
+    ]
     lmem = _g("HostGPUMemoryUsage", "GPU device memory usage", LEGACY_HOST)
     lutil = _g("HostCoreUtilization", "GPU core utilization", LEGACY_HOST)
     for h in view.hosts:
@@ -117,6 +179,7 @@ def host_families(view: NodeView, legacy: bool) -> list[Family]:
             (util, h.util_gpu),
             (mcu, h.util_memory),
             (temp, h.temperature),
+            (slowdown, h.temperature_slowdown),
             (power, h.power_watts),
         ):
             if value is not None:
@@ -126,6 +189,18 @@ def host_families(view: NodeView, legacy: bool) -> list[Family]:
         for kind, count in (("corrected", h.ecc_corrected), ("uncorrected", h.ecc_uncorrected)):
             if count is not None:
                 ecc.add((*lv, kind), count)
+        if h.retired is not None:
+            retired.add((*lv, "single_bit"), h.retired.single_bit)
+            retired.add((*lv, "double_bit"), h.retired.double_bit)
+            retired_pending.add(lv, 1 if h.retired.pending else 0)
+        if h.remapped is not None:
+            remapped.add((*lv, "correctable"), h.remapped.correctable)
+            remapped.add((*lv, "uncorrectable"), h.remapped.uncorrectable)
+            remap_pending.add(lv, 1 if h.remapped.pending else 0)
+            remap_failure.add(lv, 1 if h.remapped.failure else 0)
+        if h.clock_event_reasons is not None:
+            for bit, reason in CLOCK_EVENT_REASONS.items():
+                throttle.add((*lv, reason), 1 if h.clock_event_reasons & bit else 0)
         for m in h.migs:
             mig.add((*lv, m.uuid, m.profile, str(m.gpu_instance_id), str(m.compute_instance_id)), 1)
         if h.memory_used is not None:
@@ -221,6 +296,22 @@ def container_families(view: NodeView, legacy: bool) -> list[Family]:
     return [*out, lused, llimit, ldesc, lutil, lkern] if legacy else out
 
 
+UNLIMITED_LABELS = ("namespace", "pod", "container", "node", "zone", "reason")
+
+
+def unlimited_families(view: NodeView) -> list[Family]:
+    """``hami_vgpu_unlimited_processes``: the guide's "GPU not limited" branch, counted."""
+    fam = _g(
+        "hami_vgpu_unlimited_processes",
+        "GPU processes of a container given HAMi vGPUs that run without HAMi-core (no memory or core "
+        "limit), by reason control_disabled/no_cache_dir/no_region",
+        UNLIMITED_LABELS,
+    )
+    for u in view.unlimited:
+        fam.add((u.namespace, u.pod, u.container, view.node, ZONE, u.reason), u.processes)
+    return [fam]
+
+
 MIG_LABELS = (*CTR_LABELS, "mig_uuid", "profile", "gpu_instance_id", "compute_instance_id")
 LEGACY_MIG = (*LEGACY_CTR, "instanceid")
 
@@ -275,6 +366,20 @@ def self_families(
     return [regions, skips, skipped, nvml]
 
 
+def inconsistency_families(view: NodeView, kinds: Iterable[str]) -> list[Family]:
+    """What the truth reconciler found at this scrape; every kind is exported, at 0 when clean."""
+    family = _g(
+        "hami_inconsistency",
+        "Disagreements between the scheduler's allocations, HAMi-core's regions and NVML's processes on "
+        "this node, by kind (allocation_without_region, region_without_pod, region_unreadable, "
+        "memory_outside_hami)",
+        ("kind", "node", "zone"),
+    )
+    for kind in kinds:
+        family.add((kind, view.node, ZONE), view.inconsistencies.get(kind, 0))
+    return [family]
+
+
 POD_LABELS_BASE = ("namespace", "pod", "node")
 
 
@@ -301,8 +406,10 @@ def describe(legacy: bool, pod_labels: bool) -> list[Family]:
     return [
         *host_families(empty, legacy),
         *container_families(empty, legacy),
+        *unlimited_families(empty),
         info,
         *([linfo] if legacy else []),
         *([_pod_labels_family()] if pod_labels else []),
         *self_families(empty, Counters({}, {}), ()),
+        *inconsistency_families(empty, ()),
     ]

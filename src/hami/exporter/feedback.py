@@ -1,8 +1,10 @@
-"""The priority / utilisation-switch feedback loop (spec §A.9, HAMi v2.10 ``feedback.go``).
+"""The priority / utilisation-switch feedback loop (§A.9, HAMi v2.10 ``feedback.go``).
 
 ``observe`` is the pure decision step over a snapshot of every loaded region; ``FeedbackLoop``
 applies its writes on a 5 s ticker, after rescanning the container dirs, through the descriptor
 each region file was opened with (never through its name: see ``region.file``).
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations
@@ -147,7 +149,7 @@ def feedback_tick(lister: ContainerLister) -> list[FeedbackWrite]:
 class FeedbackLoop:
     """Every ``TICK_S``: rescan the container dirs (``update``), then run the feedback step.
 
-    While the MIG apply lock file exists the loop is paused (spec §A.9 step 3): no rescan and no
+    While the MIG apply lock file exists the loop is paused (§A.9 step 3): no rescan and no
     write into any region, since the device plugin is repartitioning the GPUs. HAMi watches the
     lock with fsnotify; checking it on each tick gives the same guarantee, as nothing is written
     between ticks.
@@ -198,7 +200,16 @@ class FeedbackLoop:
             log.error("Failed to update container list: %s", err)
             return
         self._on_update(result.errors)
-        feedback_tick(self._lister)
+        writes = feedback_tick(self._lister)
+        if log.v(4):
+            log.v(4).info(
+                "Updated container list: %d dir(s), %d region(s) loaded, %d removed; "
+                "feedback wrote %d value(s)",
+                len(self._lister.containers()),
+                result.loaded,
+                len(result.removed),
+                len(writes),
+            )
 
     def _run(self) -> None:
         log.info("Starting watchAndFeedback")

@@ -1,7 +1,9 @@
-"""``hami-monitor``: the vGPU monitor daemon (spec §B.1).
+"""``hami-monitor``: the vGPU monitor daemon (§B.1).
 
 Wiring only: the container lister and feedback loop, the pod informer (this node's pods), NVML
 (opened once), the collector, and ``/metrics`` through ``hami.core.serve``.
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from hami.core.kube.informer import Informer
 from hami.core.lifecycle import stop_within, wait_unless_stopped
 from hami.core.nvml import Nvml, NvmlError, open_nvml
 from hami.core.objects import uid_of
+from hami.core.profiling import start_tracing
 from hami.core.serve import Server, WebConfigError, build_info, serve_metrics
 from hami.exporter.collector import MonitorCollector, Tally
 from hami.exporter.config import Config, ConfigError, load_config
@@ -72,6 +75,7 @@ class Monitor:
             legacy=cfg.legacy_metrics,
             labels_allowlist=cfg.pod_labels_allowlist,
             registry=self.registry,
+            proc_root=cfg.proc_root,
         )
         # not registered: /metrics renders it itself (serve's ``exposition``), beside the registry
         build_info("monitor", self.registry)
@@ -176,6 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hami-monitor: {err}", file=sys.stderr)
         return 1
     klog.setup(cfg.verbosity)
+    if cfg.profiling:
+        start_tracing()  # the heap profile shows what was allocated before the request
     for warning in cfg.warnings:
         log.warning("%s", warning)
     stop = threading.Event()

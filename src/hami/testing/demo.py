@@ -3,8 +3,11 @@
 Starts the Kubernetes API emulator with a simulated GPU cluster, the simulated node with the vGPU
 monitor (:9394), the scheduler extender (metrics :9395), the device plugin (:9396), a
 kube-state-metrics stand-in, Debian's Prometheus (:9090) with alerts/hami-rules.yaml, and Debian's
-Alertmanager (:9093). Prints the URLs and the dashboards to import into Grafana, runs until Ctrl-C,
-then stops everything. Logs and data live under ``.demo/`` (removed at the next start).
+Alertmanager (:9093). The Helm chart, rendered with the production template, is installed in the
+emulator, its pods standing for the daemons, so the guides' `kubectl` commands work against it.
+Prints the URLs, the dashboards to import into Grafana and the `helm` lines for a real cluster, runs
+until Ctrl-C, then stops everything. Logs and data live under ``.demo/`` (removed at the next start).
+``--helm`` prints only the `helm` lines.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ import sys
 import threading
 from pathlib import Path
 
+from hami.core import names
 from hami.core.duration import prometheus_duration_flag
-from hami.testing import cluster
+from hami.testing import chart, cluster
 from hami.testing.processes import StartError
 from hami.testing.stack import (
     DASHBOARDS,
@@ -55,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="Prometheus scrape/evaluation interval, a Prometheus duration (default %(default)s)",
     )
     p.add_argument("--no-scenarios", action="store_true",
-                   help="no stale node, pending pod, over-limit container or XIDs")  # fmt: skip
+                   help="no stale node, pending pod, over-limit container, GPU faults or XIDs")  # fmt: skip
+    p.add_argument("--helm", action="store_true", help="print the helm lines for a real cluster and exit")
     p.add_argument(
         "--skip",
         action="append",
@@ -89,18 +94,17 @@ def tool(name: str) -> str:
 
 def commands(stack: Stack) -> list[str]:
     """The exact hami-doctor and hami-tune command lines for this demo cluster."""
-    doctor = f"{tool('hami-doctor')} --kubeconfig {stack.kubeconfig}"
-    out = []
-    if SCHEDULER in stack.running:
-        url = f" --scheduler-url {stack.url(SCHEDULER)}"
-        out += [
-            f"{tool('hami-doctor')} pod scenarios/{cluster.PENDING} --kubeconfig {stack.kubeconfig}{url}",
-            f"{doctor} nodes{url}",
-        ]
-    else:
-        out.append(f"{tool('hami-doctor')} pod scenarios/{cluster.PENDING} --kubeconfig {stack.kubeconfig}")
+    kube = f" --kubeconfig {stack.kubeconfig}"
+    url = f" --scheduler-url {stack.url(SCHEDULER)}" if SCHEDULER in stack.running else ""
+    doctor = tool("hami-doctor")
+    # a running pod's GPU-limit walk reads the node's files: this machine is sim-node
+    unlimited = f"{cluster.UNLIMITED.namespace}/{cluster.UNLIMITED.name}"
+    out = [f"{doctor} pod scenarios/{cluster.PENDING}{kube}{url}"]
+    if url:
+        out.append(f"{doctor} nodes{kube}{url}")
     out += [
-        f"{tool('hami-doctor')} logs {stack.procs.log_dir}",
+        f"{doctor} pod {unlimited}{kube}{url} --hook-path {stack.hook_path}",
+        f"{doctor} logs {stack.procs.log_dir}",
         # the demo's history is minutes long: a window the tuner accepts for it, and it says so
         f"{tool('hami-tune')} --prometheus-url {stack.url('prometheus')} --window 10m",
     ]
@@ -108,7 +112,7 @@ def commands(stack: Stack) -> list[str]:
 
 
 def banner(stack: Stack, skipped: list[str]) -> str:
-    names = {
+    titles = {
         MONITOR: "vGPU monitor",
         SCHEDULER: "scheduler extender",
         DEVICE_PLUGIN: "device plugin",
@@ -120,11 +124,11 @@ def banner(stack: Stack, skipped: list[str]) -> str:
     lines.append(f"  Alertmanager        {stack.url('alertmanager')}/#/alerts")
     lines.append(f"    notifications     {stack.notifications}   (tail -f; grouped and inhibited)")
     for c in stack.running:
-        lines.append(f"  {names[c]:<20}{stack.url(c)}/metrics")
+        lines.append(f"  {titles[c]:<20}{stack.url(c)}/metrics")
     lines.append(f"  kube-state-metrics  {stack.url('ksm')}/metrics   (stand-in)")
     lines.append(f"  Kubernetes API      {stack.kube_url}   (KUBECONFIG={stack.kubeconfig})")
     for c in skipped:
-        lines.append(f"  {names[c]:<20}not started ({MODULES[c]} is not in this checkout, or --skip)")
+        lines.append(f"  {titles[c]:<20}not started ({MODULES[c]} is not in this checkout, or --skip)")
     lines += ["", "Grafana: add a Prometheus data source at " + stack.url("prometheus") + ", then import:"]
     lines += [f"  {path}" for path in sorted(DASHBOARDS.glob("*.json"))]
     lines += ["", "Ask the doctor and the tuner about this cluster:"]
@@ -137,12 +141,44 @@ def banner(stack: Stack, skipped: list[str]) -> str:
         f"  pod scenarios/{cluster.PENDING}: stays Pending",
         f"  pod scenarios/{cluster.OVERLIMIT.name}: uses more than its vGPU memory limit",
         f"  pod notebooks/{cluster.IDLE.name}: no kernel for two hours (idle vGPU)",
+        f"  pod {cluster.UNLIMITED.namespace}/{cluster.UNLIMITED.name}: CUDA_DISABLE_CONTROL=true, its GPU"
+        " process runs without HAMi-core (not limited)",
         f"  GPU {cluster.gpu_uuid(0, stack.opts.gpus - 1)}: XID 79 every {stack.opts.xid_every:.0f}s"
         " (monitor and device plugin)",
-        "",
     ]
+    if stack.opts.gpus >= 2:  # the faults of cluster.fake_nvml_spec
+        lines += [
+            f"  GPU {cluster.gpu_uuid(0, stack.opts.gpus - 1)}: a failed row remap (drain and reset it)",
+            f"  GPU {cluster.gpu_uuid(0, stack.opts.gpus - 2)}: {cluster.SLOWDOWN_C - 3} °C, clocks held back"
+            " by a thermal slowdown",
+        ]
+    lines += ["", "The Helm chart is installed in the emulator, so the guides' commands work here:"]
+    lines += kubectl_lines(stack)
+    lines += ["", "On a real cluster:", *helm_lines(), ""]
     lines += [f"Logs: {stack.procs.log_dir}", ""]
     return "\n".join(lines)
+
+
+def helm_lines() -> list[str]:
+    """The same product on a real cluster, from the chart (paths relative to the checkout)."""
+    values = chart.EXAMPLES.relative_to(chart.ROOT) / "production.yaml"
+    where = f"{chart.CHART.relative_to(chart.ROOT)} -n {names.NAMESPACE} -f {values}"
+    return [
+        f"  helm install {names.RELEASE} {where}",
+        f"  helm template {names.RELEASE} {where}   # the manifests only",
+    ]
+
+
+def kubectl_lines(stack: Stack) -> list[str]:
+    pod = stack.scheduler_pod
+    lines = [
+        f"  export KUBECONFIG={stack.kubeconfig}",
+        f"  kubectl get pods -n {names.NAMESPACE} -l {names.selector(names.SCHEDULER_APP)}",
+        f"  kubectl get ds -n {names.NAMESPACE}",
+    ]
+    if pod is not None:
+        lines.append(f"  kubectl logs -n {names.NAMESPACE} {pod['metadata']['name']} --tail=20")
+    return lines
 
 
 MARKER = ".hami-demo"
@@ -161,6 +197,9 @@ def reset_workdir(workdir: Path) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.helm:
+        print("\n".join(["On a real cluster:", *helm_lines()]))
+        return 0
     opts = options(args)
     absent = [c for c in opts.components if not installed(c)]
     opts.components = tuple(c for c in opts.components if c not in absent)

@@ -1,9 +1,10 @@
 """A kube-state-metrics stand-in for the demo and the integration tests.
 
-The seed's ``HAMiGPUPodPending`` and the per-pool over-commit rule read kube-state-metrics series;
-this serves the three they use, with kube-state-metrics' names and labels, from the pods and nodes of
-an API server listed at scrape time: ``kube_pod_status_phase``, ``kube_pod_container_resource_requests``
-and ``kube_node_labels``.
+The ``HAMiGPUPodPending`` of docs/guides/tuning.md §5.4 and the per-pool over-commit rule read
+kube-state-metrics series; this serves the four they use, with kube-state-metrics' names and labels, from the
+pods and nodes of an API server listed at scrape time: ``kube_pod_status_phase``,
+``kube_pod_container_resource_requests``, ``kube_node_labels`` and ``kube_node_status_allocatable`` (the node
+GPU headroom rule).
 
 ``python -m hami.testing.ksm --api URL --bind :PORT``
 """
@@ -81,11 +82,21 @@ def node_families(nodes: list[dict[str, Any]]) -> Iterator[GaugeMetricFamily]:
     keys = sorted({sanitize(k) for n in nodes for k in ((n.get("metadata") or {}).get("labels") or {})})
     fam = GaugeMetricFamily("kube_node_labels", "Kubernetes labels converted to Prometheus labels.",
                             labels=["node", *(f"label_{k}" for k in keys)])  # fmt: skip
+    allocatable = GaugeMetricFamily(
+        "kube_node_status_allocatable",
+        "The allocatable for different resources of a node that are available for scheduling.",
+        labels=["node", "resource", "unit"],
+    )
     for n in nodes:
         meta = n.get("metadata") or {}
         labels = {sanitize(k): v for k, v in (meta.get("labels") or {}).items()}
         fam.add_metric([meta.get("name", ""), *(labels.get(k, "") for k in keys)], 1.0)
+        for resource, qty in ((n.get("status") or {}).get("allocatable") or {}).items():
+            allocatable.add_metric(
+                [meta.get("name", ""), sanitize(resource), _unit(resource)], float(parse_quantity(str(qty)))
+            )
     yield fam
+    yield allocatable
 
 
 class StateCollector(Collector):

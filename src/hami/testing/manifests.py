@@ -1,5 +1,6 @@
-"""This checkout's deploy/ for the tests: every object of every file the kustomization lists, lookups,
-and each container's command line read by the daemon's own argument parser."""
+"""This checkout's deploy/ for the tests (the Helm chart rendered with the production values, see
+scripts/gen_deploy.py): every object of every file the kustomization lists, lookups, and each
+container's command line read by the daemon's own argument parser."""
 
 from __future__ import annotations
 
@@ -11,13 +12,15 @@ from typing import Any
 
 import yaml
 
+from hami.core import names
 from hami.deviceplugin import main as deviceplugin_main
 from hami.exporter import config as exporter_config
 from hami.scheduler.extender import main as scheduler_main
+from hami.testing import chart
 
 ROOT = Path(__file__).resolve().parents[3]  # src/hami/testing/manifests.py
 DEPLOY = ROOT / "deploy"
-NAMESPACE = "hami-system"
+NAMESPACE = names.NAMESPACE
 Obj = dict[str, Any]
 
 # Console script (pyproject [project.scripts]) -> the argparse parser that daemon really uses.
@@ -41,9 +44,7 @@ def objects() -> list[Obj]:
 
 
 def find(kind: str, name: str) -> Obj:
-    found = [o for o in objects() if o["kind"] == kind and o["metadata"]["name"] == name]
-    assert len(found) == 1, f"expected one {kind}/{name}, found {len(found)}"
-    return found[0]
+    return chart.find(objects(), kind, name)
 
 
 def of_kind(kind: str) -> list[Obj]:

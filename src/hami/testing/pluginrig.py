@@ -10,10 +10,10 @@ from typing import Any
 from kubernetes import client
 from prometheus_client import CollectorRegistry
 
+from hami.core.hamicore import HostLayout
 from hami.core.kube.informer import Informer
 from hami.core.nvml.fake import FakeNvml
 from hami.deviceplugin.config import PluginConfig
-from hami.deviceplugin.container_setup import HostLayout
 from hami.deviceplugin.health import XidPolicy
 from hami.deviceplugin.kubeops import NodeOps
 from hami.deviceplugin.manager import Manager
@@ -78,11 +78,16 @@ def start_rig(
     *,
     node: str = NODE,
     fast: bool = True,
+    checks: frozenset[str] = frozenset(),
+    topology: bool = False,
+    settings: dict[str, Any] | None = None,
 ) -> Rig:
     """Creates ``node``, starts kubelet, informer and plugin, and waits until the plugin serves.
 
     ``fast``: register, retry and health intervals of a fraction of a second, so that tests see
-    changes quickly; False keeps the daemon's own (a benchmark's steady state).
+    changes quickly; False keeps the daemon's own (a benchmark's steady state). ``checks``: the
+    opt-in health checks (``--health-checks``); ``topology``: ``ENABLE_TOPOLOGY_SCORE``; ``settings``:
+    other ``Settings`` fields (``runtime``, ``cdi_spec_dir``...).
     """
     core = client.CoreV1Api(kube_client)
     core.create_node({"metadata": {"name": node}})
@@ -96,24 +101,40 @@ def start_rig(
     )
     pods.start()
     assert pods.wait_for_sync(30)
-    quick: dict[str, Any] = {"register_interval": 0.2, "register_retry": 0.1} if fast else {}
-    settings = Settings(
+    quick: dict[str, Any] = (
+        {
+            "register_interval": 0.2,
+            "register_retry": 0.1,
+            "grpc_probe_s": 0.05,
+            "grpc_backoff_s": 0.01,
+            "mig_reconcile_s": 0.1,
+            "mig_lock_wait_s": 0.3,
+            "mig_grace_s": 0.5,
+        }
+        if fast
+        else {}
+    )
+    plugin_settings = Settings(
         node=node,
         socket_dir=directory,
         kubelet_socket=kubelet.socket,
         layout=HostLayout(str(directory / "hook"), str(directory / "vgpulock")),
         mig_apply_lock=directory / "hami-mig-apply.lock",
-        **quick,
+        topology_score=topology,
+        **{**quick, **(settings or {})},
     )
-    loops: dict[str, Any] = {"retry_s": 0.2, "health_wait_ms": 50, "watch_interval": 0.05} if fast else {}
+    loops: dict[str, Any] = (
+        {"retry_s": 0.2, "health_wait_ms": 50, "health_poll_s": 0.05, "watch_interval": 0.05} if fast else {}
+    )
     manager = Manager(
-        settings,
+        plugin_settings,
         cfg or PluginConfig(device_split_count=4, operating_mode="hami-core"),
         nvml=nvml,
         ops=NodeOps(kube_client),
         pods=pods,
         metrics=metrics,
         policy=XidPolicy(),
+        checks=checks,
         **loops,
     )
     manager.start()

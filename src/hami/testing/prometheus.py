@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 
@@ -27,6 +27,31 @@ def openmetrics(samples: Iterable[tuple[str, float, float]]) -> str:
     """OpenMetrics text of (series, value, unix seconds) triples; series are `name{labels}` strings."""
     lines = [f"{series} {value!r} {ts:.3f}" for series, value, ts in samples]
     return "\n".join([*lines, "# EOF", ""])
+
+
+def _shaped(kind: str, arg: float, i: int, points: int, step: int) -> float:
+    if kind == "const":
+        return arg
+    if kind == "peak":  # half of arg, reaching arg once, mid-way
+        return arg if i == points // 2 else arg / 2
+    if kind == "counter":  # a counter rising by arg per second
+        return arg * step * i
+    if kind == "steps":  # a counter that reaches arg in two jumps
+        return 0.0 if i < points // 3 else (arg / 2 if i < 2 * points // 3 else arg)
+    raise ValueError(f"unknown series shape {kind!r}: const, peak, counter or steps")
+
+
+def recorded(
+    scenario: Iterable[tuple[str, str]], start: int, end: int, step: int
+) -> Iterator[tuple[str, float, float]]:
+    """Samples every ``step`` seconds from ``start`` to ``end`` of (series, "shape:value") pairs, for
+    `openmetrics`: shapes const, peak (idles at half, peaks once mid-way), counter (per second) and
+    steps (a counter reaching the value in two jumps)."""
+    points = (end - start) // step + 1
+    for series, spec in scenario:
+        kind, arg = spec.split(":")
+        for i in range(points):
+            yield series, _shaped(kind, float(arg), i, points, step), float(start + i * step)
 
 
 def backfill_openmetrics(text: str, data_dir: Path, work_dir: Path) -> None:

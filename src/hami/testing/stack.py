@@ -13,12 +13,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import requests
 import yaml
 
-from hami.testing import cluster, dashqueries, promconfig
+from hami.core import names
+from hami.testing import chart, cluster, dashqueries, install, promconfig
 from hami.testing.kubeapi import SERVING
+from hami.testing.kubeapi.logs import log_path
 from hami.testing.processes import ProcessGroup, StartError, free_port, http_ok, port_problem
 from hami.testing.prometheus import PROMETHEUS
 from hami.testing.wait import wait_until
@@ -69,7 +72,7 @@ class StackOptions:
     scrape_interval: str = "15s"
     evaluation_interval: str = "15s"
     gpus: int = 4
-    scenarios: bool = True  # stale node, pending pod, over-limit container, XIDs
+    scenarios: bool = True  # stale node, pending pod, over-limit container, GPU faults, XIDs
     xid_every: float = 60.0
     churn_every: float = 30.0  # a batch pod created (and scheduled through the extender) this often
     schedule_every: float = 2.0
@@ -88,6 +91,12 @@ class Stack:
         self.running: list[str] = []
         self.kubeconfig = self.work / "kubeconfig"
         self.notifications = self.work / "notifications.log"
+        self.pod_logs = self.work / "pod-logs"  # what `kubectl logs` reads (the emulator's --log-dir)
+        # sim-node's filesystem: the device plugin's HOOK_PATH (HAMi-core in <it>/vgpu, the monitor's
+        # HOOK_PATH, as the chart mounts them) and the host /proc the monitor maps GPU processes with
+        self.hook_path = self.work / "hook"
+        self.proc_root = self.work / "proc"
+        self.chart = install.Installed()
 
     # ---- addresses ----
 
@@ -199,12 +208,43 @@ class Stack:
                 str(self.ports["kubeapi"]),
                 "--kubeconfig",
                 str(self.kubeconfig),
+                "--log-dir",
+                str(self.pod_logs),
             ],
         )
         self.procs.wait_for_log(child, SERVING, self.opts.ready_timeout, "the kube API emulator")
-        cluster.seed(
-            self.kube_url, cluster.objects(self.opts.gpus, datetime.now().astimezone(), self.opts.scenarios)
-        )
+        seeded = cluster.objects(self.opts.gpus, datetime.now().astimezone(), self.opts.scenarios)
+        cluster.seed(self.kube_url, seeded)
+        self._install_chart([o for o in seeded if o["kind"] == "Node"])
+
+    def _install_chart(self, nodes: list[dict[str, Any]]) -> None:
+        """The Helm chart, rendered with the production template, installed in the emulator, its
+        pods standing for the daemons this stack runs: `kubectl get pods -n kube-system -l
+        app=hami-scheduler` lists them and `kubectl logs` reads the daemons' logs."""
+        objects = chart.render([chart.EXAMPLES / "production.yaml"])
+        self.chart = install.install_over_http(self.kube_url, objects, nodes)
+        # container -> the log of the process standing in for it (on the node the daemons run as)
+        stand_ins = {
+            names.EXTENDER_CONTAINER: "scheduler",
+            names.DEVICE_PLUGIN_CONTAINER: "device-plugin",
+            names.MONITOR_CONTAINER: "simnode-monitor",
+        }
+        for pod in [p for pods in self.chart.pods.values() for p in pods]:
+            if pod["spec"]["nodeName"] != cluster.NODE and pod is not self.scheduler_pod:
+                continue
+            for container in pod["spec"]["containers"]:
+                process = stand_ins.get(container["name"])
+                if process is None:
+                    continue
+                link = log_path(self.pod_logs, names.NAMESPACE, pod["metadata"]["name"], container["name"])
+                link.parent.mkdir(parents=True, exist_ok=True)
+                link.symlink_to(self.procs.log_dir / f"{process}.log")
+
+    @property
+    def scheduler_pod(self) -> dict[str, Any] | None:
+        """The scheduler replica the extender stands for (the first by name, as `.items[0]`)."""
+        pods = self.chart.pods.get(names.SCHEDULER_DEPLOYMENT) or []
+        return min(pods, key=lambda p: str(p["metadata"]["name"])) if pods else None
 
     def _start_ksm(self) -> None:
         self.procs.python(
@@ -215,13 +255,14 @@ class Stack:
     def _start_monitor(self) -> None:
         args = [
             "--kubeconfig", str(self.kubeconfig),
-            "--hook-path", str(self.work / "hook"),
+            "--hook-path", str(self.hook_path / "vgpu"),
+            "--proc-root", str(self.proc_root),
             "--bind", self.addr(MONITOR),
             "--gpus", str(self.opts.gpus),
             "--interval", str(self.opts.sim_interval),
         ]  # fmt: skip
         if self.opts.scenarios:
-            args += ["--xid-every", str(self.opts.xid_every)]
+            args += ["--scenarios", "--xid-every", str(self.opts.xid_every)]
         self.procs.python("simnode-monitor", "hami.testing.simhost", args)
         self._wait(self.url(MONITOR) + "/metrics", "the simulated node's monitor")
 
@@ -234,7 +275,9 @@ class Stack:
         ]  # fmt: skip
         if self.opts.node_lock_timeout:
             args += ["--node-lock-timeout", self.opts.node_lock_timeout]
-        self.procs.python("scheduler", "hami.scheduler", args)
+        pod = self.scheduler_pod
+        env = None if pod is None else install.downward_env(pod, names.EXTENDER_CONTAINER)
+        self.procs.python("scheduler", "hami.scheduler", args, env=env)
         self._wait(self.url(SCHEDULER) + "/metrics", "the scheduler extender's metrics")
         self._wait(self.url("extender") + "/healthz", "the scheduler extender")
 
@@ -260,7 +303,7 @@ class Stack:
         monitor's fake (the plugin's fake lives in the plugin's process)."""
         path = self.work / "fake-nvml.yaml"
         if not path.exists():
-            spec = cluster.fake_nvml_spec(self.opts.gpus)
+            spec = cluster.fake_nvml_spec(self.opts.gpus, self.opts.scenarios)
             if self.opts.xid_every > 0:
                 spec["events"] = [
                     {
@@ -290,7 +333,7 @@ class Stack:
             "--nvml", "fake",
             "--fake-nvml-spec", str(self.fake_nvml_spec_path()),
             "--device-plugin-path", str(plugin_dir),
-            "--hook-path", str(self.work / "hook"),
+            "--hook-path", str(self.hook_path),
             "--vgpu-lock-dir", str(self.work / "vgpulock"),
             "--mig-apply-lock", str(self.work / "mig-apply.lock"),
             "--node-config-file", str(node_config),

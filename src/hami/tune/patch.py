@@ -2,9 +2,11 @@
 
 The device configuration is one YAML document inside a ConfigMap key (``device-config.yaml``), so a
 merge patch must carry the whole document: this takes the current one (``--device-config FILE``),
-sets ``nvidia.deviceSplitCount`` and ``nvidia.deviceMemoryScaling`` and leaves every other field as it
-was. Per-node scaling goes to the device plugin's node configuration (``nodeconfig`` entries). The
-scheduler's flags are not part of either; they are listed as comments.
+sets ``nvidia.deviceSplitCount`` and ``nvidia.deviceMemoryScaling``, and ``nvidia.gpuCorePolicy`` and
+``nvidia.libCudaLogLevel`` where a rule changes them, and leaves every other field as it was. Per-node
+scaling goes to the device plugin's node configuration (``nodeconfig`` entries). The scheduler's flags
+and the components' resources and arguments are not part of either; they are listed as comments
+(``--output values`` sets them in the chart).
 """
 
 from __future__ import annotations
@@ -14,9 +16,18 @@ from typing import Any
 
 import yaml
 
+from hami.tune import components, cores
 from hami.tune.recommend import Recommendation
 
-DEVICE_FIELDS = {"deviceSplitCount": int, "deviceMemoryScaling": float}
+# parameter -> (field of the nvidia section, its type, written only when the rule changes it). The
+# two policies' current values come from --values or the chart's defaults, not from this file: a rule
+# that keeps "its" current must not overwrite what the file says.
+DEVICE_FIELDS: dict[str, tuple[str, type, bool]] = {
+    "deviceSplitCount": ("deviceSplitCount", int, False),
+    "deviceMemoryScaling": ("deviceMemoryScaling", float, False),
+    cores.POLICY: ("gpuCorePolicy", str, True),
+    components.LOG_LEVEL: ("libCudaLogLevel", int, True),
+}
 CONFIG_KEY = "device-config.yaml"
 NODE_CONFIG_KEY = "config.json"
 
@@ -32,12 +43,15 @@ def _device_config(current: str, recs: list[Recommendation]) -> tuple[str, list[
     nvidia: dict[str, Any] = doc.setdefault("nvidia", {})
     changed = []
     for rec in recs:
-        kind = DEVICE_FIELDS.get(rec.parameter)
-        if kind is None or rec.value is None:
+        spec = DEVICE_FIELDS.get(rec.parameter)
+        if spec is None or rec.value is None:
             continue
-        old = nvidia.get(rec.parameter)
-        nvidia[rec.parameter] = kind(rec.value)
-        changed.append(f"{rec.parameter}: {old} -> {rec.value}")
+        name, kind, only_changes = spec
+        if only_changes and not rec.changed:
+            continue
+        old = nvidia.get(name)
+        nvidia[name] = kind(rec.value)
+        changed.append(f"{name}: {old} -> {rec.value}")
     return yaml.safe_dump(doc, sort_keys=False), changed
 
 
@@ -75,7 +89,11 @@ def render(
         *(f"# {line}" for line in changed or ["no device-config change recommended"]),
     ]
     flags = [r for r in recs if r.value is not None and r.parameter not in DEVICE_FIELDS]
-    out += [f"# scheduler flag, not in the device config: {r.parameter} {r.value}" for r in flags]
+    out += [
+        f"# not in the device config (--output values sets it in the chart): {r.parameter} {r.value}"
+        for r in flags
+        if r.changed
+    ]
     out += [f"# refused, left as it is: {r.parameter}" for r in recs if r.value is None]
     patch = {"metadata": {"name": device_cm, "namespace": namespace}, "data": {CONFIG_KEY: text}}
     out.append(yaml.safe_dump(patch, sort_keys=False).rstrip())

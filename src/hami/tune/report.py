@@ -21,6 +21,8 @@ def to_text(recs: list[Recommendation]) -> str:
             current = f"   (current: {rec.current})" if rec.current is not None else "   (current: unknown)"
             lines.append(f"{rec.parameter}: {rec.value}{current}")
         lines.extend(f"  - {reason}" for reason in rec.reasons)
+        if rec.start is not None:
+            lines.append(f"  starting point without history, not measured: {rec.start}")
         if rec.missing:
             lines.append(f"  missing series: {', '.join(rec.missing)}")
         extra = {k: v for k, v in rec.details.items() if not k.startswith("node/")}
@@ -32,7 +34,7 @@ def to_text(recs: list[Recommendation]) -> str:
             lines.append(f"    {ev.query}")
             lines.append(f"      ={where} {_value(ev.value)}")
         lines.append("")
-    lines.append("Sections cited (tuning.md §N) are in docs/guides/tuning.md.")
+    lines.append("Every § cited is a section of docs/guides/tuning.md.")
     return "\n".join(lines) + "\n"
 
 
@@ -47,6 +49,7 @@ def to_json(recs: list[Recommendation], meta: dict[str, Any]) -> str:
                 "current": r.current,
                 "reasons": list(r.reasons),
                 "missing": list(r.missing),
+                "start": r.start,
                 "details": r.details,
                 "evidence": [{"query": e.query, "labels": e.label, "value": e.value} for e in r.evidence],
             }

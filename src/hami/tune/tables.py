@@ -62,7 +62,7 @@ SPLIT_ROWS: tuple[SplitRow, ...] = (
 SPLIT_LARGE_CLUSTER_NODES = 200
 SPLIT_LARGE_CLUSTER_MAX = 30
 SPLIT_DEFAULT = 10
-# Steps used when pending pods call for a larger split (§4.3 "有 Pending -> 增大").
+# Steps used when pending pods call for a larger split (§4.3 "pods pending -> increase").
 SPLIT_STEPS: tuple[int, ...] = (5, 10, 20, 30, 50)
 
 # §2.2: default 5m, range 2m-10m; 8m-10m for slow API paths; §6.1: 3m when nodes stay locked.
@@ -75,3 +75,72 @@ LOCK_SHORT_SECONDS = 180
 LOCK_BIND_MARGIN = 3
 # p99 wait for a node lock above which nodes count as "locked for a long time".
 LOCK_LONG_WAIT_SECONDS = 60.0
+
+# --- §6.1 rows beyond §2-§4, and the §6.2 templates -------------------------------------------------
+
+# §6.1 "GPU utilisation low: deviceSplitCount too small, raise to 20": mean device utilisation over the
+# window below this, while devices are full by count, means the split keeps pods off idle GPUs.
+LOW_UTILISATION_RATIO = 0.3
+SPLIT_LOW_UTILISATION = 20
+
+# §6.1 "imprecise core isolation: gpuCorePolicy force": a container whose SM use (the window's p95)
+# exceeds its gpucores limit by this factor is not held to it.
+CORE_OVERSHOOT_RATIO = 1.1
+# The SM-use quantile taken over the window (§5's distribution, as quantile_over_time of the gauge).
+CORE_QUANTILE = 0.95
+CORE_QUANTILE_NAME = f"p{CORE_QUANTILE * 100:.0f}"  # in recording rule names and reasons
+# §5 "SM use stays below the limit: lower gpucores": the p95 below this share of the limit.
+CORE_UNDERUSE_RATIO = 0.5
+# A per-pod gpucores proposal leaves this headroom above the p95 and rounds up to a multiple of 5.
+CORE_HEADROOM = 1.2
+CORE_STEP = 5
+
+# §6.2: the development and production templates.
+ENVIRONMENTS = ("production", "development")
+CORE_POLICY = {"production": "force", "development": "disable"}
+LOG_LEVEL = {"production": 0, "development": 3}
+# §6.1 "CUDA applications slow down: log level too high, 0 or 1".
+LOG_LEVEL_MAX_QUIET = 1
+
+
+@dataclass(frozen=True)
+class SchedulerResources:
+    """One row of the §2.3 extender resources table (CPU in millicores, memory in MiB)."""
+
+    name: str
+    min_nodes: int
+    cpu_request_m: int
+    cpu_limit_m: int
+    memory_request_mi: int
+    memory_limit_mi: int
+
+
+# §2.3: < 50 nodes, 50-200, 200+.
+SCHEDULER_RESOURCES: tuple[SchedulerResources, ...] = (
+    SchedulerResources("small (< 50 nodes)", 0, 100, 500, 128, 512),
+    SchedulerResources("medium (50-200 nodes)", 50, 200, 1000, 256, 1024),
+    SchedulerResources("large (200+ nodes)", 200, 500, 2000, 512, 2048),
+)
+# §6.1 "scheduler OOMKilled: memory limit too small, raise to 2Gi"; a limit already there doubles.
+SCHEDULER_OOM_MEMORY_LIMIT_MI = 2048
+# Working set within this share of the limit counts as about to be OOM-killed.
+SCHEDULER_MEMORY_NEAR_LIMIT = 0.9
+
+# §6.1 "monitor data missing: monitor log level too low, -v=4".
+MONITOR_DEBUG_ARGS = ("-v=4",)
+
+# The chart's defaults (charts/hami/values.yaml), the current values when --values is not given.
+CHART_CORE_POLICY = "default"
+CHART_LOG_LEVEL = 1
+
+# Starting points without history (§3.3 "no monitoring: start at 1.5 and watch for a week", the
+# §4.2 default split, the §6.1 client values, the §2.2 default expiry, the §2.3 values example).
+START_MEMORY_SCALING = "1.5 (start there and watch for a week, docs/guides/tuning.md §3.3)"
+START_SPLIT_COUNT = "10 (the general-purpose default, docs/guides/tuning.md §4.2)"
+START_KUBE_CLIENT = "--kube-qps=50 --kube-burst=100 (docs/guides/tuning.md §6.1)"
+START_NODE_LOCK = "5m (the default, docs/guides/tuning.md §2.2)"
+START_SCHEDULER_RESOURCES = (
+    "requests cpu=200m memory=256Mi, limits cpu=2000m memory=2Gi (docs/guides/tuning.md §2.3 values example)"
+)
+# The chart's default extender arguments: Helm replaces lists whole, so a changed flag carries them.
+CHART_EXTENDER_ARGS = ("--debug", "-v=4")

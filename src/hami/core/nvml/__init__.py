@@ -17,8 +17,14 @@ NVML calls covered (method → NVML function):
 - device (monitor metrics, §B.2 and the metrics contract): ``memory_info`` → ``nvmlDeviceGetMemoryInfo``;
   ``utilization_rates`` → ``nvmlDeviceGetUtilizationRates`` (gpu and memory-controller);
   ``temperature`` → ``nvmlDeviceGetTemperature`` (GPU sensor); ``power_usage`` → ``nvmlDeviceGetPowerUsage``;
-  ``total_ecc_errors`` → ``nvmlDeviceGetTotalEccErrors``;
+  ``total_ecc_errors`` → ``nvmlDeviceGetTotalEccErrors``; ``retired_pages`` → ``nvmlDeviceGetRetiredPages``
+  (+ ``nvmlDeviceGetRetiredPagesPendingStatus``); ``remapped_rows`` → ``nvmlDeviceGetRemappedRows``;
+  ``temperature_threshold`` → ``nvmlDeviceGetTemperatureThreshold``; ``clock_event_reasons`` →
+  ``nvmlDeviceGetCurrentClocksEventReasons`` (the older ``...ThrottleReasons`` on drivers before 535);
   ``compute_running_processes`` → ``nvmlDeviceGetComputeRunningProcesses``.
+- topology (``hami.io/node-nvidia-score``): ``topology_common_ancestor`` →
+  ``nvmlDeviceGetTopologyCommonAncestor``; ``nvlink_remotes`` → ``nvmlDeviceGetNvLinkState``,
+  ``nvmlDeviceGetNvLinkRemotePciInfo``, ``nvmlDeviceGetNvLinkRemoteDeviceType`` per link;
 - MIG (§C.8, ``hami_mig_device_info``): ``mig_mode`` → ``nvmlDeviceGetMigMode``; ``mig_devices`` →
   ``nvmlDeviceGetMaxMigDeviceCount``, ``nvmlDeviceGetMigDeviceHandleByIndex``, ``nvmlDeviceGetGpuInstanceId``,
   ``nvmlDeviceGetComputeInstanceId`` (+ UUID, name and memory of each MIG device).
@@ -26,12 +32,19 @@ NVML calls covered (method → NVML function):
   ``nvmlEventSetCreate``; ``register`` → ``nvmlDeviceRegisterEvents``; ``wait`` → ``nvmlEventSetWait``
   (a TIMEOUT is ``None``); ``close`` → ``nvmlEventSetFree``.
 
-Not covered: GPU-instance profile placements for dynamic MIG partitioning, NVLink/P2P topology,
-clocks, fan speed, per-process utilisation samples.
+- dynamic MIG: ``gpu_instance_profiles`` → ``nvmlDeviceGetGpuInstanceProfileInfo`` (+ possible placements);
+  ``gpu_instances`` → ``nvmlDeviceGetGpuInstances`` (+ their compute instances); ``create_gpu_instance``
+  → ``nvmlDeviceCreateGpuInstanceWithPlacement``; ``create_compute_instance`` →
+  ``nvmlGpuInstanceCreateComputeInstance``; ``destroy_compute_instance`` → ``nvmlComputeInstanceDestroy``;
+  ``destroy_gpu_instance`` → ``nvmlGpuInstanceDestroy``.
+
+Not covered: clock speeds, fan speed, per-process utilisation samples.
 
 Backends: ``hami.core.nvml.real`` (pynvml) and ``hami.core.nvml.fake`` (``FakeNvml``). Select with
 ``open_nvml(kind)``; with ``kind="auto"`` the environment decides: ``HAMI_NVML=fake`` plus
 ``HAMI_FAKE_NVML_SPEC=<yaml>`` give the fake, anything else the real library.
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations
@@ -41,18 +54,24 @@ from pathlib import Path
 from typing import Literal
 
 from hami.core.nvml.api import (
+    CLOCK_EVENT_REASONS,
     EVENT_DOUBLE_BIT_ECC,
     EVENT_SINGLE_BIT_ECC,
     EVENT_XID_CRITICAL,
     HEALTH_EVENTS,
     NO_INSTANCE,
+    GpuInstanceInfo,
+    GpuInstanceProfile,
     MemoryInfo,
     MigDeviceInfo,
+    NvLinkRemote,
     Nvml,
     NvmlDevice,
     NvmlError,
     NvmlEventSet,
     ProcessInfo,
+    RemappedRows,
+    RetiredPages,
     Utilization,
     XidEvent,
 )
@@ -61,6 +80,7 @@ ENV_KIND = "HAMI_NVML"
 ENV_FAKE_SPEC = "HAMI_FAKE_NVML_SPEC"
 
 __all__ = [
+    "CLOCK_EVENT_REASONS",
     "ENV_FAKE_SPEC",
     "ENV_KIND",
     "EVENT_DOUBLE_BIT_ECC",
@@ -68,13 +88,18 @@ __all__ = [
     "EVENT_XID_CRITICAL",
     "HEALTH_EVENTS",
     "NO_INSTANCE",
+    "GpuInstanceInfo",
+    "GpuInstanceProfile",
     "MemoryInfo",
     "MigDeviceInfo",
+    "NvLinkRemote",
     "Nvml",
     "NvmlDevice",
     "NvmlError",
     "NvmlEventSet",
     "ProcessInfo",
+    "RemappedRows",
+    "RetiredPages",
     "Utilization",
     "XidEvent",
     "open_nvml",

@@ -51,6 +51,36 @@ HEALTH_EVENTS = EVENT_XID_CRITICAL | EVENT_DOUBLE_BIT_ECC | EVENT_SINGLE_BIT_ECC
 # GPU/compute instance id in an event that is not tied to a MIG instance.
 NO_INSTANCE = 0xFFFFFFFF
 
+# nvmlClocksEventReason* bits (formerly "throttle reasons"), by the name the metrics use.
+CLOCK_EVENT_REASONS: dict[int, str] = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+# nvmlGpuTopologyLevel_t: the closest common PCIe ancestor of two GPUs, nearest first.
+TOPOLOGY_INTERNAL = 0  # the same board (a dual-GPU card)
+TOPOLOGY_SINGLE = 10  # one PCIe switch
+TOPOLOGY_MULTIPLE = 20  # several PCIe switches, no host bridge
+TOPOLOGY_HOSTBRIDGE = 30  # one host bridge
+TOPOLOGY_NODE = 40  # the same NUMA node (formerly TOPOLOGY_CPU)
+TOPOLOGY_SYSTEM = 50  # across NUMA nodes (SMP interconnect)
+TOPOLOGY_LEVELS = (
+    TOPOLOGY_INTERNAL,
+    TOPOLOGY_SINGLE,
+    TOPOLOGY_MULTIPLE,
+    TOPOLOGY_HOSTBRIDGE,
+    TOPOLOGY_NODE,
+    TOPOLOGY_SYSTEM,
+)
+# nvmlTemperatureThresholds_t values the callers need.
+TEMPERATURE_THRESHOLDS = {"shutdown": 0, "slowdown": 1}
+
 
 class NvmlError(Exception):
     """A failed NVML call. ``call`` is the NVML function name, ``code`` the return code's name
@@ -82,6 +112,58 @@ class Utilization:
 class ProcessInfo:
     pid: int
     used_memory: int | None  # bytes; None where NVML reports "not available"
+
+
+@dataclass(frozen=True)
+class RetiredPages:
+    """Framebuffer pages the driver retired (pre-Ampere), by cause, and whether a retirement waits
+    for the next GPU reset or reboot."""
+
+    single_bit: int  # NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS
+    double_bit: int  # NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
+    pending: bool
+
+
+@dataclass(frozen=True)
+class RemappedRows:
+    """Row remapping (Ampere and later): rows remapped for correctable and uncorrectable errors,
+    a remap waiting for a reset, and a remap that failed (the GPU needs service)."""
+
+    correctable: int
+    uncorrectable: int
+    pending: bool
+    failure: bool
+
+
+@dataclass(frozen=True)
+class NvLinkRemote:
+    """The far end of one active NVLink: a GPU's PCI bus id, or an NVSwitch."""
+
+    bus_id: str
+    switch: bool
+
+
+@dataclass(frozen=True)
+class GpuInstanceProfile:
+    """A MIG GPU-instance profile the card offers, and where on its slices one may start."""
+
+    id: int  # NVML's profile id, what creating an instance takes
+    name: str  # "1g.5gb"
+    slice_count: int
+    memory_mib: int
+    instance_count: int
+    placements: tuple[tuple[int, int], ...]  # (start, size) in memory slices
+
+
+@dataclass(frozen=True)
+class GpuInstanceInfo:
+    """A GPU instance present on the card, with the compute instances inside it."""
+
+    id: int
+    profile_id: int
+    start: int
+    size: int
+    compute_instances: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -122,8 +204,20 @@ class NvmlDevice(Protocol):
     def cuda_compute_capability(self) -> tuple[int, int]: ...
     def compute_running_processes(self) -> list[ProcessInfo]: ...
     def total_ecc_errors(self, uncorrected: bool, aggregate: bool = False) -> int: ...
+    def retired_pages(self) -> RetiredPages: ...
+    def remapped_rows(self) -> RemappedRows: ...
+    def temperature_threshold(self, kind: str) -> int: ...  # °C; kind in TEMPERATURE_THRESHOLDS
+    def clock_event_reasons(self) -> int: ...  # CLOCK_EVENT_REASONS bits active now
+    def topology_common_ancestor(self, other: NvmlDevice) -> int: ...  # a TOPOLOGY_LEVELS value
+    def nvlink_remotes(self) -> list[NvLinkRemote]: ...  # one per active link; [] without NVLink
     def mig_mode(self) -> tuple[bool, bool]: ...  # (current, pending)
     def mig_devices(self) -> list[MigDeviceInfo]: ...  # [] when MIG is off or unsupported
+    def gpu_instance_profiles(self) -> list[GpuInstanceProfile]: ...  # the card's, with placements
+    def gpu_instances(self) -> list[GpuInstanceInfo]: ...
+    def create_gpu_instance(self, profile_id: int, start: int, size: int) -> int: ...  # the GI id
+    def create_compute_instance(self, gpu_instance_id: int) -> int: ...  # the CI spanning the GI; its id
+    def destroy_compute_instance(self, gpu_instance_id: int, compute_instance_id: int) -> None: ...
+    def destroy_gpu_instance(self, gpu_instance_id: int) -> None: ...  # IN_USE while it has CIs
     def supported_event_types(self) -> int: ...
 
 

@@ -17,13 +17,25 @@ devices:
     temperature: 40
     power_mw: 50000
     ecc: {corrected: 0, uncorrected: 0}
+    temperature_thresholds: {slowdown: 90, shutdown: 95}
+    retired_pages: {single_bit: 0, double_bit: 0, pending: false}   # pre-Ampere page retirement
+    remapped_rows: {correctable: 0, uncorrectable: 0, pending: false, failure: false}  # Ampere+
+    clock_event_reasons: 0         # nvmlClocksEventReason* bits active now
+    lost: false                    # fallen off the bus: every call on it answers GPU_IS_LOST
+    nvlinks: {1: 2, 3: 1}          # active NVLinks to other GPUs: {peer index: link count}
+    nvswitch_links: 0              # active NVLinks to NVSwitches (every GPU behind them is reachable)
+    pcie: {board: b0, switch: s0, host_bridge: h0}   # optional; the closest one shared by two GPUs is
+                                   # their common ancestor, else the NUMA node (numa), else the system
     supported_events: 11           # optional bit mask, default Xid | single- and double-bit ECC
     unsupported: [nvmlDeviceGetPowerUsage]  # calls that answer NOT_SUPPORTED on this GPU
     processes: [{pid: 1234, used_mib: 1024}]
     mig:                           # present = MIG-capable; enabled toggles MIG mode
       enabled: true
-      instances:
-        - {uuid: MIG-..., profile: 1g.5gb, gpu_instance_id: 7, compute_instance_id: 0, memory_mib: 4864}
+      profiles:                    # the GPU-instance profiles the card offers (dynamic partitioning)
+        - {id: 19, name: 1g.5gb, slices: 1, memory_mib: 4864, instances: 7, placements: [[0, 1], [1, 1]]}
+      instances:                   # present at nvmlInit (left over); placement makes it a GPU instance
+        - {uuid: MIG-..., profile: 1g.5gb, gpu_instance_id: 7, compute_instance_id: 0, memory_mib: 4864,
+           placement: [0, 1]}
 events:                            # optional: critical Xids the fake raises on its own, so a process
                                    # that holds the fake (a device plugin) can be driven from outside
   - {after_seconds: 5, device: 3, xid: 79}                     # once, 5 s after nvmlInit
@@ -39,7 +51,14 @@ from typing import Any
 
 import yaml
 
-from hami.core.nvml.api import CODE_NAMES, HEALTH_EVENTS, MemoryInfo, MigDeviceInfo, ProcessInfo
+from hami.core.nvml.api import (
+    CODE_NAMES,
+    HEALTH_EVENTS,
+    GpuInstanceProfile,
+    MemoryInfo,
+    MigDeviceInfo,
+    ProcessInfo,
+)
 
 MIB = 1 << 20
 
@@ -66,12 +85,31 @@ class FakeGpu:
     power_mw: int = 60000
     ecc_corrected: int = 0
     ecc_uncorrected: int = 0
+    temperature_slowdown: int = 90
+    temperature_shutdown: int = 95
+    retired_single_bit: int = 0
+    retired_double_bit: int = 0
+    retired_pending: bool = False
+    remapped_correctable: int = 0
+    remapped_uncorrectable: int = 0
+    remap_pending: bool = False
+    remap_failure: bool = False
+    clock_event_reasons: int = 0
+    lost: bool = False
+    nvlinks: dict[int, int] = field(default_factory=dict)
+    nvswitch_links: int = 0
+    pcie_board: str = ""
+    pcie_switch: str = ""
+    pcie_host_bridge: str = ""
     supported_events: int = HEALTH_EVENTS
     unsupported: frozenset[str] = frozenset()
     processes: list[ProcessInfo] = field(default_factory=list)
     mig_capable: bool = False
     mig_enabled: bool = False
-    mig_instances: list[MigDeviceInfo] = field(default_factory=list)
+    mig_instances: list[MigDeviceInfo] = field(default_factory=list)  # compute instances (MIG devices)
+    mig_profiles: list[GpuInstanceProfile] = field(default_factory=list)
+    # GPU instances: id -> (profile id, placement start, size)
+    mig_gpu_instances: dict[int, tuple[int, int, int]] = field(default_factory=dict)
 
     def memory(self) -> MemoryInfo:
         return MemoryInfo(
@@ -133,6 +171,14 @@ def _gpu(i: int, d: Any) -> FakeGpu:
         raise FakeSpecError(f"{where}: memory used {used} outside [0, {total}]")
     util = _get(d, "utilization", dict, where, {})
     ecc = _get(d, "ecc", dict, where, {})
+    thresholds = _get(d, "temperature_thresholds", dict, where, {})
+    pcie = _get(d, "pcie", dict, where, {})
+    nvlinks = _get(d, "nvlinks", dict, where, {})
+    for peer, count in nvlinks.items():
+        if not isinstance(peer, int) or isinstance(peer, bool) or not isinstance(count, int) or count < 0:
+            raise FakeSpecError(f"{where}.nvlinks: want {{peer index: link count}}, got {peer!r}: {count!r}")
+    retired = _get(d, "retired_pages", dict, where, {})
+    remapped = _get(d, "remapped_rows", dict, where, {})
     cc = _get(d, "compute_capability", list, where, [8, 0])
     procs = [
         ProcessInfo(
@@ -156,6 +202,22 @@ def _gpu(i: int, d: Any) -> FakeGpu:
         power_mw=_get(d, "power_mw", int, where, 60000),
         ecc_corrected=_get(ecc, "corrected", int, f"{where}.ecc", 0),
         ecc_uncorrected=_get(ecc, "uncorrected", int, f"{where}.ecc", 0),
+        temperature_slowdown=_get(thresholds, "slowdown", int, f"{where}.temperature_thresholds", 90),
+        temperature_shutdown=_get(thresholds, "shutdown", int, f"{where}.temperature_thresholds", 95),
+        retired_single_bit=_get(retired, "single_bit", int, f"{where}.retired_pages", 0),
+        retired_double_bit=_get(retired, "double_bit", int, f"{where}.retired_pages", 0),
+        retired_pending=_get(retired, "pending", bool, f"{where}.retired_pages", False),
+        remapped_correctable=_get(remapped, "correctable", int, f"{where}.remapped_rows", 0),
+        remapped_uncorrectable=_get(remapped, "uncorrectable", int, f"{where}.remapped_rows", 0),
+        remap_pending=_get(remapped, "pending", bool, f"{where}.remapped_rows", False),
+        remap_failure=_get(remapped, "failure", bool, f"{where}.remapped_rows", False),
+        clock_event_reasons=_get(d, "clock_event_reasons", int, where, 0),
+        lost=_get(d, "lost", bool, where, False),
+        nvlinks=dict(nvlinks),
+        nvswitch_links=_get(d, "nvswitch_links", int, where, 0),
+        pcie_board=str(_get(pcie, "board", str, f"{where}.pcie", "")),
+        pcie_switch=str(_get(pcie, "switch", str, f"{where}.pcie", "")),
+        pcie_host_bridge=str(_get(pcie, "host_bridge", str, f"{where}.pcie", "")),
         supported_events=_get(d, "supported_events", int, where, HEALTH_EVENTS),
         unsupported=frozenset(str(c) for c in _get(d, "unsupported", list, where, [])),
         processes=procs,
@@ -164,22 +226,54 @@ def _gpu(i: int, d: Any) -> FakeGpu:
     if mig is not None:
         gpu.mig_capable = True
         gpu.mig_enabled = bool(mig.get("enabled", False))
+        gpu.mig_profiles = [
+            _profile(p, f"{where}.mig.profiles[{j}]")
+            for j, p in enumerate(_get(mig, "profiles", list, f"{where}.mig", []))
+        ]
         for j, raw in enumerate(_get(mig, "instances", list, f"{where}.mig", [])):
             at = f"{where}.mig.instances[{j}]"
             m = _mapping(raw, at)
             mem = _bytes(m, "memory", at, 0) or 0
             profile = _get(m, "profile", str, at, "1g.5gb")
-            gpu.mig_instances.append(
-                MigDeviceInfo(
-                    index=j,
-                    uuid=_get(m, "uuid", str, at, f"MIG-{i:04x}{j:04x}-0000-0000-0000-000000000000"),
-                    name=f"{gpu.name} MIG {profile}",
-                    gpu_instance_id=_get(m, "gpu_instance_id", int, at, j + 1),
-                    compute_instance_id=_get(m, "compute_instance_id", int, at, 0),
-                    memory=MemoryInfo(total=mem, free=mem, used=0),
-                )
+            info = MigDeviceInfo(
+                index=j,
+                uuid=_get(m, "uuid", str, at, f"MIG-{i:04x}{j:04x}-0000-0000-0000-000000000000"),
+                name=f"{gpu.name} MIG {profile}",
+                gpu_instance_id=_get(m, "gpu_instance_id", int, at, j + 1),
+                compute_instance_id=_get(m, "compute_instance_id", int, at, 0),
+                memory=MemoryInfo(total=mem, free=mem, used=0),
             )
+            gpu.mig_instances.append(info)
+            placement = _get(m, "placement", list, at)
+            if placement is not None:
+                known = {p.name: p.id for p in gpu.mig_profiles}
+                if profile not in known or len(placement) != 2:
+                    raise FakeSpecError(
+                        f"{at}: a placed instance needs a profile of mig.profiles and [start, size]"
+                    )
+                gpu.mig_gpu_instances[info.gpu_instance_id] = (
+                    known[profile],
+                    int(placement[0]),
+                    int(placement[1]),
+                )
     return gpu
+
+
+def _profile(raw: Any, where: str) -> GpuInstanceProfile:
+    d = _mapping(raw, where)
+    placements = _get(d, "placements", list, where, [])
+    if not all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(v, int) for v in p) for p in placements
+    ):
+        raise FakeSpecError(f"{where}.placements: want [[start, size], ...], got {placements!r}")
+    return GpuInstanceProfile(
+        id=_get(d, "id", int, where, 0),
+        name=_get(d, "name", str, where, ""),
+        slice_count=_get(d, "slices", int, where, 1),
+        memory_mib=_get(d, "memory_mib", int, where, 0),
+        instance_count=_get(d, "instances", int, where, len(placements)),
+        placements=tuple((p[0], p[1]) for p in placements),
+    )
 
 
 def _event(i: int, d: Any, gpus: int) -> FakeEvent:
@@ -216,6 +310,10 @@ def load_spec(spec: dict[str, Any] | str | Path) -> FakeNode:
         raise FakeSpecError(f"spec.init_error: unknown NVML return code {init_error!r}")
     if len({g.uuid for g in gpus}) != len(gpus):
         raise FakeSpecError("spec.devices: duplicate uuid")
+    for i, g in enumerate(gpus):
+        bad = [peer for peer in g.nvlinks if peer == i or not 0 <= peer < len(gpus)]
+        if bad:
+            raise FakeSpecError(f"devices[{i}].nvlinks: peer {bad[0]} is not another device's index")
     return FakeNode(
         gpus=gpus,
         driver_version=_get(data, "driver_version", str, "spec", "550.54.15"),

@@ -11,11 +11,17 @@ from typing import Any, Self, TypeVar
 import pynvml
 
 from hami.core.nvml.api import (
+    TEMPERATURE_THRESHOLDS,
+    GpuInstanceInfo,
+    GpuInstanceProfile,
     MemoryInfo,
     MigDeviceInfo,
+    NvLinkRemote,
     NvmlDevice,
     NvmlError,
     ProcessInfo,
+    RemappedRows,
+    RetiredPages,
     Utilization,
     XidEvent,
     mig_enabled,
@@ -23,6 +29,17 @@ from hami.core.nvml.api import (
 
 T = TypeVar("T")
 
+_MAX_PLACEMENTS = 32  # more than any card's placements or instances of one profile
+# The compute-instance profile that spans a GPU instance of this many slices.
+_CI_PROFILE_BY_SLICES = {
+    1: pynvml.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE,
+    2: pynvml.NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE,
+    3: pynvml.NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE,
+    4: pynvml.NVML_COMPUTE_INSTANCE_PROFILE_4_SLICE,
+    6: pynvml.NVML_COMPUTE_INSTANCE_PROFILE_6_SLICE,
+    7: pynvml.NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE,
+    8: pynvml.NVML_COMPUTE_INSTANCE_PROFILE_8_SLICE,
+}
 _INIT_HINT = "is the NVIDIA driver installed and libnvidia-ml.so.1 on the library path?"
 
 
@@ -115,6 +132,77 @@ class RealDevice:
         call = pynvml.nvmlDeviceGetTotalEccErrors
         return int(self._s.call("nvmlDeviceGetTotalEccErrors", call, self._h, kind, counter))
 
+    def retired_pages(self) -> RetiredPages:
+        call = pynvml.nvmlDeviceGetRetiredPages
+        single = self._s.call(
+            "nvmlDeviceGetRetiredPages",
+            call,
+            self._h,
+            pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
+        )
+        double = self._s.call(
+            "nvmlDeviceGetRetiredPages", call, self._h, pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
+        )
+        pending = self._s.call(
+            "nvmlDeviceGetRetiredPagesPendingStatus", pynvml.nvmlDeviceGetRetiredPagesPendingStatus, self._h
+        )
+        return RetiredPages(len(single), len(double), bool(pending))
+
+    def remapped_rows(self) -> RemappedRows:
+        call = pynvml.nvmlDeviceGetRemappedRows
+        corr, unc, pending, failure = self._s.call("nvmlDeviceGetRemappedRows", call, self._h)
+        return RemappedRows(int(corr), int(unc), bool(pending), bool(failure))
+
+    def temperature_threshold(self, kind: str) -> int:
+        call = pynvml.nvmlDeviceGetTemperatureThreshold
+        kind_id = TEMPERATURE_THRESHOLDS[kind]
+        return int(self._s.call("nvmlDeviceGetTemperatureThreshold", call, self._h, kind_id))
+
+    def clock_event_reasons(self) -> int:
+        call = pynvml.nvmlDeviceGetCurrentClocksEventReasons
+        try:
+            return int(self._s.call("nvmlDeviceGetCurrentClocksEventReasons", call, self._h))
+        except NvmlError as exc:
+            if exc.code != "FUNCTION_NOT_FOUND":
+                raise
+        # drivers before 535 know only the older name of the same call
+        old = pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        return int(self._s.call("nvmlDeviceGetCurrentClocksEventReasons", old, self._h))
+
+    def topology_common_ancestor(self, other: NvmlDevice) -> int:
+        if not isinstance(other, RealDevice):
+            raise NvmlError(
+                "nvmlDeviceGetTopologyCommonAncestor", "INVALID_ARGUMENT", "not a device of this NVML session"
+            )
+        call = pynvml.nvmlDeviceGetTopologyCommonAncestor
+        return int(self._s.call("nvmlDeviceGetTopologyCommonAncestor", call, self._h, other.handle))
+
+    def nvlink_remotes(self) -> list[NvLinkRemote]:
+        out = []
+        for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
+            # past the card's last link, or a card without NVLink: skipped, as go-nvlib does
+            state = self._link_call("nvmlDeviceGetNvLinkState", pynvml.nvmlDeviceGetNvLinkState, link)
+            if state != pynvml.NVML_FEATURE_ENABLED:
+                continue
+            pci = self._link_call(
+                "nvmlDeviceGetNvLinkRemotePciInfo", pynvml.nvmlDeviceGetNvLinkRemotePciInfo, link
+            )
+            if pci is None:
+                continue
+            kind = self._link_call(
+                "nvmlDeviceGetNvLinkRemoteDeviceType", pynvml.nvmlDeviceGetNvLinkRemoteDeviceType, link
+            )
+            out.append(NvLinkRemote(_text(pci.busId), kind == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH))
+        return out
+
+    def _link_call(self, name: str, fn: Callable[..., T], link: int) -> T | None:
+        try:
+            return self._s.call(name, fn, self._h, link)
+        except NvmlError as exc:
+            if exc.code in ("NOT_SUPPORTED", "INVALID_ARGUMENT"):
+                return None
+            raise
+
     def mig_mode(self) -> tuple[bool, bool]:
         current, pending = self._s.call("nvmlDeviceGetMigMode", pynvml.nvmlDeviceGetMigMode, self._h)
         return bool(current), bool(pending)
@@ -141,6 +229,117 @@ class RealDevice:
             ci = self._s.call("nvmlDeviceGetComputeInstanceId", pynvml.nvmlDeviceGetComputeInstanceId, mig)
             out.append(MigDeviceInfo(slot, dev.uuid(), dev.name(), int(gi), int(ci), dev.memory_info()))
         return out
+
+    def gpu_instance_profiles(self) -> list[GpuInstanceProfile]:
+        out = []
+        for index in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+            try:
+                call = pynvml.nvmlDeviceGetGpuInstanceProfileInfo
+                info = self._s.call("nvmlDeviceGetGpuInstanceProfileInfo", call, self._h, index)
+            except NvmlError as exc:
+                if exc.code in ("NOT_SUPPORTED", "INVALID_ARGUMENT"):  # not on this card
+                    continue
+                raise
+            array = (pynvml.c_nvmlGpuInstancePlacement_t * _MAX_PLACEMENTS)()
+            count = ctypes.c_uint(_MAX_PLACEMENTS)
+            self._s.call(
+                "nvmlDeviceGetGpuInstancePossiblePlacements",
+                pynvml.nvmlDeviceGetGpuInstancePossiblePlacements,
+                self._h,
+                int(info.id),
+                array,
+                ctypes.byref(count),
+            )
+            out.append(
+                GpuInstanceProfile(
+                    id=int(info.id),
+                    name=_text(info.name).removeprefix("MIG ").strip(),
+                    slice_count=int(info.sliceCount),
+                    memory_mib=int(info.memorySizeMB),
+                    instance_count=int(info.instanceCount),
+                    placements=tuple((int(p.start), int(p.size)) for p in array[: count.value]),
+                )
+            )
+        return out
+
+    def _gi(self, gpu_instance_id: int) -> Any:
+        call = pynvml.nvmlDeviceGetGpuInstanceById
+        return self._s.call("nvmlDeviceGetGpuInstanceById", call, self._h, gpu_instance_id)
+
+    def _cis(self, gi: Any) -> list[Any]:
+        out = []
+        for index in range(pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
+            try:
+                info = self._s.call(
+                    "nvmlGpuInstanceGetComputeInstanceProfileInfo",
+                    pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo,
+                    gi,
+                    index,
+                    pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+                )
+            except NvmlError as exc:
+                if exc.code in ("NOT_SUPPORTED", "INVALID_ARGUMENT"):
+                    continue
+                raise
+            array = (pynvml.c_nvmlComputeInstance_t * _MAX_PLACEMENTS)()
+            count = ctypes.c_uint(0)
+            self._s.call(
+                "nvmlGpuInstanceGetComputeInstances",
+                pynvml.nvmlGpuInstanceGetComputeInstances,
+                gi,
+                int(info.id),
+                array,
+                ctypes.byref(count),
+            )
+            out += list(array[: count.value])
+        return out
+
+    def gpu_instances(self) -> list[GpuInstanceInfo]:
+        out = []
+        for profile in self.gpu_instance_profiles():
+            array = (pynvml.c_nvmlGpuInstance_t * _MAX_PLACEMENTS)()
+            count = ctypes.c_uint(0)
+            call = pynvml.nvmlDeviceGetGpuInstances
+            self._s.call("nvmlDeviceGetGpuInstances", call, self._h, profile.id, array, ctypes.byref(count))
+            for gi in array[: count.value]:
+                info = self._s.call("nvmlGpuInstanceGetInfo", pynvml.nvmlGpuInstanceGetInfo, gi)
+                cis = tuple(
+                    int(self._s.call("nvmlComputeInstanceGetInfo", pynvml.nvmlComputeInstanceGetInfo, ci).id)
+                    for ci in self._cis(gi)
+                )
+                start, size = int(info.placement.start), int(info.placement.size)
+                out.append(GpuInstanceInfo(int(info.id), int(info.profileId), start, size, cis))
+        return out
+
+    def create_gpu_instance(self, profile_id: int, start: int, size: int) -> int:
+        placement = pynvml.c_nvmlGpuInstancePlacement_t(start, size)
+        call = pynvml.nvmlDeviceCreateGpuInstanceWithPlacement
+        gi = self._s.call("nvmlDeviceCreateGpuInstanceWithPlacement", call, self._h, profile_id, placement)
+        return int(self._s.call("nvmlGpuInstanceGetInfo", pynvml.nvmlGpuInstanceGetInfo, gi).id)
+
+    def create_compute_instance(self, gpu_instance_id: int) -> int:
+        gi = self._gi(gpu_instance_id)
+        info = self._s.call("nvmlGpuInstanceGetInfo", pynvml.nvmlGpuInstanceGetInfo, gi)
+        slices = next(p.slice_count for p in self.gpu_instance_profiles() if p.id == int(info.profileId))
+        profile = self._s.call(
+            "nvmlGpuInstanceGetComputeInstanceProfileInfo",
+            pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo,
+            gi,
+            _CI_PROFILE_BY_SLICES[slices],
+            pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+        )
+        call = pynvml.nvmlGpuInstanceCreateComputeInstance
+        ci = self._s.call("nvmlGpuInstanceCreateComputeInstance", call, gi, int(profile.id))
+        return int(self._s.call("nvmlComputeInstanceGetInfo", pynvml.nvmlComputeInstanceGetInfo, ci).id)
+
+    def destroy_compute_instance(self, gpu_instance_id: int, compute_instance_id: int) -> None:
+        call = pynvml.nvmlGpuInstanceGetComputeInstanceById
+        gi = self._gi(gpu_instance_id)
+        ci = self._s.call("nvmlGpuInstanceGetComputeInstanceById", call, gi, compute_instance_id)
+        self._s.call("nvmlComputeInstanceDestroy", pynvml.nvmlComputeInstanceDestroy, ci)
+
+    def destroy_gpu_instance(self, gpu_instance_id: int) -> None:
+        self._s.call("nvmlGpuInstanceDestroy", pynvml.nvmlGpuInstanceDestroy, self._gi(gpu_instance_id))
 
     def supported_event_types(self) -> int:
         call = pynvml.nvmlDeviceGetSupportedEventTypes

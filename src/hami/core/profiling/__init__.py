@@ -1,6 +1,6 @@
 """Go-compatible `/debug/pprof/` for our daemons, behind `--profiling`.
 
-The seed's commands work unchanged (seed 002)::
+The commands of docs/guides/profiling.md work unchanged::
 
     go tool pprof http://HOST:PORT/debug/pprof/profile?seconds=30   # then: top, list FUNC
     go tool pprof https+insecure://HOST/debug/pprof/heap            # or allocs
@@ -16,23 +16,35 @@ Component-facing API::
     add_profiling_flag(parser)                       # --profiling (default off)
     serve_metrics(..., profiling=args.profiling)     # mounts /debug/pprof/
 
-Nothing runs until a profile is asked for: CPU samples and tracemalloc (heap/allocs) are on only
-for the request's window, so `--profiling` costs nothing while idle. `make_pprof_app()` is what
-`hami.core.serve` mounts; use it directly only to mount pprof on another WSGI server.
+CPU samples are taken only for the request's window. A daemon run with `--profiling` calls
+`start_tracing()` at start-up, so `heap` shows allocations made before the request, as Go's does:
+`--profiling` is a debugging switch with a steady cost (bench/bench_extender.py --profiling
+measures it). Servers that mount pprof without it (tests) trace only for a request's window.
+`make_pprof_app()` is what `hami.core.serve` mounts; `mount_pprof(app)` puts it in front of another
+WSGI app (the extender's HTTPS listener).
 """
 
 from __future__ import annotations
 
 import argparse
 
-from hami.core.profiling.app import PPROF_PREFIX, make_pprof_app
+from hami.core.profiling.app import PPROF_PREFIX, is_pprof_path, make_pprof_app, mount_pprof
+from hami.core.profiling.heap import start_tracing
 
-__all__ = ["PPROF_PREFIX", "add_profiling_flag", "make_pprof_app"]
+__all__ = [
+    "PPROF_PREFIX",
+    "add_profiling_flag",
+    "is_pprof_path",
+    "make_pprof_app",
+    "mount_pprof",
+    "start_tracing",
+]
 
 
 def add_profiling_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--profiling", action="store_true", default=False,
-        help="serve /debug/pprof/ (CPU, heap, allocs, goroutine); tracing runs only while a profile is taken",
+        "--profiling",
+        action="store_true",
+        default=False,
+        help="serve /debug/pprof/ (CPU, heap, allocs, goroutine); heap tracing runs from start-up",
     )
-

@@ -80,6 +80,23 @@ def _index() -> str:
             f"</body></html>\n")
 
 
+def is_pprof_path(path: str) -> bool:
+    return path == PPROF_PREFIX.rstrip("/") or path.startswith(PPROF_PREFIX)
+
+
+def mount_pprof(app: WSGIApp) -> WSGIApp:
+    """``app`` with /debug/pprof/* in front of it, behind whatever guards the server that runs it
+    (the extender mounts it on its mutual-TLS listener, where the profiling guide looks)."""
+    pprof = make_pprof_app()
+
+    def mounted(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        if is_pprof_path(environ.get("PATH_INFO", "")):
+            return pprof(environ, start_response)
+        return app(environ, start_response)
+
+    return mounted
+
+
 def make_pprof_app() -> WSGIApp:
     def app(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         name = environ.get("PATH_INFO", "").removeprefix(PPROF_PREFIX.rstrip("/")).strip("/")

@@ -1,15 +1,26 @@
-"""CPU profile: sample every thread's Python stack at ~100 Hz, weighted by the CPU it used.
+"""CPU profile: sample the Python stacks of the threads that are running, ~100 times a second.
 
-At each tick (every 10 ms) the sampler reads each thread's CPU clock
-(`pthread_getcpuclockid`) and its current Python stack (`sys._current_frames`). The CPU time a
-thread consumed since the previous tick is charged to the stack seen now. So, as in Go's CPU
-profile, idle threads (blocked in a lock, socket or sleep) contribute nothing, and the total is
-the process' CPU time over the window. Caveats: a stack is only seen at ticks, so time is
-attributed to where the thread was at the end of each 10 ms interval; CPU spent in native code that
-releases the GIL is charged to the Python frame that called it; the sampler's own thread is
-excluded.
+A Python sampler holds the GIL while it looks, so every other thread is stopped somewhere: the
+one it took the GIL from in the middle of its work, the others in a blocking call (lock, socket,
+sleep). Charging each thread's CPU since the last tick to the stack seen at the tick (as a first
+version did) therefore put the CPU of short bursts in the call the thread then blocked in: a busy
+server's profile read `threading.Condition.wait` and `socket.readinto`.
 
-Sample types: `samples/count` (ticks at which the thread had used CPU) and `cpu/nanoseconds`.
+So each tick tells running threads from blocked ones by their CPU clocks
+(`pthread_getcpuclockid`): the sampler hands the GIL over for a moment (the switch interval
+lowered to `HANDOFF_S` for that moment only), reads the stacks, and hands it over again. A thread
+that moved its clock the most in both windows (by at least `MIN_RUN_NS`), or ran native code
+without the GIL through most of them, was running right before and right after the stacks were
+read, so its stack is where it spends CPU. It is charged all the CPU it used since it was last
+charged. Threads that only woke up, or ran a burst and blocked, wait for a later tick.
+
+Caveats: a tick at which no thread is running adds nothing, so a mostly idle process gives few
+samples; CPU spent in native code that releases the GIL is charged to the Python frame that called
+it; CPU a thread used after it was last seen running is not in the profile; under heavy contention
+some CPU of threads waking from a blocking call is still charged to that call; the sampler's own
+thread is excluded.
+
+Sample types: `samples/count` (ticks at which the thread was seen running) and `cpu/nanoseconds`.
 """
 
 from __future__ import annotations
@@ -24,6 +35,8 @@ from hami.core.profiling.symbols import stack_of
 
 SAMPLE_HZ = 100
 PERIOD_NS = 1_000_000_000 // SAMPLE_HZ
+HANDOFF_S = 50e-6
+MIN_RUN_NS = 30_000
 
 
 class ProfilerBusy(RuntimeError):
@@ -50,6 +63,34 @@ def cpu_profile(seconds: float, stop: Callable[[], bool] = lambda: False) -> Pro
         _busy.release()
 
 
+def _clocks(me: int) -> dict[int, int]:
+    clocks: dict[int, int] = {}
+    for ident in sys._current_frames():
+        if ident != me and (cpu := _thread_cpu_ns(ident)) is not None:
+            clocks[ident] = cpu
+    return clocks
+
+
+def _hand_off(me: int, switch_interval: float) -> tuple[dict[int, int], set[int]]:
+    """Let a thread waiting for the GIL have it for a moment: (CPU clocks after, who ran)."""
+    before = _clocks(me)
+    opened = time.monotonic_ns()
+    sys.setswitchinterval(HANDOFF_S)
+    try:
+        time.sleep(HANDOFF_S)
+    finally:
+        sys.setswitchinterval(switch_interval)
+    # The thread that held the GIL moved its clock the most; others moved theirs only waking up
+    # (to wait for the GIL, or from a blocking call), unless they ran native code without the GIL
+    # for most of the window.
+    window = time.monotonic_ns() - opened
+    after = _clocks(me)
+    moved = {i: c - before[i] for i, c in after.items() if i in before}
+    top = max(moved.values(), default=0)
+    return after, {i for i, m in moved.items()
+                   if m >= MIN_RUN_NS and (m == top or 2 * m >= window)}
+
+
 def _sample(seconds: float, stop: Callable[[], bool]) -> ProfileBuilder:
     builder = ProfileBuilder([("samples", "count"), ("cpu", "nanoseconds")], ("cpu", "nanoseconds"),
                              PERIOD_NS)
@@ -57,11 +98,8 @@ def _sample(seconds: float, stop: Callable[[], bool]) -> ProfileBuilder:
     builder.time_nanos = time.time_ns()
     start = time.monotonic_ns()
     deadline = start + int(seconds * 1e9)
-    last: dict[int, int] = {}
-    for ident in sys._current_frames():
-        cpu = _thread_cpu_ns(ident)
-        if cpu is not None:
-            last[ident] = cpu
+    charged = _clocks(me)  # CPU clock of each thread up to which its CPU has been charged
+    switch_interval = sys.getswitchinterval()
     next_tick = start
     while not stop():
         next_tick += PERIOD_NS
@@ -69,15 +107,14 @@ def _sample(seconds: float, stop: Callable[[], bool]) -> ProfileBuilder:
         if now >= deadline:
             break
         time.sleep(max(0, min(next_tick, deadline) - now) / 1e9)
-        for ident, frame in sys._current_frames().items():
-            if ident == me:
-                continue
-            cpu = _thread_cpu_ns(ident)
-            if cpu is None:
-                continue
-            used = cpu - last.get(ident, cpu)
-            last[ident] = cpu
-            if used > 0:
-                builder.add(stack_of(frame), [1, used])
+        _, ran_before = _hand_off(me, switch_interval)
+        frames = sys._current_frames()
+        clocks, ran_after = _hand_off(me, switch_interval)
+        for ident in ran_before & ran_after:
+            if (frame := frames.get(ident)) is not None:
+                cpu, prior = clocks[ident], charged.get(ident, 0)  # 0: started during the profile
+                # An ident reused by a new thread shows a clock below the old one's.
+                builder.add(stack_of(frame), [1, cpu - prior if cpu >= prior else cpu])
+                charged[ident] = cpu
     builder.duration_nanos = time.monotonic_ns() - start
     return builder

@@ -4,18 +4,18 @@ Sample types, as Go's heap profile: `alloc_objects/count`, `alloc_space/bytes`,
 `inuse_objects/count`, `inuse_space/bytes`. tracemalloc keeps only blocks that are still alive, so
 alloc_* equals inuse_* (`heap` shows inuse_space, `allocs` alloc_space by default).
 
-Tracing is on only while a profile is taken: Python has no sampling allocator, and tracing every
-allocation with a 32-frame stack made a busy daemon ~50x more expensive. So a request traces for
-`?seconds=N` (default `DEFAULT_WINDOW_S`) and answers the blocks allocated in that window and still
-alive at its end, as Go's delta profiles. To see every live block since start-up instead, run the
-daemon with `PYTHONTRACEMALLOC=32`: while tracemalloc already traces, a plain request is a full
-snapshot and `?seconds=N` the growth over N seconds (negative growth dropped). For growth between
-two arbitrary points use `go tool pprof -base old.pb.gz new.pb.gz`.
+Tracing starts when profiling is enabled (the daemons call `start_tracing` at start-up with
+`--profiling`), as Go's heap profile records from the start: a plain request is then a snapshot of
+every block still alive, whenever it was allocated, so a cache that is never freed shows up under
+the code that filled it. `?seconds=N` answers the growth over N seconds instead (negative growth
+dropped); for growth between two arbitrary points use `go tool pprof -base old.pb.gz new.pb.gz`.
+Python has no sampling allocator, so tracing is the price of `--profiling` (see
+bench/bench_extender.py --profiling). Where nothing traces (pprof mounted in a test process), a
+request traces for its own window (default `DEFAULT_WINDOW_S`).
 
 The snapshot is taken here; grouping, naming and encoding run in a child process
-(`heap_encode`), because every allocation made while tracemalloc traces costs a 32-frame stack
-capture, which made building the profile in-process 10-20x slower.
-
+(`heap_encode`), because every allocation made while tracemalloc traces costs a stack capture,
+which made building the profile in-process 10-20x slower.
 """
 
 from __future__ import annotations
@@ -37,6 +37,12 @@ ENCODE_TIMEOUT_S = 120
 DEFAULT_WINDOW_S = 10
 
 _window = threading.Lock()
+
+
+def start_tracing() -> None:
+    """Trace every allocation from now on (idempotent; a PYTHONTRACEMALLOC start is kept)."""
+    if not tracemalloc.is_tracing():
+        tracemalloc.start(TRACE_FRAMES)
 
 
 class HeapProfileBusy(RuntimeError):

@@ -13,7 +13,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import exposition as openmetrics
 
 from hami.core import klog
-from hami.core.profiling import PPROF_PREFIX, make_pprof_app
+from hami.core.profiling import is_pprof_path, make_pprof_app
 from hami.core.serve.listener import DEFAULT_MAX_CONNECTIONS
 from hami.core.serve.server import Environ, Server, StartResponse, WSGIApp, serve_wsgi
 from hami.core.serve.webconfig import WebConfig
@@ -81,7 +81,7 @@ def make_app(
             ok, reason = readiness(ready)
             start_response("200 OK" if ok else "503 Service Unavailable", _TEXT)
             return [b"ok\n" if ok else f"not ready: {reason}\n".encode()]
-        if pprof is not None and (path == PPROF_PREFIX.rstrip("/") or path.startswith(PPROF_PREFIX)):
+        if pprof is not None and is_pprof_path(path):
             return pprof(environ, start_response)
         if extra_app is not None:
             return extra_app(environ, start_response)

@@ -3,9 +3,11 @@
 
 Reads only the header and the live slots ``[0, proc_num)``, with ``struct.unpack_from`` on the
 buffer, so a scrape copies a few KB per container instead of 2 MB. A slot is accepted only when
-its v1.2 seqlock is even and unchanged across the read, and its pid too (spec §A.6): on one live
+its v1.2 seqlock is even and unchanged across the read, and its pid too (§A.6): on one live
 buffer the guard words are read before and after the slot; on copies, from a copy taken before
 and one taken after the copy the slot is read from.
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ resource values are refused (not in HAMi, which admits ``gpucores: -50``: see
 ``container_problems``), privileged containers are denied, the scheduler name is set and the quota
 is pre-checked. Env entries are appended like HAMi does (a user's entry of the same name stays; the
 last definition wins in the container).
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from hami.core import gctune, klog
 from hami.core.kube.client import new_api_client
 from hami.core.kube.events import EventRecorder
 from hami.core.kube.options import KubeOptions
+from hami.core.profiling import mount_pprof
 from hami.core.serve import Server, TLSConfig, WebConfig, build_info, serve_metrics, serve_wsgi
 from hami.core.serve.listener import DEFAULT_MAX_CONNECTIONS
 from hami.scheduler.engine.admission import WebhookConfig
@@ -38,8 +39,10 @@ class Options:
     http_bind: str = "127.0.0.1:8080"
     cert_file: str = ""
     key_file: str = ""
-    client_ca_file: str = ""  # mutual TLS on http_bind: only kube-scheduler's certificate gets in
-    webhook_bind: str = ""  # /webhook on its own listener (TLS, no client certificate)
+    # Mutual TLS on http_bind: clients need a certificate from this CA (kube-scheduler's).
+    client_ca_file: str = ""
+    # /webhook on a listener of its own (TLS, no client certificates: the API server calls it).
+    webhook_bind: str = ""
     web_config_file: str | None = None  # the metrics listener's, as every daemon's
     max_connections: int = DEFAULT_MAX_CONNECTIONS  # per listener
     scheduler_name: str = ""
@@ -68,8 +71,6 @@ class Extender:
     """The running daemon; ``start()`` returns once every listener listens."""
 
     def __init__(self, opts: Options, configuration: Any = None) -> None:
-        if opts.client_ca_file and not (opts.cert_file and opts.key_file):
-            raise ValueError("--client-ca-file needs --cert_file and --key_file: it is mutual TLS")
         self.opts = opts
         self.registry = CollectorRegistry()
         build_info("scheduler", self.registry)
@@ -127,10 +128,8 @@ class Extender:
         webhook = WebhookConfig(
             opts.scheduler_name, opts.force_overwrite_default_scheduler, opts.filter.nvidia
         )
-        self.app = make_app(
-            self.state, self.filters, self.binder, webhook, with_webhook=not opts.webhook_bind
-        )
-        self.webhook_app = make_webhook_app(self.state, webhook)
+        self.app = make_app(self.state, self.filters, self.binder, None if opts.webhook_bind else webhook)
+        self.webhook_app = make_webhook_app(self.state, webhook) if opts.webhook_bind else None
         self.http: Server | None = None
         self.webhook_server: Server | None = None
         self.metrics_server: Server | None = None
@@ -162,12 +161,14 @@ class Extender:
         ))
 
     def _listen(self) -> None:
+        # pprof sits behind the listener's own authentication, where the profiling guide looks.
+        app = mount_pprof(self.app) if self.opts.profiling else self.app
         self.http = serve_wsgi(
-            self.opts.http_bind, self.app, web_config=self._tls(self.opts.client_ca_file),
+            self.opts.http_bind, app, web_config=self._tls(self.opts.client_ca_file),
             name="hami-scheduler", threads=self.opts.http_threads,
             max_connections=self.opts.max_connections, registry=self.registry,
         )
-        if self.opts.webhook_bind:
+        if self.webhook_app is not None:
             self.webhook_server = serve_wsgi(
                 self.opts.webhook_bind, self.webhook_app, web_config=self._tls(),
                 name="hami-scheduler-webhook", threads=self.opts.http_threads,

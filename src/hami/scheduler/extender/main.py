@@ -1,4 +1,7 @@
-"""``hami-scheduler`` (also ``python -m hami.scheduler``): the scheduler extender daemon, flags of §7.2."""
+"""``hami-scheduler`` (also ``python -m hami.scheduler``): the scheduler extender daemon, flags of §7.2.
+
+Section signs (§) refer to docs/design/scheduler.md.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from hami.core.duration import duration_flag, format_duration
 from hami.core.kube.client import KubeConfigError
 from hami.core.kube.options import add_kube_flags, from_args
 from hami.core.lifecycle import stop_within
+from hami.core.profiling import start_tracing
 from hami.core.serve import WebConfigError, add_web_flags
 from hami.scheduler.engine.decision import FilterConfig
 from hami.scheduler.engine.device_config import DeviceConfigError, load_nvidia_config
@@ -124,6 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def options(args: argparse.Namespace) -> Options:
+    if args.client_ca_file and not (args.cert_file and args.key_file):
+        raise ValueError("--client-ca-file needs --cert_file and --key_file (mutual TLS is TLS first)")
     nvidia = load_nvidia_config(None)
     if args.device_config_file:
         with open(args.device_config_file, encoding="utf-8") as fh:
@@ -159,6 +165,8 @@ def options(args: argparse.Namespace) -> Options:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     klog.setup(args.v)
+    if args.profiling:
+        start_tracing()  # before the caches fill, so the heap profile shows what holds them
     try:
         opts = options(args)
         extender = Extender(opts)

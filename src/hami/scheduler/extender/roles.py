@@ -5,6 +5,8 @@ hami-doctor) show which replica binds.
 Replicas are the pods labelled ``app.kubernetes.io/component=hami-scheduler`` in ``$POD_NAMESPACE``;
 this replica is ``$POD_NAME``. The pods come from the pod informer, and only a label that differs
 is patched: a settled cluster costs no API call.
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 from typing import Final
 
 from hami.core import annotations as ann
-from hami.core import klog
+from hami.core import klog, names
 from hami.core.kube import errors
 from hami.core.kube.patches import patch_pod_metadata
 from hami.core.objects import labels_of, name_of, namespace_of
@@ -20,8 +22,6 @@ from hami.scheduler.extender.state import ClusterState
 
 log = klog.get_logger(__name__)
 
-COMPONENT_LABEL: Final = "app.kubernetes.io/component"
-COMPONENT: Final = "hami-scheduler"
 LEADER: Final = "leader"
 FOLLOWER: Final = "follower"
 
@@ -39,7 +39,7 @@ class RoleLabels:
             if namespace_of(pod) != self.namespace:
                 continue
             labels = labels_of(pod)
-            if labels.get(COMPONENT_LABEL) != COMPONENT:
+            if labels.get(names.COMPONENT_LABEL) != names.SCHEDULER_APP:
                 continue
             name = name_of(pod)
             want = LEADER if name == self.own_pod else FOLLOWER

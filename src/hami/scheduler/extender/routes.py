@@ -1,13 +1,16 @@
 """The extender's HTTP API (§5.1–§5.2): POST /filter, /bind, /webhook; GET /healthz, /readyz.
 
+With a webhook listener of its own (``--webhook-bind``), /webhook moves there (``make_webhook_app``),
+so the main listener can require client certificates that the API server does not have.
+
 Keys are Go field names (``Pod``, ``NodeNames``, ``FailedNodes``, ``Error``), read
 case-insensitively like Go's decoder. A missing, undecodable, too deeply nested or wrongly typed
 body (``bodies``) is answered 400 with a message, and one over 1 MiB 413 by the server before the
 app sees it (HAMi truncates and answers 200 with ``Error``; kube-scheduler treats any of them as
-an extender error). Errors from
-scheduling are HTTP 200 with ``Error``; so is a pod with negative or impossible HAMi resource
-values, which HAMi would schedule (``container_problems``). With ``--webhook-bind``, /webhook is
-served on its own listener (``make_webhook_app``) and not on this one.
+an extender error). Errors from scheduling are HTTP 200 with ``Error``; so is a pod with negative
+or impossible HAMi resource values, which HAMi would schedule (``container_problems``).
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations
@@ -59,8 +62,8 @@ def _read_json() -> Any:
         return _bad_request(str(err))
 
 
-def _base_app() -> Flask:
-    app = Flask("hami-scheduler")
+def _flask(name: str) -> Flask:
+    app = Flask(name)
 
     @app.errorhandler(HTTPException)
     def _http_error(err: HTTPException) -> Response:
@@ -88,18 +91,18 @@ def _add_webhook(app: Flask, state: ClusterState, webhook: WebhookConfig) -> Non
 
 
 def make_webhook_app(state: ClusterState, webhook: WebhookConfig) -> Flask:
-    """/webhook (and /healthz) alone, for the listener the API server calls (``--webhook-bind``)."""
-    app = _base_app()
+    """/webhook and /healthz only: what the API server may reach."""
+    app = _flask("hami-scheduler-webhook")
     _add_webhook(app, state, webhook)
     return app
 
 
 def make_app(
-    state: ClusterState, filters: FilterService, binder: Binder, webhook: WebhookConfig, *,
-    with_webhook: bool = True,
+    state: ClusterState, filters: FilterService, binder: Binder, webhook: WebhookConfig | None
 ) -> Flask:
-    app = _base_app()
-    if with_webhook:
+    """/filter, /bind, /healthz, /readyz, and /webhook unless ``webhook`` is None (served apart)."""
+    app = _flask("hami-scheduler")
+    if webhook is not None:
         _add_webhook(app, state, webhook)
 
     @app.post("/filter")

@@ -19,9 +19,17 @@ Usage (tests/conftest.py has the fixtures `kube_api`, `kube_client`, `kube_confi
         ...
         assert api.requests.count(method="GET", path=r"^/api/v1/nodes$", watch="true") == 1
 
-Served: core/v1 namespaces, nodes (+status), pods (+binding, +status), events, resourcequotas
-(+status), configmaps, the namespaced `bindings` collection; events.k8s.io/v1 events;
-coordination.k8s.io/v1 leases; discovery (/version, /api, /api/v1, /apis, group versions).
+Served: core/v1 namespaces, nodes (+status), pods (+binding, +status, +log), events,
+resourcequotas (+status), configmaps, secrets, services, serviceaccounts, the namespaced `bindings`
+collection; events.k8s.io/v1 events; coordination.k8s.io/v1 leases; what the Helm chart installs
+(apps/v1 deployments and daemonsets, RBAC, networkpolicies, mutatingwebhookconfigurations, and the
+custom resources of cert-manager and the Prometheus Operator); discovery (/version, /api, /api/v1,
+/apis, group versions) and OpenAPI v3 (/openapi/v3, see openapi.py).
+
+For the real `kubectl`: `fieldValidation=Strict` (kubectl's default) checks bodies against the
+Kubernetes schemas; `Accept: ...;as=Table` answers the API server's columns (tables.py); pods/log
+reads `log_dir` (logs.py). So `kubectl apply`, `get` (with `-l`, `-o wide`, `-L`), `describe`,
+`logs`, `annotate`, `patch` and `edit` work against it.
 
 Semantics: one global resourceVersion; uid, creationTimestamp, generateName; a resourceVersion in a
 PUT body or in a patched object is a precondition (409 Conflict); writes to the main resource keep
@@ -30,9 +38,10 @@ replay a bounded history (`history=`) and answer ERROR 410 Expired beyond it.
 
 Not emulated (simplifications a test must not rely on): deletion is immediate (no graceful pod
 termination, no finalizers, no namespace cascade); namespaces are implicit (objects may be created
-in any namespace); pod create resets status to {"phase": "Pending"} as the real API does, so seed
+in any namespace); pod create resets status to {"phase": "Pending"} as the real API does, so create
 running pods with `store.put`; no validation beyond names and patch documents; no admission,
-defaulting beyond `spec.schedulerName`, server-side apply, protobuf, or authentication; core/v1
+defaulting beyond `spec.schedulerName`, server-side apply, protobuf, or authentication; no
+controllers (a Deployment makes no pods: hami.testing.install stands in for them); core/v1
 and events.k8s.io/v1 events are separate collections (no conversion between them); a `continue`
 page shows the live state after the previous page, not a snapshot.
 """

@@ -19,12 +19,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0, help="0: let the OS pick a free port")
     parser.add_argument("--kubeconfig", type=Path, help="write a kubeconfig for the server here")
     parser.add_argument("--history", type=int, default=1000, help="watch history window (changes)")
+    parser.add_argument(
+        "--log-dir",
+        type=Path,
+        default=None,
+        help="container logs for kubectl logs: DIR/<ns>_<pod>/<container>.log",
+    )
     args = parser.parse_args(argv)
 
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
-    with KubeAPIServer(args.host, args.port, history=args.history) as server:
+    with KubeAPIServer(args.host, args.port, history=args.history, log_dir=args.log_dir) as server:
         if args.kubeconfig is not None:
             args.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
             args.kubeconfig.write_text(yaml.safe_dump(server.kubeconfig(), sort_keys=False))

@@ -42,15 +42,35 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("", "v1", "namespaces", "Namespace", False, ("ns",), ("status",), ("status.phase",)),
     ResourceType("", "v1", "nodes", "Node", False, ("no",), ("status",), ("spec.unschedulable",)),
     ResourceType(
-        "", "v1", "pods", "Pod", True, ("po",), ("binding", "status"),
+        "", "v1", "pods", "Pod", True, ("po",), ("binding", "status", "log"),
         ("spec.nodeName", "spec.schedulerName", "spec.restartPolicy", "spec.serviceAccountName",
          "spec.hostNetwork", "status.phase", "status.podIP", "status.nominatedNodeName"),
     ),
     ResourceType("", "v1", "events", "Event", True, ("ev",), (), _EVENT_FIELDS),
     ResourceType("", "v1", "resourcequotas", "ResourceQuota", True, ("quota",), ("status",)),
     ResourceType("", "v1", "configmaps", "ConfigMap", True, ("cm",)),
+    ResourceType("", "v1", "secrets", "Secret", True, (), (), ("type",)),
+    ResourceType("", "v1", "services", "Service", True, ("svc",), ("status",)),
+    ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True, ("sa",)),
     ResourceType("events.k8s.io", "v1", "events", "Event", True, ("ev",), (), _EVENT_FIELDS),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True),
+    # What an installed chart holds (loaded by hami.testing.install; no controller acts on them).
+    ResourceType("apps", "v1", "deployments", "Deployment", True, ("deploy",), ("status",)),
+    ResourceType("apps", "v1", "daemonsets", "DaemonSet", True, ("ds",), ("status",)),
+    ResourceType("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False),
+    ResourceType("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False),
+    ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
+    ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
+    ResourceType(
+        "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
+        "MutatingWebhookConfiguration", False,
+    ),
+    ResourceType("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True, ("netpol",)),
+    # Custom resources of cert-manager and the Prometheus Operator, as their CRDs serve them.
+    ResourceType("cert-manager.io", "v1", "issuers", "Issuer", True),
+    ResourceType("cert-manager.io", "v1", "certificates", "Certificate", True, ("cert",), ("status",)),
+    ResourceType("monitoring.coreos.com", "v1", "servicemonitors", "ServiceMonitor", True, ("smon",)),
+    ResourceType("monitoring.coreos.com", "v1", "prometheusrules", "PrometheusRule", True, ("promrule",)),
 )
 
 BY_PATH: dict[tuple[str, str, str], ResourceType] = {
@@ -72,13 +92,16 @@ def resolve(key: str) -> ResourceType:
 VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
 
 
+_SUBRESOURCES = {"binding": ("Binding", ["create"]), "log": ("Pod", ["get"])}
+
+
 def _resource_doc(r: ResourceType) -> list[dict[str, Any]]:
     docs: list[dict[str, Any]] = [{
         "name": r.plural, "singularName": r.kind.lower(), "namespaced": r.namespaced, "kind": r.kind,
         "verbs": VERBS, "shortNames": list(r.short_names),
     }]
     for sub in r.subresources:
-        kind, verbs = ("Binding", ["create"]) if sub == "binding" else (r.kind, ["get", "patch", "update"])
+        kind, verbs = _SUBRESOURCES.get(sub, (r.kind, ["get", "patch", "update"]))
         docs.append({"name": f"{r.plural}/{sub}", "singularName": "", "namespaced": r.namespaced,
                      "kind": kind, "verbs": verbs})
     return docs

@@ -5,10 +5,11 @@ from __future__ import annotations
 import base64
 import copy
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hami.testing.kubeapi import errors, resources
+from hami.testing.kubeapi import errors, openapi, resources
 from hami.testing.kubeapi.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
 from hami.testing.kubeapi.resources import BY_PATH, ResourceType
 from hami.testing.kubeapi.selectors import combined
@@ -38,9 +39,16 @@ class Route:
         return self.namespace or ""
 
 
-def discovery(segments: list[str], server_address: str) -> dict[str, Any] | None:
-    """The discovery document at this path, or None when the path is not a discovery path."""
+def discovery(segments: list[str], server_address: str) -> dict[str, Any] | bytes | None:
+    """The discovery document at this path (an object, or bytes already encoded), or None when the
+    path is not a discovery path."""
     match segments:
+        case ["openapi", "v3"]:
+            return openapi.root_document()
+        case ["openapi", "v3", "api", version]:
+            return openapi.gv_document("", version) or _missing("/".join(segments))
+        case ["openapi", "v3", "apis", group, version]:
+            return openapi.gv_document(group, version) or _missing("/".join(segments))
         case ["version"]:
             return VERSION
         case ["healthz" | "livez" | "readyz"]:
@@ -134,9 +142,10 @@ def list_reply(store: Store, route: Route, query: dict[str, str]) -> Obj:
     return {"apiVersion": rtype.api_version, "kind": rtype.list_kind, "metadata": meta, "items": bare}
 
 
-def patch(store: Store, route: Route, content_type: str, body: bytes) -> Change:
+def patch(store: Store, route: Route, content_type: str, body: bytes, field_validation: str = "") -> Change:
     document = _json(body)
     name = route.name or ""
+    checked = _checked(route.rtype, field_validation)
     if content_type == JSON_PATCH:
         def change(current: Obj) -> Obj:
             try:
@@ -145,7 +154,7 @@ def patch(store: Store, route: Route, content_type: str, body: bytes) -> Change:
                 raise errors.invalid(route.rtype.kind, name, "patch", str(exc)) from exc
             if not isinstance(result, dict):
                 raise errors.invalid(route.rtype.kind, name, "patch", "the result is not an object")
-            return result
+            return checked(result)
     elif content_type in (MERGE, STRATEGIC):
         if not isinstance(document, dict):
             raise errors.bad_request(f"the body of a {content_type} patch must be a JSON object")
@@ -156,12 +165,22 @@ def patch(store: Store, route: Route, content_type: str, body: bytes) -> Change:
                 result = apply(current, document)
             except PatchError as exc:
                 raise errors.invalid(route.rtype.kind, name, "patch", str(exc)) from exc
-            return dict(result)
+            return checked(dict(result))
     else:
         raise errors.ApiError(
             415, f"the body of the request was in an unknown format - accepted media types include: "
             f"{JSON_PATCH}, {MERGE}, {STRATEGIC}", "UnsupportedMediaType")
     return store.modify(route.rtype, route.ns, name, change, route.subresource)
+
+
+def _checked(rtype: ResourceType, field_validation: str) -> Callable[[Obj], Obj]:
+    """The identity on an object, after `fieldValidation=Strict` checked it (see openapi)."""
+
+    def check(obj: Obj) -> Obj:
+        openapi.check_fields(rtype, obj, field_validation)
+        return obj
+
+    return check
 
 
 def bind(store: Store, route: Route, body: bytes) -> Obj:
@@ -211,6 +230,9 @@ def serve(store: Store, method: str, route: Route, *, query: dict[str, str], con
     """Every verb except watch; returns (HTTP status, JSON body, as an object or encoded) or raises
     `errors.ApiError`."""
     rtype, ns, name = route.rtype, route.ns, route.name
+    checked = _checked(rtype, query.get("fieldValidation", ""))
+    if route.subresource == "log":  # GET is answered by the server, which knows where logs are
+        raise errors.ApiError(405, f"the server does not allow {method} on pods/log", "MethodNotAllowed")
     if route.subresource == "bindings" and method == "POST":
         return 201, bind(store, route, body)
     if route.subresource == "bindings":
@@ -222,7 +244,7 @@ def serve(store: Store, method: str, route: Route, *, query: dict[str, str], con
             if rtype.namespaced and route.namespace is None:
                 raise errors.ApiError(405, "the server does not allow this method on the requested "
                                       "resource", "MethodNotAllowed")
-            return 201, store.create(rtype, ns, _json(body)).obj_json
+            return 201, store.create(rtype, ns, checked(_json(body))).obj_json
         if method == "DELETE":
             reply = list_reply(store, route, query)
             for item in reply["items"]:
@@ -234,9 +256,9 @@ def serve(store: Store, method: str, route: Route, *, query: dict[str, str], con
     elif method == "GET":
         return 200, store.read(rtype, ns, name).obj_json
     elif method == "PUT":
-        return 200, store.update(rtype, ns, name, _json(body), route.subresource).obj_json
+        return 200, store.update(rtype, ns, name, checked(_json(body)), route.subresource).obj_json
     elif method == "PATCH":
-        return 200, patch(store, route, content_type, body).obj_json
+        return 200, patch(store, route, content_type, body, query.get("fieldValidation", "")).obj_json
     elif method == "DELETE" and not route.subresource:
         options = _json(body) or {}
         precondition = (options.get("preconditions") or {}).get("resourceVersion") or ""

@@ -13,11 +13,12 @@ import threading
 import time
 from email.utils import formatdate
 from http import HTTPStatus
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from hami.testing.kubeapi import errors, routes
+from hami.testing.kubeapi import errors, logs, routes, tables
 from hami.testing.kubeapi.faults import Fault, Faults, Request, RequestLog
 from hami.testing.kubeapi.store import Store
 from hami.testing.kubeapi.watch import Feed, WatchRequest
@@ -146,6 +147,7 @@ class _Handler(socketserver.StreamRequestHandler):
             self.close_connection = True
             return
         extra: dict[str, str] = {}
+        content = "application/json"
         reply: dict[str, Any] | bytes  # bytes: already encoded
         try:
             if fault is not None and fault.status is not None:
@@ -162,8 +164,15 @@ class _Handler(socketserver.StreamRequestHandler):
                     watch = WatchRequest.from_query(route.rtype, route.namespace, query)
                     self._stream(watch, record, fault)
                     return
-                status, reply = routes.serve(emulator.store, method, route, query=query,
-                                             content_type=content_type, body=body)
+                if route.subresource == "log" and method == "GET":
+                    pod = emulator.store.read(route.rtype, route.ns, route.name or "").obj
+                    status, reply, content = 200, logs.read(pod, query, emulator.log_dir), "text/plain"
+                else:
+                    status, reply = routes.serve(emulator.store, method, route, query=query,
+                                                 content_type=content_type, body=body)
+                if method == "GET" and status == 200 and tables.wants_table(headers.get("accept", "")) \
+                        and not route.subresource:
+                    status, reply = 200, _as_table(route.rtype, reply, query)
         except errors.ApiError as err:
             if fault is not None and err.code in (429, 503):
                 extra["Retry-After"] = str(fault.retry_after)
@@ -171,18 +180,22 @@ class _Handler(socketserver.StreamRequestHandler):
         except Exception as exc:  # a bug in the emulator must reach the test as a 500, not a hang
             status, reply = 500, errors.ApiError(500, f"emulator error: {exc!r}").status()
         emulator.requests.add(Request(status=status, **record))
-        self._send(status, reply if isinstance(reply, bytes) else json.dumps(reply).encode(), extra)
+        if status >= 300:
+            content = "application/json"
+        self._send(status, reply if isinstance(reply, bytes) else json.dumps(reply).encode(), extra, content)
 
-    def _head(self, status: int, headers: dict[str, str]) -> bytes:
-        lines = [f"HTTP/1.1 {status} {_PHRASES.get(status, '')}", "Content-Type: application/json",
+    def _head(self, status: int, headers: dict[str, str], content_type: str = "application/json") -> bytes:
+        lines = [f"HTTP/1.1 {status} {_PHRASES.get(status, '')}", f"Content-Type: {content_type}",
                  f"Date: {_http_date()}", *(f"{k}: {v}" for k, v in headers.items())]
         if self.close_connection:
             lines.append("Connection: close")
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
-    def _send(self, status: int, data: bytes, headers: dict[str, str]) -> None:
+    def _send(self, status: int, data: bytes, headers: dict[str, str],
+              content_type: str = "application/json") -> None:
         # Head and body in one write: one segment for the client to wait for.
-        self.wfile.write(self._head(status, {**headers, "Content-Length": str(len(data))}) + data)
+        head = self._head(status, {**headers, "Content-Length": str(len(data))}, content_type)
+        self.wfile.write(head + data)
 
     def _stream(self, watch: WatchRequest, record: dict[str, Any], fault: Fault | None) -> None:
         emulator = self.server.emulator
@@ -199,6 +212,15 @@ class _Handler(socketserver.StreamRequestHandler):
             with self.server.watches_done:
                 self.server.watches -= 1
                 self.server.watches_done.notify_all()
+
+
+def _as_table(rtype: Any, reply: dict[str, Any] | bytes, query: dict[str, str]) -> dict[str, Any]:
+    """A list or one object as the Table kubectl asked for (Accept: ...;as=Table)."""
+    doc = json.loads(reply) if isinstance(reply, bytes) else reply
+    if "items" in doc:
+        return tables.table(rtype, doc["items"], doc.get("metadata", {}), query.get("includeObject", ""))
+    meta = {"resourceVersion": doc["metadata"].get("resourceVersion")}
+    return tables.table(rtype, [doc], meta, query.get("includeObject", ""))
 
 
 _MAX_LINE = 65536
@@ -228,13 +250,16 @@ class KubeAPIServer:
 
     `history` bounds the watch window (older resourceVersions get 410 Expired);
     `bookmark_interval` is how often watches with allowWatchBookmarks get a BOOKMARK;
-    `nagle=True` leaves Nagle's algorithm on (a benchmark showing what the delayed-ACK stall costs).
+    `nagle=True` leaves Nagle's algorithm on (a benchmark showing what the delayed-ACK stall costs);
+    `log_dir` holds the container logs `kubectl logs` reads (``<ns>_<pod>/<container>.log``).
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, history: int = 1000,
-                 bookmark_interval: float = 1.0, nagle: bool = False) -> None:
+                 bookmark_interval: float = 1.0, nagle: bool = False, *,
+                 log_dir: Path | None = None) -> None:
         self.host = host
         self.nagle = nagle
+        self.log_dir = log_dir  # container logs for pods/log (see logs.py)
         self._requested_port = port
         self.store = Store(history=history)
         self.faults = Faults()

@@ -1,0 +1,513 @@
+"""Every command of the guides, as docs/guides/recipes.md lists it, run for real: `kubectl` (and
+`jq`, `curl`, `bash`, `go tool pprof`) against the API emulator loaded with the rendered chart by
+`kubectl apply`, with the real extender and device plugin running as the pods' containers, so
+`kubectl logs` reads what they wrote. A command that stops matching fails its row."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+import yaml
+
+from hami.core import names
+from hami.testing import certs, chart, cluster, install
+from hami.testing.kubeapi import KubeAPIServer
+from hami.testing.kubeapi.logs import log_path
+from hami.testing.processes import ProcessGroup, free_port, http_ok
+from hami.testing.wait import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPES = ROOT / "docs" / "guides" / "recipes.md"
+GPU_NODE, CPU_NODE = "gpu-node-01", "cpu-node-01"
+PENDING = "train-1"  # a GPU pod in `default`, as the guides' namespace-less commands expect
+_EVENT_WORDS = ("CardInsufficientMemory", "no available node")
+TOOLS = ("kubectl", "jq", "curl", "go", "bash", "python3")
+
+
+def _kubectl_minor() -> int:
+    """The client's minor version: 1.27 is the first to validate through OpenAPI v3 (server-side)."""
+    done = subprocess.run(
+        ["kubectl", "version", "--client", "-o", "json"], capture_output=True, text=True, check=False
+    )
+    try:
+        return int(str(json.loads(done.stdout)["clientVersion"]["minor"]).rstrip("+"))
+    except (ValueError, KeyError):
+        return 0
+
+
+pytestmark = pytest.mark.skipif(
+    any(shutil.which(t) is None for t in TOOLS) or _kubectl_minor() < 27,
+    reason=f"needs {', '.join(TOOLS)} (make sysdeps), kubectl 1.27 or later",
+)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    id: str
+    command: str
+    check: str
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+
+
+def recipes() -> list[Recipe]:
+    out = []
+    for line in RECIPES.read_text(encoding="utf-8").splitlines():
+        if not re.match(r"^\| \d{3}-", line):
+            continue
+        rid, _guide, command, _reaches, check = _cells(line)
+        out.append(Recipe(rid, command.strip("`"), check))
+    return out
+
+
+def batch_script() -> str:
+    text = RECIPES.read_text(encoding="utf-8")
+    return text.split("```bash\n", 1)[1].split("```", 1)[0]
+
+
+@dataclass
+class Env:
+    api: KubeAPIServer
+    work: Path
+    kubeconfig: Path
+    extender: str  # host:port of the extender's HTTPS listener (the pod IP's :443)
+    metrics: str  # host:port of its metrics listener (pprof with --profiling)
+    plugin_dir: Path
+    plugin_pod: str
+    ca_file: Path
+    client_cert: Path
+    client_key: Path
+    device_config: Path
+
+    def run(self, command: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+        env = {
+            "PATH": os.environ["PATH"],
+            "HOME": str(self.work),
+            "KUBECONFIG": str(self.kubeconfig),
+            "PPROF_TMPDIR": str(self.work / "pprof"),
+            "EDITOR": str(self.work / "editor.py"),
+            "LANG": "C.UTF-8",
+        }
+        return subprocess.run(
+            ["bash", "-c", command],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            cwd=self.work,
+            check=False,
+        )
+
+
+def _rendered_device_config(store_cm: dict[str, object], path: Path) -> Path:
+    data = store_cm["data"]
+    assert isinstance(data, dict)
+    path.write_text(str(data[names.DEVICE_CONFIG_KEY]), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    work = tmp_path_factory.mktemp("guides")
+    logs = work / "pod-logs"
+    (work / "pprof").mkdir()
+    ca = certs.make_ca()
+    ca_file = ca.write(work / "ca.crt")
+    certs.issue(ca, "hami-scheduler.kube-system.svc", work / "tls.crt", work / "tls.key")
+    certs.issue(ca, "kube-scheduler", work / "client.crt", work / "client.key")
+    editor = work / "editor.py"
+    editor.write_text(
+        f"#!{sys.executable}\nimport sys, yaml\npath = sys.argv[-1]\ndoc = yaml.safe_load(open(path))\n"
+        "doc['spec']['template']['spec']['containers'][0]['args'].append('--v=4')\n"
+        "yaml.safe_dump(doc, open(path, 'w'))\n",
+        encoding="utf-8",
+    )
+    editor.chmod(0o755)
+    with KubeAPIServer(log_dir=logs) as api:
+        kubeconfig = work / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump(api.kubeconfig()), encoding="utf-8")
+        api.store.put(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": GPU_NODE,
+                    "labels": {"gpu": "on"},
+                    "annotations": {"hami.io/mutex.lock": "2025-06-13T09:09:00Z,default,gone"},
+                },
+                "status": {"allocatable": {"nvidia.com/gpu": "40"}},
+            }
+        )
+        api.store.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": CPU_NODE}})
+        # The profiling guide's values: the extender with --profiling.
+        rendered = work / "hami.yaml"
+        rendered.write_text(
+            chart.render_text(
+                [chart.EXAMPLES / "production.yaml"],
+                ["scheduler.extender.extraArgs={--debug,-v=4,--profiling}"],
+            ),
+            encoding="utf-8",
+        )
+        applied = subprocess.run(
+            ["kubectl", "apply", "-f", str(rendered)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+        )
+        assert applied.returncode == 0, applied.stderr
+        pods = install.run_workloads(api.store, [GPU_NODE, CPU_NODE]).pods
+        # the replica the guide's `.items[0]` names (lists are ordered by name)
+        scheduler_pod = min(pods[names.SCHEDULER_DEPLOYMENT], key=lambda p: str(p["metadata"]["name"]))
+        plugin_pod = pods[names.DEVICE_PLUGIN_DAEMONSET][0]
+
+        device_config = api.store.get("configmaps", names.DEVICE_CONFIGMAP, names.NAMESPACE)
+        assert device_config is not None
+        config_file = _rendered_device_config(device_config, work / "device-config.yaml")
+        procs = ProcessGroup(logs)
+        ext_port, metrics_port, plugin_metrics = free_port(), free_port(), free_port()
+        plugin_dir = work / "device-plugins"
+        plugin_dir.mkdir()
+        try:
+            for pod, container in (
+                (scheduler_pod, names.EXTENDER_CONTAINER),
+                (plugin_pod, names.DEVICE_PLUGIN_CONTAINER),
+            ):
+                log_path(logs, names.NAMESPACE, pod["metadata"]["name"], container).parent.mkdir(parents=True)
+            # The extender, as the rendered pod runs it: its flags (on test ports and files) and
+            # its downward-API environment; its output is the container's log. Without client
+            # certificates (clientCA.enabled=false), as the profiling guide's commands need: Go's
+            # bundled pprof sends none (test_pprof_behind_mutual_tls covers the default).
+            procs.python(
+                f"{names.NAMESPACE}_{scheduler_pod['metadata']['name']}/{names.EXTENDER_CONTAINER}",
+                "hami.scheduler",
+                [
+                    f"--http_bind=127.0.0.1:{ext_port}",
+                    f"--cert_file={work / 'tls.crt'}",
+                    f"--key_file={work / 'tls.key'}",
+                    f"--metrics-bind-address=127.0.0.1:{metrics_port}",
+                    "--scheduler-name=hami-scheduler",
+                    f"--device-config-file={config_file}",
+                    f"--kubeconfig={kubeconfig}",
+                    "--debug",
+                    "-v=4",
+                    "--profiling",
+                ],
+                env=install.downward_env(scheduler_pod, names.EXTENDER_CONTAINER),
+            )
+            spec = work / "fake-nvml.yaml"
+            spec.write_text(yaml.safe_dump(cluster.fake_nvml_spec(2)), encoding="utf-8")
+            node_config = work / "config.json"
+            node_config.write_text('{"nodeconfig": []}\n', encoding="utf-8")
+            procs.python(
+                f"{names.NAMESPACE}_{plugin_pod['metadata']['name']}/{names.DEVICE_PLUGIN_CONTAINER}",
+                "hami.deviceplugin",
+                [
+                    f"--node-name={GPU_NODE}",
+                    "--nvml=fake",
+                    f"--fake-nvml-spec={spec}",
+                    f"--config-file={config_file}",
+                    f"--node-config-file={node_config}",
+                    f"--device-plugin-path={plugin_dir}",
+                    "--kubelet-socket=",
+                    f"--hook-path={work / 'hook'}",
+                    f"--vgpu-lock-dir={work / 'vgpulock'}",
+                    f"--mig-apply-lock={work / 'mig.lock'}",
+                    f"--metrics-bind-address=127.0.0.1:{plugin_metrics}",
+                    f"--kubeconfig={kubeconfig}",
+                ],
+                env=install.downward_env(plugin_pod, names.DEVICE_PLUGIN_CONTAINER),
+            )
+            wait_until(
+                http_ok(f"http://127.0.0.1:{metrics_port}/readyz"),
+                60,
+                "the extender",
+                alive=procs.check_alive,
+            )
+            wait_until(
+                lambda: (
+                    "hami.io/node-handshake"
+                    in ((api.store.get("nodes", GPU_NODE) or {})["metadata"].get("annotations") or {})
+                ),
+                60,
+                "the device plugin's registration and the scheduler's handshake",
+                alive=procs.check_alive,
+            )
+            pending = api.store.put(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": PENDING, "namespace": "default"},
+                    "spec": {
+                        "schedulerName": "hami-scheduler",
+                        "containers": [
+                            {
+                                "name": "main",
+                                "image": "cuda",
+                                "resources": {
+                                    "limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "900000"}
+                                },
+                            }
+                        ],
+                    },
+                    "status": {"phase": "Pending"},
+                }
+            )
+            # kube-scheduler's call: no GPU has 900000 MiB.
+            answer = requests.post(
+                f"https://127.0.0.1:{ext_port}/filter",
+                json={"Pod": pending, "NodeNames": [GPU_NODE]},
+                verify=str(ca_file),
+                timeout=30,
+            )
+            assert answer.status_code == 200 and answer.json()["FailedNodes"], answer.text
+            # the recorder writes the pod's events in the background: all of them, before the rows run
+            wait_until(
+                lambda: (
+                    {"CardInsufficientMemory", "no available node"}
+                    <= {
+                        w
+                        for e in api.store.list("events", "default")
+                        for w in _EVENT_WORDS
+                        if w in e["message"]
+                    }
+                ),
+                30,
+                "the extender's FilteringFailed events",
+                alive=procs.check_alive,
+            )
+            yield Env(
+                api,
+                work,
+                kubeconfig,
+                f"127.0.0.1:{ext_port}",
+                f"127.0.0.1:{metrics_port}",
+                plugin_dir,
+                plugin_pod["metadata"]["name"],
+                ca_file,
+                work / "client.crt",
+                work / "client.key",
+                config_file,
+            )
+        finally:
+            procs.stop()
+
+
+def _fill(command: str, env: Env, rid: str) -> str:
+    pod = env.plugin_pod if rid.startswith("001-") else PENDING
+    return (
+        command.replace("<node-name>", GPU_NODE)
+        .replace("<pod-name>", pod)
+        .replace("<namespace>", "default")
+        .replace("<target-pod-name>", PENDING)
+        .replace("<POD_IP>", env.extender)
+        .replace("localhost:10251", env.metrics)
+        .replace("seconds=30", "seconds=1")
+        .replace("--seconds 120", "--seconds 1")
+        .replace("/var/lib/kubelet/device-plugins/", f"{env.plugin_dir}/")
+    )
+
+
+Result = subprocess.CompletedProcess[str]
+
+
+def _ok(*texts: str) -> Callable[[Result, Env], None]:
+    def check(done: Result, _env: Env) -> None:
+        assert done.returncode == 0, done.stderr
+        for text in texts:
+            assert text in done.stdout, (text, done.stdout[-3000:])
+
+    return check
+
+
+def _extender_arg(value: str) -> Callable[[Result, Env], None]:
+    def check(done: Result, env: Env) -> None:
+        assert done.returncode == 0, done.stderr
+        deploy = env.api.store.get("deployments.apps", names.SCHEDULER_DEPLOYMENT, names.NAMESPACE)
+        assert deploy is not None
+        first = deploy["spec"]["template"]["spec"]["containers"][0]
+        assert first["name"] == names.EXTENDER_CONTAINER and value in first["args"]
+
+    return check
+
+
+def _restarted(done: Result, env: Env) -> None:
+    assert done.returncode == 0, done.stderr
+    deploy = env.api.store.get("deployments.apps", names.SCHEDULER_DEPLOYMENT, names.NAMESPACE)
+    assert deploy is not None
+    assert "kubectl.kubernetes.io/restartedAt" in deploy["spec"]["template"]["metadata"]["annotations"]
+
+
+def _batch(done: Result, _env: Env) -> None:
+    # The registration line matches; v2.10's `Requesting_<time>` handshake (the scheduler writes it
+    # on every node) is not a number to subtract, and bash stops there.
+    assert f"--- 节点: {CPU_NODE} ---\n  [WARNING] GPU 未注册" in done.stdout, done.stdout
+    assert "Requesting_" in done.stderr and "syntax error" in done.stderr, done.stderr
+
+
+def _pprof(kind: str) -> Callable[[Result, Env], None]:
+    def check(done: Result, _env: Env) -> None:
+        assert done.returncode == 0, done.stderr
+        assert f"Type: {kind}" in done.stderr, done.stdout + done.stderr  # pprof's header goes to stderr
+        assert "flat%" in done.stdout, done.stdout  # `top` answered
+
+    return check
+
+
+HEAP_STDIN = "top -cum 80\n"  # the heap rows' pprof session: cumulative, so callers show
+
+
+def _heap(done: Result, env: Env) -> None:
+    _pprof("inuse_space")(done, env)
+    # tracing started with --profiling: memory allocated at start-up, long before the request,
+    # shows under the code that allocated it
+    assert "hami.scheduler.extender.daemon.Extender.start" in done.stdout, done.stdout
+
+
+def _device_plugin_gone(done: Result, env: Env) -> None:
+    assert done.returncode == 0, done.stderr
+    assert f'pod "{env.plugin_pod}" deleted' in done.stdout
+    assert env.api.store.get("pods", env.plugin_pod, names.NAMESPACE) is None
+
+
+def _unlocked(done: Result, env: Env) -> None:
+    assert done.returncode == 0, done.stderr
+    node = env.api.store.get("nodes", GPU_NODE) or {}
+    assert "hami.io/mutex.lock" not in (node["metadata"].get("annotations") or {})
+
+
+def _logs_container(done: Result, env: Env) -> None:
+    # As written kubectl refuses the trailing -v=5; without it, the container's log.
+    assert done.returncode != 0 and "-v=5" not in done.stdout
+    plain = env.run(f"kubectl logs -n kube-system {env.plugin_pod} -c device-plugin")
+    assert plain.returncode == 0 and "Successfully registered annotation" in plain.stdout, plain.stdout
+
+
+CHECKS: dict[str, Callable[[Result, Env], None]] = {
+    "000-edit": _extender_arg("--v=4"),
+    "000-patch": _extender_arg("--v=5"),
+    "000-rollout-restart": _restarted,
+    "000-describe": _ok("FilteringFailed", "hami-scheduler", "CardInsufficientMemory"),
+    "000-scheduler-pod": _ok(),
+    "000-logs-tail": _ok("hami-scheduler extender on"),
+    "000-logs-pod": _ok(f"default/{PENDING}"),
+    "000-logs-filtering": _ok("FilteringFailed default/train-1"),
+    "000-annotations": _ok('"hami.io/node-nvidia-register"', '"hami.io/node-handshake"'),
+    "000-register": _ok('"type":"NVIDIA'),
+    "000-handshake": _ok("Requesting_"),
+    "000-handshake-age": _ok("Handshake timestamp: Requesting_", "Current timestamp: "),
+    "000-get-scheduler": _ok("READY", "Running", "hami-scheduler-"),
+    "000-resources": _ok('"nvidia.com/gpumem":"900000"'),
+    "000-scheduler-name": _ok("hami-scheduler"),
+    "000-batch": _batch,
+    "000-pprof-cpu": _pprof("cpu"),
+    "000-pprof-heap": _pprof("inuse_space"),
+    "000-pprof-goroutine": _pprof("goroutine"),
+    "000-pprof-index": _ok("/debug/pprof/", "heap", "profile"),
+    "000-app-logs": _ok("hami-scheduler extender on"),
+    "000-pending": _ok(PENDING, "Pending"),
+    "000-registered-column": _ok("GPU_REGISTERED", f"{CPU_NODE}   <none>", '"type":"NVIDIA'),
+    "000-handshake-column": _ok("HANDSHAKE", "Requesting_"),
+    "000-scheduler-config": _ok("schedulerName: hami-scheduler", "urlPrefix: https://127.0.0.1:443"),
+    "001-annotations-jq": _ok('"key": "hami.io/node-nvidia-register"'),
+    "001-lock": _ok("2025-06-13T09:09:00Z,default,gone"),
+    "001-register-json": _ok('"devmem"', '"health": true'),
+    "001-device-config": _ok("deviceSplitCount: 10", "deviceMemoryScaling: 1"),
+    "001-socket": _ok("nvidia-gpu.sock"),
+    "001-ds": _ok("hami-device-plugin", "hami-vgpu-monitor"),
+    "001-logs": _ok("Successfully registered annotation"),
+    "001-logs-container": _logs_container,
+    "001-allocatable": _ok('"nvidia.com/gpu": "40"'),
+    "001-unlock": _unlocked,
+    "001-reregister": _device_plugin_gone,
+    "001-annotations-all": _ok('"key": "hami.io/node-handshake"'),
+    "001-node-yaml": _ok("allocatable:", "nvidia.com/gpu:"),
+    "002-cpu": _pprof("cpu"),
+    "002-heap": _heap,
+    "002-allocs": _pprof("alloc_space"),
+}
+# Rows checked elsewhere, named in the table.
+ELSEWHERE = {"002-values": "tests/deploy/test_chart.py", "003-values": "tests/deploy/test_chart.py"}
+
+
+def test_every_row_has_a_check_or_a_reason() -> None:
+    rows = recipes()
+    ids = [r.id for r in rows]
+    assert len(ids) == len(set(ids)), ids
+    skipped = {r.id for r in rows if r.check.startswith("not run:")}
+    assert set(ids) == set(CHECKS) | set(ELSEWHERE) | skipped
+    for where in ELSEWHERE.values():
+        assert (ROOT / where).exists(), where
+
+
+@pytest.mark.parametrize("rid", [r.id for r in recipes() if r.id in CHECKS])
+def test_recipe(rid: str, env: Env) -> None:
+    recipe = next(r for r in recipes() if r.id == rid)
+    command = _fill(recipe.command, env, rid)
+    if "$SCHEDULER_POD" in command:
+        command = (
+            _fill(next(r for r in recipes() if r.id == "000-scheduler-pod").command, env, rid)
+            + "; "
+            + command
+        )
+    if rid == "000-batch":
+        script = env.work / "check-node-annotations.sh"
+        script.write_text(batch_script(), encoding="utf-8")
+        command = command.replace("check-node-annotations.sh", str(script))
+    CHECKS[rid](env.run(command, stdin=HEAP_STDIN if CHECKS[rid] is _heap else "top\n"), env)
+
+
+def test_pprof_behind_mutual_tls(env: Env) -> None:
+    """The chart's default: the extender's listener wants the chart CA's client certificate, and
+    pprof sits behind it. Go's bundled pprof sends none (its own fetcher ignores -tls_cert), so
+    the profiling guide's command is refused; curl with the certificate fetches the profile, and
+    `go tool pprof` reads the file."""
+    port, metrics = free_port(), free_port()
+    procs = ProcessGroup(env.work / "mtls")
+    procs.python(
+        "extender",
+        "hami.scheduler",
+        [
+            f"--http_bind=127.0.0.1:{port}",
+            f"--cert_file={env.work / 'tls.crt'}",
+            f"--key_file={env.work / 'tls.key'}",
+            f"--client-ca-file={env.ca_file}",
+            f"--metrics-bind-address=127.0.0.1:{metrics}",
+            f"--device-config-file={env.device_config}",
+            f"--kubeconfig={env.kubeconfig}",
+            "--profiling",
+        ],
+    )
+    try:
+        wait_until(http_ok(f"http://127.0.0.1:{metrics}/readyz"), 60, "the extender", alive=procs.check_alive)
+        as_written = env.run(
+            f"go tool pprof https+insecure://127.0.0.1:{port}/debug/pprof/heap", stdin="top\n"
+        )
+        assert as_written.returncode != 0 and "Type:" not in as_written.stderr, as_written.stderr
+        assert "certificate required" in as_written.stderr or "reset" in as_written.stderr, as_written.stderr
+        fetched = env.run(
+            f"curl -sSf --cacert {env.ca_file} --cert {env.client_cert} --key {env.client_key} "
+            f"-o heap.pb.gz https://127.0.0.1:{port}/debug/pprof/heap && go tool pprof heap.pb.gz",
+            stdin=HEAP_STDIN,
+        )
+        _heap(fetched, env)
+        refused = env.run(
+            f"curl -sS --cacert {env.ca_file} -o /dev/null https://127.0.0.1:{port}/filter -d '{{}}'"
+        )
+        assert refused.returncode != 0  # /filter is behind the same certificate
+    finally:
+        procs.stop()
