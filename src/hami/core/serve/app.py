@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import gzip
+import zlib
 from collections.abc import Callable, Iterable
 from typing import Final, Protocol
 from urllib.parse import parse_qs
@@ -22,6 +22,7 @@ log = klog.get_logger(__name__)
 ReadyCheck = Callable[[], bool | tuple[bool, str]]
 
 _TEXT = [("Content-Type", "text/plain; charset=utf-8")]
+_GZIP: Final = 16 + zlib.MAX_WBITS  # zlib's window bits for a gzip header and trailer
 
 
 class Exposition(Protocol):
@@ -135,15 +136,19 @@ def _metrics_app(registry: CollectorRegistry, exposition: Exposition) -> WSGIApp
             or "name[]" in parse_qs(environ.get("QUERY_STRING", ""))
         ):
             return general(environ, start_response)
-        # the registry's part last: in OpenMetrics it ends with the one "# EOF"
-        body = exposition.render(om) + encoder(registry)
+        # the registry's part last: in OpenMetrics it ends with the one "# EOF"; the parts are
+        # sent (or compressed) one after the other, never joined: the body is megabytes
+        parts = [exposition.render(om), encoder(registry)]
         headers = [("Content-Type", content_type)]
         if gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", "")):
-            # level 1: a 2 MB exposition compresses ~20x in 4 ms; level 9 takes 7x longer for 25 % less
-            body = gzip.compress(body, compresslevel=1)
+            # level 1: a 2 MB exposition compresses ~20x in 4 ms; level 9 takes 7x longer for 25 % less.
+            # One pass: the gzip stream computes its CRC while it compresses.
+            gz = zlib.compressobj(1, zlib.DEFLATED, _GZIP)
+            parts = [b"".join([*map(gz.compress, parts), gz.flush()])]
             headers.append(("Content-Encoding", "gzip"))
+        headers.append(("Content-Length", str(sum(map(len, parts)))))
         start_response("200 OK", headers)
-        return [body]
+        return parts
 
     return app
 

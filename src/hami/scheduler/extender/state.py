@@ -107,6 +107,7 @@ class ClusterState:
         self._full = True  # a pass over every node is due (start, leadership gained)
         self._released: set[str] = set()  # pods whose init-container usage was shrunk
         self._logged: set[str] = set()
+        self._requests: dict[int, tuple[Obj, bool]] = {}  # id(pod) -> (pod, requests HAMi resources)
         self.node_informer = Informer(api_client, ("", "v1", "nodes"), label_selector=node_label_selector)
         self.pod_informer = Informer(api_client, ("", "v1", "pods"))
         self.quota_informer = Informer(api_client, ("", "v1", "resourcequotas"))
@@ -139,13 +140,24 @@ class ClusterState:
         return self.node_informer.get(name)
 
     def pending_gpu_pods(self) -> list[Obj]:
-        """Pods requesting HAMi resources that are still Pending."""
+        """Pods requesting HAMi resources that are still Pending.
+
+        Whether a pod requests them is remembered per pod object (the informer stores a new object
+        on every change, and the entry holds the object, so its ``id`` stays its own): every scrape
+        asks, and decoding each Pending pod's containers again was most of a scrape's cost.
+        """
+        known, seen = self._requests, dict[int, tuple[Obj, bool]]()
         out = []
         for pod in self.pod_informer.list():
             if (pod.get("status") or {}).get("phase") != "Pending":
                 continue
-            if pod_request(pod, self.nvidia) is not None:
+            entry = known.get(id(pod))
+            if entry is None:
+                entry = (pod, pod_request(pod, self.nvidia) is not None)
+            seen[id(pod)] = entry
+            if entry[1]:
                 out.append(pod)
+        self._requests = seen  # only pods Pending now: it cannot outgrow the informer
         return out
 
     def drop_reservation(self, uid: str) -> None:
