@@ -159,11 +159,13 @@ class TextRenderer:
     def cached_series(self) -> int:
         return sum(len(v) for v in self._sets.values())
 
-    def render(self, families: Iterable[Family], openmetrics: bool = False) -> bytes:
+    def render(self, families: Iterable[Family], openmetrics: bool = False) -> list[bytes]:
+        """The body in pieces (``pieces``), to be sent or compressed one after the other."""
         with self._lock:
-            return self._render(families, openmetrics)
+            text = self._render(families, openmetrics)
+        return pieces(text)
 
-    def _render(self, families: Iterable[Family], openmetrics: bool) -> bytes:
+    def _render(self, families: Iterable[Family], openmetrics: bool) -> list[str]:
         previous, current = self._sets, dict[Labels, dict[Labels, str]]()
         headers: dict[tuple[str, Kind, str, bool], str] = {}
         out: list[str] = []
@@ -190,4 +192,23 @@ class TextRenderer:
                 out.append(f"{sample}{labels} {number(value)}\n")
             out.extend(f.text)
         self._sets, self._headers = current, headers
-        return "".join(out).encode("utf-8")
+        return out
+
+
+PIECE: Final = 1 << 16  # characters per piece of a rendered body
+
+
+def pieces(text: Sequence[str]) -> list[bytes]:
+    """``text`` joined and encoded in pieces of about ``PIECE`` characters. A body is megabytes: as
+    one buffer (twice: the str, then its bytes) it is fresh memory, page faults included, on every
+    scrape, which cost more than formatting the body."""
+    out: list[bytes] = []
+    start = size = 0
+    for i, chunk in enumerate(text):
+        size += len(chunk)
+        if size >= PIECE:
+            out.append("".join(text[start : i + 1]).encode("utf-8"))
+            start, size = i + 1, 0
+    if start < len(text):
+        out.append("".join(text[start:]).encode("utf-8"))
+    return out

@@ -282,8 +282,9 @@ class StateCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         return iter([to_metric(f) for f in self.families()])
 
-    def render(self, openmetrics: bool) -> bytes:
-        """The same families as ``collect()``, as text 0.0.4 or an OpenMetrics body (no ``# EOF``)."""
+    def render(self, openmetrics: bool) -> list[bytes]:
+        """The same families as ``collect()``, as text 0.0.4 or an OpenMetrics body (no ``# EOF``),
+        in pieces (``TextRenderer.render``)."""
         return self._renderer.render([*self._scheduler(), *self._allocations(rendered=True)], openmetrics)
 
     def _scheduler(self) -> tuple[Family, ...]:
