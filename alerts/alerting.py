@@ -24,7 +24,8 @@ class AlertingRules(RuleBase):
                 f"on device "
                 "{{ $labels.device_uuid }} (node {{ $labels.node }}).",
             ),
-            # The seed joined on `pod` alone; pod names repeat across namespaces.
+            # HAMi's rule (docs/guides/tuning.md §5.4) joined on `pod` alone; pod names repeat across
+            # namespaces.
             self.alert(
                 "HAMiGPUPodPending",
                 f'max by (namespace, pod) (kube_pod_status_phase{{{ksm}, phase="Pending"}}) == 1\n'

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from alerts.alerting import AlertingRules
+from alerts.capacity import CapacityRules
 from alerts.recording import RecordingRules
 from alerts.routing import alertmanager_config
 from hami.core import thresholds
@@ -29,7 +30,7 @@ def load_config(path: Path = thresholds.PATH) -> dict[str, Any]:
     return thresholds.load(path)
 
 
-class _Rules(RecordingRules, AlertingRules):
+class _Rules(RecordingRules, AlertingRules, CapacityRules):
     pass
 
 
@@ -40,6 +41,10 @@ def build(cfg: dict[str, Any]) -> dict[str, Any]:
             {"name": "hami-vgpu.rules", "rules": r.vgpu_rules()},
             {"name": "hami-device.rules", "rules": r.device_rules()},
             {"name": "hami-scheduler.rules", "rules": r.scheduler_rules()},
+            {"name": "hami-chargeback.rules", "rules": r.chargeback_rules()},
+            {"name": "hami-fragmentation.rules", "rules": r.fragmentation_rules()},
+            {"name": "hami-overcommit.rules", "rules": r.overcommit_rules()},
+            {"name": "hami-capacity.alerts", "rules": [*r.overcommit_alerts(), *r.reconciler_alerts()]},
             {"name": "hami-workload.alerts", "rules": r.workload_alerts()},
             {"name": "hami-device.alerts", "rules": r.device_alerts()},
             {"name": "hami-scheduler.alerts", "rules": r.scheduler_alerts()},

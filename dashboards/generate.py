@@ -14,6 +14,7 @@ from pathlib import Path
 
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
+from dashboards.capacity import capacity
 from dashboards.cluster import cluster_overview, container_workloads, node_and_device
 from dashboards.internals import device_plugin, scheduler
 from dashboards.panels import Board
@@ -27,6 +28,7 @@ BOARDS: tuple[Callable[[], Board], ...] = (
     scheduler,
     device_plugin,
     tuning,
+    capacity,
 )
 
 

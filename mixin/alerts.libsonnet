@@ -3,6 +3,37 @@
   prometheusAlerts+:: {
     groups+: [
       {
+        "name": "hami-capacity.alerts",
+        "rules": [
+          {
+            "alert": "HAMiGPUOvercommitExhaustionRisk",
+            "expr": "predict_linear(hami_host_gpu_memory_used_bytes{job=\"%(monitorJob)s\"}[%(trendWindow)s], %(overcommitExhaustionHorizonSeconds)s)\n  >= on (node, device_uuid) group_left () hami_host_gpu_memory_total_bytes{job=\"%(monitorJob)s\"}\nand on (node, device_uuid)\n(\n  node_device:hami_vgpu_memory_claimable_bytes:sum\n  > on (node, device_uuid)\n  node_device:hami_host_gpu_memory_headroom_bytes:total_minus_used\n)" % $._config,
+            "for": "%(overcommitExhaustionFor)s" % $._config,
+            "labels": {
+              "severity": "warning"
+            },
+            "annotations": {
+              "summary": "An over-committed GPU is heading to physical memory exhaustion.",
+              "description": "Device {{ $labels.device_uuid }} on node {{ $labels.node }} runs out of physical memory in about {{ with printf `(hami_host_gpu_memory_total_bytes{job=\"%(monitorJob)s\", node=%%q, device_uuid=%%q} - on (node, device_uuid) hami_host_gpu_memory_used_bytes{job=\"%(monitorJob)s\", node=%%q, device_uuid=%%q}) / on (node, device_uuid) deriv(hami_host_gpu_memory_used_bytes{job=\"%(monitorJob)s\", node=%%q, device_uuid=%%q}[%(trendWindow)s])` $labels.node $labels.device_uuid $labels.node $labels.device_uuid $labels.node $labels.device_uuid | query }}{{ . | first | value | humanizeDuration }}{{ end }} at the last %(trendWindow)s's growth, and its vGPUs may still claim more than is left. Pods on it: {{ range $i, $s := printf `sum by (namespace, pod) (hami_vgpu_memory_limit_bytes{job=\"%(monitorJob)s\", node=%%q, device_uuid=%%q})` $labels.node $labels.device_uuid | query | sortByLabel \"pod\" }}{{ if $i }}, {{ end }}{{ $s.Labels.namespace }}/{{ $s.Labels.pod }}{{ end }}." % $._config,
+              "runbook_url": $._config.runbookURLPattern % "HAMiGPUOvercommitExhaustionRisk"
+            }
+          },
+          {
+            "alert": "HAMiAllocationInconsistent",
+            "expr": "max by (node, kind) (hami_inconsistency{job=\"%(monitorJob)s\"}) > 0" % $._config,
+            "for": "%(allocationInconsistentFor)s" % $._config,
+            "labels": {
+              "severity": "warning"
+            },
+            "annotations": {
+              "summary": "The scheduler's allocations, HAMi-core's regions and NVML disagree on a node.",
+              "description": "Node {{ $labels.node }} has {{ $value }} finding(s) of kind {{ $labels.kind }}: what the scheduler allocated, what HAMi-core measures and what runs on the GPUs no longer match there. The runbook says what each kind means and how to fix it.",
+              "runbook_url": $._config.runbookURLPattern % "HAMiAllocationInconsistent"
+            }
+          }
+        ]
+      },
+      {
         "name": "hami-workload.alerts",
         "rules": [
           {

@@ -136,6 +136,117 @@
             "expr": "histogram_quantile(0.99, sum by (job, le) (rate(hami_scheduler_node_lock_wait_seconds_bucket{job=\"%(schedulerJob)s\"}[%(rateWindow)s])))" % $._config
           }
         ]
+      },
+      {
+        "name": "hami-chargeback.rules",
+        "rules": [
+          {
+            "record": "node_device:hami_gpu_memory_schedulable_bytes:max",
+            "expr": "max by (node, device_uuid, device_type) (hami_gpu_memory_limit_bytes{job=\"%(schedulerJob)s\"})" % $._config
+          },
+          {
+            "record": "namespace_pod:hami_gpu_memory_reserved_bytes:sum",
+            "expr": "sum by (namespace, pod, device_type) (\n  max by (namespace, pod, container_index, node, device_uuid) (hami_vgpu_memory_allocated_bytes{job=\"%(schedulerJob)s\"})\n  * on (node, device_uuid) group_left (device_type) (0 * node_device:hami_gpu_memory_schedulable_bytes:max + 1)\n)" % $._config
+          },
+          {
+            "record": "namespace:hami_gpu_memory_reserved_bytes:sum",
+            "expr": "sum by (namespace) (namespace_pod:hami_gpu_memory_reserved_bytes:sum)"
+          },
+          {
+            "record": "node_device:hami_gpu_memory_unreserved_bytes:sum",
+            "expr": "node_device:hami_gpu_memory_schedulable_bytes:max\n  - on (node, device_uuid) group_left ()\n  sum by (node, device_uuid) (max by (namespace, pod, container_index, node, device_uuid) (hami_vgpu_memory_allocated_bytes{job=\"%(schedulerJob)s\"}))\nor\n  node_device:hami_gpu_memory_schedulable_bytes:max" % $._config
+          },
+          {
+            "record": "node_device:hami_gpu_core_schedulable_percent:max",
+            "expr": "max by (node, device_uuid, device_type) (hami_gpu_core_limit_ratio{job=\"%(schedulerJob)s\"})" % $._config
+          },
+          {
+            "record": "namespace_pod:hami_gpu_core_reserved_percent:sum",
+            "expr": "sum by (namespace, pod, device_type) (\n  max by (namespace, pod, container_index, node, device_uuid) (hami_vgpu_core_allocated_ratio{job=\"%(schedulerJob)s\"})\n  * on (node, device_uuid) group_left (device_type) (0 * node_device:hami_gpu_core_schedulable_percent:max + 1)\n)" % $._config
+          },
+          {
+            "record": "namespace:hami_gpu_core_reserved_percent:sum",
+            "expr": "sum by (namespace) (namespace_pod:hami_gpu_core_reserved_percent:sum)"
+          },
+          {
+            "record": "node_device:hami_gpu_core_unreserved_percent:sum",
+            "expr": "node_device:hami_gpu_core_schedulable_percent:max\n  - on (node, device_uuid) group_left ()\n  sum by (node, device_uuid) (max by (namespace, pod, container_index, node, device_uuid) (hami_vgpu_core_allocated_ratio{job=\"%(schedulerJob)s\"}))\nor\n  node_device:hami_gpu_core_schedulable_percent:max" % $._config
+          },
+          {
+            "record": "node_device:hami_gpu_memory_physical_bytes:max",
+            "expr": "max by (node, device_uuid, device_type) (hami_host_gpu_memory_total_bytes{job=\"%(monitorJob)s\"})" % $._config
+          },
+          {
+            "record": "namespace_pod:hami_gpu_memory_used_bytes:sum",
+            "expr": "sum by (namespace, pod, device_type) (\n  max by (namespace, pod, container, vdevice_index, node, device_uuid) (hami_vgpu_memory_used_bytes{job=\"%(monitorJob)s\"})\n  * on (node, device_uuid) group_left (device_type) (0 * node_device:hami_gpu_memory_physical_bytes:max + 1)\n)" % $._config
+          },
+          {
+            "record": "namespace:hami_gpu_memory_used_bytes:sum",
+            "expr": "sum by (namespace) (namespace_pod:hami_gpu_memory_used_bytes:sum)"
+          },
+          {
+            "record": "node_device:hami_gpu_memory_unused_bytes:sum",
+            "expr": "node_device:hami_gpu_memory_physical_bytes:max\n  - on (node, device_uuid) group_left ()\n  sum by (node, device_uuid) (max by (namespace, pod, container, vdevice_index, node, device_uuid) (hami_vgpu_memory_used_bytes{job=\"%(monitorJob)s\"}))\nor\n  node_device:hami_gpu_memory_physical_bytes:max" % $._config
+          },
+          {
+            "record": "node_device:hami_gpu_core_physical_percent:max",
+            "expr": "max by (node, device_uuid, device_type) (0 * hami_host_gpu_memory_total_bytes{job=\"%(monitorJob)s\"} + 100)" % $._config
+          },
+          {
+            "record": "namespace_pod:hami_gpu_core_used_percent:sum",
+            "expr": "sum by (namespace, pod, device_type) (\n  max by (namespace, pod, container, vdevice_index, node, device_uuid) (hami_vgpu_core_used_percent{job=\"%(monitorJob)s\"})\n  * on (node, device_uuid) group_left (device_type) (0 * node_device:hami_gpu_core_physical_percent:max + 1)\n)" % $._config
+          },
+          {
+            "record": "namespace:hami_gpu_core_used_percent:sum",
+            "expr": "sum by (namespace) (namespace_pod:hami_gpu_core_used_percent:sum)"
+          },
+          {
+            "record": "node_device:hami_gpu_core_unused_percent:sum",
+            "expr": "node_device:hami_gpu_core_physical_percent:max\n  - on (node, device_uuid) group_left ()\n  sum by (node, device_uuid) (max by (namespace, pod, container, vdevice_index, node, device_uuid) (hami_vgpu_core_used_percent{job=\"%(monitorJob)s\"}))\nor\n  node_device:hami_gpu_core_physical_percent:max" % $._config
+          }
+        ]
+      },
+      {
+        "name": "hami-fragmentation.rules",
+        "rules": [
+          {
+            "record": "cluster:hami_vgpu_memory_request_bytes:p50_%(requestsWindow)s" % $._config,
+            "expr": "quantile(0.5, max_over_time(hami_vgpu_memory_allocated_bytes{job=\"%(schedulerJob)s\"}[%(requestsWindow)s]))" % $._config
+          },
+          {
+            "record": "cluster:hami_vgpu_core_request_percent:p50_%(requestsWindow)s" % $._config,
+            "expr": "quantile(0.5, max_over_time(hami_vgpu_core_allocated_ratio{job=\"%(schedulerJob)s\"}[%(requestsWindow)s]))" % $._config
+          },
+          {
+            "record": "node_device:hami_gpu_memory_usable_bytes:p50_%(requestsWindow)s" % $._config,
+            "expr": "node_device:hami_gpu_memory_unreserved_bytes:sum >= on () group_left () cluster:hami_vgpu_memory_request_bytes:p50_%(requestsWindow)s\nand on (node, device_uuid)\nnode_device:hami_gpu_core_unreserved_percent:sum >= on () group_left () cluster:hami_vgpu_core_request_percent:p50_%(requestsWindow)s\nand on (node, device_uuid)\n(\n  max by (node, device_uuid) (hami_gpu_split_count{job=\"%(schedulerJob)s\"})\n  - max by (node, device_uuid) (hami_gpu_shared_count{job=\"%(schedulerJob)s\"})\n) >= 1" % $._config
+          },
+          {
+            "record": "gpu_model:hami_fragmentation:ratio",
+            "expr": "1 - (\n  sum by (device_type) (node_device:hami_gpu_memory_usable_bytes:p50_%(requestsWindow)s)\n  or sum by (device_type) (node_device:hami_gpu_memory_unreserved_bytes:sum) * 0\n)\n/ (sum by (device_type) (node_device:hami_gpu_memory_unreserved_bytes:sum) > 0)\nand on () cluster:hami_vgpu_memory_request_bytes:p50_%(requestsWindow)s" % $._config
+          },
+          {
+            "record": "node:hami_fragmentation:ratio",
+            "expr": "1 - (\n  sum by (node) (node_device:hami_gpu_memory_usable_bytes:p50_%(requestsWindow)s)\n  or sum by (node) (node_device:hami_gpu_memory_unreserved_bytes:sum) * 0\n)\n/ (sum by (node) (node_device:hami_gpu_memory_unreserved_bytes:sum) > 0)\nand on () cluster:hami_vgpu_memory_request_bytes:p50_%(requestsWindow)s" % $._config
+          }
+        ]
+      },
+      {
+        "name": "hami-overcommit.rules",
+        "rules": [
+          {
+            "record": "node_device:hami_host_gpu_memory_headroom_bytes:total_minus_used",
+            "expr": "hami_host_gpu_memory_total_bytes{job=\"%(monitorJob)s\"}\n  - on (node, device_uuid) group_left ()\n  hami_host_gpu_memory_used_bytes{job=\"%(monitorJob)s\"}" % $._config
+          },
+          {
+            "record": "node_device:hami_vgpu_memory_claimable_bytes:sum",
+            "expr": "sum by (node, device_uuid) (\n  clamp_min((hami_vgpu_memory_limit_bytes{job=\"%(monitorJob)s\"} > 0) - hami_vgpu_memory_used_bytes{job=\"%(monitorJob)s\"}, 0)\n)" % $._config
+          },
+          {
+            "record": "node_device:hami_host_gpu_memory_exhaustion_seconds:deriv%(trendWindow)s" % $._config,
+            "expr": "node_device:hami_host_gpu_memory_headroom_bytes:total_minus_used\n  / on (node, device_uuid) group_left ()\n  (deriv(hami_host_gpu_memory_used_bytes{job=\"%(monitorJob)s\"}[%(trendWindow)s]) > 0)" % $._config
+          }
+        ]
       }
     ],
   },

@@ -183,7 +183,7 @@ def test_cpu_profile_shows_running_threads_only(server: Server, go_env: dict[str
 
 
 def test_pprof_list_shows_python_source(server: Server, go_env: dict[str, str]) -> None:
-    # The seed's `list FUNC`: pprof reads the source file named in the profile.
+    # The `list FUNC` of docs/guides/profiling.md §2.1: pprof reads the source file named in the profile.
     out = pprof(go_env, "-list", "busy_hami_worker", f"{server.url}/debug/pprof/profile?seconds=1")
     assert "ROUTINE ======================== tests.core.test_profiling.Busy.busy_hami_worker" in out
     assert "total += i * i" in out

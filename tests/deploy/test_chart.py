@@ -13,9 +13,12 @@ import yaml
 
 from hami.core import names
 from hami.deviceplugin.config import PluginConfig, apply_device_yaml, apply_node_json
+from hami.deviceplugin.health import parse_health_checks
+from hami.exporter.feedback import MIG_APPLY_LOCK
 from hami.scheduler.engine.device_config import load_nvidia_config
 from hami.scheduler.extender import main as scheduler_main
 from hami.testing import chart
+from hami.testing.manifests import Container
 
 DEVELOPMENT = chart.EXAMPLES / "development.yaml"
 PRODUCTION = chart.EXAMPLES / "production.yaml"
@@ -225,6 +228,64 @@ def test_other_release_and_namespace() -> None:
     assert chart.validate(objects) == []
 
 
+def _node_agents(objects: list[Obj]) -> tuple[Container, Container]:
+    """The device plugin's and the monitor's containers, with their pods."""
+    out = []
+    for workload, name in (
+        (names.DEVICE_PLUGIN_DAEMONSET, names.DEVICE_PLUGIN_CONTAINER),
+        (names.MONITOR_DAEMONSET, names.MONITOR_CONTAINER),
+    ):
+        daemonset = chart.find(objects, "DaemonSet", workload)
+        (spec,) = [c for c in daemonset["spec"]["template"]["spec"]["containers"] if c["name"] == name]
+        out.append(Container(daemonset, spec))
+    return out[0], out[1]
+
+
+def _read_only(c: Container, mount_path: str) -> bool:
+    (mount,) = [v for v in c.spec["volumeMounts"] if v["mountPath"] == mount_path]
+    return bool(mount.get("readOnly", False))
+
+
+def test_node_agents_see_what_the_node_agent_features_need() -> None:
+    """GPU not limited: the monitor in the host's PID namespace reads /proc/<pid>/cgroup there, with no
+    hostPath /proc. MIG: the plugin's apply lock is the file the monitor watches, on the host. Health:
+    HAMi's Xid checks only. CDI: nothing mounted for it under the default envvar strategy."""
+    plugin, monitor = _node_agents(chart.render())
+    assert monitor.pod["hostPID"] is True and "hostPID" not in plugin.pod
+    assert monitor.args().proc_root == "/proc" and monitor.host_path_at("/proc") is None
+    args = plugin.args()
+    lock_dir = str(Path(MIG_APPLY_LOCK).parent)
+    assert str(Path(args.mig_apply_lock).parent) == lock_dir
+    assert plugin.host_path_at(lock_dir) == monitor.host_path_at(lock_dir) == lock_dir
+    assert _read_only(monitor, lock_dir) and not _read_only(plugin, lock_dir)
+    assert parse_health_checks(args.health_checks) == frozenset()
+    assert [str(s) for s in args.device_list_strategy] == ["envvar"]
+    assert plugin.host_path_at(args.cdi_spec_dir) is None
+
+
+@pytest.mark.parametrize("strategy", ["cdi-cri", "envvar,cdi-annotations"])
+def test_a_cdi_strategy_mounts_the_hosts_cdi_spec_directory(strategy: str) -> None:
+    escaped = strategy.replace(",", "\\,")  # --set splits on a bare comma
+    objects = chart.render(sets=[f"devicePlugin.deviceListStrategy={escaped}"])
+    plugin, _ = _node_agents(objects)
+    args = plugin.args()
+    assert ",".join(str(s) for s in args.device_list_strategy) == strategy
+    # the runtime reads the spec on the host, at the path the plugin writes it inside
+    assert plugin.host_path_at(args.cdi_spec_dir) == args.cdi_spec_dir == "/var/run/cdi"
+    assert not _read_only(plugin, "/var/run/cdi")
+    assert chart.validate(objects) == []
+
+
+def test_health_checks_and_host_pid_values() -> None:
+    objects = chart.render(
+        sets=["devicePlugin.healthChecks=ecc\\,retired-pages", "devicePlugin.monitor.hostPID=false"]
+    )
+    plugin, monitor = _node_agents(objects)
+    assert parse_health_checks(plugin.args().health_checks) == {"ecc", "retired-pages"}
+    assert "hostPID" not in monitor.pod
+    assert chart.validate(objects) == []
+
+
 @pytest.mark.parametrize(
     ("values", "message"),
     [
@@ -249,6 +310,8 @@ def test_other_release_and_namespace() -> None:
         ({"scheduler": {"leaderElect": "yes"}}, "at '/scheduler/leaderElect': got string, want boolean"),
         ({"scheduler": {"nodeLockExpire": "5 minutes"}}, "at '/scheduler/nodeLockExpire'"),
         ({"devicePlugin": {"deviceSplitcount": 20}}, "additional properties 'deviceSplitcount' not allowed"),
+        ({"devicePlugin": {"deviceListStrategy": "cdi"}}, "at '/devicePlugin/deviceListStrategy'"),
+        ({"devicePlugin": {"healthChecks": "xid"}}, "at '/devicePlugin/healthChecks'"),
     ],
 )
 def test_bad_values_get_the_schemas_message(values: Obj, message: str) -> None:

@@ -1,4 +1,7 @@
-"""hami_mig_device_info from the hami.io/vgpu-mig-allocations annotation (spec §B.4)."""
+"""hami_mig_device_info from the hami.io/vgpu-mig-allocations annotation (§B.4).
+
+Section signs (§) refer to docs/design/node-agent.md.
+"""
 
 from __future__ import annotations
 

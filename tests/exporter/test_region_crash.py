@@ -1,4 +1,7 @@
-"""Every crash class of spec §A: each bad region, slot or device is skipped with a reason."""
+"""Every crash class of §A: each bad region, slot or device is skipped with a reason.
+
+Section signs (§) refer to docs/design/node-agent.md.
+"""
 
 import os
 import struct
@@ -68,7 +71,7 @@ def test_wrong_size(size: int, reason: str) -> None:
 
 
 def test_size_window_picks_v0_even_with_major_field() -> None:
-    """A v0 file's offset 4 is sm_init_flag: v0 is chosen by size first (spec §A.8)."""
+    """A v0 file's offset 4 is sm_init_flag: v0 is chosen by size first (§A.8)."""
     writer, buf = region("v0")
     writer.set_field("sm_init_flag", 1)
     assert snap(buf).version == "v0"

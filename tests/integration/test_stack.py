@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import shlex
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any, TypeVar
 import pytest
 import requests
 
+from hami.doctor.findings import EXIT_BROKEN, EXIT_OK, EXIT_WARNING
 from hami.doctor.main import main as doctor_main
 from hami.testing import cluster, dashqueries, demo, promconfig
 from hami.testing.prometheus import PROMETHEUS, PROMTOOL
@@ -48,6 +50,7 @@ T = TypeVar("T")
 COMPONENTS = tuple(c for c in (MONITOR, SCHEDULER, DEVICE_PLUGIN) if installed(c))
 WAIT_S = 120.0  # every bounded wait: generous for a loaded 2-core machine
 LAST_GPU = cluster.gpu_uuid(0, 3)
+HOT_GPU = cluster.gpu_uuid(0, 2)
 
 def poll(check: Callable[[], T | None], what: str, timeout: float = WAIT_S) -> T:
     return wait_until(check, timeout, what, interval=0.5)
@@ -188,6 +191,19 @@ SCENARIOS = [
     ("pending pod", (), "HAMiGPUPodPending", {"namespace": "scenarios", "pod": cluster.PENDING}),
     ("pending pod", (SCHEDULER,), "HAMiSchedulerPendingPods", {"reason": "CardInsufficientMemory"}),
     ("idle vGPU", (MONITOR,), "HAMiVGPUIdle", {"namespace": "notebooks", "pod": cluster.IDLE.name}),
+    (
+        "GPU not limited",
+        (MONITOR,),
+        "HAMiVGPUNotLimited",
+        {"namespace": "scenarios", "pod": cluster.UNLIMITED.name, "reason": "control_disabled"},
+    ),
+    (
+        "failed row remap",
+        (MONITOR,),
+        "HAMiGPUEccErrors",
+        {"device_uuid": LAST_GPU, "problem": "a failed row remap"},
+    ),
+    ("thermal slowdown", (MONITOR,), "HAMiGPUTemperatureHigh", {"device_uuid": HOT_GPU}),
 ]
 
 
@@ -270,6 +286,18 @@ def test_every_url_the_banner_prints_answers(stack: Stack) -> None:
     assert f"pod scenarios/{cluster.PENDING}" in text
 
 
+def test_every_doctor_command_the_banner_prints_reads_the_demo(stack: Stack) -> None:
+    """Run in-process with the printed arguments: a report each (0-2), never a usage or cluster error."""
+    need(SCHEDULER)
+    doctor = demo.tool("hami-doctor")
+    lines = [line for line in demo.commands(stack) if line.startswith(doctor + " ")]
+    assert len(lines) == 4, lines
+    for line in lines:
+        argv = shlex.split(line.removeprefix(doctor + " "))
+        code = doctor_main([*argv, "--json"], stdout=io.StringIO())
+        assert code in (EXIT_OK, EXIT_WARNING, EXIT_BROKEN), line
+
+
 def test_notifications_reach_the_file_the_banner_names(stack: Stack) -> None:
     poll(
         lambda: "HAMiGPUXidErrors" in stack.notifications.read_text(encoding="utf-8")
@@ -292,8 +320,11 @@ def test_no_node_alert_fires_for_a_node_the_scheduler_calls_schedulable(stack: S
 
 
 def _doctor(stack: Stack, *args: str) -> tuple[int, dict[str, Any]]:
+    """``hami-doctor`` run on sim-node: a pod's GPU-limit walk reads the node's files there."""
     out = io.StringIO()
     argv = [*args, "--kubeconfig", str(stack.kubeconfig), "--scheduler-url", stack.url(SCHEDULER), "--json"]
+    if args[0] == "pod":
+        argv += ["--hook-path", str(stack.hook_path)]
     code = doctor_main(argv, stdout=out)
     return code, json.loads(out.getvalue())
 
@@ -323,6 +354,15 @@ def test_the_doctor_agrees_with_the_scheduler_and_the_alerts(stack: Stack) -> No
     assert summary.startswith("CardInsufficientMemory: requests 160 GiB per card; the largest free")
     code, running = _doctor(stack, "pod", "ml-train/bert-train-0")
     assert code == 0 and running["sections"][0]["findings"][-1]["code"] == "pod.bind-phase.success"
+    assert running["sections"][1]["findings"][-1]["code"] == "gpulimit.region.present"
+
+
+def test_the_doctor_names_why_the_unlimited_container_is_not_limited(stack: Stack) -> None:
+    need(MONITOR, SCHEDULER)
+    poll(_alert_fires(stack, "HAMiVGPUNotLimited", {"pod": cluster.UNLIMITED.name}), "HAMiVGPUNotLimited")
+    code, report = _doctor(stack, "pod", f"{cluster.UNLIMITED.namespace}/{cluster.UNLIMITED.name}")
+    assert code == 1
+    assert [f["code"] for f in report["sections"][1]["findings"]] == ["gpulimit.control-disabled"]
 
 
 def test_alertmanager_inhibits_the_over_limit_containers_other_alerts(stack: Stack) -> None:

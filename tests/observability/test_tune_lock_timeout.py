@@ -1,9 +1,13 @@
 """nodeLockExpire's current value comes from hami_scheduler_node_lock_timeout_seconds when the extender
-exports it, and from --node-lock-expire otherwise (said in the evidence)."""
+exports it, and from --node-lock-expire otherwise (said in the evidence).
+
+Section signs (§) refer to docs/guides/tuning.md.
+"""
 
 from __future__ import annotations
 
-from hami.tune.collect import Sample, Settings, recommend_all
+from hami.core.promapi import Sample
+from hami.tune.collect import Settings, recommend_all
 from hami.tune.recommend import Recommendation
 
 SCH = 'job="hami-scheduler"'

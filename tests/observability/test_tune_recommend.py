@@ -1,4 +1,7 @@
-"""Every row and branch of the tuning guide's tables, through the pure recommendation functions."""
+"""Every row and branch of the tuning guide's tables, through the pure recommendation functions.
+
+Section signs (§) refer to docs/guides/tuning.md.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +10,10 @@ import re
 
 import pytest
 
+from hami.core.promapi import PrometheusError, parse_result
 from hami.tune import compare, components, cores, values
 from hami.tune import recommend as r
 from hami.tune.main import build_parser
-from hami.tune.promapi import PrometheusError, parse_result
 
 GIB = 1024**3
 

@@ -1,4 +1,7 @@
-"""Allocate against the cluster: pending-pod lookup, annotation pop/erase, bind phase, node lock (§C.7)."""
+"""Allocate against the cluster: pending-pod lookup, annotation pop/erase, bind phase, node lock (§C.7).
+
+Section signs (§) refer to docs/design/node-agent.md.
+"""
 
 from __future__ import annotations
 

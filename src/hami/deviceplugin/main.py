@@ -1,4 +1,7 @@
-"""``hami-device-plugin``: HAMi's NVIDIA device plugin (spec §C) with its own metrics on :9396."""
+"""``hami-device-plugin``: HAMi's NVIDIA device plugin (§C) with its own metrics on :9396.
+
+Section signs (§) refer to docs/design/node-agent.md.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """The device plugin's own metrics (metrics contract, "Device plugin (:9396)").
 
-HAMi's plugin exports none (spec §C.10); these are new names and follow Prometheus conventions.
+HAMi's plugin exports none (§C.10); these are new names and follow Prometheus conventions.
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ class PluginMetrics:
         )
         self.allocate_errors = Counter(
             "hami_deviceplugin_allocate_errors_total",
-            "Allocate calls that failed, by reason (seed 001 §4.4 failure table).",
+            "Allocate calls that failed, by reason (docs/guides/device-plugin-debugging.md §4.4 failure "
+            "table).",
             ["node", "reason"],
             registry=registry,
         )

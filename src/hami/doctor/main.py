@@ -5,13 +5,15 @@
   hami-doctor nodes [--selector S]  registration, devices, handshake and lock of every node
   hami-doctor node NAME             the same for one node
   hami-doctor logs [FILE|DIR|-]     known scheduler/device-plugin log lines, counted (DIR: each file)
+  hami-doctor idle --prometheus-url URL
+                                    pods holding vGPU memory with no kernel run: a reclaim table
 
 Reads only (GET/LIST). --fix applies the guides' remedies the report offers (clear a stale,
 dangling or malformed node lock; drop a handshake the scheduler will not refresh) after asking;
 --yes skips the question.
 
 Exit status: 0 healthy, 1 warning, 2 broken, 3 usage error (bad arguments, unknown pod or node,
-unreadable log), 4 the cluster could not be reached or read.
+unreadable log), 4 the cluster (or, for idle, Prometheus) could not be reached or read.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import IO, Any, NoReturn
 
 from prometheus_client import CollectorRegistry
 
+from hami.core import thresholds
 from hami.core.codec import CodecError
 from hami.core.codec.nodelock import format_rfc3339, parse_rfc3339
 from hami.core.duration import duration_flag
@@ -33,7 +36,8 @@ from hami.core.kube import errors
 from hami.core.kube.client import KubeConfigError, new_api_client
 from hami.core.kube.options import add_kube_flags, from_args
 from hami.core.objects import annotations_of, name_of
-from hami.doctor import fetch, fix, gpulimit, logscan, nodecheck, podtree, render
+from hami.core.promapi import PrometheusClient, PrometheusError
+from hami.doctor import fetch, fix, gpulimit, idle, logscan, nodecheck, podtree, render, truth
 from hami.doctor.findings import EXIT_CLUSTER, EXIT_USAGE, Section, exit_code
 from hami.doctor.settings import DEFAULT_SCHEDULER_NAME, Settings
 
@@ -143,10 +147,32 @@ def build_parser() -> argparse.ArgumentParser:
     nodes.add_argument("--selector", default="", help="label selector for the nodes")
     node = sub.add_parser("node", parents=[common, cluster], help="check one node's HAMi annotations")
     node.add_argument("target", metavar="NAME")
+    for p_ in (nodes, node):
+        p_.add_argument(
+            "--prometheus-url",
+            default=None,
+            help="also show the vGPU monitor's reconciler findings (hami_inconsistency) from this Prometheus",
+        )
+        p_.add_argument("--monitor-job", default="hami-monitor", help="the monitor's scrape job")
     logs = sub.add_parser("logs", parents=[common], help="explain scheduler/device-plugin log lines")
     logs.add_argument(
         "file", nargs="?", default="-", metavar="FILE|DIR|-", help="a log file, a directory of them, or stdin"
     )
+    idle_p = sub.add_parser("idle", parents=[common], help="pods holding vGPU memory without running kernels")
+    idle_p.add_argument(
+        "--prometheus-url", required=True, help="base URL of the Prometheus scraping the monitor"
+    )
+    idle_p.add_argument(
+        "--monitor-job", default="hami-monitor", help="the monitor's scrape job (default %(default)s)"
+    )
+    idle_p.add_argument(
+        "--idle-for",
+        type=_duration,
+        default=timedelta(seconds=thresholds.load()["thresholds"]["idle_seconds"]),
+        help="no kernel for this long is idle (default: HAMiVGPUIdle's threshold, idle_seconds in the "
+        "thresholds file)",
+    )
+    idle_p.add_argument("--timeout", type=float, default=30.0, help="HTTP timeout per query, seconds")
     return p
 
 
@@ -193,12 +219,23 @@ def _cluster_sections(args: argparse.Namespace, api: Any, now: datetime) -> list
         items = fetch.list_nodes(api, args.selector)
     owners = fetch.lock_owners(api, items)
     plugin_pods = fetch.device_plugin_pods(api)
+    found = _truth(args, now) if args.prometheus_url else {}
     sections = []
     for n in sorted(items, key=name_of):
         value = annotations_of(n).get("hami.io/mutex.lock", "")
         key = "/".join(value.split(",")[1:]) if value.count(",") == 2 else ""
-        sections.append(nodecheck.check_node(n, owners.get(key) if key else None, s, now, plugin_pods))
+        section = nodecheck.check_node(n, owners.get(key) if key else None, s, now, plugin_pods)
+        section.findings.extend(truth.findings(found.get(name_of(n), {})))
+        sections.append(section)
     return sections
+
+
+def _truth(args: argparse.Namespace, now: datetime) -> dict[str, dict[str, int]]:
+    client = PrometheusClient(args.prometheus_url, timeout=30.0, at=now.timestamp())
+    try:
+        return truth.read(client.query, args.monitor_job)
+    finally:
+        client.close()
 
 
 def main(argv: list[str] | None = None, stdin: IO[str] | None = None, stdout: IO[str] | None = None) -> int:
@@ -211,6 +248,9 @@ def main(argv: list[str] | None = None, stdin: IO[str] | None = None, stdout: IO
         if args.command == "logs":
             sections = _logs(args.file, stdin)
             api = None
+        elif args.command == "idle":
+            sections = [_idle(args, now)]
+            api = None
         else:
             api = _api(args)
             sections = _cluster_sections(args, api, now)
@@ -219,6 +259,9 @@ def main(argv: list[str] | None = None, stdin: IO[str] | None = None, stdout: IO
         return EXIT_USAGE
     except (KubeConfigError, errors.ApiError) as exc:
         print(f"hami-doctor: cannot read the cluster: {exc}", file=sys.stderr)
+        return EXIT_CLUSTER
+    except PrometheusError as exc:
+        print(f"hami-doctor: {exc}", file=sys.stderr)
         return EXIT_CLUSTER
     applied = None
     if api is not None and args.fix:
@@ -244,6 +287,17 @@ def _fix(api: Any, sections: list[Section], yes: bool, stdin: IO[str]) -> list[s
     if not yes and not fix.confirm(todo, ask):
         return ["nothing changed (not confirmed)"]
     return fix.apply(api, todo)
+
+
+def _idle(args: argparse.Namespace, now: datetime) -> Section:
+    if args.idle_for <= timedelta(0):
+        raise UsageError(f"--idle-for must be positive, got {args.idle_for}")
+    client = PrometheusClient(args.prometheus_url, timeout=args.timeout, at=now.timestamp())
+    try:
+        pods = idle.find_idle(client.query, args.monitor_job, args.idle_for)
+    finally:
+        client.close()
+    return idle.idle_section(pods, args.monitor_job, args.idle_for, now)
 
 
 def _logs(path: str, stdin: IO[str]) -> list[Section]:

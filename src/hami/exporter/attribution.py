@@ -1,10 +1,12 @@
-"""Joining regions to pods (spec §B.3) and zero series for allocated-but-idle containers (HAMi #281).
+"""Joining regions to pods (§B.3) and zero series for allocated-but-idle containers (HAMi #281).
 
 Pods are the API's JSON dicts from the node-scoped informer. A region belongs to the container
 whose pod UID and name match its dir; a container holding devices in ``hami.io/vgpu-devices-allocated``
 but without a region yet (no CUDA call so far) gets 0-valued usage with its allocated limits. A
 container whose region exists but cannot be read gets no series at all: zeros would claim an idle
 container that may be using its whole card (the skip metrics report it instead).
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ class ContainerView:
 
 @dataclass(frozen=True)
 class MigView:
-    """The runtime MIG identity of one container device (``hami_mig_device_info``, spec §B.4)."""
+    """The runtime MIG identity of one container device (``hami_mig_device_info``, §B.4)."""
 
     namespace: str
     pod: str
@@ -78,7 +80,7 @@ class PodLabels:
     labels: tuple[tuple[str, str], ...]  # (prometheus label name, value), sorted
 
 
-def _names(pod: Mapping[str, Any], key: str) -> list[str]:
+def container_names(pod: Mapping[str, Any], key: str) -> list[str]:
     spec = pod.get("spec") or {}
     return [str(c.get("name", "")) for c in spec.get(key) or [] if isinstance(c, Mapping)]
 
@@ -91,9 +93,9 @@ def allocated_devices(
     if not text:
         return {}
     per_container = decode(text)
-    offset = len(_names(pod, "initContainers"))  # the annotation lists init containers first
+    offset = len(container_names(pod, "initContainers"))  # the annotation lists init containers first
     out: dict[str, tuple[DeviceUsage, ...]] = {}
-    for j, name in enumerate(_names(pod, "containers")):
+    for j, name in enumerate(container_names(pod, "containers")):
         if offset + j >= len(per_container) or not per_container[offset + j]:
             continue
         out[name] = tuple(
@@ -126,7 +128,7 @@ def attribute(
     views: list[ContainerView] = []
     for pod in pods:
         uid, ns, name = uid_of(pod), namespace_of(pod), name_of(pod)
-        names = _names(pod, "containers")
+        names = container_names(pod, "containers")
         # the annotation is decoded only for a pod with a container that has no region yet
         idle = any((uid, ctr) not in regions and (uid, ctr) not in unreadable for ctr in names)
         finished = (pod.get("status") or {}).get("phase") in _FINISHED
@@ -166,7 +168,7 @@ def mig_devices(
         except ValueError as err:
             on_error(pod, f"failed to decode {POD_MIG_ALLOCATIONS}: {err}")
             continue
-        names = _names(pod, "initContainers") + _names(pod, "containers")
+        names = container_names(pod, "initContainers") + container_names(pod, "containers")
         for a in allocations:
             if not a.mig_uuid or a.gpu_instance_id is None or a.compute_instance_id is None:
                 continue  # placed by the scheduler, not yet created by the device plugin

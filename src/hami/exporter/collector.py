@@ -33,6 +33,7 @@ from hami.exporter.cgroups import owner_of
 from hami.exporter.discovery import ContainerLister
 from hami.exporter.families import Counters, HostDevice, NodeView
 from hami.exporter.host import NVML_CALLS
+from hami.exporter.reconcile import KINDS, counts, reconcile
 from hami.exporter.region import reasons
 from hami.exporter.region.parse import RegionRejected, RegionSnapshot
 
@@ -192,6 +193,9 @@ class MonitorCollector(Collector):
             hosts=hosts,
             unlimited=tuple(unlimited),
             containers=tuple(containers),
+            inconsistencies=counts(
+                reconcile(pods, read.found, read.unreadable, decode=self._decode, hosts=hosts)
+            ),
             pod_labels=tuple(pod_labels(pods, self._allowlist)),
             migs=tuple(mig_devices(pods, self._decode_mig, self._pod_error)),
             regions=read.states,
@@ -212,6 +216,7 @@ class MonitorCollector(Collector):
             *families.mig_families(view, self._legacy),
             *families.pod_label_families(view),
             *families.self_families(view, counters, reasons.ALL, NVML_CALLS),
+            *families.inconsistency_families(view, KINDS),
         ]
 
     @staticmethod

@@ -1,7 +1,9 @@
-"""Flags and environment of the vGPU monitor (spec §B.1), parsed without side effects.
+"""Flags and environment of the vGPU monitor (§B.1), parsed without side effects.
 
 ``HAMI_RESYNC_INTERVAL`` is a Go duration as in HAMi; an invalid one keeps 5m with a warning. Unlike
 HAMi, a negative one is invalid too (no resync interval is negative).
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations

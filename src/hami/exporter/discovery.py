@@ -1,7 +1,9 @@
-"""Discovery of per-container cache dirs under ``$HOOK_PATH/containers`` and their GC (spec §A.7–§A.8).
+"""Discovery of per-container cache dirs under ``$HOOK_PATH/containers`` and their GC (§A.7–§A.8).
 
 One directory per container, named ``<podUID>_<containerName>``, holding the region file
 (``<uuid>.cache``), the ``libvgpu.so`` bind target and possibly stale or unrelated files.
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations

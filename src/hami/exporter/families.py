@@ -1,9 +1,11 @@
 """The monitor's metric families, built fresh on every scrape from a ``NodeView`` (pure).
 
-Names HAMi v2.10 exports keep HAMi's name, type, help and value semantics (spec §B.2), including
+Names HAMi v2.10 exports keep HAMi's name, type, help and value semantics (§B.2), including
 its 0-100 scale on ``*_utilization_ratio``; they gain the contract's ``node`` join label. Every
 family carries HAMi's ``zone="vGPU"``. ``device_type`` is the registered type string
 (``NVIDIA-`` prefixed only when the model lacks it), never double-prefixed.
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ class HostDevice:
     xid_errors: int = 0
     healthy: bool = True
     migs: tuple[MigIdentity, ...] = ()
+    process_memory: int | None = None  # Σ of NVML's compute processes; None: unread or not available
     pids: tuple[int, ...] = ()  # host PIDs of the compute processes NVML lists on the GPU
 
 
@@ -71,6 +74,7 @@ class NodeView:
     migs: tuple[MigView, ...] = ()
     regions: Mapping[str, int] = field(default_factory=dict)  # state -> count
     skipped: Mapping[str, int] = field(default_factory=dict)  # reason -> regions affected now
+    inconsistencies: Mapping[str, int] = field(default_factory=dict)  # kind -> count (exporter.reconcile)
     unlimited: tuple[UnlimitedView, ...] = ()
 
 
@@ -362,6 +366,20 @@ def self_families(
     return [regions, skips, skipped, nvml]
 
 
+def inconsistency_families(view: NodeView, kinds: Iterable[str]) -> list[Family]:
+    """What the truth reconciler found at this scrape; every kind is exported, at 0 when clean."""
+    family = _g(
+        "hami_inconsistency",
+        "Disagreements between the scheduler's allocations, HAMi-core's regions and NVML's processes on "
+        "this node, by kind (allocation_without_region, region_without_pod, region_unreadable, "
+        "memory_outside_hami)",
+        ("kind", "node", "zone"),
+    )
+    for kind in kinds:
+        family.add((kind, view.node, ZONE), view.inconsistencies.get(kind, 0))
+    return [family]
+
+
 POD_LABELS_BASE = ("namespace", "pod", "node")
 
 
@@ -393,4 +411,5 @@ def describe(legacy: bool, pod_labels: bool) -> list[Family]:
         *([linfo] if legacy else []),
         *([_pod_labels_family()] if pod_labels else []),
         *self_families(empty, Counters({}, {}), ()),
+        *inconsistency_families(empty, ()),
     ]

@@ -1,7 +1,9 @@
-"""The priority / utilisation-switch feedback loop (spec §A.9, HAMi v2.10 ``feedback.go``).
+"""The priority / utilisation-switch feedback loop (§A.9, HAMi v2.10 ``feedback.go``).
 
 ``observe`` is the pure decision step over a snapshot of every loaded region; ``FeedbackLoop``
 applies its writes to the mapped files on a 5 s ticker, after rescanning the container dirs.
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations
@@ -152,7 +154,7 @@ def feedback_tick(lister: ContainerLister) -> list[FeedbackWrite]:
 class FeedbackLoop:
     """Every ``TICK_S``: rescan the container dirs (``update``), then run the feedback step.
 
-    While the MIG apply lock file exists the loop is paused (spec §A.9 step 3): no rescan and no
+    While the MIG apply lock file exists the loop is paused (§A.9 step 3): no rescan and no
     write into any region, since the device plugin is repartitioning the GPUs. HAMi watches the
     lock with fsnotify; checking it on each tick gives the same guarantee, as nothing is written
     between ticks.

@@ -3,7 +3,9 @@
 A failing call drops only its own series and is counted by NVML function name; a device whose
 handle or UUID cannot be had is skipped for that scrape. Critical Xid events are counted by a
 watcher thread and mark the GPU unhealthy (application Xids are ignored, as HAMi's health check
-does, spec §C.9).
+does, §C.9).
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations
@@ -97,7 +99,7 @@ class HostReader:
         util = self._try(errors, dev.utilization_rates)
         power = self._try(errors, dev.power_usage)
         migs = self._try(errors, dev.mig_devices) or []
-        procs = self._try(errors, dev.compute_running_processes) or []
+        procs = self._try(errors, dev.compute_running_processes)
         with self._lock:
             xids, healthy = self._xids[uuid], uuid not in self._unhealthy
         return HostDevice(
@@ -122,7 +124,11 @@ class HostReader:
                 MigIdentity(m.uuid, mig_profile(m.name), m.gpu_instance_id, m.compute_instance_id)
                 for m in migs
             ),
-            pids=tuple(p.pid for p in procs if p.pid > 0),
+            pids=tuple(p.pid for p in procs or [] if p.pid > 0),
+            # One process whose memory NVML cannot report makes the sum unknown, not smaller.
+            process_memory=None
+            if procs is None or any(p.used_memory is None for p in procs)
+            else sum(p.used_memory or 0 for p in procs),
         )
 
     def start_xid_watch(self) -> None:

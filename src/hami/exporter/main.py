@@ -1,7 +1,9 @@
-"""``hami-monitor``: the vGPU monitor daemon (spec §B.1).
+"""``hami-monitor``: the vGPU monitor daemon (§B.1).
 
 Wiring only: the container lister and feedback loop, the pod informer (this node's pods), NVML
 (opened once), the collector, and ``/metrics`` through ``hami.core.serve``.
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations

@@ -10,6 +10,11 @@
   HAMi-core regions on the simulated node.
 - ``scenarios/overlimit``: a pod whose container will use more than its vGPU memory limit.
 - ``notebooks/jupyter-idle``: a container whose last kernel ran two hours ago (an idle vGPU).
+- ``scenarios/unlimited``: a container given a vGPU that sets ``CUDA_DISABLE_CONTROL=true``, so
+  HAMi-core never loads: its GPU process runs unlimited (the simulated node lists it in NVML).
+- sim-node's GPUs (``fake_nvml_spec`` with scenarios): the last one, besides the XIDs, has a failed
+  row remap; the one before runs hot, 3 degrees under its slowdown temperature, its clocks held back
+  by a software thermal slowdown.
 - ``locked-node``: a GPU node left locked by a bind that crashed 10 minutes ago, no device plugin;
   ``scenarios/pinned-to-locked-node`` asks for its GPU, so the scheduler breaks the expired lock,
   binds, and then holds the new lock until it expires (no kubelet there ever allocates).
@@ -20,6 +25,7 @@ Objects are built by pure functions; ``seed`` writes them to an API server over 
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -32,6 +38,7 @@ from hami.core.codec.node_devices import encode_node_devices
 from hami.core.codec.nodelock import NodeLock, format_node_lock
 from hami.core.codec.pod_devices import encode_pod_devices
 from hami.core.devices import ContainerDevice, DeviceInfo
+from hami.core.hamicore import DISABLE_CONTROL_ENV
 from hami.testing.builders import dev, limits, node, pod
 
 NODE = "sim-node"
@@ -71,6 +78,7 @@ POD_SPECS: tuple[GpuPod, ...] = (
 )
 OVERLIMIT = GpuPod("scenarios", "overlimit", 2, 1024, 20, (("app", "overlimit"),))
 IDLE = GpuPod("notebooks", "jupyter-idle", 1, 2048, 10, (("app", "jupyter"),))  # no kernel for hours
+UNLIMITED = GpuPod("scenarios", "unlimited", 1, 2048, 10, (("app", "unlimited"),))  # no HAMi-core
 PENDING = "pending-gpu"
 PINNED = "pinned-to-locked-node"
 
@@ -81,26 +89,30 @@ def devices(node_index: int, gpus: int) -> list[DeviceInfo]:
 
 
 XID_FALLEN_OFF_BUS = 79  # the critical Xid the scenarios raise on the last GPU
+SLOWDOWN_C = 90  # the fake's default slowdown temperature
+SW_THERMAL_SLOWDOWN = 0x20  # nvmlClocksEventReasonSwThermalSlowdown
 
 
-def fake_nvml_spec(gpus: int) -> dict[str, Any]:
-    """The FakeNvml description of sim-node's GPUs (same UUIDs as its register annotation)."""
-    return {
-        "driver_version": "550.54.15",
-        "cuda_driver_version": 12040,
-        "devices": [
-            {
-                "uuid": gpu_uuid(0, i),
-                "name": GPU_TYPE,
-                "memory_mib": GPU_MEM_MIB,
-                "numa": 0,
-                "compute_capability": [8, 0],
-                "temperature": 40 + i,
-                "power_mw": 60000 + 1000 * i,
-            }
-            for i in range(gpus)
-        ],
-    }
+def fake_nvml_spec(gpus: int, scenarios: bool = False) -> dict[str, Any]:
+    """The FakeNvml description of sim-node's GPUs (same UUIDs as its register annotation); with
+    ``scenarios``, the hardware faults of the module docstring (A100s remap rows: no retired pages)."""
+    devices: list[dict[str, Any]] = [
+        {
+            "uuid": gpu_uuid(0, i),
+            "name": GPU_TYPE,
+            "memory_mib": GPU_MEM_MIB,
+            "numa": 0,
+            "compute_capability": [8, 0],
+            "temperature": 40 + i,
+            "power_mw": 60000 + 1000 * i,
+        }
+        for i in range(gpus)
+    ]
+    if scenarios and gpus >= 2:
+        devices[-1]["remapped_rows"] = {"uncorrectable": 3, "failure": True}
+        devices[-2]["temperature"] = SLOWDOWN_C - 3
+        devices[-2]["clock_event_reasons"] = SW_THERMAL_SLOWDOWN
+    return {"driver_version": "550.54.15", "cuda_driver_version": 12040, "devices": devices}
 
 
 def gpu_node(
@@ -130,6 +142,11 @@ def _container(mem_mib: int, cores: int) -> dict[str, Any]:
     }
 
 
+def container_id(namespace: str, pod_name: str, container: str) -> str:
+    """The runtime's 64-hex ID of a container (stable, so the simulated node can name its cgroup)."""
+    return hashlib.sha256(f"{namespace}/{pod_name}/{container}".encode()).hexdigest()
+
+
 def gpu_pod(p: GpuPod) -> dict[str, Any]:
     """A Running pod the scheduler placed on sim-node and the device plugin allocated."""
     alloc = encode_pod_devices([[ContainerDevice(gpu_uuid(0, p.gpu), ann.VENDOR_NVIDIA, p.mem_mib, p.cores)]])
@@ -148,6 +165,25 @@ def gpu_pod(p: GpuPod) -> dict[str, Any]:
         scheduler=SCHEDULER_NAME,
         phase="Running",
     )
+
+
+def unlimited_pod() -> dict[str, Any]:
+    """``UNLIMITED`` with ``CUDA_DISABLE_CONTROL=true`` and the container status that names its
+    container ID (what the monitor matches a GPU process's cgroup against)."""
+    p = gpu_pod(UNLIMITED)
+    p["spec"]["containers"][0]["env"] = [{"name": DISABLE_CONTROL_ENV, "value": "true"}]
+    name = p["spec"]["containers"][0]["name"]
+    p["status"]["containerStatuses"] = [
+        {
+            "name": name,
+            "containerID": f"containerd://{container_id(UNLIMITED.namespace, UNLIMITED.name, name)}",
+            "image": p["spec"]["containers"][0]["image"],
+            "ready": True,
+            "restartCount": 0,
+            "state": {"running": {}},
+        }
+    ]
+    return p
 
 
 def pinned_pod() -> dict[str, Any]:
@@ -186,7 +222,7 @@ def objects(gpus: int, now: datetime, scenarios: bool) -> list[dict[str, Any]]:
         out.append(locked)
     out += [gpu_pod(p) for p in POD_SPECS if p.gpu < gpus]
     if scenarios:
-        out += [gpu_pod(OVERLIMIT), gpu_pod(IDLE), pending_pod(), pinned_pod()]
+        out += [gpu_pod(OVERLIMIT), gpu_pod(IDLE), unlimited_pod(), pending_pod(), pinned_pod()]
     return out
 
 

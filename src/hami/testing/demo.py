@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="Prometheus scrape/evaluation interval, a Prometheus duration (default %(default)s)",
     )
     p.add_argument("--no-scenarios", action="store_true",
-                   help="no stale node, pending pod, over-limit container or XIDs")  # fmt: skip
+                   help="no stale node, pending pod, over-limit container, GPU faults or XIDs")  # fmt: skip
     p.add_argument("--helm", action="store_true", help="print the helm lines for a real cluster and exit")
     p.add_argument(
         "--skip",
@@ -94,18 +94,17 @@ def tool(name: str) -> str:
 
 def commands(stack: Stack) -> list[str]:
     """The exact hami-doctor and hami-tune command lines for this demo cluster."""
-    doctor = f"{tool('hami-doctor')} --kubeconfig {stack.kubeconfig}"
-    out = []
-    if SCHEDULER in stack.running:
-        url = f" --scheduler-url {stack.url(SCHEDULER)}"
-        out += [
-            f"{tool('hami-doctor')} pod scenarios/{cluster.PENDING} --kubeconfig {stack.kubeconfig}{url}",
-            f"{doctor} nodes{url}",
-        ]
-    else:
-        out.append(f"{tool('hami-doctor')} pod scenarios/{cluster.PENDING} --kubeconfig {stack.kubeconfig}")
+    kube = f" --kubeconfig {stack.kubeconfig}"
+    url = f" --scheduler-url {stack.url(SCHEDULER)}" if SCHEDULER in stack.running else ""
+    doctor = tool("hami-doctor")
+    # a running pod's GPU-limit walk reads the node's files: this machine is sim-node
+    unlimited = f"{cluster.UNLIMITED.namespace}/{cluster.UNLIMITED.name}"
+    out = [f"{doctor} pod scenarios/{cluster.PENDING}{kube}{url}"]
+    if url:
+        out.append(f"{doctor} nodes{kube}{url}")
     out += [
-        f"{tool('hami-doctor')} logs {stack.procs.log_dir}",
+        f"{doctor} pod {unlimited}{kube}{url} --hook-path {stack.hook_path}",
+        f"{doctor} logs {stack.procs.log_dir}",
         # the demo's history is minutes long: a window the tuner accepts for it, and it says so
         f"{tool('hami-tune')} --prometheus-url {stack.url('prometheus')} --window 10m",
     ]
@@ -142,11 +141,18 @@ def banner(stack: Stack, skipped: list[str]) -> str:
         f"  pod scenarios/{cluster.PENDING}: stays Pending",
         f"  pod scenarios/{cluster.OVERLIMIT.name}: uses more than its vGPU memory limit",
         f"  pod notebooks/{cluster.IDLE.name}: no kernel for two hours (idle vGPU)",
+        f"  pod {cluster.UNLIMITED.namespace}/{cluster.UNLIMITED.name}: CUDA_DISABLE_CONTROL=true, its GPU"
+        " process runs without HAMi-core (not limited)",
         f"  GPU {cluster.gpu_uuid(0, stack.opts.gpus - 1)}: XID 79 every {stack.opts.xid_every:.0f}s"
         " (monitor and device plugin)",
-        "",
     ]
-    lines += ["The Helm chart is installed in the emulator, so the guides' commands work here:"]
+    if stack.opts.gpus >= 2:  # the faults of cluster.fake_nvml_spec
+        lines += [
+            f"  GPU {cluster.gpu_uuid(0, stack.opts.gpus - 1)}: a failed row remap (drain and reset it)",
+            f"  GPU {cluster.gpu_uuid(0, stack.opts.gpus - 2)}: {cluster.SLOWDOWN_C - 3} °C, clocks held back"
+            " by a thermal slowdown",
+        ]
+    lines += ["", "The Helm chart is installed in the emulator, so the guides' commands work here:"]
     lines += kubectl_lines(stack)
     lines += ["", "On a real cluster:", *helm_lines(), ""]
     lines += [f"Logs: {stack.procs.log_dir}", ""]

@@ -3,7 +3,7 @@
 The layouts are declared as ctypes structures that mirror HAMi-core's C structs (MML.h), so the
 offsets come from the C ABI rules, independently of the reader's offset tables. Writes follow
 HAMi-core's order: the magic is stored last on creation, and in v1.2 every ``used[]`` update is
-bracketed by the slot seqlock (odd while writing, spec §A.6).
+bracketed by the slot seqlock (odd while writing, docs/design/node-agent.md §A.6).
 """
 
 from __future__ import annotations

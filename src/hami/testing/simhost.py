@@ -4,27 +4,37 @@ the real vGPU monitor serving it, and the scenarios the alerts are proven with.
 - GPUs: a FakeNvml with ``hami.testing.cluster``'s UUIDs (the ones the node's register annotation and
   the device plugin's fake NVML use).
 - Containers: one HAMi-core region per container of every pod the API server binds to this node with
-  ``hami.io/vgpu-devices-allocated``; pods that come and go in the API come and go here.
+  ``hami.io/vgpu-devices-allocated``; pods that come and go in the API come and go here. A container
+  that sets ``CUDA_DISABLE_CONTROL=true`` gets no region (HAMi-core never loads in it): its GPU
+  process is listed by NVML and placed in its pod's cgroup under ``--proc-root``, the host /proc the
+  monitor reads.
+- HAMi-core's files: the ``--hook-path`` directory (the monitor's HOOK_PATH, ``<device plugin
+  HOOK_PATH>/vgpu`` on a node) holds libvgpu.so and the ld.so.preload naming it, so ``hami-doctor pod
+  --hook-path`` walks the node's files here as on a node.
 - Scenarios: the ``scenarios/overlimit`` container uses 1.5 times its vGPU memory limit; the
-  ``notebooks/jupyter-idle`` container's last kernel ran two hours ago;
-  ``--xid-every`` injects a critical XID (79, fallen off the bus) into the last GPU.
+  ``notebooks/jupyter-idle`` container's last kernel ran two hours ago; ``--scenarios`` gives the GPUs
+  the hardware faults of ``cluster.fake_nvml_spec``; ``--xid-every`` injects a critical XID (79,
+  fallen off the bus) into the last GPU.
 
-``python -m hami.testing.simhost --kubeconfig FILE --hook-path DIR --bind :9394``
+``python -m hami.testing.simhost --kubeconfig FILE --hook-path DIR --proc-root DIR --bind :9394``
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from hami.core import annotations as ann
 from hami.core import klog
 from hami.core.codec.errors import CodecError
 from hami.core.codec.pod_devices import decode_pod_devices
+from hami.core.hamicore import control_disabled
 from hami.core.kube.client import new_api_client
 from hami.core.kube.informer import Informer
 from hami.core.kube.options import KubeOptions
@@ -39,6 +49,31 @@ log = klog.get_logger("hami.testing.simhost")
 XID_FALLEN_OFF_BUS = cluster.XID_FALLEN_OFF_BUS
 OVERLIMIT_FACTOR = 1.5
 IDLE_FOR_S = 7200
+UNLIMITED_USE = 6 * 1024 * MIB  # what a container without HAMi-core takes: 3x the demo pod's limit
+LIBRARY = b"HAMi-core stand-in: the simulated node never runs it\n"
+
+
+@dataclass(frozen=True)
+class UnlimitedProcess:
+    """The GPU process of a container that runs without HAMi-core."""
+
+    gpu: int
+    pid: int
+    cgroup: str  # its /proc/<pid>/cgroup line (cgroup v2, systemd driver, containerd)
+
+
+def cgroup_line(pod_uid: str, container_id: str) -> str:
+    slice_ = f"kubepods-besteffort-pod{pod_uid.replace('-', '_')}.slice"
+    return f"0::/kubepods.slice/kubepods-besteffort.slice/{slice_}/cri-containerd-{container_id}.scope\n"
+
+
+def install_hami_core(vgpu_dir: str) -> None:
+    """What the device plugin leaves on a node: libvgpu.so and the ld.so.preload that loads it."""
+    os.makedirs(vgpu_dir, exist_ok=True)
+    with open(os.path.join(vgpu_dir, "libvgpu.so"), "wb") as f:
+        f.write(LIBRARY)
+    with open(os.path.join(vgpu_dir, "ld.so.preload"), "w", encoding="utf-8") as f:
+        f.write(os.path.join(vgpu_dir, "libvgpu.so") + "\n")
 
 
 def containers_of(pod: Mapping[str, Any], uuids: list[str]) -> list[SimContainer]:
@@ -66,21 +101,53 @@ def containers_of(pod: Mapping[str, Any], uuids: list[str]) -> list[SimContainer
     return out
 
 
+def _container_ids(pod: Mapping[str, Any]) -> dict[str, str]:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return {str(s.get("name", "")): str(s.get("containerID", "")).rpartition("://")[2] for s in statuses}
+
+
 class PodDrivenNode(SimNode):
     """A SimNode whose containers follow ``pods()`` at every step, with an over-limit scenario."""
 
-    def __init__(self, hook_path: str, gpus: int, pods: Callable[[], list[dict[str, Any]]]) -> None:
+    def __init__(
+        self,
+        hook_path: str,
+        gpus: int,
+        pods: Callable[[], list[dict[str, Any]]],
+        proc_root: str,
+        scenarios: bool = False,
+    ) -> None:
         super().__init__(hook_path, gpus, containers=0)
         self.uuids = [cluster.gpu_uuid(0, i) for i in range(gpus)]
-        self.nvml = FakeNvml(cluster.fake_nvml_spec(gpus))
+        self.nvml = FakeNvml(cluster.fake_nvml_spec(gpus, scenarios))
         self._pods = pods
+        self._proc_root = proc_root
         self.overlimit: set[str] = set()  # pod uids of the over-limit scenario
         self.idle: set[str] = set()  # pod uids of the idle-vGPU scenario
+        self.unlimited: dict[tuple[str, str], UnlimitedProcess] = {}  # by (pod uid, container)
+        install_hami_core(hook_path)
+
+    def _unlimited(self, pod: Mapping[str, Any], c: SimContainer) -> UnlimitedProcess | None:
+        """The process of ``c`` when its container runs without HAMi-core and the runtime named it."""
+        specs = {str(s.get("name", "")): s for s in (pod.get("spec") or {}).get("containers") or []}
+        cid = _container_ids(pod).get(c.name, "")
+        if not control_disabled(specs.get(c.name, {})) or not cid:
+            return None
+        known = self.unlimited.get((c.pod_uid, c.name))
+        if known is not None:
+            return known
+        self._next_pid += 1
+        return UnlimitedProcess(c.gpu, self._next_pid + 10000, cgroup_line(c.pod_uid, cid))
 
     def _sync(self) -> None:
         wanted: dict[tuple[str, str], SimContainer] = {}
+        unlimited: dict[tuple[str, str], UnlimitedProcess] = {}
         for pod in self._pods():
             for c in containers_of(pod, self.uuids):
+                process = self._unlimited(pod, c)
+                if process is not None:
+                    unlimited[(c.pod_uid, c.name)] = process
+                    continue
                 wanted[(c.pod_uid, c.name)] = c
                 if pod["metadata"]["name"] == cluster.OVERLIMIT.name:
                     self.overlimit.add(c.pod_uid)
@@ -95,11 +162,27 @@ class PodDrivenNode(SimNode):
                 elif c.writer is not None:
                     c.writer.close()
             self.containers = kept + list(wanted.values())
+            for process in unlimited.values():
+                self._write_cgroup(process)
+            self.unlimited = unlimited
+
+    def _write_cgroup(self, process: UnlimitedProcess) -> None:
+        path = os.path.join(self._proc_root, str(process.pid), "cgroup")
+        if not os.path.exists(path):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(process.cgroup)
 
     def step(self) -> None:
         self._sync()
         super().step()
         with self._lock:
+            for g in range(len(self.uuids)):
+                pids = [u.pid for u in self.unlimited.values() if u.gpu == g]
+                self.nvml.set_processes(g, [(pid, UNLIMITED_USE) for pid in pids])
+                if pids:
+                    used = self.nvml.device(g).memory_info().used + UNLIMITED_USE * len(pids)
+                    self.nvml.update(g, memory_used=min(used, cluster.GPU_MEM_MIB * MIB))
             for c in self.containers:
                 if c.pod_uid in self.idle and c.writer is not None:
                     c.writer.set_field("last_kernel_time", int(self._clock()) - IDLE_FOR_S)
@@ -114,7 +197,9 @@ class PodDrivenNode(SimNode):
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m hami.testing.simhost", description=__doc__)
     p.add_argument("--kubeconfig", required=True)
-    p.add_argument("--hook-path", required=True)
+    p.add_argument("--hook-path", required=True, help="the monitor's HOOK_PATH (HAMi-core's directory)")
+    p.add_argument("--proc-root", required=True, help="the host /proc stand-in the GPU processes live in")
+    p.add_argument("--scenarios", action="store_true", help="the GPUs' hardware faults")
     p.add_argument("--bind", default=":9394")
     p.add_argument("--gpus", type=int, default=4)
     p.add_argument("--interval", type=float, default=1.0, help="seconds between simulation steps")
@@ -129,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
             "app",
             "--kubeconfig",
             args.kubeconfig,
+            "--proc-root",
+            args.proc_root,
         ],
         {"HOOK_PATH": args.hook_path, "NODE_NAME": cluster.NODE},
     )
@@ -139,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         print("simhost: the pod informer did not sync in 60s", file=sys.stderr)
         informer.stop()
         return 1
-    node = PodDrivenNode(args.hook_path, args.gpus, informer.list)
+    node = PodDrivenNode(args.hook_path, args.gpus, informer.list, args.proc_root, args.scenarios)
     node.start(args.interval)
 
     def uids() -> set[str] | None:

@@ -72,7 +72,7 @@ class StackOptions:
     scrape_interval: str = "15s"
     evaluation_interval: str = "15s"
     gpus: int = 4
-    scenarios: bool = True  # stale node, pending pod, over-limit container, XIDs
+    scenarios: bool = True  # stale node, pending pod, over-limit container, GPU faults, XIDs
     xid_every: float = 60.0
     churn_every: float = 30.0  # a batch pod created (and scheduled through the extender) this often
     schedule_every: float = 2.0
@@ -92,6 +92,10 @@ class Stack:
         self.kubeconfig = self.work / "kubeconfig"
         self.notifications = self.work / "notifications.log"
         self.pod_logs = self.work / "pod-logs"  # what `kubectl logs` reads (the emulator's --log-dir)
+        # sim-node's filesystem: the device plugin's HOOK_PATH (HAMi-core in <it>/vgpu, the monitor's
+        # HOOK_PATH, as the chart mounts them) and the host /proc the monitor maps GPU processes with
+        self.hook_path = self.work / "hook"
+        self.proc_root = self.work / "proc"
         self.chart = install.Installed()
 
     # ---- addresses ----
@@ -251,13 +255,14 @@ class Stack:
     def _start_monitor(self) -> None:
         args = [
             "--kubeconfig", str(self.kubeconfig),
-            "--hook-path", str(self.work / "hook"),
+            "--hook-path", str(self.hook_path / "vgpu"),
+            "--proc-root", str(self.proc_root),
             "--bind", self.addr(MONITOR),
             "--gpus", str(self.opts.gpus),
             "--interval", str(self.opts.sim_interval),
         ]  # fmt: skip
         if self.opts.scenarios:
-            args += ["--xid-every", str(self.opts.xid_every)]
+            args += ["--scenarios", "--xid-every", str(self.opts.xid_every)]
         self.procs.python("simnode-monitor", "hami.testing.simhost", args)
         self._wait(self.url(MONITOR) + "/metrics", "the simulated node's monitor")
 
@@ -298,7 +303,7 @@ class Stack:
         monitor's fake (the plugin's fake lives in the plugin's process)."""
         path = self.work / "fake-nvml.yaml"
         if not path.exists():
-            spec = cluster.fake_nvml_spec(self.opts.gpus)
+            spec = cluster.fake_nvml_spec(self.opts.gpus, self.opts.scenarios)
             if self.opts.xid_every > 0:
                 spec["events"] = [
                     {
@@ -328,7 +333,7 @@ class Stack:
             "--nvml", "fake",
             "--fake-nvml-spec", str(self.fake_nvml_spec_path()),
             "--device-plugin-path", str(plugin_dir),
-            "--hook-path", str(self.work / "hook"),
+            "--hook-path", str(self.hook_path),
             "--vgpu-lock-dir", str(self.work / "vgpulock"),
             "--mig-apply-lock", str(self.work / "mig-apply.lock"),
             "--node-config-file", str(node_config),

@@ -2,27 +2,20 @@
 
 Queries use raw series (not the recording rules), so the advisor works on any Prometheus that scrapes the
 components. Each query names the series it needs; an empty answer is traced back to the missing series.
+
+Section signs (§) refer to docs/guides/tuning.md.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from hami.core import names
 from hami.core.duration import parse_prometheus_duration
+from hami.core.promapi import QueryFn, Sample
 from hami.tune import components, cores, recommend, tables
 from hami.tune.recommend import Evidence, Recommendation
-
-
-@dataclass(frozen=True)
-class Sample:
-    labels: dict[str, str]
-    value: float
-
-
-QueryFn = Callable[[str], list[Sample]]
 
 
 @dataclass(frozen=True)
@@ -249,7 +242,10 @@ def _by_container(samples: list[Sample]) -> dict[str, float]:
 
 def _cores(s: _Session, cfg: Settings) -> list[Recommendation]:
     mon, w = f'job="{cfg.monitor_job}"', cfg.window
-    policy_start = f"{tables.CORE_POLICY[cfg.environment]} (the {cfg.environment} template, tuning.md §6.2)"
+    policy_start = (
+        f"{tables.CORE_POLICY[cfg.environment]} (the {cfg.environment} template, "
+        "docs/guides/tuning.md §6.2)"
+    )
     series = f"hami_vgpu_core_used_percent{{{mon}}}"
     if short := _too_short(s, cores.POLICY, series, w, policy_start):
         return [short, replace(short, parameter=cores.GPUCORES, start=None)]

@@ -2,7 +2,9 @@
 
 Reads only the header and the live slots ``[0, proc_num)``, with ``struct.unpack_from`` straight
 on the buffer, so a scrape touches a few pages per container instead of copying 2 MB. Values
-protected by the v1.2 seqlock are accepted only from a stable, even sequence (spec §A.6).
+protected by the v1.2 seqlock are accepted only from a stable, even sequence (§A.6).
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations

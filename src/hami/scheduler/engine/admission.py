@@ -8,6 +8,8 @@ exclusive-core defaulting, the pod's ``runtimeClassName``, and ``NVIDIA_VISIBLE_
 containers without HAMi resources when ``overwriteEnv`` is on. Then privileged containers are denied,
 the scheduler name is set and the quota is pre-checked. Env entries are appended like HAMi does (a
 user's entry of the same name stays; the last definition wins in the container).
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations

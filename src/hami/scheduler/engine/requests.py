@@ -4,6 +4,8 @@ Pods are the API's JSON as plain dicts. Every resource lookup is "limits first, 
 and a quantity counts only when it is an exact int64, as in HAMi ``GenerateResourceRequests``.
 ``pod_request`` decodes a pod once into the ``PodRequest`` that the filter, the ranking and the
 pod patch share, and is where "this pod asks for no HAMi device" is decided.
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations

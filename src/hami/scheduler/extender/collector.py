@@ -14,6 +14,8 @@ scrapes, redone only when that node's ``NodeState`` or usage, or that pod's rese
 a warm scrape copies text instead of formatting every line (the cache holds about one body's worth
 of text). tests/scheduler/test_collector_exposition.py checks it byte for byte against
 prometheus_client as reservations come and go.
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""``hami-scheduler`` (also ``python -m hami.scheduler``): the scheduler extender daemon, flags of §7.2."""
+"""``hami-scheduler`` (also ``python -m hami.scheduler``): the scheduler extender daemon, flags of §7.2.
+
+Section signs (§) refer to docs/design/scheduler.md.
+"""
 
 from __future__ import annotations
 

@@ -7,6 +7,8 @@ Keys are Go field names (``Pod``, ``NodeNames``, ``FailedNodes``, ``Error``), re
 case-insensitively like Go's decoder. A missing, oversized (> 1 MiB) or undecodable body is
 answered 400 with a message (HAMi truncates and answers 200 with ``Error``; kube-scheduler treats
 either as an extender error). Errors from scheduling are HTTP 200 with ``Error``.
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ annotations the API server copies onto the pod together with ``spec.nodeName``. 
 write per pod, and the device plugin never sees a pod with half of its annotations. The cost: a
 bind needs the replica that filtered the pod (kube-scheduler's sidecar extender is that one), and
 a bind after a restart or a leadership change fails, so kube-scheduler filters the pod again.
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,22 @@
-"""The HTTP edge: instant queries against the Prometheus HTTP API (`/api/v1/query`)."""
+"""Instant queries against the Prometheus HTTP API (`/api/v1/query`), for hami-tune and hami-doctor."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import requests
 
-from hami.tune.collect import Sample
+
+@dataclass(frozen=True)
+class Sample:
+    labels: dict[str, str]
+    value: float
+
+
+# What the pure code that reads Prometheus takes: a PromQL expression in, an instant vector out.
+QueryFn = Callable[[str], list[Sample]]
 
 
 class PrometheusError(RuntimeError):

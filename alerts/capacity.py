@@ -1,0 +1,225 @@
+"""Capacity rules: chargeback of shared cards to tenants under two policies, over-commit headroom and
+fragmentation.
+
+Fragmentation. A card's free slice (schedulable memory and cores nobody reserved, and a free split slot)
+is usable when it can host the median request of the last 24 hours; the ratio is the share of free
+memory that is not usable: 0 = every free slice can take a typical request, 1 = none can. The rule is
+named `gpu_model:hami_fragmentation:ratio` (level:metric:operation), not `..._fragmentation_ratio`.
+
+Over-commit. With deviceMemoryScaling > 1 the vGPU limits on a card add up to more than the card. Per
+card: the physical headroom (total - used), what its vGPUs may still claim (Σ limit - used), and the
+time to physical exhaustion at the trend of the last hour (deriv, the slope predict_linear extrapolates).
+
+Chargeback. Every card's capacity is split, at every evaluation, into what its tenants (pods) hold and
+what nobody holds (idle), so Σ tenants + idle = capacity at each timestamp and therefore over any window
+(sum_over_time is linear). Two policies:
+
+* reserved: what the scheduler allocated (hami_vgpu_*_allocated_*), against the card's schedulable
+  capacity as the scheduler registered it (hami_gpu_*_limit_*, which includes deviceMemoryScaling);
+* used: what HAMi-core measured (hami_vgpu_*_used_*), against the physical card (NVML's total memory,
+  100 % of the SMs). Under this policy idle also holds memory used by processes outside HAMi.
+
+A tenant series on a card that reports no capacity is left out of both sides, so the identity holds
+even while a scheduler or monitor target is missing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from alerts.rulebase import RuleBase
+
+# Identity of one card in both the scheduler's and the monitor's series.
+CARD = "node, device_uuid"
+
+
+class CapacityRules(RuleBase):
+    def _split(
+        self,
+        resource: str,
+        unit: str,
+        policy: str,
+        *,
+        tenants: str,
+        keys: str,
+        capacity: str,
+        cap: str,
+        idle: str,
+    ) -> list[dict[str, Any]]:
+        """Capacity per card, tenants per pod and namespace, and the idle remainder per card."""
+        cap_rec = f"node_device:hami_gpu_{resource}_{cap}_{unit}:max"
+        pod = f"namespace_pod:hami_gpu_{resource}_{policy}_{unit}:sum"
+        # One series per tenant container and card; `* on (card) group_left (device_type) (0 * cap + 1)`
+        # keeps only cards with a capacity and carries the GPU model, which prices a card-hour.
+        per_card = f"max by ({keys}) ({tenants})"
+        return [
+            self.record(cap_rec, f"max by ({CARD}, device_type) ({capacity})"),
+            self.record(
+                pod,
+                f"sum by (namespace, pod, device_type) (\n  {per_card}\n"
+                f"  * on ({CARD}) group_left (device_type) (0 * {cap_rec} + 1)\n)",
+            ),
+            self.record(f"namespace:hami_gpu_{resource}_{policy}_{unit}:sum", f"sum by (namespace) ({pod})"),
+            self.record(
+                f"node_device:hami_gpu_{resource}_{idle}_{unit}:sum",
+                f"{cap_rec}\n  - on ({CARD}) group_left ()\n  sum by ({CARD}) ({per_card})\nor\n  {cap_rec}",
+            ),
+        ]
+
+    def chargeback_rules(self) -> list[dict[str, Any]]:
+        sch, mon = self.sch, self.mon
+        alloc = f"namespace, pod, container_index, {CARD}"
+        used = f"namespace, pod, container, vdevice_index, {CARD}"
+        physical = f"hami_host_gpu_memory_total_bytes{{{mon}}}"
+        return [
+            *self._split(
+                "memory",
+                "bytes",
+                "reserved",
+                tenants=f"hami_vgpu_memory_allocated_bytes{{{sch}}}",
+                keys=alloc,
+                capacity=f"hami_gpu_memory_limit_bytes{{{sch}}}",
+                cap="schedulable",
+                idle="unreserved",
+            ),
+            *self._split(
+                "core",
+                "percent",
+                "reserved",
+                tenants=f"hami_vgpu_core_allocated_ratio{{{sch}}}",
+                keys=alloc,
+                capacity=f"hami_gpu_core_limit_ratio{{{sch}}}",
+                cap="schedulable",
+                idle="unreserved",
+            ),
+            *self._split(
+                "memory",
+                "bytes",
+                "used",
+                tenants=f"hami_vgpu_memory_used_bytes{{{mon}}}",
+                keys=used,
+                capacity=physical,
+                cap="physical",
+                idle="unused",
+            ),
+            # Every physical card has 100 % of its SMs; the monitor's card series says which cards exist.
+            *self._split(
+                "core",
+                "percent",
+                "used",
+                tenants=f"hami_vgpu_core_used_percent{{{mon}}}",
+                keys=used,
+                capacity=f"0 * {physical} + 100",
+                cap="physical",
+                idle="unused",
+            ),
+        ]
+
+    def overcommit_rules(self) -> list[dict[str, Any]]:
+        mon, trend = self.mon, self.w["trend"]
+        headroom = "node_device:hami_host_gpu_memory_headroom_bytes:total_minus_used"
+        return [
+            self.record(
+                headroom,
+                f"hami_host_gpu_memory_total_bytes{{{mon}}}\n  - on ({CARD}) group_left ()\n"
+                f"  hami_host_gpu_memory_used_bytes{{{mon}}}",
+            ),
+            # Unlimited containers (limit 0) may claim the whole card; they are left out here and
+            # counted by nothing, as HAMi-core does not cap them either.
+            self.record(
+                "node_device:hami_vgpu_memory_claimable_bytes:sum",
+                f"sum by ({CARD}) (\n  clamp_min((hami_vgpu_memory_limit_bytes{{{mon}}} > 0)"
+                f" - hami_vgpu_memory_used_bytes{{{mon}}}, 0)\n)",
+            ),
+            self.record(
+                f"node_device:hami_host_gpu_memory_exhaustion_seconds:deriv{trend}",
+                f"{headroom}\n  / on ({CARD}) group_left ()\n"
+                f"  (deriv(hami_host_gpu_memory_used_bytes{{{mon}}}[{trend}]) > 0)",
+            ),
+        ]
+
+    def overcommit_alerts(self) -> list[dict[str, Any]]:
+        mon, trend = self.mon, self.w["trend"]
+        horizon = self.t["overcommit_exhaustion_horizon_seconds"]
+        card = "$labels.node $labels.device_uuid"
+        pods = (
+            f"{{{{ range $i, $s := printf `sum by (namespace, pod) (hami_vgpu_memory_limit_bytes{{{mon}, "
+            f'node=%q, device_uuid=%q}})` {card} | query | sortByLabel "pod" }}}}'
+            "{{ if $i }}, {{ end }}{{ $s.Labels.namespace }}/{{ $s.Labels.pod }}{{ end }}"
+        )
+        # The same quotient as the exhaustion record, from the raw series: a rule group never reads
+        # another group's records of the same evaluation, so the text matches the alert's own moment.
+        sel = f"{mon}, node=%q, device_uuid=%q"
+        eta = (
+            f"{{{{ with printf `(hami_host_gpu_memory_total_bytes{{{sel}}} - on (node, device_uuid) "
+            f"hami_host_gpu_memory_used_bytes{{{sel}}}) / on (node, device_uuid) "
+            f"deriv(hami_host_gpu_memory_used_bytes{{{sel}}}[{trend}])` {card} {card} {card} | query }}}}"
+            "{{ . | first | value | humanizeDuration }}{{ end }}"
+        )
+        return [
+            # Growth alone is normal (a job loading its model); it is a risk when the vGPUs on the card
+            # may still claim more than is physically left, which only over-commit allows.
+            self.alert(
+                "HAMiGPUOvercommitExhaustionRisk",
+                f"predict_linear(hami_host_gpu_memory_used_bytes{{{mon}}}[{trend}], {horizon})\n"
+                f"  >= on ({CARD}) group_left () hami_host_gpu_memory_total_bytes{{{mon}}}\n"
+                f"and on ({CARD})\n(\n  node_device:hami_vgpu_memory_claimable_bytes:sum\n"
+                f"  > on ({CARD})\n  node_device:hami_host_gpu_memory_headroom_bytes:total_minus_used\n)",
+                "overcommit_exhaustion",
+                "warning",
+                summary="An over-committed GPU is heading to physical memory exhaustion.",
+                description="Device {{ $labels.device_uuid }} on node {{ $labels.node }} runs out of "
+                f"physical memory in about {eta} at the last {trend}'s growth, and its vGPUs may still claim "
+                "more than is left. Pods on it: " + pods + ".",
+            ),
+        ]
+
+    def fragmentation_rules(self) -> list[dict[str, Any]]:
+        sch, window = self.sch, self.w["requests"]
+        mem_p50 = f"cluster:hami_vgpu_memory_request_bytes:p50_{window}"
+        core_p50 = f"cluster:hami_vgpu_core_request_percent:p50_{window}"
+        free = "node_device:hami_gpu_memory_unreserved_bytes:sum"
+        usable = f"node_device:hami_gpu_memory_usable_bytes:p50_{window}"
+
+        def ratio(by: str) -> str:
+            return (
+                f"1 - (\n  sum by ({by}) ({usable})\n  or sum by ({by}) ({free}) * 0\n)\n"
+                f"/ (sum by ({by}) ({free}) > 0)\nand on () {mem_p50}"
+            )
+
+        return [
+            # Each container allocated in the window counts once, at its largest allocation.
+            self.record(
+                mem_p50, f"quantile(0.5, max_over_time(hami_vgpu_memory_allocated_bytes{{{sch}}}[{window}]))"
+            ),
+            self.record(
+                core_p50, f"quantile(0.5, max_over_time(hami_vgpu_core_allocated_ratio{{{sch}}}[{window}]))"
+            ),
+            self.record(
+                usable,
+                f"{free} >= on () group_left () {mem_p50}\n"
+                f"and on ({CARD})\n"
+                f"node_device:hami_gpu_core_unreserved_percent:sum >= on () group_left () {core_p50}\n"
+                f"and on ({CARD})\n"
+                f"(\n  max by ({CARD}) (hami_gpu_split_count{{{sch}}})\n"
+                f"  - max by ({CARD}) (hami_gpu_shared_count{{{sch}}})\n) >= 1",
+            ),
+            self.record("gpu_model:hami_fragmentation:ratio", ratio("device_type")),
+            self.record("node:hami_fragmentation:ratio", ratio("node")),
+        ]
+
+    def reconciler_alerts(self) -> list[dict[str, Any]]:
+        return [
+            # A pod's first CUDA call creates its region, so a fresh allocation has none for a moment;
+            # the `for` outlasts that.
+            self.alert(
+                "HAMiAllocationInconsistent",
+                f"max by (node, kind) (hami_inconsistency{{{self.mon}}}) > 0",
+                "allocation_inconsistent",
+                "warning",
+                summary="The scheduler's allocations, HAMi-core's regions and NVML disagree on a node.",
+                description="Node {{ $labels.node }} has {{ $value }} finding(s) of kind {{ $labels.kind }}: "
+                "what the scheduler allocated, what HAMi-core measures and what runs on the GPUs no longer "
+                "match there. The runbook says what each kind means and how to fix it.",
+            ),
+        ]

@@ -1,0 +1,106 @@
+"""The truth reconciler: the scheduler's allocations, HAMi-core's regions and NVML's processes, crossed.
+
+Per node, at every scrape (pure: data in, findings out):
+
+* ``allocation_without_region``: a running pod's container has a device allocation but no region. Normal
+  for a few seconds after start (the region appears with the first CUDA call); the alert waits for it.
+* ``region_without_pod``: a readable region whose pod is not on this node (deleted, or never scheduled
+  by HAMi): its memory is invisible to the scheduler.
+* ``region_unreadable``: a pod with an allocation has a region the monitor cannot read (bad layout or
+  version, unreadable file): its use is not measured.
+* ``memory_outside_hami``: a GPU whose processes hold more memory (NVML) than HAMi-core accounts for on
+  it, by more than ``OUTSIDE_TOLERANCE_BYTES``: something runs on the card without HAMi's limits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hami.core.devices import PodDevices
+from hami.core.objects import name_of, namespace_of, uid_of
+from hami.exporter.attribution import allocated_devices, container_names
+from hami.exporter.families import HostDevice
+from hami.exporter.region.parse import RegionSnapshot
+
+KINDS = ("allocation_without_region", "region_without_pod", "region_unreadable", "memory_outside_hami")
+# NVML counts a process's CUDA context and the driver's own reservations that HAMi-core's region may not
+# (its context estimate is per device, taken once); below this the two are the same.
+OUTSIDE_TOLERANCE_BYTES = 256 << 20
+_FINISHED = ("Succeeded", "Failed")
+
+ContainerKey = tuple[str, str]  # (pod uid, container name), as the regions are keyed
+
+
+@dataclass(frozen=True)
+class Inconsistency:
+    kind: str
+    subject: str  # namespace/pod/container, a region directory's key, or a GPU uuid
+    detail: str
+
+
+def reconcile(
+    pods: Iterable[Mapping[str, Any]],
+    regions: Mapping[ContainerKey, RegionSnapshot],
+    unreadable: Collection[ContainerKey],
+    *,
+    decode: Callable[[str], PodDevices],
+    hosts: Iterable[HostDevice],
+) -> list[Inconsistency]:
+    out: list[Inconsistency] = []
+    on_node: set[str] = set()
+    for pod in pods:
+        uid = uid_of(pod)
+        on_node.add(uid)
+        if (pod.get("status") or {}).get("phase") in _FINISHED:
+            continue
+        # As in attribution: the annotation is decoded only for a pod with a container lacking a region.
+        if all((uid, ctr) in regions for ctr in container_names(pod, "containers")):
+            continue
+        try:
+            allocated = allocated_devices(pod, decode)
+        except ValueError:
+            continue  # the collector reports the annotation; it names no container to check
+        where = f"{namespace_of(pod)}/{name_of(pod)}"
+        for ctr in sorted(allocated):
+            key = (uid, ctr)
+            if key in unreadable:
+                out.append(Inconsistency("region_unreadable", f"{where}/{ctr}", "its region cannot be read"))
+            elif key not in regions:
+                out.append(
+                    Inconsistency("allocation_without_region", f"{where}/{ctr}", "allocated, no region")
+                )
+    for uid, ctr in sorted(regions):
+        if uid not in on_node:
+            out.append(
+                Inconsistency("region_without_pod", f"{uid}_{ctr}", "no pod with this uid on the node")
+            )
+    # Every readable region counts as HAMi's, with or without a pod: that one is reported above.
+    accounted: dict[str, int] = {}
+    for snap in regions.values():
+        for d in snap.devices:
+            accounted[d.uuid] = accounted.get(d.uuid, 0) + d.used_bytes
+    for h in hosts:
+        if h.process_memory is None:
+            continue
+        # Regions carry the uuid as HAMi exports it (possibly truncated): match on that prefix.
+        hami = sum(v for u, v in accounted.items() if h.uuid.startswith(u))
+        outside = h.process_memory - hami
+        if outside > OUTSIDE_TOLERANCE_BYTES:
+            out.append(
+                Inconsistency(
+                    "memory_outside_hami",
+                    h.uuid,
+                    f"processes hold {h.process_memory >> 20} MiB, HAMi-core accounts for {hami >> 20} MiB",
+                )
+            )
+    return out
+
+
+def counts(found: Iterable[Inconsistency]) -> dict[str, int]:
+    """Findings per kind, every kind present (0 when none)."""
+    n = dict.fromkeys(KINDS, 0)
+    for f in found:
+        n[f.kind] += 1
+    return n
