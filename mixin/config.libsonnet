@@ -7,6 +7,7 @@
     allocationInconsistentFor: "10m",
     allocationRatio: "0.9",
     clusterLabel: "cluster",
+    connectionsRefusedFor: "5m",
     deviceUnhealthyFor: "2m",
     devicepluginJob: "hami-device-plugin",
     eccErrorsFor: "0m",

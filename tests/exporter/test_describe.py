@@ -37,6 +37,7 @@ def test_describe_matches_a_running_monitor(tmp_path: Path, legacy: bool) -> Non
     )
     registry = CollectorRegistry()
     collector.kube_metrics(registry)  # run() puts the API client's metrics on the same registry
+    collector.listener_metrics(registry)  # and start() its listener's
     node.start(0.2)
     mon = Monitor(cfg, node.nvml, node.pods, lambda: {c.pod_uid for c in node.containers}, registry=registry)
     try:

@@ -24,7 +24,7 @@ from hami.core.codec.pod_devices import decode_pod_devices
 from hami.core.devices import MigAllocation, PodDevices
 from hami.core.kube.metrics import kube_metrics
 from hami.core.objects import name_of, namespace_of, uid_of
-from hami.core.serve import build_info
+from hami.core.serve import build_info, listener_metrics
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor
 from hami.core.serve.families import Family, TextRenderer, declared_metric, to_metric
 from hami.exporter import families
@@ -293,4 +293,5 @@ def describe(legacy: bool = False) -> list[MetricDescriptor]:
         "", lister, tuple, decode_pod_devices, legacy=legacy, labels_allowlist=("app",), registry=registry
     )
     registry.register(collector)
+    listener_metrics(registry)
     return registry.descriptors()

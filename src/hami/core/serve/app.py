@@ -14,6 +14,7 @@ from prometheus_client.openmetrics import exposition as openmetrics
 
 from hami.core import klog
 from hami.core.profiling import is_pprof_path, make_pprof_app
+from hami.core.serve.listener import DEFAULT_MAX_CONNECTIONS
 from hami.core.serve.server import Environ, Server, StartResponse, WSGIApp, serve_wsgi
 from hami.core.serve.webconfig import WebConfig
 
@@ -164,7 +165,12 @@ def serve_metrics(
     web_config: WebConfig | None = None,
     name: str = "hami",
     exposition: Exposition | None = None,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
 ) -> Server:
-    """Start the daemon's HTTP server (see the package docstring)."""
+    """Start the daemon's HTTP server (see the package docstring); its listener's connection
+    figures go on ``registry``."""
     app = make_app(registry, ready, profiling, extra_app, exposition)
-    return serve_wsgi(bind, app, web_config=web_config, web_config_file=web_config_file, name=name)
+    return serve_wsgi(
+        bind, app, web_config=web_config, web_config_file=web_config_file, name=name,
+        max_connections=max_connections, registry=registry,
+    )

@@ -33,7 +33,7 @@ from hami.core.codec.nodelock import DEFAULT_TIMEOUT
 from hami.core.devices import DeviceInfo
 from hami.core.kube.metrics import kube_metrics
 from hami.core.objects import annotations_of, name_of, namespace_of
-from hami.core.serve import build_info
+from hami.core.serve import build_info, listener_metrics
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor, describe_families
 from hami.core.serve.families import (
     Family,
@@ -505,4 +505,5 @@ def describe(legacy: bool = False) -> list[MetricDescriptor]:
     build_info("scheduler", registry)
     SchedulerMetrics(registry)
     kube_metrics(registry)
+    listener_metrics(registry)
     return [*registry.descriptors(), *describe_families(declared_metric(f) for f in state_families(legacy))]
