@@ -9,6 +9,7 @@
     capacityAlertsInterval: "1m",
     chargebackInterval: "3m",
     clusterLabel: "cluster",
+    connectionsRefusedFor: "5m",
     deviceUnhealthyFor: "2m",
     devicepluginJob: "hami-device-plugin",
     eccErrorsFor: "0m",

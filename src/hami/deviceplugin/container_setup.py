@@ -28,9 +28,11 @@ REQUEST_TOO_LARGE = "request_too_large"
 PENDING_POD_NOT_FOUND = "pending_pod_not_found"
 DECODE_FAILED = "decode_failed"
 # Not in the table of docs/guides/device-plugin-debugging.md §4.4: the API server refused the pod patch that
-# records the allocation, or the per-container cache directory could not be prepared on the host.
+# records the allocation, the per-container cache directory could not be prepared on the host, or
+# the annotation asks for limits no container may get (negative memory, cores outside 0..100).
 POD_UPDATE_FAILED = "pod_update_failed"
 HOST_PREPARE_FAILED = "host_prepare_failed"
+INVALID_LIMITS = "invalid_limits"
 REASONS = (
     DEVICE_NUMBER_MISMATCH,
     UNKNOWN_DEVICE,
@@ -39,6 +41,7 @@ REASONS = (
     DECODE_FAILED,
     POD_UPDATE_FAILED,
     HOST_PREPARE_FAILED,
+    INVALID_LIMITS,
     *MIG_REASONS,
 )
 
@@ -77,6 +80,27 @@ def check_kubelet_ids(ids: Sequence[str], known: frozenset[str], cfg: PluginConf
         if device_id not in known:
             raise AllocateError(
                 UNKNOWN_DEVICE, f"invalid allocation request for '{res}': unknown device: {device_id}"
+            )
+
+
+def check_annotated_devices(devreq: ContainerDevices, gpus: Mapping[str, GpuRef]) -> None:
+    """What the pod annotation asks for must exist here and be sane before it reaches a container.
+
+    HAMi copies the annotation's UUIDs into ``NVIDIA_VISIBLE_DEVICES`` and its limits into
+    HAMi-core's environment as they are; anyone who can write the pod's annotations could then name
+    a GPU that is not on this node or a negative limit. A MIG entry names its parent GPU before
+    ``[``.
+    """
+    for dev in devreq:
+        if dev.uuid.split("[", 1)[0] not in gpus:
+            raise AllocateError(
+                UNKNOWN_DEVICE, f"device {dev.uuid} in the pod annotation is not on this node"
+            )
+        if dev.usedmem < 0 or not 0 <= dev.usedcores <= 100:
+            raise AllocateError(
+                INVALID_LIMITS,
+                f"device {dev.uuid}: memory {dev.usedmem} MiB and cores {dev.usedcores} % are not valid "
+                "limits (memory at least 0, cores 0..100)",
             )
 
 

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from hami.core.devices import DeviceInfo
 from hami.core.kube.metrics import kube_metrics
-from hami.core.serve import build_info
+from hami.core.serve import build_info, listener_metrics
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor
 from hami.deviceplugin.config import PluginConfig
 from hami.deviceplugin.container_setup import REASONS
@@ -161,4 +161,5 @@ def describe() -> list[MetricDescriptor]:
     build_info("device-plugin", registry)
     PluginMetrics(registry, node="")
     kube_metrics(registry)
+    listener_metrics(registry)
     return registry.descriptors()
