@@ -43,7 +43,8 @@ def test_describe_matches_a_running_monitor(tmp_path: Path, legacy: bool) -> Non
     try:
         mon.feedback.tick()
         described = {d.name for d in collector.describe(legacy)}
-        assert exposed_names(registry, mon.collector.render(openmetrics=False)) == described - MIG_ONLY
+        body = b"".join(mon.collector.render(openmetrics=False))
+        assert exposed_names(registry, body) == described - MIG_ONLY
         assert MIG_ONLY & described == (MIG_ONLY if legacy else {"hami_mig_device_info"})
     finally:
         mon.lister.close()

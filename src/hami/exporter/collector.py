@@ -269,8 +269,9 @@ class MonitorCollector(Collector):
         self._duration.observe(time.perf_counter() - start)
         yield from out
 
-    def render(self, openmetrics: bool) -> bytes:
-        """The same families as ``collect()``, as text 0.0.4 or an OpenMetrics body (no ``# EOF``)."""
+    def render(self, openmetrics: bool) -> list[bytes]:
+        """The same families as ``collect()``, as text 0.0.4 or an OpenMetrics body (no ``# EOF``),
+        in pieces (``TextRenderer.render``)."""
         start = time.perf_counter()
         body = self._renderer.render(self.families(), openmetrics)
         self._duration.observe(time.perf_counter() - start)
