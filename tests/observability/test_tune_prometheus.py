@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from hami.core import names
-from hami.testing import chart, prometheus
+from hami.core import snapshot as snap
+from hami.testing import chart, prometheus, whatif
 from hami.testing.processes import free_port, python_env
 from hami.tune.main import main
 
@@ -304,3 +305,66 @@ def test_values_output_lands_in_the_chart(
     landed = chart.tuned(objects)
     assert landed["scheduler.nodeLockExpire"] == 180.0
     assert landed["scheduler.extender.kube_client"] == (20.0, 40, 20.0)
+
+
+def _verify_snapshot(path: Path) -> Path:
+    """n1 (two 40 GiB cards) and n2 (one), both registered at scaling 1; 24 pods of 8 GiB arrive one
+    a minute and run for an hour; a bind crashed on n2 and left its lock a minute before the first."""
+    nodes = [whatif.node("n1", 40960, 40960), whatif.node("n2", 40960)]
+    pods = [whatif.pod(f"p{i}", 60 * i, mem=8192, until=60 * i + 3600) for i in range(24)]
+    lock = snap.Lock("n2", whatif.T0 - 60, "ml/crashed")
+    snap.save_snapshot(whatif.snapshot(nodes, pods, end=4 * 3600, locks=[lock]), path)
+    return path
+
+
+def test_verify_replays_each_recommendation(
+    prom_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _verify_snapshot(tmp_path / "snap.json")
+    args = ["--prometheus-url", prom_url, "--time", str(END), "--window", WINDOW, "--verify", str(path)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    section = out[out.index("verification: each recommendation replayed against") :]
+    assert section.splitlines()[1].startswith("  fidelity: replaying the current configuration gives")
+    # 1.5 globally, 1.8 on n1 (the per-node detail), 1 on n2: fewer 8 GiB pods wait, and n1's cards
+    # now promise more memory than they have.
+    memory = section[section.index("  deviceMemoryScaling=1.5:") :]
+    assert memory.startswith(
+        "  deviceMemoryScaling=1.5: worse for over-commit headroom, least card, cards allocated past physical"
+    )
+    assert (
+        "    placed after waiting: 9 -> 1" in memory and "    cards allocated past physical: 0 -> 2" in memory
+    )
+    assert "  deviceSplitCount=30: changes nothing in this history" in section
+    assert "  --kube-qps/--kube-burst=--kube-qps=20 --kube-burst=40: not simulated" in section
+    lock = section[section.index("  nodeLockExpire=3m0s:") :]
+    assert lock.startswith("  nodeLockExpire=3m0s: no figure gets worse")
+    assert "    node time under stuck locks: 4m -> 2m" in lock
+
+
+def test_verify_in_json(prom_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _verify_snapshot(tmp_path / "snap.json")
+    args = ["--prometheus-url", prom_url, "--time", str(END), "--window", WINDOW, "--json"]
+    assert main([*args, "--verify", str(path)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    checks = {c["parameter"]: c for c in doc["verification"]["checks"]}
+    assert checks["--kube-qps/--kube-burst"]["simulated"] is False
+    assert checks["deviceMemoryScaling"]["worse"] == [
+        "over-commit headroom, least card",
+        "cards allocated past physical",
+    ]
+    assert "placed after waiting" in checks["deviceMemoryScaling"]["better"]
+    assert checks["deviceSplitCount"]["changes"] == []
+
+
+def test_verify_with_a_bad_snapshot_stops_before_querying(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    url = f"http://127.0.0.1:{free_port()}"
+    assert main(["--prometheus-url", url, "--verify", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith(f"hami-tune: --verify: bad snapshot: {bad}: kind: expected") and err.count("\n") == 1
+    )

@@ -58,8 +58,13 @@ def kubelet(kube_api: KubeAPIServer, kube_config_file: Path) -> Iterator[Kubelet
     finally:
         stand_in.stop()
         plugin.terminate()
-        plugin.wait(30)
-        shutil.rmtree(directory, ignore_errors=True)
+        try:
+            assert plugin.wait(30) == 0, log_tail(log)  # SIGTERM stops it, whenever it comes
+        finally:
+            if plugin.poll() is None:
+                plugin.kill()
+                plugin.wait(10)
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 def pending_pod(kube_api: KubeAPIServer, name: str, device: ContainerDevice) -> None:

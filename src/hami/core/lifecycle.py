@@ -50,3 +50,14 @@ def wait_unless_stopped(wait: Callable[[float], bool], stop: threading.Event, se
         if wait(min(remaining, 0.25)):
             return True
     return False
+
+
+def wait_for_stop(stop: threading.Event) -> None:
+    """Block the main thread until ``stop`` is set by a signal handler.
+
+    CPython runs a Python signal handler only in the main thread, once it executes bytecode again. A
+    SIGTERM the kernel delivers to another thread (gRPC's, the HTTP server's) does not interrupt a
+    plain ``stop.wait()``, which would then sleep through it; waking every second bounds that delay.
+    """
+    while not stop.wait(1.0):
+        pass

@@ -28,7 +28,7 @@ from hami.core.kube.client import KubeConfigError, new_api_client
 from hami.core.kube.events import EventRecorder
 from hami.core.kube.informer import Informer
 from hami.core.kube.options import add_kube_flags, from_args
-from hami.core.lifecycle import stop_within, wait_unless_stopped
+from hami.core.lifecycle import stop_within, wait_for_stop, wait_unless_stopped
 from hami.core.nvml import Nvml, NvmlError, open_nvml
 from hami.core.profiling import start_tracing
 from hami.core.serve import WebConfigError, add_web_flags, build_info, serve_metrics
@@ -263,7 +263,7 @@ def run(args: argparse.Namespace, stop: threading.Event, running: dict[str, Mana
         if args.fail_on_init_error:
             return 1
         log.info("No devices found. Waiting indefinitely.")
-        stop.wait()
+        wait_for_stop(stop)
         return 0
     try:
         api_client = new_api_client(from_args(args, user_agent="hami-device-plugin"), registry)
@@ -323,7 +323,7 @@ def run(args: argparse.Namespace, stop: threading.Event, running: dict[str, Mana
         wait_unless_stopped(pods.wait_for_sync, stop, 30)
         if not stop.is_set():
             manager.start()
-            stop.wait()
+            wait_for_stop(stop)
     finally:
         stop_within(shutdown, "hami-device-plugin")
     if fatal:

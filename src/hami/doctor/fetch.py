@@ -39,6 +39,19 @@ def list_nodes(api: Any, selector: str = "") -> list[Obj]:
     return _items(raw.request_json(api, "GET", raw.resource_path("", "v1", "nodes"), query=query))
 
 
+def list_all(api: Any, path: str, page: int = 500) -> list[Obj]:
+    """Every object of a collection, read in pages of ``page`` (limit/continue)."""
+    items: list[Obj] = []
+    token = ""
+    while True:
+        query = [("limit", str(page))] + ([("continue", token)] if token else [])
+        doc = raw.request_json(api, "GET", path, query=query)
+        items += _items(doc)
+        token = str(((doc or {}).get("metadata") or {}).get("continue") or "")
+        if not token:
+            return items
+
+
 def pod_events(api: Any, namespace: str, name: str) -> list[Obj]:
     query = [("fieldSelector", f"involvedObject.kind=Pod,involvedObject.name={name}")]
     return _items(raw.request_json(api, "GET", raw.resource_path("", "v1", "events", namespace), query=query))

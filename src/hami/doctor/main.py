@@ -7,13 +7,15 @@
   hami-doctor logs [FILE|DIR|-]     known scheduler/device-plugin log lines, counted (DIR: each file)
   hami-doctor idle --prometheus-url URL
                                     pods holding vGPU memory with no kernel run: a reclaim table
+  hami-doctor snapshot -o FILE      write a scheduling snapshot for hami-tune simulate
 
 Reads only (GET/LIST). --fix applies the guides' remedies the report offers (clear a stale,
 dangling or malformed node lock; drop a handshake the scheduler will not refresh) after asking;
 --yes skips the question.
 
 Exit status: 0 healthy, 1 warning, 2 broken, 3 usage error (bad arguments, unknown pod or node,
-unreadable log), 4 the cluster (or, for idle, Prometheus) could not be reached or read.
+unreadable log), 4 the cluster (or, for idle and a history snapshot, Prometheus) could not be reached
+or read. ``snapshot`` exits 0 once the file is written.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from prometheus_client import CollectorRegistry
 
 from hami.core import thresholds
 from hami.core.codec import CodecError
+from hami.core.codec.nodelock import DEFAULT_TIMEOUT as DEFAULT_LOCK_TIMEOUT
 from hami.core.codec.nodelock import format_rfc3339, parse_rfc3339
 from hami.core.duration import duration_flag
 from hami.core.hamicore import HostLayout
@@ -38,6 +41,7 @@ from hami.core.kube.options import add_kube_flags, from_args
 from hami.core.objects import annotations_of, name_of
 from hami.core.promapi import PrometheusClient, PrometheusError
 from hami.doctor import fetch, fix, gpulimit, idle, logscan, nodecheck, podtree, render, truth
+from hami.doctor import snapshot as snapshot_cmd
 from hami.doctor.findings import EXIT_CLUSTER, EXIT_USAGE, Section, exit_code
 from hami.doctor.settings import DEFAULT_SCHEDULER_NAME, Settings
 
@@ -77,23 +81,39 @@ def parse_now(text: str) -> datetime:
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="hami-doctor", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    common = _Parser(add_help=False)
-    common.add_argument("--json", action="store_true", help="print JSON instead of text")
-    common.add_argument(
+    when = _Parser(add_help=False)
+    when.add_argument(
         "--now",
         type=parse_now,
         default=None,
         help="evaluate ages at this RFC3339 time instead of the clock (reproducible reports)",
     )
-    cluster = _Parser(add_help=False)
-    add_kube_flags(cluster)
-    cluster.add_argument("--context", default=None, help="kubeconfig context to use (default: current)")
-    cluster.add_argument(
+    common = _Parser(add_help=False, parents=[when])
+    common.add_argument("--json", action="store_true", help="print JSON instead of text")
+    # How to reach the cluster and what the scheduler runs with (every cluster command).
+    access = _Parser(add_help=False)
+    add_kube_flags(access)
+    access.add_argument("--context", default=None, help="kubeconfig context to use (default: current)")
+    access.add_argument(
         "--scheduler-name",
         default=DEFAULT_SCHEDULER_NAME,
         help="the HAMi scheduler's --scheduler-name (default %(default)s)",
     )
-    cluster.add_argument("--scheduler-namespace", default="", help="where its pods run (default: all)")
+    access.add_argument("--scheduler-namespace", default="", help="where its pods run (default: all)")
+    access.add_argument(
+        "--scheduler-tz",
+        type=parse_zone,
+        default=None,
+        help="zone of the scheduler's handshake timestamps: local (default), UTC, +08:00",
+    )
+    access.add_argument(
+        "--node-lock-timeout",
+        type=_duration,
+        default=None,
+        help="the scheduler's --node-lock-timeout (default 5m; snapshot: read from the scheduler's pods)",
+    )
+    # The checks' own thresholds and remedies (pod, nodes, node).
+    cluster = _Parser(add_help=False, parents=[access])
     cluster.add_argument(
         "--scheduler-url",
         default="",
@@ -111,18 +131,6 @@ def build_parser() -> argparse.ArgumentParser:
         type=_duration,
         default=timedelta(seconds=60),
         help="handshake expiry (default 60s, as HAMi v2.10's scheduler applies it)",
-    )
-    cluster.add_argument(
-        "--scheduler-tz",
-        type=parse_zone,
-        default=None,
-        help="zone of the scheduler's handshake timestamps: local (default), UTC, +08:00",
-    )
-    cluster.add_argument(
-        "--node-lock-timeout",
-        type=_duration,
-        default=timedelta(minutes=5),
-        help="the scheduler's --node-lock-timeout (default 5m)",
     )
     cluster.add_argument(
         "--bind-timeout",
@@ -173,6 +181,10 @@ def build_parser() -> argparse.ArgumentParser:
         "thresholds file)",
     )
     idle_p.add_argument("--timeout", type=float, default=30.0, help="HTTP timeout per query, seconds")
+    snapshot = sub.add_parser(
+        "snapshot", parents=[when, access], help="write a scheduling snapshot for hami-tune simulate"
+    )
+    snapshot_cmd.add_arguments(snapshot)
     return p
 
 
@@ -180,8 +192,8 @@ def _settings(args: argparse.Namespace) -> Settings:
     return Settings(
         scheduler_name=args.scheduler_name,
         handshake_timeout=args.handshake_timeout,
-        node_lock_timeout=args.node_lock_timeout,
-        bind_timeout=args.bind_timeout or args.node_lock_timeout,
+        node_lock_timeout=args.node_lock_timeout or DEFAULT_LOCK_TIMEOUT,
+        bind_timeout=args.bind_timeout or args.node_lock_timeout or DEFAULT_LOCK_TIMEOUT,
         scheduler_tz=args.scheduler_tz,
     )
 
@@ -244,6 +256,8 @@ def main(argv: list[str] | None = None, stdin: IO[str] | None = None, stdout: IO
     now = args.now or datetime.now(UTC)
     at = format_rfc3339(now)
     command = args.command + (f" {args.target}" if getattr(args, "target", None) else "")
+    if args.command == "snapshot":
+        return _snapshot(args, stdout)
     try:
         if args.command == "logs":
             sections = _logs(args.file, stdin)
@@ -272,6 +286,21 @@ def main(argv: list[str] | None = None, stdin: IO[str] | None = None, stdout: IO
         else render.to_text(command, at, sections) + "".join(f"fix: {a}\n" for a in applied or [])
     )
     return exit_code(render.status(sections))
+
+
+def _snapshot(args: argparse.Namespace, stdout: IO[str]) -> int:
+    try:
+        api = None if args.from_prometheus else _api(args)
+        return snapshot_cmd.run(args, api, stdout)
+    except snapshot_cmd.SnapshotUsageError as exc:
+        print(f"hami-doctor: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (KubeConfigError, errors.ApiError) as exc:
+        print(f"hami-doctor: cannot read the cluster: {exc}", file=sys.stderr)
+        return EXIT_CLUSTER
+    except PrometheusError as exc:
+        print(f"hami-doctor: {exc}", file=sys.stderr)
+        return EXIT_CLUSTER
 
 
 def _fix(api: Any, sections: list[Section], yes: bool, stdin: IO[str]) -> list[str]:

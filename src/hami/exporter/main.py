@@ -22,7 +22,7 @@ from hami.core import klog
 from hami.core.codec.pod_devices import decode_pod_devices
 from hami.core.kube.client import KubeConfigError, new_api_client
 from hami.core.kube.informer import Informer
-from hami.core.lifecycle import stop_within, wait_unless_stopped
+from hami.core.lifecycle import stop_within, wait_for_stop, wait_unless_stopped
 from hami.core.nvml import Nvml, NvmlError, open_nvml
 from hami.core.objects import uid_of
 from hami.core.profiling import start_tracing
@@ -168,7 +168,7 @@ def run(cfg: Config, stop: threading.Event, registry: CollectorRegistry | None =
         log.info("Pod informer started successfully")
     elif not stop.is_set():
         log.warning("failed to sync pod informer cache; serving region metrics without pods")
-    stop.wait()
+    wait_for_stop(stop)
     stop_within(shutdown, "hami-monitor")
     return 0
 

@@ -2,6 +2,8 @@
 
 `hami-tune report --since 7d --format csv` prints the chargeback report instead, and `hami-tune defrag`
 which nodes to drain so that pending requests find a card (see --help there).
+`hami-tune simulate SNAPSHOT --set KEY=VALUE` replays a snapshot (hami-doctor snapshot) under other
+settings, and --verify SNAPSHOT replays each recommendation against one before it is applied.
 
 Every recommendation is computed over --window (default 7d) and refused, naming the window, while
 Prometheus holds less history than that. Every § cited is a section of docs/guides/tuning.md.
@@ -18,17 +20,23 @@ import argparse
 import sys
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import yaml
 
 from hami.core import names
+from hami.core import snapshot as snap
 from hami.core.duration import duration_flag, prometheus_duration_flag
 from hami.core.promapi import PrometheusClient, PrometheusError
 from hami.tune import chargeback, compare, defrag, patch, report, tables, values
 from hami.tune.collect import InputError, Settings, preflight, recommend_all
 from hami.tune.recommend import Recommendation
+from hami.tune.simulate import cli as simulate_cli
+from hami.tune.simulate import verify
+from hami.tune.simulate.cluster import ClusterError
 
 EXIT_REFUSED = 3
+EXIT_BAD_SNAPSHOT = 2
 
 
 def instant(text: str) -> float:
@@ -121,6 +129,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=timedelta(minutes=5),
         help="the scheduler's current --node-lock-timeout (a Go duration, or seconds), used only when the "
         "extender does not export hami_scheduler_node_lock_timeout_seconds (default 5m)",
+    )
+    p.add_argument(
+        "--verify",
+        type=Path,
+        default=None,
+        metavar="SNAPSHOT",
+        help="replay each recommendation against a snapshot (hami-doctor snapshot) and print what it "
+        "would change",
     )
     return p
 
@@ -228,6 +244,8 @@ def defrag_main(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["simulate"]:
+        return simulate_cli.main(argv[1:])
     if argv[:1] == ["report"]:
         return report_main(argv[1:])
     if argv[:1] == ["defrag"]:
@@ -247,6 +265,15 @@ def main(argv: list[str] | None = None) -> int:
         current = values.current(values_doc)
     except values.ValuesError as exc:
         parser.error(f"--values: {exc}")
+    if args.verify is not None and comparing:
+        parser.error("--verify checks one set of recommendations, not --before/--after")
+    snapshot = None
+    if args.verify is not None:
+        try:
+            snapshot = snap.load_snapshot(args.verify)
+        except snap.SnapshotError as exc:
+            print(f"hami-tune: --verify: bad snapshot: {exc}", file=sys.stderr)
+            return EXIT_BAD_SNAPSHOT
     settings = Settings(
         window=args.window,
         monitor_job=args.monitor_job,
@@ -276,12 +303,21 @@ def main(argv: list[str] | None = None) -> int:
         print(render(rows, _iso(args.before), _iso(args.after)), end="" if output != "json" else "\n")
         return 0
     recs = answers[0]
+    checks = None
+    if snapshot is not None:
+        try:
+            checks = verify.verify(recs, snapshot)
+        except ClusterError as exc:
+            print(f"hami-tune: --verify: bad snapshot: {exc}", file=sys.stderr)
+            return EXIT_BAD_SNAPSHOT
     if output == "json":
-        meta = {
+        meta: dict[str, object] = {
             "prometheus_url": args.prometheus_url,
             "time": args.time if args.time is not None else time.time(),
             "window": args.window,
         }
+        if checks is not None:
+            meta["verification"] = verify.to_json(*checks, str(args.verify))
         print(report.to_json(recs, meta))
     elif output == "patch":
         node_config = args.node_config.read() if args.node_config is not None else None
@@ -295,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
         print(values.render(recs, values_doc), end="")
     else:
         print(report.to_text(recs), end="")
+        if checks is not None:
+            print(verify.to_text(*checks, str(args.verify)), end="")
     return EXIT_REFUSED if any(r.refused for r in recs) else 0
 
 

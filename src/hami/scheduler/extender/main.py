@@ -19,7 +19,7 @@ from hami.core import klog
 from hami.core.duration import duration_flag, format_duration
 from hami.core.kube.client import KubeConfigError
 from hami.core.kube.options import add_kube_flags, from_args
-from hami.core.lifecycle import stop_within
+from hami.core.lifecycle import stop_within, wait_for_stop
 from hami.core.profiling import start_tracing
 from hami.core.serve import WebConfigError, add_web_flags
 from hami.scheduler.engine.decision import FilterConfig
@@ -192,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format_duration(opts.node_lock_timeout),
         opts.leader_elect,
     )
-    done.wait()
+    wait_for_stop(done)
     stop_within(extender.stop, "hami-scheduler")
     return 0
 
