@@ -27,8 +27,9 @@ SELF = Path(__file__).resolve()
 FORBIDDEN: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("an upstream guide by number", re.compile(r"\b[Ss]eeds?[ _]00[0-3]\b")),
     ("an upstream guide by file name", re.compile(r"\b00[0-3]_[0-9a-f]{16}\.txt\b")),
-    # "seed" as a word about a guide ("the seed's table"); seed(...), seed=..., ``seed`` are code.
-    ("an upstream guide ('seed')", re.compile(r"\b[Ss]eeds?\b(?!\s*[(),:=\[\]{}`])")),
+    # "seed" as a word about a guide ("the seed's table"); seed(...), seed=..., ``seed`` and a
+    # random seed's flag ("--seed") are code.
+    ("an upstream guide ('seed')", re.compile(r"(?<!--)\b[Ss]eeds?\b(?!\s*[(),:=\[\]{}`\"])")),
     ("a spec without a path", re.compile(r"\bspec\s*§")),
     ("a spec file", re.compile(r"(?<![\w/.-])spec/[\w.-]+\.md|deviceplugin-monitor\.md")),
     ("the shared sources", re.compile(r"/work/shared|\bshared/(?:spec|seeds|metrics-contract)")),
