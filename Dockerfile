@@ -19,4 +19,7 @@ RUN pip install --no-cache-dir --no-index --find-links=/wheels hami && rm -rf /w
 # The scheduler runs as 65532 on a read-only root filesystem (deploy/scheduler.yaml): no .pyc
 # writes; logs go to stderr unbuffered so `kubectl logs` shows klog lines as they happen.
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+# Non-root unless a manifest says otherwise: the node agents run as root on purpose, for the host
+# paths they write (deploy/daemonset.yaml says which).
+USER 65532:65532
 CMD ["hami-monitor"]

@@ -24,7 +24,8 @@ class AlertingRules(RuleBase):
                 f"on device "
                 "{{ $labels.device_uuid }} (node {{ $labels.node }}).",
             ),
-            # The seed joined on `pod` alone; pod names repeat across namespaces.
+            # HAMi's rule (docs/guides/tuning.md §5.4) joined on `pod` alone; pod names repeat across
+            # namespaces.
             self.alert(
                 "HAMiGPUPodPending",
                 f'max by (namespace, pod) (kube_pod_status_phase{{{ksm}, phase="Pending"}}) == 1\n'
@@ -288,16 +289,32 @@ class AlertingRules(RuleBase):
                 "GPU pods cannot start",
             ),
         ]
+        daemons = "|".join(jobs[key] for key in ("monitor", "scheduler", "deviceplugin"))
         return [
+            *(
+                self.alert(
+                    name,
+                    # No target at all, or every target down; both branches carry the job label.
+                    f'absent(up{{job="{jobs[key]}"}}) or max by (job) (up{{job="{jobs[key]}"}}) == 0',
+                    "absent",
+                    severity,
+                    summary=f"Prometheus has no healthy target of {what}.",
+                    description='No target of job "{{ $labels.job }}" has been up for '
+                    f"{self.f['absent']}: {impact}.",
+                )
+                for name, key, severity, what, impact in spec
+            ),
+            # A listener at --web.max-connections closes new connections unread: scrapes, probes
+            # and kube-scheduler's calls among them.
             self.alert(
-                name,
-                # No target at all, or every target down; both branches carry the job label.
-                f'absent(up{{job="{jobs[key]}"}}) or max by (job) (up{{job="{jobs[key]}"}}) == 0',
-                "absent",
-                severity,
-                summary=f"Prometheus has no healthy target of {what}.",
-                description='No target of job "{{ $labels.job }}" has been up for '
-                f"{self.f['absent']}: {impact}.",
-            )
-            for name, key, severity, what, impact in spec
+                "HAMiHTTPConnectionsRefused",
+                f"sum by (job, instance, listener) (rate(hami_http_connections_refused_total"
+                f'{{job=~"{daemons}"}}[{self.w["rate"]}])) > 0',
+                "connections_refused",
+                "warning",
+                summary="A hami HTTP listener is refusing connections at its bound.",
+                description="Listener {{ $labels.listener }} of {{ $labels.instance }} refuses "
+                '{{ printf "%.2f" $value }} connections/s: it holds --web.max-connections open, and '
+                "scrapes, probes or kube-scheduler calls may be among those refused.",
+            ),
         ]

@@ -46,23 +46,25 @@ class CapacityRules(RuleBase):
         cap: str,
         idle: str,
     ) -> list[dict[str, Any]]:
-        """Capacity per card, tenants per pod and namespace, and the idle remainder per card."""
+        """Capacity per card; the tenants per pod on each card, the one record that the pod, namespace
+        and idle records read (the raw series are read and joined once); the idle remainder per card."""
         cap_rec = f"node_device:hami_gpu_{resource}_{cap}_{unit}:max"
+        card = f"namespace_pod_node_device:hami_gpu_{resource}_{policy}_{unit}:sum"
         pod = f"namespace_pod:hami_gpu_{resource}_{policy}_{unit}:sum"
-        # One series per tenant container and card; `* on (card) group_left (device_type) (0 * cap + 1)`
-        # keeps only cards with a capacity and carries the GPU model, which prices a card-hour.
-        per_card = f"max by ({keys}) ({tenants})"
         return [
             self.record(cap_rec, f"max by ({CARD}, device_type) ({capacity})"),
+            # `max by (keys)` folds scheduler replicas; the join keeps only cards with a capacity and
+            # carries the GPU model, which prices a card-hour.
             self.record(
-                pod,
-                f"sum by (namespace, pod, device_type) (\n  {per_card}\n"
-                f"  * on ({CARD}) group_left (device_type) (0 * {cap_rec} + 1)\n)",
+                card,
+                f"sum by (namespace, pod, {CARD}, device_type) (\n  max by ({keys}) ({tenants})\n"
+                f"  * on ({CARD}) group_left (device_type) group by ({CARD}, device_type) ({cap_rec})\n)",
             ),
+            self.record(pod, f"sum by (namespace, pod, device_type) ({card})"),
             self.record(f"namespace:hami_gpu_{resource}_{policy}_{unit}:sum", f"sum by (namespace) ({pod})"),
             self.record(
                 f"node_device:hami_gpu_{resource}_{idle}_{unit}:sum",
-                f"{cap_rec}\n  - on ({CARD}) group_left ()\n  sum by ({CARD}) ({per_card})\nor\n  {cap_rec}",
+                f"{cap_rec}\n  - on ({CARD}) group_left ()\n  sum by ({CARD}) ({card})\nor\n  {cap_rec}",
             ),
         ]
 

@@ -36,15 +36,25 @@ class _Rules(RecordingRules, AlertingRules, CapacityRules):
 
 def build(cfg: dict[str, Any]) -> dict[str, Any]:
     r = _Rules(cfg)
+    every: dict[str, str] = cfg["intervals"]
     return {
         "groups": [
             {"name": "hami-vgpu.rules", "rules": r.vgpu_rules()},
             {"name": "hami-device.rules", "rules": r.device_rules()},
             {"name": "hami-scheduler.rules", "rules": r.scheduler_rules()},
-            {"name": "hami-chargeback.rules", "rules": r.chargeback_rules()},
-            {"name": "hami-fragmentation.rules", "rules": r.fragmentation_rules()},
-            {"name": "hami-overcommit.rules", "rules": r.overcommit_rules()},
-            {"name": "hami-capacity.alerts", "rules": [*r.overcommit_alerts(), *r.reconciler_alerts()]},
+            # The capacity groups run at their own, longer intervals (thresholds file, `intervals`).
+            {"name": "hami-chargeback.rules", "interval": every["chargeback"], "rules": r.chargeback_rules()},
+            {
+                "name": "hami-fragmentation.rules",
+                "interval": every["fragmentation"],
+                "rules": r.fragmentation_rules(),
+            },
+            {"name": "hami-overcommit.rules", "interval": every["overcommit"], "rules": r.overcommit_rules()},
+            {
+                "name": "hami-capacity.alerts",
+                "interval": every["capacity_alerts"],
+                "rules": [*r.overcommit_alerts(), *r.reconciler_alerts()],
+            },
             {"name": "hami-workload.alerts", "rules": r.workload_alerts()},
             {"name": "hami-device.alerts", "rules": r.device_alerts()},
             {"name": "hami-scheduler.alerts", "rules": r.scheduler_alerts()},

@@ -1,4 +1,7 @@
-"""Recording rules: the tuning quantities, in `level:metric:operations` names."""
+"""Recording rules: the tuning quantities, in `level:metric:operations` names.
+
+Section signs (§) refer to docs/guides/tuning.md.
+"""
 
 from __future__ import annotations
 

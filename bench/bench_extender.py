@@ -55,7 +55,10 @@ LOCK = "hami.io/mutex.lock"
 
 def scrape(metrics_url: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
     """Sample values of the extender's /metrics by sample name and labels."""
-    text = requests.get(f"{metrics_url}/metrics", timeout=30).text
+    return parse(requests.get(f"{metrics_url}/metrics", timeout=30).text)
+
+
+def parse(text: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
     out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
@@ -380,11 +383,14 @@ def main(argv: list[str] | None = None) -> int:
             quiet(extender.proc.pid)
             cpu = {k: cpu_seconds(p) - cpu0[k] for k, p in pids.items()} | {"bench": bench_cpu}
             ext_sys = cpu_times(extender.proc.pid)[1] - sys0
+            # The request alone: while this process parses the body, the extender's own threads
+            # (watches, register ticks) would be charged to the scrape.
             scrape_cpu = cpu_seconds(extender.proc.pid)
             t_scrape = time.monotonic()
-            after = scrape(metrics_url)
+            body = requests.get(f"{metrics_url}/metrics", timeout=30).text
             scrape_wall = time.monotonic() - t_scrape
             scrape_cpu = cpu_seconds(extender.proc.pid) - scrape_cpu
+            after = parse(body)
             if finish is not None:
                 finish()
         finally:
@@ -422,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{ratio / 1.5:.2f}x of target)")
     series = sum(len(v) for v in after.values())
     print(f"one /metrics scrape: {series} samples, {scrape_wall * 1000:.0f} ms wall "
-          f"(parsing included), extender CPU {scrape_cpu * 1000:.0f} ms (target <= 30 ms at 1,000 "
+          f"(gzip, decoded by the client), extender CPU {scrape_cpu * 1000:.0f} ms (target <= 30 ms at 1,000 "
           f"nodes x 8 GPUs: {scrape_cpu * 1000 / 30:.2f}x of target), "
           f"{scrape_cpu / max(series, 1) * 1e6:.2f} us/sample")
     return 0

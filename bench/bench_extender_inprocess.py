@@ -32,9 +32,9 @@ from hami.testing.builders import gpu_node, gpu_pod
 from hami.testing.kubeapi import KubeAPIServer
 from hami.testing.wait import wait_until
 
-# Threads of the extender (cheroot workers, informers, register loop, event recorder); the rest of
+# Threads of the extender (HTTP workers, informers, register loop, event recorder); the rest of
 # the process is the emulator and the simulated kube-scheduler clients.
-EXTENDER_THREADS = ("CP Server Thread", "informer-", "register", "events-", "hami-scheduler")
+EXTENDER_THREADS = ("informer-", "register", "events-", "hami-scheduler")
 
 
 def thread_cpu() -> dict[int, tuple[str, float]]:

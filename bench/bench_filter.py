@@ -14,7 +14,7 @@ cores), 10 % hold an exclusive pod, the rest are idle, 2 % are unhealthy. Three 
 - cold: one filter with every node view rebuilt (after a restart or a full resync).
 
 A last row times the whole HTTP ``/filter`` at 5,000 nodes, steady as above: the extender's own
-Flask app and cheroot server (in this process, over a keep-alive loopback connection) with the
+Flask app and HTTP server (in this process, over a keep-alive loopback connection) with the
 same cluster in its state: body decode of ExtenderArgs naming every node, the state lock, the
 filter, the reservation and the reply's encoding, as the client sees it. Targets are printed as
 ratios: steady p99 at 5,000 nodes <= 5 ms.

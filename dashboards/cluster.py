@@ -259,7 +259,7 @@ def container_workloads() -> Board:
         "7-day peak memory / limit",
         "percentunit",
         [Q(f"namespace_pod_container:hami_vgpu_memory_used_per_limit:max_over_time7d{{{sel}}}", CTR)],
-        "Over-commit candidates sit well below 50% (tuning guide §5.2).",
+        "Over-commit candidates sit well below 50% (docs/guides/tuning.md §5.2).",
         lines=[Line(0.5, "orange"), Line(alert_thresholds()["vgpu_memory_used_ratio"], "red")],
         minimum=0,
     )

@@ -1,4 +1,5 @@
-"""The tuning dashboard: the quantities of the tuning guide with its thresholds drawn (seed 003 §2-§6)."""
+"""The tuning dashboard: the quantities of the tuning guide with its thresholds drawn
+(docs/guides/tuning.md §2-§6)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ def tuning() -> Board:
     b = Board(
         "hami-tuning",
         "HAMi / Tuning",
-        "Over-commit, split, SM use, API client and node-lock quantities with the tuning guide's thresholds. "
+        "Over-commit, split, SM use, API client and node-lock quantities with the thresholds of "
+        "docs/guides/tuning.md. "
         "`hami-tune --prometheus-url ...` turns them into recommended values.",
         ["job", "node"],
     )

@@ -4,6 +4,7 @@
     groups+: [
       {
         "name": "hami-capacity.alerts",
+        "interval": "%(capacityAlertsInterval)s" % $._config,
         "rules": [
           {
             "alert": "HAMiGPUOvercommitExhaustionRisk",
@@ -361,6 +362,19 @@
               "summary": "Prometheus has no healthy target of the device plugin.",
               "description": "No target of job \"{{ $labels.job }}\" has been up for %(absentFor)s: GPU pods cannot start." % $._config,
               "runbook_url": $._config.runbookURLPattern % "HAMiDevicePluginDown"
+            }
+          },
+          {
+            "alert": "HAMiHTTPConnectionsRefused",
+            "expr": "sum by (job, instance, listener) (rate(hami_http_connections_refused_total{job=~\"%(monitorJob)s|%(schedulerJob)s|%(devicepluginJob)s\"}[%(rateWindow)s])) > 0" % $._config,
+            "for": "%(connectionsRefusedFor)s" % $._config,
+            "labels": {
+              "severity": "warning"
+            },
+            "annotations": {
+              "summary": "A hami HTTP listener is refusing connections at its bound.",
+              "description": "Listener {{ $labels.listener }} of {{ $labels.instance }} refuses {{ printf \"%.2f\" $value }} connections/s: it holds --web.max-connections open, and scrapes, probes or kube-scheduler calls may be among those refused.",
+              "runbook_url": $._config.runbookURLPattern % "HAMiHTTPConnectionsRefused"
             }
           }
         ]

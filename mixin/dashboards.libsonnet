@@ -2211,7 +2211,7 @@
             "type": "prometheus",
             "uid": "${datasource}"
           },
-          "description": "Over-commit candidates sit well below 50% (tuning guide \u00a75.2).",
+          "description": "Over-commit candidates sit well below 50% (docs/guides/tuning.md \u00a75.2).",
           "fieldConfig": {
             "defaults": {
               "custom": {
@@ -6196,7 +6196,7 @@
           }
         ]
       },
-      "description": "Over-commit, split, SM use, API client and node-lock quantities with the tuning guide's thresholds. `hami-tune --prometheus-url ...` turns them into recommended values.",
+      "description": "Over-commit, split, SM use, API client and node-lock quantities with the thresholds of docs/guides/tuning.md. `hami-tune --prometheus-url ...` turns them into recommended values.",
       "editable": true,
       "fiscalYearStartMonth": 0,
       "graphTooltip": 1,

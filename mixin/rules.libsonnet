@@ -139,14 +139,19 @@
       },
       {
         "name": "hami-chargeback.rules",
+        "interval": "%(chargebackInterval)s" % $._config,
         "rules": [
           {
             "record": "node_device:hami_gpu_memory_schedulable_bytes:max",
             "expr": "max by (node, device_uuid, device_type) (hami_gpu_memory_limit_bytes{job=\"%(schedulerJob)s\"})" % $._config
           },
           {
+            "record": "namespace_pod_node_device:hami_gpu_memory_reserved_bytes:sum",
+            "expr": "sum by (namespace, pod, node, device_uuid, device_type) (\n  max by (namespace, pod, container_index, node, device_uuid) (hami_vgpu_memory_allocated_bytes{job=\"%(schedulerJob)s\"})\n  * on (node, device_uuid) group_left (device_type) group by (node, device_uuid, device_type) (node_device:hami_gpu_memory_schedulable_bytes:max)\n)" % $._config
+          },
+          {
             "record": "namespace_pod:hami_gpu_memory_reserved_bytes:sum",
-            "expr": "sum by (namespace, pod, device_type) (\n  max by (namespace, pod, container_index, node, device_uuid) (hami_vgpu_memory_allocated_bytes{job=\"%(schedulerJob)s\"})\n  * on (node, device_uuid) group_left (device_type) (0 * node_device:hami_gpu_memory_schedulable_bytes:max + 1)\n)" % $._config
+            "expr": "sum by (namespace, pod, device_type) (namespace_pod_node_device:hami_gpu_memory_reserved_bytes:sum)"
           },
           {
             "record": "namespace:hami_gpu_memory_reserved_bytes:sum",
@@ -154,15 +159,19 @@
           },
           {
             "record": "node_device:hami_gpu_memory_unreserved_bytes:sum",
-            "expr": "node_device:hami_gpu_memory_schedulable_bytes:max\n  - on (node, device_uuid) group_left ()\n  sum by (node, device_uuid) (max by (namespace, pod, container_index, node, device_uuid) (hami_vgpu_memory_allocated_bytes{job=\"%(schedulerJob)s\"}))\nor\n  node_device:hami_gpu_memory_schedulable_bytes:max" % $._config
+            "expr": "node_device:hami_gpu_memory_schedulable_bytes:max\n  - on (node, device_uuid) group_left ()\n  sum by (node, device_uuid) (namespace_pod_node_device:hami_gpu_memory_reserved_bytes:sum)\nor\n  node_device:hami_gpu_memory_schedulable_bytes:max"
           },
           {
             "record": "node_device:hami_gpu_core_schedulable_percent:max",
             "expr": "max by (node, device_uuid, device_type) (hami_gpu_core_limit_ratio{job=\"%(schedulerJob)s\"})" % $._config
           },
           {
+            "record": "namespace_pod_node_device:hami_gpu_core_reserved_percent:sum",
+            "expr": "sum by (namespace, pod, node, device_uuid, device_type) (\n  max by (namespace, pod, container_index, node, device_uuid) (hami_vgpu_core_allocated_ratio{job=\"%(schedulerJob)s\"})\n  * on (node, device_uuid) group_left (device_type) group by (node, device_uuid, device_type) (node_device:hami_gpu_core_schedulable_percent:max)\n)" % $._config
+          },
+          {
             "record": "namespace_pod:hami_gpu_core_reserved_percent:sum",
-            "expr": "sum by (namespace, pod, device_type) (\n  max by (namespace, pod, container_index, node, device_uuid) (hami_vgpu_core_allocated_ratio{job=\"%(schedulerJob)s\"})\n  * on (node, device_uuid) group_left (device_type) (0 * node_device:hami_gpu_core_schedulable_percent:max + 1)\n)" % $._config
+            "expr": "sum by (namespace, pod, device_type) (namespace_pod_node_device:hami_gpu_core_reserved_percent:sum)"
           },
           {
             "record": "namespace:hami_gpu_core_reserved_percent:sum",
@@ -170,15 +179,19 @@
           },
           {
             "record": "node_device:hami_gpu_core_unreserved_percent:sum",
-            "expr": "node_device:hami_gpu_core_schedulable_percent:max\n  - on (node, device_uuid) group_left ()\n  sum by (node, device_uuid) (max by (namespace, pod, container_index, node, device_uuid) (hami_vgpu_core_allocated_ratio{job=\"%(schedulerJob)s\"}))\nor\n  node_device:hami_gpu_core_schedulable_percent:max" % $._config
+            "expr": "node_device:hami_gpu_core_schedulable_percent:max\n  - on (node, device_uuid) group_left ()\n  sum by (node, device_uuid) (namespace_pod_node_device:hami_gpu_core_reserved_percent:sum)\nor\n  node_device:hami_gpu_core_schedulable_percent:max"
           },
           {
             "record": "node_device:hami_gpu_memory_physical_bytes:max",
             "expr": "max by (node, device_uuid, device_type) (hami_host_gpu_memory_total_bytes{job=\"%(monitorJob)s\"})" % $._config
           },
           {
+            "record": "namespace_pod_node_device:hami_gpu_memory_used_bytes:sum",
+            "expr": "sum by (namespace, pod, node, device_uuid, device_type) (\n  max by (namespace, pod, container, vdevice_index, node, device_uuid) (hami_vgpu_memory_used_bytes{job=\"%(monitorJob)s\"})\n  * on (node, device_uuid) group_left (device_type) group by (node, device_uuid, device_type) (node_device:hami_gpu_memory_physical_bytes:max)\n)" % $._config
+          },
+          {
             "record": "namespace_pod:hami_gpu_memory_used_bytes:sum",
-            "expr": "sum by (namespace, pod, device_type) (\n  max by (namespace, pod, container, vdevice_index, node, device_uuid) (hami_vgpu_memory_used_bytes{job=\"%(monitorJob)s\"})\n  * on (node, device_uuid) group_left (device_type) (0 * node_device:hami_gpu_memory_physical_bytes:max + 1)\n)" % $._config
+            "expr": "sum by (namespace, pod, device_type) (namespace_pod_node_device:hami_gpu_memory_used_bytes:sum)"
           },
           {
             "record": "namespace:hami_gpu_memory_used_bytes:sum",
@@ -186,15 +199,19 @@
           },
           {
             "record": "node_device:hami_gpu_memory_unused_bytes:sum",
-            "expr": "node_device:hami_gpu_memory_physical_bytes:max\n  - on (node, device_uuid) group_left ()\n  sum by (node, device_uuid) (max by (namespace, pod, container, vdevice_index, node, device_uuid) (hami_vgpu_memory_used_bytes{job=\"%(monitorJob)s\"}))\nor\n  node_device:hami_gpu_memory_physical_bytes:max" % $._config
+            "expr": "node_device:hami_gpu_memory_physical_bytes:max\n  - on (node, device_uuid) group_left ()\n  sum by (node, device_uuid) (namespace_pod_node_device:hami_gpu_memory_used_bytes:sum)\nor\n  node_device:hami_gpu_memory_physical_bytes:max"
           },
           {
             "record": "node_device:hami_gpu_core_physical_percent:max",
             "expr": "max by (node, device_uuid, device_type) (0 * hami_host_gpu_memory_total_bytes{job=\"%(monitorJob)s\"} + 100)" % $._config
           },
           {
+            "record": "namespace_pod_node_device:hami_gpu_core_used_percent:sum",
+            "expr": "sum by (namespace, pod, node, device_uuid, device_type) (\n  max by (namespace, pod, container, vdevice_index, node, device_uuid) (hami_vgpu_core_used_percent{job=\"%(monitorJob)s\"})\n  * on (node, device_uuid) group_left (device_type) group by (node, device_uuid, device_type) (node_device:hami_gpu_core_physical_percent:max)\n)" % $._config
+          },
+          {
             "record": "namespace_pod:hami_gpu_core_used_percent:sum",
-            "expr": "sum by (namespace, pod, device_type) (\n  max by (namespace, pod, container, vdevice_index, node, device_uuid) (hami_vgpu_core_used_percent{job=\"%(monitorJob)s\"})\n  * on (node, device_uuid) group_left (device_type) (0 * node_device:hami_gpu_core_physical_percent:max + 1)\n)" % $._config
+            "expr": "sum by (namespace, pod, device_type) (namespace_pod_node_device:hami_gpu_core_used_percent:sum)"
           },
           {
             "record": "namespace:hami_gpu_core_used_percent:sum",
@@ -202,12 +219,13 @@
           },
           {
             "record": "node_device:hami_gpu_core_unused_percent:sum",
-            "expr": "node_device:hami_gpu_core_physical_percent:max\n  - on (node, device_uuid) group_left ()\n  sum by (node, device_uuid) (max by (namespace, pod, container, vdevice_index, node, device_uuid) (hami_vgpu_core_used_percent{job=\"%(monitorJob)s\"}))\nor\n  node_device:hami_gpu_core_physical_percent:max" % $._config
+            "expr": "node_device:hami_gpu_core_physical_percent:max\n  - on (node, device_uuid) group_left ()\n  sum by (node, device_uuid) (namespace_pod_node_device:hami_gpu_core_used_percent:sum)\nor\n  node_device:hami_gpu_core_physical_percent:max"
           }
         ]
       },
       {
         "name": "hami-fragmentation.rules",
+        "interval": "%(fragmentationInterval)s" % $._config,
         "rules": [
           {
             "record": "cluster:hami_vgpu_memory_request_bytes:p50_%(requestsWindow)s" % $._config,
@@ -233,6 +251,7 @@
       },
       {
         "name": "hami-overcommit.rules",
+        "interval": "%(overcommitInterval)s" % $._config,
         "rules": [
           {
             "record": "node_device:hami_host_gpu_memory_headroom_bytes:total_minus_used",

@@ -84,7 +84,7 @@ def render() -> str:
         "exports keep HAMi's name, type and value semantics, including the **0–100 scale of HAMi's",
         "`*_ratio` core/utilisation names** (called out below); every new name follows Prometheus",
         "conventions (`_ratio` is 0–1). The contract these are built against is",
-        "`metrics-contract.md`. Histograms expose `_bucket`, `_sum` and `_count`; counters also",
+        "`docs/design/metrics-contract.md`. Histograms expose `_bucket`, `_sum` and `_count`; counters also",
         "`_created`. Each daemon also exports prometheus-client's standard `process_*`, `python_info`",
         "and `python_gc_*` families, not listed here.",
         "",

@@ -43,7 +43,7 @@ def config_name(path: str) -> str:
     """``thresholds.idle_seconds`` -> ``idleSeconds``, ``for.xid`` -> ``xidFor``, ``jobs.monitor`` ->
     ``monitorJob``."""
     section, _, key = path.partition(".")
-    suffix = {"for": "For", "windows": "Window", "jobs": "Job"}.get(section, "")
+    suffix = {"for": "For", "windows": "Window", "jobs": "Job", "intervals": "Interval"}.get(section, "")
     return _camel(key or section) + suffix
 
 

@@ -1,4 +1,7 @@
-"""Handshake (§1.3) and node-lock (§1.5) values."""
+"""Handshake (§1.3) and node-lock (§1.5) values.
+
+Section signs (§) refer to docs/design/scheduler.md.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Device cordon (§1.4), MIG allocations (§2.4) and Kubernetes quantities."""
+"""Device cordon (§1.4), MIG allocations (§2.4) and Kubernetes quantities.
+
+Section signs (§) refer to docs/design/scheduler.md.
+"""
 
 from __future__ import annotations
 

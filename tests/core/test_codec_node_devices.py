@@ -1,4 +1,4 @@
-"""hami.io/node-nvidia-register and node-nvidia-score: spec literals, Go decoding rules, round trips."""
+"""hami.io/node-nvidia-register and node-nvidia-score: documented literals, Go decoding rules, round trips."""
 
 from __future__ import annotations
 

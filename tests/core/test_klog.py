@@ -103,7 +103,7 @@ def test_error_s_and_traceback(stream: io.StringIO) -> None:
 @pytest.mark.parametrize("argv, level", [
     (["-v=4"], 4), (["--v=5"], 5), (["-v", "2"], 2), (["--v", "3"], 3), ([], 0),
 ])
-def test_flags_accept_the_seeds_spellings(argv: list[str], level: int) -> None:
+def test_flags_accept_the_guides_spellings(argv: list[str], level: int) -> None:
     parser = argparse.ArgumentParser()
     klog.add_log_flags(parser)
     assert parser.parse_args(argv).v == level
@@ -121,7 +121,7 @@ def grep(args: list[str], text: str) -> list[str]:
     return done.stdout.splitlines()
 
 
-def test_seed_grep_recipes_match_our_lines(stream: io.StringIO, tmp_path: Path) -> None:
+def test_guide_grep_recipes_match_our_lines(stream: io.StringIO, tmp_path: Path) -> None:
     log = klog.get_logger("hami.scheduler")
     klog.set_verbosity(4)
     log.v(4).info("Filtering node %s for pod %s", "gpu-node-01", "test-pod")
@@ -131,20 +131,23 @@ def test_seed_grep_recipes_match_our_lines(stream: io.StringIO, tmp_path: Path) 
     log.info("unrelated line for pod other-pod")
     text = stream.getvalue()
 
-    # seed 000: kubectl logs $SCHEDULER_POD -n kube-system | grep "<target-pod-name>"
+    # docs/guides/scheduler-debugging.md §3.2: kubectl logs $SCHEDULER_POD -n kube-system | grep
+    # "<target-pod-name>"
     assert len(grep(["test-pod"], text)) == 2
-    # seed 000: kubectl logs $SCHEDULER_POD -n kube-system | grep "FilteringFailed"
+    # docs/guides/scheduler-debugging.md §3.2: kubectl logs $SCHEDULER_POD -n kube-system | grep
+    # "FilteringFailed"
     (failed,) = grep(["FilteringFailed"], text)
     assert failed.startswith("W")
-    # seed 000's example lines; klog pads the pid to 7 columns where the seed shows 2 spaces, so a
-    # recipe keyed on the header must allow runs of blanks: both forms match this one.
+    # the example lines of docs/guides/scheduler-debugging.md §3.2 as HAMi prints them; klog pads the pid to
+    # 7 columns where HAMi shows 2, so a recipe keyed on the header must allow runs of blanks: both forms
+    # match this one.
     header = r"^[IWEF][0-9]{4} [0-9:.]{15} +[0-9]+ +[a-z_]+\.[a-z]+:[0-9]+\] "
-    seed_example = (
+    guide_example = (
         "I0211 10:30:15.123456  1  filter.go:125] Filtering node gpu-node-01 for pod test-pod\n"
         "I0211 10:30:15.123789  1  filter.go:150] Node gpu-node-01 filtered out: "
         "CardInsufficientMemory, requested 8192Mi but available 4096Mi\n"
     )
-    assert len(grep(["-E", header], seed_example)) == 2
+    assert len(grep(["-E", header], guide_example)) == 2
     assert len(grep(["-E", header], text)) == 4
     # Errors and warnings only, as one greps klog output.
     assert grep(["-E", "^[EW][0-9]{4} "], text) == [failed]

@@ -27,14 +27,14 @@ class Rendered:
         fam.add_metric(['a"b'], 2)
         return fam
 
-    def render(self, openmetrics: bool) -> bytes:
+    def render(self, openmetrics: bool) -> list[bytes]:
         self.renders += 1
         registry = CollectorRegistry(auto_describe=False)
         registry.register(self)
         self.collects -= 1  # the line below is the rendering, not a general-path collect
         if openmetrics:
-            return b"# rendered\n" + om_latest(registry).removesuffix(b"# EOF\n")
-        return b"# rendered\n" + generate_latest(registry)
+            return [b"# rendered\n", om_latest(registry).removesuffix(b"# EOF\n")]
+        return [b"# rendered\n", generate_latest(registry)]  # pieces: served in order
 
     def collect(self) -> Iterable[Metric]:
         self.collects += 1

@@ -85,7 +85,7 @@ def test_node_json_keys_are_case_insensitive_and_zero_never_overrides() -> None:
 
 
 def test_wildcard_pool_entries_apply_and_an_exact_name_wins() -> None:
-    # Seed 003 §4.4: per-pool split counts; an exact entry listed earlier still wins.
+    # docs/guides/tuning.md §4.4: per-pool split counts; an exact entry listed earlier still wins.
     text = json.dumps(
         {
             "nodeconfig": [

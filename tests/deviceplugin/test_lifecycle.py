@@ -1,4 +1,7 @@
-"""Registration, ListAndWatch, health and kubelet restarts, end to end on FakeNvml and the API emulator."""
+"""Registration, ListAndWatch, health and kubelet restarts, end to end on FakeNvml and the API emulator.
+
+Section signs (§) refer to docs/design/node-agent.md.
+"""
 
 from __future__ import annotations
 
@@ -91,7 +94,7 @@ def test_a_kubelet_restart_is_survived_and_resets_health(rig: Rig) -> None:
     channel, stub = rig.kubelet.plugin("nvidia-gpu.sock")
     with channel:
         devices = next(stub.ListAndWatch(pb.Empty())).devices
-    # The restart rebuilt the device state: the only way back from Unhealthy (spec §C.6).
+    # The restart rebuilt the device state: the only way back from Unhealthy (§C.6).
     assert {d.health for d in devices} == {"Healthy"}
     wait_until(lambda: _registered(rig)[U0].health, what="healthy U0 in the annotation")
 

@@ -9,9 +9,10 @@ import pytest
 from hami.doctor import logscan
 from hami.testing.doctorcluster import run_doctor, run_json
 
-# (line as the seeds print it, expected pattern key, seed level)
-SEED_LINES = [
-    ("E nvml Init err: ERROR_LIBRARY_NOT_FOUND", "nvml-init-err", "Fatal"),  # seed 001 §1.3, §7
+# (line as the guides print it, expected pattern key, the guide's severity)
+GUIDE_LINES = [
+    # docs/guides/device-plugin-debugging.md §1.3, §7
+    ("E nvml Init err: ERROR_LIBRARY_NOT_FOUND", "nvml-init-err", "Fatal"),
     ("E nvml GetDeviceCount err", "nvml-device-count-err", "Fatal"),
     ("E nvml get memory error", "nvml-memory-err", "Fatal"),
     ("W GetMemoryInfo not supported", "memory-info-unsupported", "Warning"),
@@ -31,7 +32,7 @@ SEED_LINES = [
     ("E node gpu-1 handshake timeout", "handshake-timeout", "Error"),
     ("E device decode error", "device-decode-error", "Error"),
     ("E node not found", "node-not-found", "Error"),
-    # seed 000's V(4) Filter lines and the FilteringFailed grep
+    # the V(4) filter lines of docs/guides/scheduler-debugging.md §3.2 and the FilteringFailed grep
     (
         "I0211 10:30:15.123456  1  filter.go:125] Filtering node gpu-node-01 for pod test-pod",
         "filtering-node",
@@ -71,8 +72,8 @@ SEED_LINES = [
 ]
 
 
-@pytest.mark.parametrize(("line", "key", "level"), SEED_LINES)
-def test_seed_line_is_classified(line: str, key: str, level: str) -> None:
+@pytest.mark.parametrize(("line", "key", "level"), GUIDE_LINES)
+def test_guide_line_is_classified(line: str, key: str, level: str) -> None:
     found = logscan.classify(line)
     assert found is not None
     pattern, got_key, meaning, action = found

@@ -77,7 +77,7 @@ def test_node_check(case: str, api: KubeAPIServer, kube_config_file: Path) -> No
     assert code == want_exit, codes(doc)
 
 
-def test_device_table_has_the_seed_columns(api: KubeAPIServer, kube_config_file: Path) -> None:
+def test_device_table_has_the_guide_columns(api: KubeAPIServer, kube_config_file: Path) -> None:
     api.store.put(hami_node("n"))
     _, doc = run_json(kube_config_file, "node", "n")
     table = doc["sections"][0]["tables"][0]
@@ -107,7 +107,8 @@ def test_nodes_selector_and_worst_status(api: KubeAPIServer, kube_config_file: P
 
 
 def test_handshake_threshold_flag(api: KubeAPIServer, kube_config_file: Path) -> None:
-    """Seed 000's 300 s figure, if an operator insists on it, is one flag away."""
+    """HAMi's guide's 300 s figure (docs/guides/scheduler-debugging.md §3.5), if an operator insists on it,
+    is one flag away."""
     api.store.put(hami_node("n", handshake=OLD_HANDSHAKE, gpus=0))
     code, _ = run_json(kube_config_file, "node", "n", "--handshake-timeout", "301s")
     assert code == 0

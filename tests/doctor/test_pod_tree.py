@@ -1,4 +1,5 @@
-"""Every branch of the pod-pending tree (seed 000 调试决策树, seed 001 §6) against the emulator."""
+"""Every branch of the pod-pending tree (docs/guides/scheduler-debugging.md §7,
+docs/guides/device-plugin-debugging.md §6) against the emulator."""
 
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ CASES: dict[str, tuple[Seed, int, str]] = {
         2,
         "scheduler.not-running",
     ),
-    "scheduler-seed-label": (
+    "scheduler-guide-label": (
         lambda api: _put(api, scheduler_pod(label="app", role=""), hami_node("gpu-node-01"), hami_pod("p")),
         1,
         "pod.events.none",
@@ -73,7 +74,7 @@ CASES: dict[str, tuple[Seed, int, str]] = {
     ),
     # C6: everything right but no HAMi event.
     "no-events": (lambda api: healthy(api, hami_pod("p")), 1, "pod.events.none"),
-    # Seed 001 §6 PEND1 → PEND3/PEND5.
+    # docs/guides/device-plugin-debugging.md §6 PEND1 → PEND3/PEND5.
     "insufficient-no-allocatable": (
         lambda api: _put(
             api,
@@ -99,7 +100,8 @@ CASES: dict[str, tuple[Seed, int, str]] = {
         2,
         "pod.insufficient.all-used",
     ),
-    # D → E1..E5: the seed's reason codes, in the scheduler's aggregated event form.
+    # D → E1..E5: the reason codes of docs/guides/scheduler-debugging.md §4, in the scheduler's aggregated
+    # event form.
     "NodeInsufficientDevice": (
         filter_failed("1 nodes NodeInsufficientDevice(gpu-node-01)"),
         2,
@@ -120,7 +122,7 @@ CASES: dict[str, tuple[Seed, int, str]] = {
         2,
         "pod.filter.ResourceQuotaNotFit",
     ),
-    "seed-example-message": (
+    "guide-example-message": (
         filter_failed("Bindingfailed: CardInsufficientMemory on node gpu-node-01"),
         2,
         "pod.filter.CardInsufficientMemory",

@@ -37,12 +37,14 @@ def test_describe_matches_a_running_monitor(tmp_path: Path, legacy: bool) -> Non
     )
     registry = CollectorRegistry()
     collector.kube_metrics(registry)  # run() puts the API client's metrics on the same registry
+    collector.listener_metrics(registry)  # and start() its listener's
     node.start(0.2)
     mon = Monitor(cfg, node.nvml, node.pods, lambda: {c.pod_uid for c in node.containers}, registry=registry)
     try:
         mon.feedback.tick()
         described = {d.name for d in collector.describe(legacy)}
-        assert exposed_names(registry, mon.collector.render(openmetrics=False)) == described - MIG_ONLY
+        body = b"".join(mon.collector.render(openmetrics=False))
+        assert exposed_names(registry, body) == described - MIG_ONLY
         assert MIG_ONLY & described == (MIG_ONLY if legacy else {"hami_mig_device_info"})
     finally:
         mon.lister.close()

@@ -18,12 +18,12 @@ def test_dir_name_split_at_first_underscore() -> None:
 
 def test_pick_cache_file() -> None:
     entries = [
-        FileEntry("libvgpu.so", 9, True), FileEntry("old.cache", 1, True), FileEntry("new.cache", 5, True),
-        FileEntry("dir.cache", 10, False), FileEntry("notes.txt", 11, True),
-        FileEntry("libvgpu.so.cache", 12, True),
+        FileEntry("libvgpu.so", 9, False), FileEntry("old.cache", 1, False), FileEntry("new.cache", 5, False),
+        FileEntry("dir.cache", 10, True), FileEntry("notes.txt", 11, False),
+        FileEntry("libvgpu.so.cache", 12, False),
     ]
     assert pick_cache_file(entries) == "new.cache"
-    assert pick_cache_file([FileEntry("libvgpu.so", 1, True)]) is None
+    assert pick_cache_file([FileEntry("libvgpu.so", 1, False)]) is None
 
 
 def make(tmp: Path, name: str, version: str = "v1.2", cache: str = "a.cache") -> RegionWriter:

@@ -11,7 +11,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics.exposition import generate_latest as om_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from hami.core.serve.families import Family, TextRenderer, to_metric
+from hami.core.serve.families import PIECE, Family, TextRenderer, to_metric
 from hami.exporter import families
 from hami.exporter.attribution import ContainerView, MigView, PodLabels
 from hami.exporter.families import Counters, HostDevice, MigIdentity, NodeView
@@ -111,11 +111,11 @@ def test_renderer_matches_collector_path(first: NodeView, second: NodeView, lega
     renderer = TextRenderer()
     for view in (first, second, first):  # a warm cache, then identities that changed, then back
         fams = build(view, legacy, skips)
-        body = renderer.render(fams)
+        body = b"".join(renderer.render(fams))
         expected = reference(fams)
         assert parsed(body) == parsed(expected)
         assert body == expected
-        assert renderer.render(fams, openmetrics=True) == reference(fams, openmetrics=True)
+        assert b"".join(renderer.render(fams, openmetrics=True)) == reference(fams, openmetrics=True)
 
 
 def _ctr(pod: str, uuid: str = "GPU-1") -> ContainerView:
@@ -130,8 +130,18 @@ def test_cache_follows_series_identity() -> None:
     assert renderer.cached_series == 2
     # pod b replaced by c: b's label set is dropped, c's rendered fresh with its own values
     after = NodeView("n1", 0.0, containers=(_ctr("a"), _ctr("c", 'GPU-"2"')))
-    body = renderer.render(families.container_families(after, False)).decode()
+    body = b"".join(renderer.render(families.container_families(after, False))).decode()
     assert renderer.cached_series == 2
     assert 'pod="b"' not in body
     assert 'device_uuid="GPU-\\"2\\"",namespace="ns",node="n1",pod="c"' in body
     assert body.encode() == reference(families.container_families(after, False))
+
+
+def test_a_large_body_comes_in_pieces_that_join_to_the_reference() -> None:
+    """Pieces end between lines, so a multi-byte label value is never split."""
+    fam = Family("hami_big", "gauge", "many series", ("pod",))
+    for i in range(3 * PIECE // 20):
+        fam.add((f"pod-é-{i}",), i)
+    body = TextRenderer().render([fam])
+    assert len(body) >= 3 and all(len(piece) >= PIECE for piece in body[:-1])
+    assert b"".join(body) == reference([fam])

@@ -1,4 +1,7 @@
-"""Each branch of the feedback step (spec §A.9), and the loop against real mapped files."""
+"""Each branch of the feedback step (§A.9), and the loop against real mapped files.
+
+Section signs (§) refer to docs/design/node-agent.md.
+"""
 
 import logging
 from pathlib import Path

@@ -1,4 +1,7 @@
-"""hami_mig_device_info from the hami.io/vgpu-mig-allocations annotation (spec §B.4)."""
+"""hami_mig_device_info from the hami.io/vgpu-mig-allocations annotation (§B.4).
+
+Section signs (§) refer to docs/design/node-agent.md.
+"""
 
 from __future__ import annotations
 
@@ -48,7 +51,7 @@ def test_mig_series_from_the_annotation(tmp_path: Path, caplog: pytest.LogCaptur
     collector = MonitorCollector("node-1", lister, lambda: pods, decode_pod_devices, legacy=legacy)
     with caplog.at_level(logging.WARNING):
         for _ in range(2):  # warnings are logged once, not per scrape
-            body = collector.render(False).decode()
+            body = b"".join(collector.render(False)).decode()
     fams = {f.name: f for f in text_string_to_metric_families(body)}
     (sample,) = fams["hami_mig_device_info"].samples
     assert sample.labels == {
@@ -74,5 +77,5 @@ def test_no_mig_family_without_allocations(tmp_path: Path) -> None:
     lister = ContainerLister(str(tmp_path))
     lister.update(None)
     collector = MonitorCollector("node-1", lister, lambda: [], decode_pod_devices)
-    assert b"hami_mig_device_info" not in collector.render(False)
+    assert b"hami_mig_device_info" not in b"".join(collector.render(False))
     lister.close()

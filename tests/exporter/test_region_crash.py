@@ -1,4 +1,7 @@
-"""Every crash class of spec §A: each bad region, slot or device is skipped with a reason."""
+"""Every crash class of §A: each bad region, slot or device is skipped with a reason.
+
+Section signs (§) refer to docs/design/node-agent.md.
+"""
 
 import os
 import struct
@@ -7,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from hami.exporter.region import reasons
-from hami.exporter.region.mapped import MappedRegion
+from hami.exporter.region.file import RegionFile
 from hami.exporter.region.parse import RegionRejected, RegionSnapshot, parse_region
-from hami.testing.regions import MEM_DATA, RegionWriter
+from hami.testing.regions import MEM_DATA, RegionWriter, open_region
 
 UUID_A = "GPU-aaaaaaaa-1111-2222-3333-444444444444"
 UUID_B = "GPU-bbbbbbbb-1111-2222-3333-444444444444"
@@ -68,7 +71,7 @@ def test_wrong_size(size: int, reason: str) -> None:
 
 
 def test_size_window_picks_v0_even_with_major_field() -> None:
-    """A v0 file's offset 4 is sm_init_flag: v0 is chosen by size first (spec §A.8)."""
+    """A v0 file's offset 4 is sm_init_flag: v0 is chosen by size first (§A.8)."""
     writer, buf = region("v0")
     writer.set_field("sm_init_flag", 1)
     assert snap(buf).version == "v0"
@@ -202,47 +205,55 @@ def write_file(tmp_path: Path, version: str = "v1.2") -> tuple[str, RegionWriter
     return path, writer
 
 
-def test_mapped_region_reads_live_file(tmp_path: Path) -> None:
+def test_region_file_reads_live_file(tmp_path: Path) -> None:
     path, writer = write_file(tmp_path)
-    mapped = MappedRegion.open(path)
-    assert isinstance(mapped, MappedRegion) and mapped.writable
-    first = mapped.read()
+    region = open_region(path)
+    assert isinstance(region, RegionFile) and region.writable
+    first = region.read()
     assert isinstance(first, RegionSnapshot) and first.devices[0].used_bytes == 64
     writer.change_memory(0, 0, MEM_DATA, 64)
-    second = mapped.read()
+    second = region.read()
     assert isinstance(second, RegionSnapshot) and second.devices[0].used_bytes == 128
-    mapped.close()
+    region.close()
     writer.close()
 
 
-def test_truncated_while_mapped_never_touches_missing_pages(tmp_path: Path) -> None:
+@pytest.mark.parametrize("size", [0, 12, 4096, 1_856 + 1_960, 2_008_896])
+def test_truncated_after_open_is_skipped_and_never_grown_back(tmp_path: Path, size: int) -> None:
     path, writer = write_file(tmp_path)
-    mapped = MappedRegion.open(path)
-    assert isinstance(mapped, MappedRegion)
+    region = open_region(path)
+    assert isinstance(region, RegionFile)
     writer.close()
-    os.truncate(path, 4096)  # reading the tail (proc_num) now would SIGBUS
-    out = mapped.read()
+    os.truncate(path, size)  # a mapping of the old size would SIGBUS on the next read
+    out = region.read()
     assert isinstance(out, RegionRejected) and out.reason == reasons.TRUNCATED
-    assert not mapped.write_i32(2_008_904, -1)
-    mapped.close()
+    assert not region.write_i32(2_008_904, -1)
+    assert os.path.getsize(path) == size
+    region.close()
 
 
-def test_grown_file_is_size_changed(tmp_path: Path) -> None:
+def test_grown_file_still_reads_and_is_reopened_by_discovery(tmp_path: Path) -> None:
     path, writer = write_file(tmp_path)
-    mapped = MappedRegion.open(path)
-    assert isinstance(mapped, MappedRegion)
+    region = open_region(path)
+    assert isinstance(region, RegionFile)
     with open(path, "ab") as f:
         f.write(b"\0" * 10)
-    out = mapped.read()
-    assert isinstance(out, RegionRejected) and out.reason == reasons.SIZE_CHANGED
-    mapped.close()
+    assert isinstance(region.read(), RegionSnapshot)
+    assert region.changed()
+    region.close()
     writer.close()
 
 
-def test_tiny_and_missing_files(tmp_path: Path) -> None:
+def test_tiny_missing_and_special_files(tmp_path: Path) -> None:
     tiny = tmp_path / "t.cache"
     tiny.write_bytes(b"\1\2\3")
-    out = MappedRegion.open(str(tiny))
+    out = open_region(str(tiny))
     assert isinstance(out, RegionRejected) and out.reason == reasons.FILE_TOO_SMALL
-    out = MappedRegion.open(str(tmp_path / "missing.cache"))
+    out = open_region(str(tmp_path / "missing.cache"))
     assert isinstance(out, RegionRejected) and out.reason == reasons.OPEN_FAILED
+    os.mkfifo(tmp_path / "f.cache")
+    out = open_region(str(tmp_path / "f.cache"))  # returns at once: a FIFO is never opened to read
+    assert isinstance(out, RegionRejected) and out.reason == reasons.NOT_REGULAR_FILE
+    os.symlink(tiny, tmp_path / "l.cache")
+    out = open_region(str(tmp_path / "l.cache"))
+    assert isinstance(out, RegionRejected) and out.reason == reasons.SYMLINK

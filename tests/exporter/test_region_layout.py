@@ -1,4 +1,8 @@
-"""Offsets of the three layouts against the spec's numbers (§A.3) and the C ABI (ctypes)."""
+"""Offsets of the three layouts against the documented numbers (docs/design/node-agent.md §A.3) and the C ABI
+(ctypes).
+
+Section signs (§) refer to docs/design/node-agent.md.
+"""
 
 import ctypes
 import struct
@@ -9,7 +13,7 @@ from hami.exporter.region.layout import LAYOUTS, V0, V1_1, V1_2, Layout
 from hami.exporter.region.parse import RegionSnapshot, parse_region
 from hami.testing import regions as w
 
-# Literal numbers from spec §A.1–§A.3, written out rather than computed.
+# Literal numbers from §A.1–§A.3, written out rather than computed.
 SPEC = {
     "v0": dict(region=1_197_896, slot=1168, procs=1848, device_num=48, uuids=56, limit=1592, sm_limit=1720,
                proc_num=1_197_880, util_switch=1_197_884, recent_kernel=1_197_888, priority=1_197_892,
@@ -59,7 +63,7 @@ def test_ctypes_mirror_agrees_with_tables() -> None:
 
 
 def test_golden_bytes_v12() -> None:
-    """Values land at the spec's address formulas; magic bytes on disk are 4E F7 2F 01."""
+    """Values land at the documented address formulas; magic bytes on disk are 4E F7 2F 01."""
     writer, buf = w.RegionWriter.in_memory("v1.2")
     writer.initialise(["GPU-0", "GPU-1"], limits=[111, 222], sm_limits=[30, 60], priority=0)
     writer.add_process(7, 70)

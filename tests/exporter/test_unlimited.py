@@ -120,7 +120,7 @@ def test_the_monitor_exports_them(tmp_path: Path) -> None:
     collector = MonitorCollector("n1", lister, lambda: [pod], decode_pod_devices, proc_root=str(proc))
     collector.hosts = HostReader(nvml, collector.nvml_errors.add).read
     try:
-        text = collector.render(openmetrics=False).decode()
+        text = b"".join(collector.render(openmetrics=False)).decode()
     finally:
         lister.close()
         writer.close()

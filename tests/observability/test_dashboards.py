@@ -1,4 +1,7 @@
-"""The generated Grafana dashboards: up to date, templated, and every query valid PromQL over known names."""
+"""The generated Grafana dashboards: up to date, templated, and every query valid PromQL over known names.
+
+Section signs (§) refer to docs/guides/tuning.md.
+"""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from scripts import gen_metrics_doc as gen
 
 from hami.core.serve.describe import MetricDescriptor
 
-CONTRACT = Path("/work/shared/metrics-contract.md")
+CONTRACT = Path(__file__).resolve().parents[2] / "docs/design/metrics-contract.md"
 SECTIONS = {"Monitor (": 0, "Scheduler extender (": 1, "Device plugin (": 2}
 _TOKEN = re.compile(r"`([^`]+)`")
 _FAMILY = re.compile(r"^((?:hami|rest_client)_[a-z_]+)(?:\{([^}]*)\})?$")
@@ -32,7 +32,7 @@ def required(text: str) -> dict[int, dict[str, set[str]]]:
             if m:
                 labels = {x.strip() for x in (m.group(2) or "").split(",")} - {"", "..."}
                 out[section].setdefault(m.group(1), set()).update(labels)
-    # rule 2's seed names (monitor) and rule 6's build info (everyone)
+    # rule 2's tuning-guide names (monitor) and rule 6's build info (everyone)
     for name in (
         "hami_vgpu_memory_used_bytes",
         "hami_vgpu_memory_limit_bytes",

@@ -175,7 +175,7 @@ def test_busy_cluster_fires_each_row(
         'hami_scheduler_bind_duration_seconds_bucket{job="hami-scheduler"}',
         'hami_scheduler_node_lock_wait_seconds_bucket{job="hami-scheduler"}',
     ]
-    assert lock["start"] == "5m (the default, tuning.md §2.2)"
+    assert lock["start"] == "5m (the default, docs/guides/tuning.md §2.2)"
 
 
 def test_development_turns_core_limits_off(busy_url: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -191,7 +191,7 @@ def test_text_marks_starting_points_as_not_measured(
     main(["--prometheus-url", busy_url, "--time", str(END), "--window", WINDOW])
     out = capsys.readouterr().out
     assert "nodeLockExpire: NO RECOMMENDATION" in out
-    assert "starting point without history, not measured: 5m (the default, tuning.md §2.2)" in out
+    assert "starting point without history, not measured: 5m (the default, docs/guides/tuning.md §2.2)" in out
 
 
 def test_calm_cluster_keeps_every_value(calm_url: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,5 +1,8 @@
 """nodeLockExpire's current value comes from hami_scheduler_node_lock_timeout_seconds when the extender
-exports it, and from --node-lock-expire otherwise (said in the evidence)."""
+exports it, and from --node-lock-expire otherwise (said in the evidence).
+
+Section signs (§) refer to docs/guides/tuning.md.
+"""
 
 from __future__ import annotations
 

@@ -187,7 +187,7 @@ def test_history_shorter_than_the_window_is_refused_naming_the_window(
     assert all(recs[p]["value"] is None for p in windowed)
     mem = recs["deviceMemoryScaling"]
     # Instead of a number that looks measured, the guide's starting point, said to be one.
-    assert mem["start"] == "1.5 (start there and watch for a week, tuning.md §3.3)"
+    assert mem["start"] == "1.5 (start there and watch for a week, docs/guides/tuning.md §3.3)"
     assert recs["devices.nvidia.gpuCorePolicy"]["start"].startswith("force (the production template")
     (missing,) = mem["missing"]
     series = r'hami_vgpu_memory_used_bytes\{job="hami-monitor"\}'

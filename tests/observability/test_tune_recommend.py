@@ -1,4 +1,7 @@
-"""Every row and branch of the tuning guide's tables, through the pure recommendation functions."""
+"""Every row and branch of the tuning guide's tables, through the pure recommendation functions.
+
+Section signs (§) refer to docs/guides/tuning.md.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Bind's PodGroup node-lock retry (§5.3 step 3, ``--node-lock-retry-timeout``)."""
+"""Bind's PodGroup node-lock retry (§5.3 step 3, ``--node-lock-retry-timeout``).
+
+Section signs (§) refer to docs/design/scheduler.md.
+"""
 
 from __future__ import annotations
 

@@ -91,7 +91,7 @@ def test_rendered_text_equals_prometheus_client_rendering(populated: Extender) -
     renderer = TextRenderer()
     for _ in range(2):  # a cold cache, then a warm one
         for om in (False, True):
-            assert renderer.render(fams, om) == reference(fams, om)
+            assert b"".join(renderer.render(fams, om)) == reference(fams, om)
 
 
 def test_collector_render_equals_the_collector_path_as_nodes_and_pods_change(
@@ -105,7 +105,7 @@ def test_collector_render_equals_the_collector_path_as_nodes_and_pods_change(
 
     def same() -> None:
         for om in (False, True):  # the text cache is shared by both formats
-            assert ext.collector.render(om) == reference(ext.collector.families(), om)
+            assert b"".join(ext.collector.render(om)) == reference(ext.collector.families(), om)
 
     same()
     same()  # every node and pod from the cache
@@ -113,14 +113,14 @@ def test_collector_render_equals_the_collector_path_as_nodes_and_pods_change(
     assert filter_pod(ext, pod, ["n1"])["NodeNames"] == ["n1"]  # n1's usage changes, a pod appears
     same()
     assert any(line.startswith("hami_vgpu_memory_allocated_bytes{") and 'pod="p2"' in line
-               for line in ext.collector.render(False).decode().splitlines())
+               for line in b"".join(ext.collector.render(False)).decode().splitlines())
     ext.state.drop_reservation(pod["metadata"]["uid"])
     same()
-    assert b'pod="p2"' not in ext.collector.render(False)
+    assert b'pod="p2"' not in b"".join(ext.collector.render(False))
     assert requests.delete(f"{kube_api.url}/api/v1/nodes/n1", timeout=10).ok  # its text goes with it
     wait_until(lambda: "n1" not in ext.state.nodes, what="n1 unregistered")
     same()
-    limits = [line for line in ext.collector.render(False).decode().splitlines()
+    limits = [line for line in b"".join(ext.collector.render(False)).decode().splitlines()
               if line.startswith("hami_gpu_memory_limit_bytes{")]
     assert limits and not [line for line in limits if 'node="n1"' in line]
 

@@ -13,6 +13,7 @@ from hami.scheduler.extender.decisions import DecisionStore, dominant_reason
 from hami.testing.builders import gpu_node, gpu_pod
 from hami.testing.extender import bind_pod, create_pod, filter_pod, metrics_text, running
 from hami.testing.kubeapi import KubeAPIServer
+from hami.testing.wait import wait_until
 
 
 def _decision(ext: Extender, namespace: str, name: str) -> tuple[int, dict[str, Any]]:
@@ -102,3 +103,19 @@ def test_bad_paths_answer_json_errors(kube_api: KubeAPIServer) -> None:
     assert listing.status_code == 200 and listing.json()["records"] == []
     assert bad.status_code == 404 and "NAMESPACE/NAME" in bad.json()["error"]
     assert post.status_code == 405
+
+
+def test_pending_gpu_pods_follow_the_containers_not_a_stale_answer(kube_api: KubeAPIServer) -> None:
+    """The answer is kept per pod between scrapes; a pod whose containers change is read again."""
+    with running(kube_api) as ext:
+        plain = create_pod(kube_api, ext, gpu_pod("p1", gpus=0, mem=None))
+        other = create_pod(kube_api, ext, gpu_pod("p2"))
+        assert [p["metadata"]["name"] for p in ext.state.pending_gpu_pods()] == ["p2"]
+        asks = gpu_pod("p1")
+        asks["metadata"]["uid"] = plain["metadata"]["uid"]  # the same pod, now asking for a vGPU
+        kube_api.store.put(asks)
+        wait_until(lambda: len(ext.state.pending_gpu_pods()) == 2, what="p1 asks for a vGPU")
+        other["status"] = {"phase": "Running"}
+        kube_api.store.put(other)
+        wait_until(lambda: [p["metadata"]["name"] for p in ext.state.pending_gpu_pods()] == ["p1"],
+                   what="p2 running")

@@ -1,5 +1,6 @@
 """The daemon as operators run it (``python -m hami.scheduler ...``): TLS on ``--http_bind`` with
-certificate reload, and the klog lines of seed 000 at ``-v`` 2, 4 and 5 read from its stderr."""
+certificate reload, and the klog lines of docs/guides/scheduler-debugging.md §3.2 at ``-v`` 2, 4 and 5 read
+from its stderr."""
 
 from __future__ import annotations
 
@@ -21,13 +22,13 @@ from hami.testing.extender import SchedulerDaemon, daemon
 from hami.testing.kubeapi import KubeAPIServer
 from hami.testing.wait import wait_until
 
-# Seed 000, "第二步 - 查看调度器日志": the -v=4 example lines and the grep recipes.
-SEED_LINES = [
+# docs/guides/scheduler-debugging.md §3.2: the -v=4 example lines and the grep recipes.
+GUIDE_LINES = [
     "I0211 10:30:15.123456  1  filter.go:125] Filtering node gpu-node-01 for pod test-pod",
     "I0211 10:30:15.123789  1  filter.go:150] Node gpu-node-01 filtered out: CardInsufficientMemory, "
     "requested 8192Mi but available 4096Mi",
 ]
-SEED_GREPS = ["test-pod", "FilteringFailed"]  # grep "<target-pod-name>", grep "FilteringFailed"
+GUIDE_GREPS = ["test-pod", "FilteringFailed"]  # grep "<target-pod-name>", grep "FilteringFailed"
 KLOG_HEADER = re.compile(r"^([IWEF])\d{4} \d{2}:\d{2}:\d{2}\.\d{6}\s+\d+\s+[\w.]+:\d+\] ")
 
 
@@ -58,7 +59,7 @@ def _lines_after(d: SchedulerDaemon, start: int, what: str) -> list[str]:
     return d.lines[start:]
 
 
-def test_v4_verdict_lines_match_seed_000_and_its_greps_find_them(
+def test_v4_verdict_lines_match_the_guide_and_its_greps_find_them(
     kube_api: KubeAPIServer, kube_config_file: Path
 ) -> None:
     pod = _seed_cluster(kube_api)
@@ -68,12 +69,12 @@ def test_v4_verdict_lines_match_seed_000_and_its_greps_find_them(
         assert reply["FailedNodes"] == {"gpu-node-01": "1/1 CardInsufficientMemory"}
         lines = _lines_after(d, start, "Bindingfailed: CardInsufficientMemory on node gpu-node-01")
     messages = [_message(line) for line in lines]
-    for seed in SEED_LINES:
-        assert _message(seed) in messages  # the same text after the klog header
+    for example in GUIDE_LINES:
+        assert _message(example) in messages  # the same text after the klog header
     verdicts = [line for line in lines if "filtered out" in line]
     assert verdicts and all(line.startswith("I") for line in verdicts)
     log = "\n".join(lines) + "\n"
-    for pattern in SEED_GREPS:
+    for pattern in GUIDE_GREPS:
         found = subprocess.run(["grep", pattern], input=log, capture_output=True, text=True, check=False)
         assert found.returncode == 0, f"grep {pattern!r} found nothing"
     failed = subprocess.run(

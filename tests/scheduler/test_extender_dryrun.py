@@ -1,5 +1,8 @@
 """The dry-run filter over HTTP (§4.1 step 2, §9.3): ExtenderArgs with ``Nodes``, as a
-``nodeCacheCapable: false`` caller (Cluster Autoscaler) sends them."""
+``nodeCacheCapable: false`` caller (Cluster Autoscaler) sends them.
+
+Section signs (§) refer to docs/design/scheduler.md.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """HAMi's §7.1 allocation metrics on a live scrape (current and ``--legacy-metrics`` names), and
-``promtool check metrics`` over a live scrape."""
+``promtool check metrics`` over a live scrape.
+
+Section signs (§) refer to docs/design/scheduler.md.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """NodeLocker (§1.5) against the API emulator: backoff exhaustion, legacy locks, owner checks,
-re-entrancy and malformed values. Sleeps are recorded instead of slept."""
+re-entrancy and malformed values. Sleeps are recorded instead of slept.
+
+Section signs (§) refer to docs/design/scheduler.md.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""The register loop's role labels (§2.1), ``--node-label-selector`` and per-node revisits."""
+"""The register loop's role labels (§2.1), ``--node-label-selector`` and per-node revisits.
+
+Section signs (§) refer to docs/design/scheduler.md.
+"""
 
 from __future__ import annotations
 

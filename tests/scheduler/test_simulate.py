@@ -1,5 +1,8 @@
 """The dry-run filter as a pure function (§9.3): nodes decoded from their own annotations, zero
-usage, the live scoring, a copy of the best node, nothing mutated."""
+usage, the live scoring, a copy of the best node, nothing mutated.
+
+Section signs (§) refer to docs/design/scheduler.md.
+"""
 
 from __future__ import annotations
 

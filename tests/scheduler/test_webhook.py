@@ -1,6 +1,9 @@
 """The mutating webhook over HTTP (§8): quota denial, gpumem-percentage, controller-runtime's
 AdmissionReview shapes, schedulerName rewrite, pods without HAMi resources left alone, and the
-device config's gpuCorePolicy / runtimeClassName / overwriteEnv applied through the API server."""
+device config's gpuCorePolicy / runtimeClassName / overwriteEnv applied through the API server.
+
+Section signs (§) refer to docs/design/scheduler.md.
+"""
 
 from __future__ import annotations
 

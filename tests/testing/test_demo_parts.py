@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from dashboards import generate
 
 from hami.core import annotations as ann
 from hami.core.codec.handshake import REQUESTING, parse_handshake
@@ -31,7 +32,7 @@ def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @needs_promtool
-def test_fast_rules_scale_every_for_and_keep_everything_else(tmp_path: Path) -> None:
+def test_fast_rules_scale_every_for_and_group_interval_and_keep_everything_else(tmp_path: Path) -> None:
     original = yaml.safe_load(RULES.read_text(encoding="utf-8"))
     fast_text = promconfig.fast_rules(RULES.read_text(encoding="utf-8"))
     fast = yaml.safe_load(fast_text)
@@ -44,6 +45,11 @@ def test_fast_rules_scale_every_for_and_keep_everything_else(tmp_path: Path) -> 
         {k: v for k, v in a.items() if k != "for"} == {k: v for k, v in b.items() if k != "for"}
         for a, b in pairs
     )
+    groups = zip(original["groups"], fast["groups"], strict=True)
+    intervals = {g["name"]: (g["interval"], h["interval"]) for g, h in groups if "interval" in g}
+    assert intervals["hami-fragmentation.rules"] == ("5m", "5000ms")
+    assert all(promconfig.seconds(new) * 60 == promconfig.seconds(old) for old, new in intervals.values())
+    assert [g["name"] for g in fast["groups"] if "interval" in g] == list(intervals)
     path = tmp_path / "fast.yaml"
     path.write_text(fast_text)
     out = _promtool("check", "rules", str(path))
@@ -112,13 +118,15 @@ def test_substitute_interpolates_like_grafana() -> None:
     expr = 'rate(x{node=~"$node", job=~"${job}"}[$__rate_interval])'
     got = dashqueries.substitute(expr, {"node": ["a-1", "b.2"], "job": ["hami-scheduler"]}, "15s")
     assert got == 'rate(x{node=~"(a\\\\-1|b\\\\.2)", job=~"(hami\\\\-scheduler)"}[15s])'
+    got = dashqueries.substitute("sum_over_time(x[$__range:60s])", {}, "15s", "6h")
+    assert got == "sum_over_time(x[6h:60s])"
     with pytest.raises(ValueError, match="unresolved"):
         dashqueries.substitute('x{ns=~"$namespace"}', {"node": ["a"]}, "15s")
 
 
 def test_every_dashboard_variable_is_a_supported_label_values_query() -> None:
     files = dashqueries.dashboard_files(DASHBOARDS)
-    assert len(files) == 6
+    assert len(files) == len(generate.BOARDS)
     for path in files:
         variables = dashqueries.variable_queries(path)
         assert "node" in variables

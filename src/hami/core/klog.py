@@ -1,6 +1,6 @@
 """klog-compatible logging on the stdlib `logging` module.
 
-Lines look exactly like Go klog's text output, so the seeds' `grep` recipes and every klog-aware
+Lines look exactly like Go klog's text output, so the `grep` recipes of docs/guides/ and every klog-aware
 log pipeline work on our daemons unchanged::
 
     I1123 10:30:15.123456    1234 filter.py:125] Filtering node gpu-node-01 for pod test-pod
@@ -25,8 +25,9 @@ Component-facing API::
     if log.v(5):                                    # guard work that only a trace needs
         log.v(5).info("trace %s", expensive())
 
-Verbosity conventions (seeds 000/001): V(2) scoring details, V(4) per-node filter verdicts and
-collection details, V(5) full trace. `log.v(n)` costs one integer comparison when disabled.
+Verbosity conventions (docs/guides/scheduler-debugging.md §2, docs/guides/device-plugin-debugging.md §1.1):
+V(2) scoring details, V(4) per-node filter verdicts and collection details, V(5) full trace. `log.v(n)` costs
+one integer comparison when disabled.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Allocate against the cluster: pending-pod lookup, annotation pop/erase, bind phase, node lock (§C.7)."""
+"""Allocate against the cluster: pending-pod lookup, annotation pop/erase, bind phase, node lock (§C.7).
+
+Section signs (§) refer to docs/design/node-agent.md.
+"""
 
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ from hami.deviceplugin.container_setup import (
     align_to_kubelet,
     base_response,
     build_container_allocation,
+    check_annotated_devices,
     check_count,
     check_kubelet_ids,
     container_of,
@@ -273,6 +277,7 @@ class Allocator:
             check_count(devreq, ids)
             if self.cfg.enable_get_preferred_allocation and self.cfg.operating_mode != MODE_MIG:
                 devreq = align_to_kubelet(devreq, ids)
+            check_annotated_devices(devreq, self._gpus())
             if log.v(5):
                 for kubelet_id, dev in zip(ids, devreq, strict=True):
                     log.v(5).info(

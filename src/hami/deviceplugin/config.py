@@ -1,11 +1,13 @@
-"""Device-plugin configuration: HAMi's device YAML, the per-node JSON, and flag fallbacks (spec §C.1–§C.2).
+"""Device-plugin configuration: HAMi's device YAML, the per-node JSON, and flag fallbacks (§C.1–§C.2).
 
 Precedence, lowest first: command-line flags / env (HAMi parses these but ignores them; here they are
 the fallback when the device YAML omits a field instead of a nil-pointer panic), the ``nvidia:`` section
 of the device YAML, then every matching ``nodeconfig`` entry. A node entry's ``name`` is an exact node
-name or a shell wildcard (``inference-pool-*``, seed 003 §4.4); wildcard entries apply first and exact
-ones last, so a named node always beats its pool. As in HAMi (mergo WithOverride), zero values in the
+name or a shell wildcard (``inference-pool-*``, docs/guides/tuning.md §4.4); wildcard entries apply first and
+exact ones last, so a named node always beats its pool. As in HAMi (mergo WithOverride), zero values in the
 JSON never override.
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
-"""Allocate as data: error reasons, container selection, env vars and mounts (spec §C.7, seed 001 §4.4).
+"""Allocate as data: error reasons, container selection, env vars and mounts (§C.7,
+docs/guides/device-plugin-debugging.md §4.4).
 
 Nothing here touches the API server or the filesystem; the servicer feeds it the pending pod's decoded
 annotation and the facts about the host it needs (whether a versioned libvgpu or a license exists).
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations
@@ -17,16 +20,19 @@ from hami.deviceplugin.config import PluginConfig
 from hami.deviceplugin.inventory import physical_device_id
 from hami.deviceplugin.migplan import REASONS as MIG_REASONS
 
-# Reason codes of hami_deviceplugin_allocate_errors_total (metrics contract, seed 001 §4.4).
+# Reason codes of hami_deviceplugin_allocate_errors_total (metrics contract,
+# docs/guides/device-plugin-debugging.md §4.4).
 DEVICE_NUMBER_MISMATCH = "device_number_mismatch"
 UNKNOWN_DEVICE = "unknown_device"
 REQUEST_TOO_LARGE = "request_too_large"
 PENDING_POD_NOT_FOUND = "pending_pod_not_found"
 DECODE_FAILED = "decode_failed"
-# Not in the seed table: the API server refused the pod patch that records the allocation, or the
-# per-container cache directory could not be prepared on the host.
+# Not in the table of docs/guides/device-plugin-debugging.md §4.4: the API server refused the pod patch that
+# records the allocation, the per-container cache directory could not be prepared on the host, or
+# the annotation asks for limits no container may get (negative memory, cores outside 0..100).
 POD_UPDATE_FAILED = "pod_update_failed"
 HOST_PREPARE_FAILED = "host_prepare_failed"
+INVALID_LIMITS = "invalid_limits"
 REASONS = (
     DEVICE_NUMBER_MISMATCH,
     UNKNOWN_DEVICE,
@@ -35,6 +41,7 @@ REASONS = (
     DECODE_FAILED,
     POD_UPDATE_FAILED,
     HOST_PREPARE_FAILED,
+    INVALID_LIMITS,
     *MIG_REASONS,
 )
 
@@ -51,7 +58,8 @@ class AllocateError(Exception):
 
 
 def pending_pod_error(cause: str) -> AllocateError:
-    # Seed 001's grep target, followed by HAMi's own GetPendingPod text.
+    # The grep target of docs/guides/device-plugin-debugging.md §4.4, followed by HAMi's own GetPendingPod
+    # text.
     return AllocateError(PENDING_POD_NOT_FOUND, f"failed to get pending pod: {cause}")
 
 
@@ -72,6 +80,27 @@ def check_kubelet_ids(ids: Sequence[str], known: frozenset[str], cfg: PluginConf
         if device_id not in known:
             raise AllocateError(
                 UNKNOWN_DEVICE, f"invalid allocation request for '{res}': unknown device: {device_id}"
+            )
+
+
+def check_annotated_devices(devreq: ContainerDevices, gpus: Mapping[str, GpuRef]) -> None:
+    """What the pod annotation asks for must exist here and be sane before it reaches a container.
+
+    HAMi copies the annotation's UUIDs into ``NVIDIA_VISIBLE_DEVICES`` and its limits into
+    HAMi-core's environment as they are; anyone who can write the pod's annotations could then name
+    a GPU that is not on this node or a negative limit. A MIG entry names its parent GPU before
+    ``[``.
+    """
+    for dev in devreq:
+        if dev.uuid.split("[", 1)[0] not in gpus:
+            raise AllocateError(
+                UNKNOWN_DEVICE, f"device {dev.uuid} in the pod annotation is not on this node"
+            )
+        if dev.usedmem < 0 or not 0 <= dev.usedcores <= 100:
+            raise AllocateError(
+                INVALID_LIMITS,
+                f"device {dev.uuid}: memory {dev.usedmem} MiB and cores {dev.usedcores} % are not valid "
+                "limits (memory at least 0, cores 0..100)",
             )
 
 
@@ -134,7 +163,7 @@ class DeviceNode:
 
 @dataclass(frozen=True)
 class RuntimeOptions:
-    """NVIDIA plugin flags that shape every response (spec §C.1; §C.7 step 5)."""
+    """NVIDIA plugin flags that shape every response (§C.1; §C.7 step 5)."""
 
     id_strategy: str = "uuid"  # or "index"
     pass_device_specs: bool = False
@@ -209,7 +238,7 @@ def build_container_allocation(
     opts: RuntimeOptions | None = None,
     gpus: Mapping[str, GpuRef] | None = None,
 ) -> ContainerAllocation:
-    """The env vars, mounts and device nodes of spec §C.7 for one container, in HAMi's order."""
+    """The env vars, mounts and device nodes of §C.7 for one container, in HAMi's order."""
     base = base_response([d.uuid for d in devreq], opts or RuntimeOptions(), gpus or {}, cache_id)
     if cfg.operating_mode == MODE_MIG:
         return base

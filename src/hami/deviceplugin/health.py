@@ -1,4 +1,4 @@
-"""Health decisions (spec §C.9 and beyond) and the per-GPU health state that ListAndWatch streams.
+"""Health decisions (§C.9 and beyond) and the per-GPU health state that ListAndWatch streams.
 
 HAMi's behaviour is the default: a critical Xid (or a failed event registration or wait) marks the
 device unhealthy until the plugin restarts (kubelet restart, SIGHUP or process restart re-create the
@@ -12,6 +12,8 @@ says the condition has gone:
 - ``temperature``: the GPU at or above its slowdown threshold; it comes back 5 °C below it, so a card
   hovering at the threshold does not flap in and out of the kubelet's allocatable count;
 - ``device-lost``: NVML no longer finds the device (fallen off the bus); back when found again.
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""From NVML facts to the register ``DeviceInfo`` list and the kubelet's split device IDs (spec §C.3–§C.6)."""
+"""From NVML facts to the register ``DeviceInfo`` list and the kubelet's split device IDs (§C.3–§C.6).
+
+Section signs (§) refer to docs/design/node-agent.md.
+"""
 
 from __future__ import annotations
 
@@ -34,7 +37,8 @@ class Skipped:
 
 
 def register_type(model: str) -> str:
-    """Seed 001 §4.2 / spec §C.4: prefix ``NVIDIA-`` only when the model lacks the ``NVIDIA`` prefix."""
+    """docs/guides/device-plugin-debugging.md §4.2 / §C.4: prefix ``NVIDIA-`` only when the model lacks the
+    ``NVIDIA`` prefix."""
     return model if model.startswith("NVIDIA") else f"NVIDIA-{model}"
 
 

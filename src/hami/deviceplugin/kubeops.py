@@ -1,8 +1,10 @@
 """The few API-server calls the plugin makes, through the core Kubernetes access (plain JSON dicts).
 
-Every write is a JSON merge patch of ``metadata.annotations`` (spec §C.4, §C.7; Allocate's also sets the
+Every write is a JSON merge patch of ``metadata.annotations`` (§C.4, §C.7; Allocate's also sets the
 ``hami.io/vgpu-node`` pod label, see ``allocator``), optionally guarded by
 ``metadata.resourceVersion`` so that the API server refuses it (409) when the object changed.
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ class NodeOps:
     def release_node_lock(
         self, node: str, namespace: str, pod: str, known: Obj | None = None, attempts: int = 5
     ) -> bool:
-        """scheduler.md §1.5 ReleaseNodeLock without skipping the owner check; True if it was removed.
+        """docs/design/scheduler.md §1.5 ReleaseNodeLock without skipping the owner check; True if it was
+        removed.
 
         A lock owned by another pod is left alone. The delete carries the resourceVersion it read, so a
         concurrent change makes it fail with 409 and the check is repeated on a fresh read. ``known``

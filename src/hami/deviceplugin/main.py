@@ -1,4 +1,7 @@
-"""``hami-device-plugin``: HAMi's NVIDIA device plugin (spec §C) with its own metrics on :9396."""
+"""``hami-device-plugin``: HAMi's NVIDIA device plugin (§C) with its own metrics on :9396.
+
+Section signs (§) refer to docs/design/node-agent.md.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -20,13 +24,14 @@ import hami
 from hami.core import klog
 from hami.core.duration import duration_flag
 from hami.core.hamicore import HostLayout
-from hami.core.kube.client import new_api_client
+from hami.core.kube.client import KubeConfigError, new_api_client
 from hami.core.kube.events import EventRecorder
 from hami.core.kube.informer import Informer
 from hami.core.kube.options import add_kube_flags, from_args
-from hami.core.nvml import NvmlError, open_nvml
+from hami.core.lifecycle import stop_within, wait_for_stop, wait_unless_stopped
+from hami.core.nvml import Nvml, NvmlError, open_nvml
 from hami.core.profiling import start_tracing
-from hami.core.serve import add_web_config_flag, build_info, serve_metrics
+from hami.core.serve import WebConfigError, add_web_flags, build_info, serve_metrics
 from hami.deviceplugin.cdi import ANNOTATION_PREFIX, ENVVAR, parse_strategies
 from hami.deviceplugin.config import ConfigError, PluginConfig, load_config
 from hami.deviceplugin.container_setup import RuntimeOptions
@@ -174,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--grpc-probe-interval", type=seconds, default=timedelta(seconds=5), help=argparse.SUPPRESS)
     a("--grpc-restart-backoff", type=seconds, default=timedelta(seconds=0.5), help=argparse.SUPPRESS)
     add_kube_flags(p)
-    add_web_config_flag(p)
+    add_web_flags(p)
     klog.add_log_flags(p)
     return p
 
@@ -258,21 +263,32 @@ def run(args: argparse.Namespace, stop: threading.Event, running: dict[str, Mana
         if args.fail_on_init_error:
             return 1
         log.info("No devices found. Waiting indefinitely.")
-        stop.wait()
+        wait_for_stop(stop)
         return 0
-    api_client = new_api_client(from_args(args, user_agent="hami-device-plugin"), registry)
+    try:
+        api_client = new_api_client(from_args(args, user_agent="hami-device-plugin"), registry)
+    except (KubeConfigError, ValueError) as exc:
+        log.error("%s", exc)
+        nvml.close()
+        return 1
     pods = Informer(
         api_client, ("", "v1", "pods"), field_selector=f"spec.nodeName={settings.node}", registry=registry
     )
     pods.start()
-    server = serve_metrics(
-        args.metrics_bind_address,
-        registry,
-        ready=lambda: (pods.has_synced(), "pod informer not synced"),
-        web_config_file=args.web_config_file,
-        profiling=args.profiling,
-        name="hami-device-plugin",
-    )
+    try:
+        server = serve_metrics(
+            args.metrics_bind_address,
+            registry,
+            ready=lambda: (pods.has_synced(), "pod informer not synced"),
+            web_config_file=args.web_config_file,
+            profiling=args.profiling,
+            name="hami-device-plugin",
+            max_connections=args.web_max_connections,
+        )
+    except (OSError, WebConfigError) as exc:
+        log.error("cannot serve metrics: %s (check --metrics-bind-address and --web.config.file)", exc)
+        stop_within(lambda: _close(pods, nvml, api_client), "hami-device-plugin")
+        return 1
     log.info("Serving metrics on %s/metrics", server.url)
     events = EventRecorder(api_client, "hami-device-plugin", settings.node, registry=registry)
     fatal: list[str] = []
@@ -296,20 +312,29 @@ def run(args: argparse.Namespace, stop: threading.Event, running: dict[str, Mana
     )
     if running is not None:
         running["manager"] = manager
-    try:
-        pods.wait_for_sync(30)
-        manager.start()
-        stop.wait()
-    finally:
+
+    def shutdown() -> None:
         manager.stop()
         events.stop()
         server.stop()
-        pods.stop()
-        nvml.close()
-        api_client.close()
+        _close(pods, nvml, api_client)
+
+    try:
+        wait_unless_stopped(pods.wait_for_sync, stop, 30)
+        if not stop.is_set():
+            manager.start()
+            wait_for_stop(stop)
+    finally:
+        stop_within(shutdown, "hami-device-plugin")
     if fatal:
         log.fatal("%s", fatal[0])  # klog.Fatalf: exit 255, as HAMi
     return 0
+
+
+def _close(pods: Informer, nvml: Nvml, api_client: Any) -> None:
+    pods.stop()
+    nvml.close()
+    api_client.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,4 +1,7 @@
-"""Plugin lifecycle (spec §C.1 "Start"): start, restart on kubelet restart or SIGHUP, retry in 30 s."""
+"""Plugin lifecycle (§C.1 "Start"): start, restart on kubelet restart or SIGHUP, retry in 30 s.
+
+Section signs (§) refer to docs/design/node-agent.md.
+"""
 
 from __future__ import annotations
 

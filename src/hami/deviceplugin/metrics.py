@@ -1,6 +1,8 @@
 """The device plugin's own metrics (metrics contract, "Device plugin (:9396)").
 
-HAMi's plugin exports none (spec §C.10); these are new names and follow Prometheus conventions.
+HAMi's plugin exports none (§C.10); these are new names and follow Prometheus conventions.
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from hami.core.devices import DeviceInfo
 from hami.core.kube.metrics import kube_metrics
-from hami.core.serve import build_info
+from hami.core.serve import build_info, listener_metrics
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor
 from hami.deviceplugin.config import PluginConfig
 from hami.deviceplugin.container_setup import REASONS
@@ -51,7 +53,8 @@ class PluginMetrics:
         )
         self.allocate_errors = Counter(
             "hami_deviceplugin_allocate_errors_total",
-            "Allocate calls that failed, by reason (seed 001 §4.4 failure table).",
+            "Allocate calls that failed, by reason (docs/guides/device-plugin-debugging.md §4.4 failure "
+            "table).",
             ["node", "reason"],
             registry=registry,
         )
@@ -158,4 +161,5 @@ def describe() -> list[MetricDescriptor]:
     build_info("device-plugin", registry)
     PluginMetrics(registry, node="")
     kube_metrics(registry)
+    listener_metrics(registry)
     return registry.descriptors()

@@ -1,4 +1,4 @@
-"""Creating and destroying MIG instances on the cards, under the MIG apply lock (spec §C.8).
+"""Creating and destroying MIG instances on the cards, under the MIG apply lock (§C.8).
 
 While it repartitions, the plugin holds ``/tmp/hami/hami-mig-apply.lock`` (HAMi's file), which pauses
 the monitor's feedback loop and the plugin's own health checks and registration; when someone else
@@ -7,6 +7,8 @@ one Allocate created is destroyed again when a later step of it fails, so no ins
 half-made. Instances no live pod holds are destroyed by ``reconcile``, at start (after a plugin
 restart) and every few seconds, except those created in the last ``grace_s`` (their pod annotation may
 not have reached the informer yet).
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations

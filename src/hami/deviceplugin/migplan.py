@@ -1,6 +1,8 @@
-"""Dynamic MIG as data (``operatingmode: mig``, spec §C.8): the profiles a card registers, the
+"""Dynamic MIG as data (``operatingmode: mig``, §C.8): the profiles a card registers, the
 instances one Allocate must create at the placements the scheduler chose, and the instances no pod
 holds any more. Pure; ``migpartition`` does the NVML calls.
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""The NVML edge: GPU facts for registration (spec §C.3–§C.4) and the health loop (§C.9 and beyond)."""
+"""The NVML edge: GPU facts for registration (§C.3–§C.4) and the health loop (§C.9 and beyond).
+
+Section signs (§) refer to docs/design/node-agent.md.
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,10 @@
 """One device plugin instance: devices + health, the gRPC server, kubelet registration, the register loop.
 
 An instance lives from one (re)start to the next; a kubelet restart or SIGHUP builds a new one from fresh
-NVML facts, which is also the only way back from HAMi's unhealthy reasons (spec §C.6: no recovery path);
+NVML facts, which is also the only way back from HAMi's unhealthy reasons (§C.6: no recovery path);
 the opt-in reasons of health.py come back when NVML says so.
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations
@@ -177,7 +179,8 @@ class DevicePlugin:
 
     # --- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
-        """Serve, register with the kubelet, write the annotation once, then loop (seed 001 §1.2 order)."""
+        """Serve, register with the kubelet, write the annotation once, then loop
+        (docs/guides/device-plugin-debugging.md §1.2 order)."""
         self._metrics.set_config(self.cfg)
         resource = self.cfg.resource_name
         self._metrics.set_kubelet_registered(resource, False)

@@ -1,9 +1,11 @@
 """``hami.io/node-nvidia-register`` (and ``hami.io/node-nvidia-score`` with ``ENABLE_TOPOLOGY_SCORE``):
-written every 30 s when the devices changed, retried in 5 s (spec §C.4). The scores are computed once
+written every 30 s when the devices changed, retried in 5 s (§C.4). The scores are computed once
 per plugin start, as the topology does not change while the plugin runs.
 
 Unlike HAMi, the "last written" cache is updated only after the patch succeeded, so a failed write is
 really retried 5 s later instead of waiting for the next device change.
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""The kubelet-facing gRPC DevicePlugin service on a unix socket (spec §C.6, §E)."""
+"""The kubelet-facing gRPC DevicePlugin service on a unix socket (§C.6, §E).
+
+Section signs (§) refer to docs/design/node-agent.md.
+"""
 
 from __future__ import annotations
 

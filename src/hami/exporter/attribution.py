@@ -1,10 +1,12 @@
-"""Joining regions to pods (spec §B.3) and zero series for allocated-but-idle containers (HAMi #281).
+"""Joining regions to pods (§B.3) and zero series for allocated-but-idle containers (HAMi #281).
 
 Pods are the API's JSON dicts from the node-scoped informer. A region belongs to the container
 whose pod UID and name match its dir; a container holding devices in ``hami.io/vgpu-devices-allocated``
 but without a region yet (no CUDA call so far) gets 0-valued usage with its allocated limits. A
 container whose region exists but cannot be read gets no series at all: zeros would claim an idle
 container that may be using its whole card (the skip metrics report it instead).
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ class ContainerView:
 
 @dataclass(frozen=True)
 class MigView:
-    """The runtime MIG identity of one container device (``hami_mig_device_info``, spec §B.4)."""
+    """The runtime MIG identity of one container device (``hami_mig_device_info``, §B.4)."""
 
     namespace: str
     pod: str

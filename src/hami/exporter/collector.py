@@ -24,7 +24,7 @@ from hami.core.codec.pod_devices import decode_pod_devices
 from hami.core.devices import MigAllocation, PodDevices
 from hami.core.kube.metrics import kube_metrics
 from hami.core.objects import name_of, namespace_of, uid_of
-from hami.core.serve import build_info
+from hami.core.serve import build_info, listener_metrics
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor
 from hami.core.serve.families import Family, TextRenderer, declared_metric, to_metric
 from hami.exporter import families
@@ -269,8 +269,9 @@ class MonitorCollector(Collector):
         self._duration.observe(time.perf_counter() - start)
         yield from out
 
-    def render(self, openmetrics: bool) -> bytes:
-        """The same families as ``collect()``, as text 0.0.4 or an OpenMetrics body (no ``# EOF``)."""
+    def render(self, openmetrics: bool) -> list[bytes]:
+        """The same families as ``collect()``, as text 0.0.4 or an OpenMetrics body (no ``# EOF``),
+        in pieces (``TextRenderer.render``)."""
         start = time.perf_counter()
         body = self._renderer.render(self.families(), openmetrics)
         self._duration.observe(time.perf_counter() - start)
@@ -292,4 +293,5 @@ def describe(legacy: bool = False) -> list[MetricDescriptor]:
         "", lister, tuple, decode_pod_devices, legacy=legacy, labels_allowlist=("app",), registry=registry
     )
     registry.register(collector)
+    listener_metrics(registry)
     return registry.descriptors()

@@ -1,7 +1,9 @@
-"""Flags and environment of the vGPU monitor (spec §B.1), parsed without side effects.
+"""Flags and environment of the vGPU monitor (§B.1), parsed without side effects.
 
 ``HAMI_RESYNC_INTERVAL`` is a Go duration as in HAMi; an invalid one keeps 5m with a warning. Unlike
 HAMi, a negative one is invalid too (no resync interval is negative).
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from dataclasses import dataclass, field
 from hami.core import klog
 from hami.core.duration import DurationError, parse_duration
 from hami.core.kube.options import KubeOptions, add_kube_flags, from_args
-from hami.core.serve import add_web_config_flag
+from hami.core.serve import add_web_flags
+from hami.core.serve.listener import DEFAULT_MAX_CONNECTIONS
 
 DEFAULT_BIND = ":9394"
 DEFAULT_RESYNC_S = 300.0
@@ -33,6 +36,7 @@ class Config:
     profiling: bool = False
     verbosity: int = 0
     web_config_file: str | None = None
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
     pod_labels_allowlist: tuple[str, ...] = ()
     proc_root: str = "/proc"
     kube: KubeOptions = field(default_factory=KubeOptions)
@@ -56,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     klog.add_log_flags(p)
     add_kube_flags(p)
-    add_web_config_flag(p)
+    add_web_flags(p)
     return p
 
 
@@ -92,7 +96,8 @@ def load_config(argv: Sequence[str], env: Mapping[str, str]) -> Config:
         legacy_metrics=args.legacy_metrics,
         profiling=args.profiling,
         verbosity=args.v,
-        web_config_file=getattr(args, "web_config_file", None),
+        web_config_file=args.web_config_file,
+        max_connections=args.web_max_connections,
         pod_labels_allowlist=tuple(k.strip() for k in args.pod_labels_allowlist.split(",") if k.strip()),
         proc_root=args.proc_root,
         kube=kube,

@@ -1,7 +1,11 @@
-"""Discovery of per-container cache dirs under ``$HOOK_PATH/containers`` and their GC (spec §A.7–§A.8).
+"""Discovery of per-container cache dirs under ``$HOOK_PATH/containers`` and their GC (§A.7–§A.8).
 
 One directory per container, named ``<podUID>_<containerName>``, holding the region file
-(``<uuid>.cache``), the ``libvgpu.so`` bind target and possibly stale or unrelated files.
+(``<uuid>.cache``), the ``libvgpu.so`` bind target and possibly stale or unrelated files. The
+container writes that directory, so nothing in it is trusted: it is opened by descriptor without
+following a symlink, and so is the region file in it (``region.file``).
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations
@@ -14,10 +18,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from hami.core import klog
-from hami.exporter.region.mapped import MappedRegion
+from hami.exporter.region.file import RegionFile
 from hami.exporter.region.parse import RegionRejected
 
 log = klog.get_logger(__name__)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 def parse_dir_name(name: str) -> tuple[str, str] | None:
@@ -31,17 +36,19 @@ def parse_dir_name(name: str) -> tuple[str, str] | None:
 @dataclass(frozen=True)
 class FileEntry:
     name: str
-    mtime: float
-    is_file: bool
+    mtime: float  # of the entry itself (lstat): a symlink's own
+    is_dir: bool  # not following a symlink
 
 
 def pick_cache_file(entries: Iterable[FileEntry]) -> str | None:
-    """The region file of a dir: the newest ``*.cache`` regular file (``libvgpu.so`` excluded).
+    """The region file of a dir: the newest ``*.cache`` entry (``libvgpu.so`` excluded).
 
     HAMi gives up on a dir with more than two such entries ("cache num not matched"); a stale file
     left by an earlier allocation must not hide the live one, so the most recently written wins.
+    A directory is never a candidate; a symlink, FIFO or device is, so that opening it is refused
+    and counted as a skip (the container can only hide its own region that way).
     """
-    caches = [e for e in entries if e.is_file and e.name.endswith(".cache") and "libvgpu.so" not in e.name]
+    caches = [e for e in entries if not e.is_dir and e.name.endswith(".cache") and "libvgpu.so" not in e.name]
     if not caches:
         return None
     return max(caches, key=lambda e: (e.mtime, e.name)).name
@@ -58,7 +65,7 @@ class Container:
     pod_uid: str
     name: str
     cache_path: str | None = None
-    region: MappedRegion | None = None
+    region: RegionFile | None = None
     open_error: RegionRejected | None = None
 
 
@@ -70,9 +77,9 @@ class UpdateResult:
 
 
 class ContainerLister:
-    """The set of container dirs and their mapped regions, refreshed by ``update()``.
+    """The set of container dirs and their open region files, refreshed by ``update()``.
 
-    ``lock`` is held for a whole update and a whole scrape, so nothing is unmapped mid-read.
+    ``lock`` is held for a whole update and a whole scrape, so nothing is closed mid-read.
     """
 
     def __init__(
@@ -97,18 +104,22 @@ class ContainerLister:
         result = UpdateResult()
         now = self._clock()
         seen: set[str] = set()
-        with os.scandir(self.containers_path) as it:
-            dirs = [e for e in it if e.is_dir(follow_symlinks=False)]
-        for entry in dirs:
-            parsed = parse_dir_name(entry.name)
-            if parsed is None:
-                log.warning("Skipping dir with unexpected name format: %s", entry.name)
-                continue
-            uid, ctr = parsed
-            if pod_uids is not None and uid not in pod_uids and self._gc(entry, now, result):
-                continue
-            seen.add(entry.name)
-            self._refresh(entry.name, uid, ctr, entry.path, result)
+        parent = os.open(self.containers_path, _DIR_FLAGS)
+        try:
+            with os.scandir(parent) as it:
+                dirs = [e for e in it if e.is_dir(follow_symlinks=False)]
+            for entry in dirs:
+                parsed = parse_dir_name(entry.name)
+                if parsed is None:
+                    log.warning("Skipping dir with unexpected name format: %s", entry.name)
+                    continue
+                uid, ctr = parsed
+                if pod_uids is not None and uid not in pod_uids and self._gc(entry, now, result):
+                    continue
+                seen.add(entry.name)
+                self._refresh(parent, entry.name, uid, ctr, result)
+        finally:
+            os.close(parent)
         for gone in set(self._containers) - seen:
             self._drop(gone)
         result.loaded = sum(1 for c in self._containers.values() if c.region is not None)
@@ -121,33 +132,55 @@ class ContainerLister:
             return False
         if not is_expired(mtime, now, self.resync_s):
             return False
-        log.info("Removing dirname %s in monitorpath", entry.path)
+        path = os.path.join(self.containers_path, entry.name)
+        log.info("Removing dirname %s in monitorpath", path)
         self._drop(entry.name)
-        shutil.rmtree(entry.path, ignore_errors=True)
+        # rmtree removes by descriptor and never follows a symlink the container left inside
+        shutil.rmtree(path, ignore_errors=True)
         result.removed.append(entry.name)
         return True
 
-    def _refresh(self, dirname: str, uid: str, ctr: str, path: str, result: UpdateResult) -> None:
+    def _refresh(self, parent: int, dirname: str, uid: str, ctr: str, result: UpdateResult) -> None:
         c = self._containers.get(dirname)
         if c is None:
             c = self._containers[dirname] = Container(dirname, uid, ctr)
+        path = os.path.join(self.containers_path, dirname)
         try:
-            with os.scandir(path) as it:
-                files = [FileEntry(e.name, e.stat().st_mtime, e.is_file()) for e in it]
+            dir_fd = os.open(dirname, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=parent)
+        except OSError as err:
+            log.warning("Failed to load cache: %s, error: %s", path, err)
+            return
+        try:
+            self._load(c, dir_fd, path, result)
+        finally:
+            os.close(dir_fd)
+
+    def _load(self, c: Container, dir_fd: int, path: str, result: UpdateResult) -> None:
+        try:
+            with os.scandir(dir_fd) as it:
+                files = [
+                    FileEntry(e.name, e.stat(follow_symlinks=False).st_mtime, e.is_dir(follow_symlinks=False))
+                    for e in it
+                ]
         except OSError as err:
             log.warning("Failed to load cache: %s, error: %s", path, err)
             return
         name = pick_cache_file(files)
         cache_path = None if name is None else os.path.join(path, name)
-        if c.region is not None and cache_path == c.cache_path and self._still_valid(c.region):
+        if (
+            name is not None
+            and c.region is not None
+            and cache_path == c.cache_path
+            and self._still_valid(c.region, dir_fd, name)
+        ):
             return
         log.v(4).info("Checking path %s", path)
         self._unmap(c)
         c.cache_path = cache_path
-        if cache_path is None:
+        if name is None or cache_path is None:
             log.v(4).info("No cache file in %s", path)
             return
-        opened = MappedRegion.open(cache_path)
+        opened = RegionFile.open(dir_fd, name, cache_path)
         if isinstance(opened, RegionRejected):
             c.open_error = opened
             result.errors.append(opened.reason)
@@ -157,12 +190,12 @@ class ContainerLister:
         log.info("Adding ctr dirname %s in monitorpath", path)
 
     @staticmethod
-    def _still_valid(region: MappedRegion) -> bool:
-        """Remap when the file was replaced (new inode) or resized under the mapping."""
-        if region.check() is not None:
+    def _still_valid(region: RegionFile, dir_fd: int, name: str) -> bool:
+        """Reopen when the file was replaced (another inode, or now a symlink) or resized."""
+        if region.changed():
             return False
         try:
-            return os.stat(region.path).st_ino == region.inode
+            return os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_ino == region.inode
         except OSError:
             return False
 

@@ -1,9 +1,11 @@
 """The monitor's metric families, built fresh on every scrape from a ``NodeView`` (pure).
 
-Names HAMi v2.10 exports keep HAMi's name, type, help and value semantics (spec §B.2), including
+Names HAMi v2.10 exports keep HAMi's name, type, help and value semantics (§B.2), including
 its 0-100 scale on ``*_utilization_ratio``; they gain the contract's ``node`` join label. Every
 family carries HAMi's ``zone="vGPU"``. ``device_type`` is the registered type string
 (``NVIDIA-`` prefixed only when the model lacks it), never double-prefixed.
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations

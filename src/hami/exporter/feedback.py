@@ -1,7 +1,10 @@
-"""The priority / utilisation-switch feedback loop (spec §A.9, HAMi v2.10 ``feedback.go``).
+"""The priority / utilisation-switch feedback loop (§A.9, HAMi v2.10 ``feedback.go``).
 
 ``observe`` is the pure decision step over a snapshot of every loaded region; ``FeedbackLoop``
-applies its writes to the mapped files on a 5 s ticker, after rescanning the container dirs.
+applies its writes on a 5 s ticker, after rescanning the container dirs, through the descriptor
+each region file was opened with (never through its name: see ``region.file``).
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ from typing import Literal
 
 from hami.core import klog
 from hami.exporter.discovery import ContainerLister
+from hami.exporter.region.file import RegionFile
 from hami.exporter.region.layout import MAX_DEVICES, UUID_LEN, Layout
-from hami.exporter.region.mapped import MappedRegion
 
 log = klog.get_logger(__name__)
 TICK_S = 5.0
@@ -100,39 +103,33 @@ def observe(states: Sequence[FeedbackState]) -> list[FeedbackWrite]:
     return writes
 
 
-def read_state(key: str, region: MappedRegion) -> tuple[FeedbackState, Layout] | None:
+def read_state(key: str, region: RegionFile) -> tuple[FeedbackState, Layout] | None:
     """The feedback fields of a ready region, or None (not initialised, bad, or changed)."""
     layout = region.layout()
     if not isinstance(layout, Layout):
         return None
-    table = region.view(layout.off_uuids, UUID_LEN * MAX_DEVICES)
-    tail = region.view(layout.off_proc_num, layout.off_priority + 4 - layout.off_proc_num)
+    table = region.copy(layout.off_uuids, UUID_LEN * MAX_DEVICES)
+    tail = region.copy(layout.off_proc_num, layout.off_priority + 4 - layout.off_proc_num)
     if table is None or tail is None:
         return None
-    try:
-        uuids = tuple(
-            bytes(table[off : off + UUID_LEN])
-            for off in range(0, UUID_LEN * MAX_DEVICES, UUID_LEN)
-            if table[off] != 0
-        )
-        base = layout.off_proc_num
-        state = FeedbackState(
-            key=key,
-            recent_kernel=_I32.unpack_from(tail, layout.off_recent_kernel - base)[0],
-            priority=_I32.unpack_from(tail, layout.off_priority - base)[0],
-            utilization_switch=_I32.unpack_from(tail, layout.off_utilization_switch - base)[0],
-            uuids=uuids,
-        )
-    finally:
-        table.release()
-        tail.release()
+    uuids = tuple(
+        table[off : off + UUID_LEN] for off in range(0, UUID_LEN * MAX_DEVICES, UUID_LEN) if table[off] != 0
+    )
+    base = layout.off_proc_num
+    state = FeedbackState(
+        key=key,
+        recent_kernel=_I32.unpack_from(tail, layout.off_recent_kernel - base)[0],
+        priority=_I32.unpack_from(tail, layout.off_priority - base)[0],
+        utilization_switch=_I32.unpack_from(tail, layout.off_utilization_switch - base)[0],
+        uuids=uuids,
+    )
     return state, layout
 
 
 def feedback_tick(lister: ContainerLister) -> list[FeedbackWrite]:
     """Read every loaded region, decide, and apply the writes (under the lister lock)."""
     with lister.lock:
-        regions: dict[str, tuple[MappedRegion, Layout]] = {}
+        regions: dict[str, tuple[RegionFile, Layout]] = {}
         states = []
         for c in lister.containers():
             if c.region is None:
@@ -152,7 +149,7 @@ def feedback_tick(lister: ContainerLister) -> list[FeedbackWrite]:
 class FeedbackLoop:
     """Every ``TICK_S``: rescan the container dirs (``update``), then run the feedback step.
 
-    While the MIG apply lock file exists the loop is paused (spec §A.9 step 3): no rescan and no
+    While the MIG apply lock file exists the loop is paused (§A.9 step 3): no rescan and no
     write into any region, since the device plugin is repartitioning the GPUs. HAMi watches the
     lock with fsnotify; checking it on each tick gives the same guarantee, as nothing is written
     between ticks.

@@ -3,7 +3,9 @@
 A failing call drops only its own series and is counted by NVML function name; a device whose
 handle or UUID cannot be had is skipped for that scrape. Critical Xid events are counted by a
 watcher thread and mark the GPU unhealthy (application Xids are ignored, as HAMi's health check
-does, spec §C.9).
+does, §C.9).
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations

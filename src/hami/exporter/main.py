@@ -1,7 +1,9 @@
-"""``hami-monitor``: the vGPU monitor daemon (spec §B.1).
+"""``hami-monitor``: the vGPU monitor daemon (§B.1).
 
 Wiring only: the container lister and feedback loop, the pod informer (this node's pods), NVML
 (opened once), the collector, and ``/metrics`` through ``hami.core.serve``.
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ from prometheus_client import CollectorRegistry
 
 from hami.core import klog
 from hami.core.codec.pod_devices import decode_pod_devices
-from hami.core.kube.client import new_api_client
+from hami.core.kube.client import KubeConfigError, new_api_client
 from hami.core.kube.informer import Informer
+from hami.core.lifecycle import stop_within, wait_for_stop, wait_unless_stopped
 from hami.core.nvml import Nvml, NvmlError, open_nvml
 from hami.core.objects import uid_of
 from hami.core.profiling import start_tracing
-from hami.core.serve import Server, build_info, serve_metrics
+from hami.core.serve import Server, WebConfigError, build_info, serve_metrics
 from hami.exporter.collector import MonitorCollector, Tally
 from hami.exporter.config import Config, ConfigError, load_config
 from hami.exporter.discovery import ContainerLister
@@ -35,7 +38,7 @@ PodSource = Callable[[], Sequence[Mapping[str, Any]]]
 
 
 def _raise_fd_limit() -> None:
-    """Each mapped region holds a descriptor; a node can run a thousand containers."""
+    """Each open region file holds a descriptor; a node can run a thousand containers."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -96,6 +99,7 @@ class Monitor:
             profiling=self._cfg.profiling,
             name="hami-monitor",
             exposition=self.collector,
+            max_connections=self._cfg.max_connections,
         )
         log.info("Serving metrics on %s", self.server.url)
 
@@ -116,13 +120,20 @@ def _open_nvml(errors: Tally) -> Nvml | None:
         log.error("failed to initialize NVML: %s", err)
         errors.add([err.call])
         return None
+    except ValueError as err:  # HAMI_NVML=fake without a usable spec
+        log.error("failed to initialize NVML: %s", err)
+        return None
 
 
 def run(cfg: Config, stop: threading.Event, registry: CollectorRegistry | None = None) -> int:
     _raise_fd_limit()
     # the API client's and informer's metrics go on the registry /metrics serves
     registry = registry or CollectorRegistry()
-    api = new_api_client(cfg.kube, registry)
+    try:
+        api = new_api_client(cfg.kube, registry)
+    except KubeConfigError as err:
+        log.error("hami-monitor: %s", err)
+        return 1
     informer = Informer(
         api, field_selector=f"spec.nodeName={cfg.node_name}", resync=cfg.resync_s, registry=registry
     )
@@ -138,16 +149,27 @@ def run(cfg: Config, stop: threading.Event, registry: CollectorRegistry | None =
     monitor = Monitor(
         cfg, nvml, informer.list, uids, ready=informer.has_synced, registry=registry, nvml_errors=nvml_errors
     )
-    monitor.start()
-    if informer.wait_for_sync(60):
+
+    def shutdown() -> None:
+        monitor.stop()
+        informer.stop()
+        if nvml is not None:
+            nvml.close()
+
+    try:
+        monitor.start()
+    except (OSError, WebConfigError) as err:
+        # fail fast and say what to change: the kubelet restarts the pod, and the log says why
+        log.error("hami-monitor: cannot start: %s (check --metrics-bind-address, --web.config.file "
+                  "and HOOK_PATH)", err)
+        stop_within(shutdown, "hami-monitor")
+        return 1
+    if wait_unless_stopped(informer.wait_for_sync, stop, 60):
         log.info("Pod informer started successfully")
-    else:
+    elif not stop.is_set():
         log.warning("failed to sync pod informer cache; serving region metrics without pods")
-    stop.wait()
-    monitor.stop()
-    informer.stop()
-    if nvml is not None:
-        nvml.close()
+    wait_for_stop(stop)
+    stop_within(shutdown, "hami-monitor")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Test certificates generated with `cryptography`: a CA, and leaf certs it signs."""
+"""Test certificates generated with `cryptography`: a CA, and leaf certs (server or client) it signs."""
 
 from __future__ import annotations
 
@@ -58,3 +58,28 @@ def issue(ca: CA, cn: str, cert_path: Path, key_path: Path) -> x509.Certificate:
                                            serialization.NoEncryption()))
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return cert
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """A server's certificate, a client's from the same CA, and a client's from another CA."""
+
+    ca: Path
+    cert: Path
+    key: Path
+    client_cert: Path
+    client_key: Path
+    rogue_cert: Path
+    rogue_key: Path
+
+
+def tls_files(directory: Path) -> TlsFiles:
+    """Write a CA, a server certificate, a client certificate it signs, and a rogue client's."""
+    ca, rogue_ca = make_ca(), make_ca("rogue-ca")
+    issue(ca, "hami-scheduler", directory / "tls.crt", directory / "tls.key")
+    issue(ca, "kube-scheduler", directory / "client.crt", directory / "client.key")
+    issue(rogue_ca, "kube-scheduler", directory / "rogue.crt", directory / "rogue.key")
+    return TlsFiles(
+        ca.write(directory / "ca.crt"), directory / "tls.crt", directory / "tls.key",
+        directory / "client.crt", directory / "client.key", directory / "rogue.crt", directory / "rogue.key",
+    )

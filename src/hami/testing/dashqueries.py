@@ -2,7 +2,8 @@
 
 Variables are resolved the way Grafana resolves them: the datasource is the Prometheus itself, each
 ``label_values(metric, label)`` variable becomes the regex alternation of the values Prometheus has
-(every value selected), and ``$__rate_interval`` a caller-chosen window.
+(every value selected), ``$__rate_interval`` a caller-chosen window and ``$__range`` the dashboard's
+time range (a caller-chosen duration).
 """
 
 from __future__ import annotations
@@ -101,9 +102,9 @@ def _const(text: str) -> Callable[[re.Match[str]], str]:
     return lambda _m: text  # a function, so that backslashes in ``text`` are not template escapes
 
 
-def substitute(expr: str, values: dict[str, list[str]], rate_interval: str) -> str:
+def substitute(expr: str, values: dict[str, list[str]], rate_interval: str, time_range: str = "1h") -> str:
     """Grafana's interpolation of one query: ``$var``/``${var}`` -> ``(v1|v2)`` (regex-escaped)."""
-    expr = expr.replace("$__rate_interval", rate_interval)
+    expr = expr.replace("$__rate_interval", rate_interval).replace("$__range", time_range)
     for name, vals in values.items():
         alternation = "(" + "|".join(re.escape(v).replace("\\", "\\\\") for v in vals) + ")"
         expr = re.sub(r"\$\{" + name + r"\}|\$" + name + r"\b", _const(alternation), expr)

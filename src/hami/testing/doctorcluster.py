@@ -1,4 +1,4 @@
-"""The clusters the doctor tests seed into the API emulator, at a fixed ``NOW``, and the doctor run
+"""The clusters the doctor tests load into the API emulator, at a fixed ``NOW``, and the doctor run
 in this process against them (its text or its JSON)."""
 
 from __future__ import annotations

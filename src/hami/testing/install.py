@@ -31,8 +31,8 @@ class Installed:
     pods: dict[str, list[Obj]] = field(default_factory=dict)
 
 
-def _suffix(seed: str, length: int) -> str:
-    digest = hashlib.sha256(seed.encode()).digest()
+def _suffix(key: str, length: int) -> str:
+    digest = hashlib.sha256(key.encode()).digest()
     return "".join(_ID_CHARS[b % len(_ID_CHARS)] for b in digest[:length])
 
 

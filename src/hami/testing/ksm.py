@@ -1,9 +1,10 @@
 """A kube-state-metrics stand-in for the demo and the integration tests.
 
-The seed's ``HAMiGPUPodPending`` and the per-pool over-commit rule read kube-state-metrics series;
-this serves the four they use, with kube-state-metrics' names and labels, from the pods and nodes of
-an API server listed at scrape time: ``kube_pod_status_phase``, ``kube_pod_container_resource_requests``,
-``kube_node_labels`` and ``kube_node_status_allocatable`` (the node GPU headroom rule).
+The ``HAMiGPUPodPending`` of docs/guides/tuning.md §5.4 and the per-pool over-commit rule read
+kube-state-metrics series; this serves the four they use, with kube-state-metrics' names and labels, from the
+pods and nodes of an API server listed at scrape time: ``kube_pod_status_phase``,
+``kube_pod_container_resource_requests``, ``kube_node_labels`` and ``kube_node_status_allocatable`` (the node
+GPU headroom rule).
 
 ``python -m hami.testing.ksm --api URL --bind :PORT``
 """

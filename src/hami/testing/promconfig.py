@@ -64,11 +64,14 @@ def alertmanager_config(
 
 
 def fast_rules(rules_text: str, factor: float = 1 / 60) -> str:
-    """The rules with every alert's ``for:`` multiplied by ``factor`` (default: minutes become seconds),
-    so that a test sees alerts fire within seconds while a transient shorter than the scaled ``for:``
-    still does not fire; expressions, thresholds and labels are unchanged."""
+    """The rules with every alert's ``for:`` and every group's own ``interval:`` multiplied by
+    ``factor`` (default: minutes become seconds), so that a test sees alerts fire within seconds while
+    a transient shorter than the scaled ``for:`` still does not fire; expressions, thresholds and labels
+    are unchanged."""
     data: dict[str, Any] = yaml.safe_load(rules_text)
     for group in data["groups"]:
+        if "interval" in group:
+            group["interval"] = f"{round(seconds(group['interval']) * factor * 1000)}ms"
         for rule in group["rules"]:
             if "alert" in rule and "for" in rule:
                 rule["for"] = f"{round(seconds(rule['for']) * factor * 1000)}ms"

@@ -3,7 +3,8 @@
 The layouts are declared as ctypes structures that mirror HAMi-core's C structs (MML.h), so the
 offsets come from the C ABI rules, independently of the reader's offset tables. Writes follow
 HAMi-core's order: the magic is stored last on creation, and in v1.2 every ``used[]`` update is
-bracketed by the slot seqlock (odd while writing, spec §A.6).
+bracketed by the slot seqlock (odd while writing, docs/design/node-agent.md §A.6). ``open_region``
+opens a file for the monitor's reader the way its discovery does (by directory descriptor).
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ import mmap
 import os
 from collections.abc import Callable, Sequence
 from typing import Any, Final
+
+from hami.exporter.region.file import RegionFile
+from hami.exporter.region.parse import RegionRejected
 
 MAGIC: Final = 19920718
 MAX_DEVICES: Final = 16
@@ -249,3 +253,12 @@ class RegionWriter:
         if self._mm is not None:
             self._mm.close()
             self._mm = None
+
+
+def open_region(path: str) -> RegionFile | RegionRejected:
+    """The monitor's reader on ``path``, opened relative to its directory as discovery opens it."""
+    dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        return RegionFile.open(dir_fd, os.path.basename(path), path)
+    finally:
+        os.close(dir_fd)

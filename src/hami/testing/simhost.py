@@ -6,8 +6,8 @@ the real vGPU monitor serving it, and the scenarios the alerts are proven with.
 - Containers: one HAMi-core region per container of every pod the API server binds to this node with
   ``hami.io/vgpu-devices-allocated``; pods that come and go in the API come and go here. A container
   that sets ``CUDA_DISABLE_CONTROL=true`` gets no region (HAMi-core never loads in it): its GPU
-  process is listed by NVML and placed in its pod's cgroup under ``--proc-root``, the host /proc the
-  monitor reads.
+  process is listed by NVML beside the regions' processes, its memory outside HAMi's accounting, and
+  placed in its pod's cgroup under ``--proc-root``, the host /proc the monitor reads.
 - HAMi-core's files: the ``--hook-path`` directory (the monitor's HOOK_PATH, ``<device plugin
   HOOK_PATH>/vgpu`` on a node) holds libvgpu.so and the ld.so.preload naming it, so ``hami-doctor pod
   --hook-path`` walks the node's files here as on a node.
@@ -43,7 +43,7 @@ from hami.exporter.config import load_config
 from hami.exporter.main import Monitor
 from hami.testing import cluster
 from hami.testing.regions import MEM_DATA
-from hami.testing.simnode import MIB, SimContainer, SimNode
+from hami.testing.simnode import HOST_PID_OFFSET, MIB, SimContainer, SimNode
 
 log = klog.get_logger("hami.testing.simhost")
 XID_FALLEN_OFF_BUS = cluster.XID_FALLEN_OFF_BUS
@@ -137,7 +137,7 @@ class PodDrivenNode(SimNode):
         if known is not None:
             return known
         self._next_pid += 1
-        return UnlimitedProcess(c.gpu, self._next_pid + 10000, cgroup_line(c.pod_uid, cid))
+        return UnlimitedProcess(c.gpu, self._next_pid + HOST_PID_OFFSET, cgroup_line(c.pod_uid, cid))
 
     def _sync(self) -> None:
         wanted: dict[tuple[str, str], SimContainer] = {}
@@ -179,7 +179,6 @@ class PodDrivenNode(SimNode):
         with self._lock:
             for g in range(len(self.uuids)):
                 pids = [u.pid for u in self.unlimited.values() if u.gpu == g]
-                self.nvml.set_processes(g, [(pid, UNLIMITED_USE) for pid in pids])
                 if pids:
                     used = self.nvml.device(g).memory_info().used + UNLIMITED_USE * len(pids)
                     self.nvml.update(g, memory_used=min(used, cluster.GPU_MEM_MIB * MIB))
@@ -192,6 +191,17 @@ class PodDrivenNode(SimNode):
                     if extra > 0:
                         c.writer.change_memory(c.slots[pid], 0, MEM_DATA, extra)
                         c.used[pid] += extra
+            # NVML lists every process on a card, HAMi-core's (what the regions account for) and those
+            # without it, whose memory no region holds: the reconciler's memory_outside_hami.
+            for g in range(len(self.uuids)):
+                processes: list[tuple[int, int | None]] = [
+                    (pid + HOST_PID_OFFSET, used)
+                    for c in self.containers
+                    if c.gpu == g
+                    for pid, used in c.used.items()
+                ]
+                processes += [(u.pid, UNLIMITED_USE) for u in self.unlimited.values() if u.gpu == g]
+                self.nvml.set_processes(g, processes)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,6 +24,7 @@ from hami.testing.regions import MEM_CONTEXT, MEM_DATA, MEM_MODULE, RegionWriter
 
 MIB = 1 << 20
 GPU_MEM_MIB = 40960
+HOST_PID_OFFSET = 10000  # a process's PID on the host: its PID in the container plus this
 
 
 @dataclass
@@ -127,7 +128,7 @@ class SimNode:
                 w = c.writer
                 if not c.slots or (len(c.slots) < 3 and rng.random() < 0.2):
                     pid = self._next_pid = self._next_pid + 1
-                    slot = w.add_process(pid, hostpid=pid + 10000)
+                    slot = w.add_process(pid, hostpid=pid + HOST_PID_OFFSET)
                     c.slots[pid], c.used[pid] = slot, 0
                     w.change_memory(slot, 0, MEM_CONTEXT, 300 * MIB)
                     w.change_memory(slot, 0, MEM_MODULE, 20 * MIB)

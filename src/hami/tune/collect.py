@@ -2,6 +2,8 @@
 
 Queries use raw series (not the recording rules), so the advisor works on any Prometheus that scrapes the
 components. Each query names the series it needs; an empty answer is traced back to the missing series.
+
+Section signs (§) refer to docs/guides/tuning.md.
 """
 
 from __future__ import annotations
@@ -240,7 +242,10 @@ def _by_container(samples: list[Sample]) -> dict[str, float]:
 
 def _cores(s: _Session, cfg: Settings) -> list[Recommendation]:
     mon, w = f'job="{cfg.monitor_job}"', cfg.window
-    policy_start = f"{tables.CORE_POLICY[cfg.environment]} (the {cfg.environment} template, tuning.md §6.2)"
+    policy_start = (
+        f"{tables.CORE_POLICY[cfg.environment]} (the {cfg.environment} template, "
+        "docs/guides/tuning.md §6.2)"
+    )
     series = f"hami_vgpu_core_used_percent{{{mon}}}"
     if short := _too_short(s, cores.POLICY, series, w, policy_start):
         return [short, replace(short, parameter=cores.GPUCORES, start=None)]

@@ -1,5 +1,5 @@
-"""``hami-tune --before T --after T``: the tuning quantities at two times, side by side (tuning.md §5.5,
-"compare the metrics before and after the change")."""
+"""``hami-tune --before T --after T``: the tuning quantities at two times, side by side
+(docs/guides/tuning.md §5.5, "compare the metrics before and after the change")."""
 
 from __future__ import annotations
 

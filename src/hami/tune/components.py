@@ -1,5 +1,8 @@
-"""Rules about HAMi's own components (tuning.md §2.3, §6.1): the extender's resources, the monitor's
-verbosity, and HAMi-core's log level in the workloads."""
+"""Rules about HAMi's own components (docs/guides/tuning.md §2.3, §6.1): the extender's resources, the
+monitor's verbosity, and HAMi-core's log level in the workloads.
+
+Section signs (§) refer to docs/guides/tuning.md.
+"""
 
 from __future__ import annotations
 
@@ -54,13 +57,14 @@ def recommend_scheduler_resources(
 ) -> Recommendation:
     tier = resource_tier(inp.nodes)
     cur = inp.current or Resources(None, None, None, None)
-    reasons = [f"{inp.nodes} nodes: tier {tier.name} (tuning.md §2.3); a current value above it is kept"]
+    reasons = [f"{inp.nodes} nodes: tier {tier.name} (docs/guides/tuning.md §2.3); a current value above it "
+               "is kept"]
     memory_limit = _at_least(cur.memory_limit_mi, tier.memory_limit_mi)
     if inp.oom_kills:
         raised = max(tables.SCHEDULER_OOM_MEMORY_LIMIT_MI, 2 * (cur.memory_limit_mi or 0))
         reasons.append(
             f"the extender was OOMKilled ({inp.oom_kills:g} in the window): memory limit {raised}Mi "
-            "(tuning.md §6.1 raises it to 2Gi; a limit already there doubles)"
+            "(docs/guides/tuning.md §6.1 raises it to 2Gi; a limit already there doubles)"
         )
         memory_limit = max(memory_limit, raised)
     elif (
@@ -72,7 +76,7 @@ def recommend_scheduler_resources(
         reasons.append(
             f"peak working set {inp.peak_working_set_bytes / MIB:.0f}Mi is within "
             f"{1 - tables.SCHEDULER_MEMORY_NEAR_LIMIT:.0%} of the {cur.memory_limit_mi}Mi limit: "
-            f"{raised}Mi before it is OOMKilled (tuning.md §6.1)"
+            f"{raised}Mi before it is OOMKilled (docs/guides/tuning.md §6.1)"
         )
         memory_limit = max(memory_limit, raised)
     if inp.oom_kills is None:
@@ -115,7 +119,7 @@ def recommend_monitor_args(inp: MonitorInputs, evidence: tuple[Evidence, ...] = 
     if silent:
         reasons.append(
             f"nodes {', '.join(silent)} run vGPU pods but their monitor reports no container: "
-            "monitor data missing (tuning.md §6.1)"
+            "monitor data missing (docs/guides/tuning.md §6.1)"
         )
     if inp.skipped_regions > 0:
         reasons.append(f"the monitors skipped {inp.skipped_regions:g} shared regions in the window")
@@ -138,7 +142,7 @@ def recommend_log_level(current: int, environment: str, source: str) -> Recommen
         value = tables.LOG_LEVEL["production"]
         reasons.append(
             f"CUDA calls slow down when HAMi-core logs above {tables.LOG_LEVEL_MAX_QUIET}: "
-            f"{value} in production (tuning.md §6.1, §6.2)"
+            f"{value} in production (docs/guides/tuning.md §6.1, §6.2)"
         )
     else:
         value = current

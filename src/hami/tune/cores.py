@@ -1,5 +1,9 @@
-"""SM-use rules: ``devices.nvidia.gpuCorePolicy`` and per-pod ``nvidia.com/gpucores`` (tuning.md §5,
-§6.1, §6.2), from each container's SM-use quantile over the window beside its gpucores limit."""
+"""SM-use rules: ``devices.nvidia.gpuCorePolicy`` and per-pod ``nvidia.com/gpucores``
+(docs/guides/tuning.md §5, §6.1, §6.2), from each container's SM-use quantile over the window beside its
+gpucores limit.
+
+Section signs (§) refer to docs/guides/tuning.md.
+"""
 
 from __future__ import annotations
 
@@ -47,13 +51,13 @@ def recommend_policy(
         reasons = [
             f"{len(over)} of {len(containers)} containers use more SM than their limit "
             f"({tables.CORE_QUANTILE_NAME} > {tables.CORE_OVERSHOOT_RATIO} x limit): {shown}; "
-            "core isolation is imprecise: force (tuning.md §6.1)"
+            "core isolation is imprecise: force (docs/guides/tuning.md §6.1)"
         ]
     elif environment == "development":
         value = tables.CORE_POLICY["development"]
         reasons = [
             f"no container exceeds its limit, and in development the template turns the limit off: "
-            f"{value} (tuning.md §6.2)"
+            f"{value} (docs/guides/tuning.md §6.2)"
         ]
     else:
         value = current
@@ -79,7 +83,10 @@ def recommend_gpucores(
         if proposal == int(c.limit):
             continue
         details[f"pod/{c.name}"] = str(proposal)
-        why = "uses more than it asked" if c.overshoots else "stays below half its limit (tuning.md §5)"
+        why = "uses more than it asked" if c.overshoots else (
+            "stays below half its limit "
+            "(docs/guides/tuning.md §5)"
+        )
         reasons.append(f"{_share(c)}: {why}; gpucores {proposal} (p95 x {tables.CORE_HEADROOM}, step 5)")
     if not details:
         reasons.append(f"all {len(containers)} containers use between half and all of their gpucores")

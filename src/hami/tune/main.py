@@ -6,7 +6,7 @@ which nodes to drain so that pending requests find a card (see --help there).
 settings, and --verify SNAPSHOT replays each recommendation against one before it is applied.
 
 Every recommendation is computed over --window (default 7d) and refused, naming the window, while
-Prometheus holds less history than that. Sections cited (tuning.md §N) are in docs/guides/tuning.md.
+Prometheus holds less history than that. Every § cited is a section of docs/guides/tuning.md.
 
 Exit status: 0 every parameter has a recommendation; 3 at least one was refused for missing data or
 history (its guide starting point, if any, is printed as such); 2 bad input: bad arguments, an

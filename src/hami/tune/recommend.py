@@ -156,10 +156,13 @@ def scaling_for_ratio(ratio: float) -> tuple[float, str]:
     """Clamp a safe ratio to the guide's range, rounded down to 0.1, with the reason."""
     if ratio < tables.SCALING_DEFAULT:
         return tables.SCALING_DEFAULT, (
-            "usage is not far below requests: do not over-commit, keep 1.0 (tuning.md §3.3)"
+            "usage is not far below requests: do not over-commit, keep 1.0 (docs/guides/tuning.md §3.3)"
         )
     if ratio > tables.SCALING_MAX:
-        return tables.SCALING_MAX, f"capped at {tables.SCALING_MAX} (aggressive over-commit, tuning.md §3.1)"
+        return tables.SCALING_MAX, (
+            f"capped at {tables.SCALING_MAX} (aggressive over-commit, "
+            "docs/guides/tuning.md §3.1)"
+        )
     return math.floor(ratio * 10 + 1e-9) / 10, "rounded down to 0.1"
 
 
@@ -185,7 +188,7 @@ def _node_scaling(n: NodeMemory) -> tuple[float | None, str]:
     ):
         return tables.SCALING_DEFAULT, (
             f"physical memory reached {n.peak_physical_ratio:.0%} on an over-committed card: "
-            "reduce to 1.0 (tuning.md §6.1)"
+            "reduce to 1.0 (docs/guides/tuning.md §6.1)"
         )
     return value, f"safe ratio {ratio:.2f}, {why}"
 
@@ -203,7 +206,7 @@ def recommend_memory_scaling(
     reasons = [
         f"safe ratio = (Σ requested / Σ peak used) × {tables.OVERCOMMIT_SAFETY_FACTOR} = "
         f"({requested / tables.GIB:.1f} GiB / {peak / tables.GIB:.1f} GiB) × "
-        f"{tables.OVERCOMMIT_SAFETY_FACTOR} = {ratio:.2f} (tuning.md §3.3); {why}",
+        f"{tables.OVERCOMMIT_SAFETY_FACTOR} = {ratio:.2f} (docs/guides/tuning.md §3.3); {why}",
     ]
     details: dict[str, str] = {"safe_ratio": f"{ratio:.4f}"}
     per_node = {n.node: _node_scaling(n) for n in nodes}
@@ -211,7 +214,8 @@ def recommend_memory_scaling(
     if risky:
         value = tables.SCALING_DEFAULT
         reasons.append(
-            f"nodes {', '.join(sorted(risky))} ran out of physical memory: 1.0 globally (tuning.md §6.1)"
+            f"nodes {', '.join(sorted(risky))} ran out of physical memory: 1.0 globally "
+            "(docs/guides/tuning.md §6.1)"
         )
     for node, (v, r) in sorted(per_node.items()):
         if v is not None and v != value:
@@ -220,7 +224,7 @@ def recommend_memory_scaling(
     if history_seconds is not None and history_seconds < 7 * 86400:
         reasons.append(
             f"peaks cover only {history_seconds / 3600:.1f}h of data; the guide observes a week before "
-            "settling the ratio (tuning.md §3.3)"
+            "settling the ratio (docs/guides/tuning.md §3.3)"
         )
     currents = {n.current_scaling for n in nodes if n.current_scaling is not None}
     current = ", ".join(f"{c:g}" for c in sorted(currents)) if currents else None
@@ -242,9 +246,9 @@ def split_for_min_request(min_request_bytes: float, nodes: int | None) -> tuple[
         where = "node count unknown" if nodes is None else f"{nodes} nodes"
         return tables.SPLIT_LARGE_CLUSTER_MAX, (
             f"smallest request {gib:.2f} GiB ({label}): 30-50, kept at {tables.SPLIT_LARGE_CLUSTER_MAX} "
-            f"({where}; tuning.md §4.5 keeps large clusters within 30)"
+            f"({where}; docs/guides/tuning.md §4.5 keeps large clusters within 30)"
         )
-    return count, f"smallest request {gib:.2f} GiB ({label}) -> {count} (tuning.md §4.3)"
+    return count, f"smallest request {gib:.2f} GiB ({label}) -> {count} (docs/guides/tuning.md §4.3)"
 
 
 def next_split_step(count: int) -> int:
@@ -274,7 +278,7 @@ def recommend_split_count(inp: SplitInputs, evidence: tuple[Evidence, ...] = ())
             reasons.append(
                 f"mean GPU utilisation {util:.0%} (< {tables.LOW_UTILISATION_RATIO:.0%}) while "
                 f"{inp.saturated_devices:g} devices are full by count: the split keeps pods off idle GPUs, "
-                f"raise to {value} (tuning.md §6.1)"
+                f"raise to {value} (docs/guides/tuning.md §6.1)"
             )
         elif not inp.saturated_devices:
             reasons.append(
@@ -287,7 +291,7 @@ def recommend_split_count(inp: SplitInputs, evidence: tuple[Evidence, ...] = ())
             bigger = next_split_step(base)
             reasons.append(
                 f"{inp.pending_pods:g} GPU pods pending while {inp.saturated_devices:g} devices are at their "
-                f"split count: increase to {bigger} (tuning.md §4.3 verification)"
+                f"split count: increase to {bigger} (docs/guides/tuning.md §4.3 verification)"
             )
             value = bigger
         else:
@@ -314,24 +318,27 @@ def recommend_node_lock_expire(inp: LockInputs, evidence: tuple[Evidence, ...] =
     floor = max(tables.LOCK_MIN_SECONDS, math.ceil(inp.bind_p99_seconds * tables.LOCK_BIND_MARGIN / 60) * 60)
     reasons = [
         f"p99 bind {inp.bind_p99_seconds:.2f}s: the expiry must stay above "
-        f"{tables.LOCK_BIND_MARGIN} x p99 and the 2m floor, so >= {format_duration(floor)} (tuning.md §2.2)"
+        f"{tables.LOCK_BIND_MARGIN} x p99 and the 2m floor, so >= {format_duration(floor)} "
+        "(docs/guides/tuning.md §2.2)"
     ]
     slow_binds = inp.bind_p99_seconds * tables.LOCK_BIND_MARGIN >= inp.current_seconds
     if inp.expired_locks > 0 and slow_binds:
         value = float(max(tables.LOCK_SLOW_API_SECONDS, floor))
         reasons.append(
-            f"{inp.expired_locks:g} locks expired and binds are slow: raise to 8m-10m (tuning.md §2.2, "
+            f"{inp.expired_locks:g} locks expired and binds are slow: raise to 8m-10m "
+            "(docs/guides/tuning.md §2.2, "
             "'node lock expired, releasing')"
         )
     elif inp.expired_locks > 0 or inp.lock_wait_p99_seconds > tables.LOCK_LONG_WAIT_SECONDS:
         value = float(max(tables.LOCK_SHORT_SECONDS, floor))
         reasons.append(
             f"{inp.expired_locks:g} expired locks, p99 lock wait {inp.lock_wait_p99_seconds:.1f}s "
-            "while binds are fast: stale locks block nodes, shorten to 3m (tuning.md §6.1)"
+            "while binds are fast: stale locks block nodes, shorten to 3m (docs/guides/tuning.md §6.1)"
         )
     else:
         value = float(max(tables.LOCK_DEFAULT_SECONDS, floor))
-        reasons.append("no expired locks and short lock waits: keep the 5m default (tuning.md §2.2)")
+        reasons.append("no expired locks and short lock waits: keep the 5m default "
+                       "(docs/guides/tuning.md §2.2)")
     value = min(value, float(tables.LOCK_MAX_SECONDS))
     current = format_duration(inp.current_seconds)
     return Recommendation("nodeLockExpire", format_duration(value), current, tuple(reasons), evidence)

@@ -34,7 +34,7 @@ def to_text(recs: list[Recommendation]) -> str:
             lines.append(f"    {ev.query}")
             lines.append(f"      ={where} {_value(ev.value)}")
         lines.append("")
-    lines.append("Sections cited (tuning.md §N) are in docs/guides/tuning.md.")
+    lines.append("Every § cited is a section of docs/guides/tuning.md.")
     return "\n".join(lines) + "\n"
 
 

@@ -62,7 +62,7 @@ SPLIT_ROWS: tuple[SplitRow, ...] = (
 SPLIT_LARGE_CLUSTER_NODES = 200
 SPLIT_LARGE_CLUSTER_MAX = 30
 SPLIT_DEFAULT = 10
-# Steps used when pending pods call for a larger split (§4.3 "有 Pending -> 增大").
+# Steps used when pending pods call for a larger split (§4.3 "pods pending -> increase").
 SPLIT_STEPS: tuple[int, ...] = (5, 10, 20, 30, 50)
 
 # §2.2: default 5m, range 2m-10m; 8m-10m for slow API paths; §6.1: 3m when nodes stay locked.
@@ -135,12 +135,12 @@ CHART_LOG_LEVEL = 1
 
 # Starting points without history (§3.3 "no monitoring: start at 1.5 and watch for a week", the
 # §4.2 default split, the §6.1 client values, the §2.2 default expiry, the §2.3 values example).
-START_MEMORY_SCALING = "1.5 (start there and watch for a week, tuning.md §3.3)"
-START_SPLIT_COUNT = "10 (the general-purpose default, tuning.md §4.2)"
-START_KUBE_CLIENT = "--kube-qps=50 --kube-burst=100 (tuning.md §6.1)"
-START_NODE_LOCK = "5m (the default, tuning.md §2.2)"
+START_MEMORY_SCALING = "1.5 (start there and watch for a week, docs/guides/tuning.md §3.3)"
+START_SPLIT_COUNT = "10 (the general-purpose default, docs/guides/tuning.md §4.2)"
+START_KUBE_CLIENT = "--kube-qps=50 --kube-burst=100 (docs/guides/tuning.md §6.1)"
+START_NODE_LOCK = "5m (the default, docs/guides/tuning.md §2.2)"
 START_SCHEDULER_RESOURCES = (
-    "requests cpu=200m memory=256Mi, limits cpu=2000m memory=2Gi (tuning.md §2.3 values example)"
+    "requests cpu=200m memory=256Mi, limits cpu=2000m memory=2Gi (docs/guides/tuning.md §2.3 values example)"
 )
 # The chart's default extender arguments: Helm replaces lists whole, so a changed flag carries them.
 CHART_EXTENDER_ARGS = ("--debug", "-v=4")

@@ -1,4 +1,7 @@
-"""``hami.io/device-cordon``: comma-separated GPU UUIDs (spec/scheduler.md §1.4)."""
+"""``hami.io/device-cordon``: comma-separated GPU UUIDs (§1.4).
+
+Section signs (§) refer to docs/design/scheduler.md.
+"""
 
 from __future__ import annotations
 

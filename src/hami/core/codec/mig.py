@@ -1,4 +1,7 @@
-"""``hami.io/vgpu-mig-allocations`` (spec/scheduler.md §2.4, deviceplugin-monitor.md §B.4)."""
+"""``hami.io/vgpu-mig-allocations`` (§2.4, docs/design/node-agent.md §B.4).
+
+Section signs (§) refer to docs/design/scheduler.md.
+"""
 
 from __future__ import annotations
 

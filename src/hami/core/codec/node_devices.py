@@ -1,7 +1,9 @@
-"""``hami.io/node-nvidia-register`` and ``hami.io/node-nvidia-score`` (spec/scheduler.md §1.1–§1.2).
+"""``hami.io/node-nvidia-register`` and ``hami.io/node-nvidia-score`` (§1.1–§1.2).
 
 The JSON form is Go's ``MarshalNodeDevices``: keys in struct order, every field omitempty, compact.
 The legacy colon/comma form (≤ v2.7) is decoded and encoded for old nodes and logs.
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations

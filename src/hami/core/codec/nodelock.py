@@ -1,7 +1,9 @@
-"""``hami.io/mutex.lock`` values (spec/scheduler.md §1.5).
+"""``hami.io/mutex.lock`` values (§1.5).
 
 Current form ``<RFC3339>,<namespace>,<pod>`` (second precision, local offset, ``Z`` for UTC);
 legacy form a bare RFC3339 timestamp with no owner.
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations

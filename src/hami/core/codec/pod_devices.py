@@ -1,7 +1,9 @@
-"""The pod device-allocation string (spec/scheduler.md §2.2).
+"""The pod device-allocation string (§2.2).
 
 ``<UUID>,<Type>,<Usedmem>,<Usedcores>:`` per device, ``;`` after each container, init containers
 first. Decoding keeps HAMi's empty trailing container (the final ``;`` opens one more piece).
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations

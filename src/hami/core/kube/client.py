@@ -174,9 +174,12 @@ def load_configuration(opts: KubeOptions) -> Any:
         return cfg
     path = opts.resolved_kubeconfig()
     if path:
-        k8s_config.load_kube_config(
-            config_file=path, context=opts.context, client_configuration=cfg, persist_config=False
-        )
+        try:
+            k8s_config.load_kube_config(
+                config_file=path, context=opts.context, client_configuration=cfg, persist_config=False
+            )
+        except (k8s_config.ConfigException, OSError, ValueError) as err:
+            raise KubeConfigError(f"kubeconfig {path}: {err}") from err
         return cfg
     try:
         k8s_config.load_incluster_config(client_configuration=cfg)

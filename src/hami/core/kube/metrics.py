@@ -1,7 +1,7 @@
 """API-client metrics under client-go's names, plus hami's informer and event-recorder series.
 
 Names, labels and buckets are client-go's (k8s.io/component-base/metrics/prometheus/restclient), so
-the tuning guide's queries (seed 003 §2.1) work unchanged:
+the queries of docs/guides/tuning.md §2.1 work unchanged:
 
 - ``rest_client_requests_total{code,method,host}``: one per HTTP attempt; ``code`` is the status, or
   ``<error>`` when no response came back (timeout, connection refused, TLS failure);

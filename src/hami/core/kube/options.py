@@ -1,11 +1,11 @@
 """API-client options and their command-line flags.
 
-Flag names and defaults follow HAMi's ``pkg/util/client/options.go`` (spec/scheduler.md §7.2):
+Flag names and defaults follow HAMi's ``pkg/util/client/options.go`` (docs/design/scheduler.md §7.2):
 ``--kube-qps`` 5 and ``--kube-burst`` 10 are client-go's ``rest.DefaultQPS``/``rest.DefaultBurst``;
-``--kube-timeout`` is in seconds and defaults to 0, meaning no timeout. (The tuning guide, seed 003
-§2.1, lists 15 s as the default; HAMi's code says 0, and we follow the code. Its recommended values,
-``--kube-qps=50 --kube-burst=100 --kube-timeout=30``, work unchanged.) Beyond HAMi's whole seconds,
-it also takes a Go duration (``30s``, ``1m``), as every other duration flag here does.
+``--kube-timeout`` is in seconds and defaults to 0, meaning no timeout. (HAMi's tuning guide lists 15 s as
+the default; HAMi's code says 0, and we follow the code: docs/guides/tuning.md §2.1. Its recommended values,
+``--kube-qps=50 --kube-burst=100 --kube-timeout=30``, work unchanged.) Beyond HAMi's whole seconds, it also
+takes a Go duration (``30s``, ``1m``), as every other duration flag here does.
 """
 
 from __future__ import annotations

@@ -43,6 +43,8 @@ Not covered: clock speeds, fan speed, per-process utilisation samples.
 Backends: ``hami.core.nvml.real`` (pynvml) and ``hami.core.nvml.fake`` (``FakeNvml``). Select with
 ``open_nvml(kind)``; with ``kind="auto"`` the environment decides: ``HAMI_NVML=fake`` plus
 ``HAMI_FAKE_NVML_SPEC=<yaml>`` give the fake, anything else the real library.
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Go-compatible `/debug/pprof/` for our daemons, behind `--profiling`.
 
-The seed's commands work unchanged (seed 002)::
+The commands of docs/guides/profiling.md work unchanged::
 
     go tool pprof http://HOST:PORT/debug/pprof/profile?seconds=30   # then: top, list FUNC
     go tool pprof https+insecure://HOST/debug/pprof/heap            # or allocs

@@ -14,6 +14,7 @@ per-device ones). They reach Prometheus two ways, which must agree sample for sa
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -73,12 +74,47 @@ def escape_value(value: str) -> str:
     return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
 
+@functools.lru_cache(maxsize=512)
+def _label_order(names: Labels) -> tuple[tuple[str, int], ...]:
+    """(escaped name, index of its value) sorted by name; a repeated name keeps its last value,
+    as ``dict(zip(names, values))`` does. Label names come from a few fixed tuples."""
+    last = {name: i for i, name in enumerate(names)}
+    return tuple((escape_label_name(name), last[name]) for name in sorted(last))
+
+
 def label_set(names: Sequence[str], values: Sequence[str]) -> str:
     """``{a="x",b="y"}`` sorted by name, as generate_latest writes it (``""`` when empty)."""
-    pairs = sorted(dict(zip(names, values, strict=True)).items())
-    if not pairs:
+    if len(names) != len(values):
+        raise ValueError(f"{len(names)} label names for {len(values)} values")
+    order = _label_order(tuple(names))
+    if not order:
         return ""
-    return "{" + ",".join(f'{escape_label_name(k)}="{escape_value(v)}"' for k, v in pairs) + "}"
+    return "{" + ",".join(f'{name}="{escape_value(values[i])}"' for name, i in order) + "}"
+
+
+_INT_TEXT: dict[int, str] = {}  # a few distinct integers (counts, limits, sizes) recur every scrape
+
+
+def number(value: float) -> str:
+    """``go_float(value)``, remembered for integers (floats are not: -0.0 == 0.0)."""
+    if type(value) is not int:
+        return go_float(value)
+    text = _INT_TEXT.get(value)
+    if text is None:
+        if len(_INT_TEXT) >= 4096:  # bounded: values a scrape never repeats cannot pile up
+            _INT_TEXT.clear()
+        text = _INT_TEXT[value] = go_float(value)
+    return text
+
+
+def sample_name(f: Family) -> str:
+    """The name ``f``'s sample lines start with."""
+    return _escaped_name(f.name + _SUFFIX[f.kind])
+
+
+@functools.lru_cache(maxsize=1024)
+def _escaped_name(name: str) -> str:
+    return escape_metric_name(name)
 
 
 def sample_lines(f: Family) -> str:
@@ -89,13 +125,13 @@ def sample_lines(f: Family) -> str:
 
 def sample_heads(f: Family) -> tuple[str, ...]:
     """Each row's ``name{labels} `` as ``sample_lines`` writes it: kept while the series persist."""
-    sample = escape_metric_name(f.name + _SUFFIX[f.kind])
+    sample = sample_name(f)
     return tuple(f"{sample}{label_set(names, values)} " for names, values, _ in f.rows)
 
 
 def sample_values(heads: Sequence[str], f: Family) -> str:
     """``sample_lines(f)`` from the rows' ``sample_heads`` (same series, in the same order)."""
-    return "".join(f"{head}{go_float(row[2])}\n" for head, row in zip(heads, f.rows, strict=True))
+    return "".join(f"{head}{number(row[2])}\n" for head, row in zip(heads, f.rows, strict=True))
 
 
 def _header(f: Family, openmetrics: bool) -> str:
@@ -123,21 +159,22 @@ class TextRenderer:
     def cached_series(self) -> int:
         return sum(len(v) for v in self._sets.values())
 
-    def render(self, families: Iterable[Family], openmetrics: bool = False) -> bytes:
+    def render(self, families: Iterable[Family], openmetrics: bool = False) -> list[bytes]:
+        """The body in pieces (``pieces``), to be sent or compressed one after the other."""
         with self._lock:
-            return self._render(families, openmetrics)
+            text = self._render(families, openmetrics)
+        return pieces(text)
 
-    def _render(self, families: Iterable[Family], openmetrics: bool) -> bytes:
+    def _render(self, families: Iterable[Family], openmetrics: bool) -> list[str]:
         previous, current = self._sets, dict[Labels, dict[Labels, str]]()
         headers: dict[tuple[str, Kind, str, bool], str] = {}
-        numbers: dict[int, str] = {}  # ints only: floats keep -0.0 and NaN apart
         out: list[str] = []
         for f in families:
             key = (f.name, f.kind, f.help, openmetrics)
             header = self._headers.get(key) or _header(f, openmetrics)
             headers[key] = header
             out.append(header)
-            sample = escape_metric_name(f.name + _SUFFIX[f.kind])
+            sample = sample_name(f)
             last: Labels | None = None
             now: dict[Labels, str] = {}
             before: dict[Labels, str] = {}
@@ -152,13 +189,26 @@ class TextRenderer:
                     if labels is None:
                         labels = label_set(names, values)
                     now[values] = labels
-                if type(value) is int:
-                    text = numbers.get(value)
-                    if text is None:
-                        text = numbers[value] = go_float(value)
-                else:
-                    text = go_float(value)
-                out.append(f"{sample}{labels} {text}\n")
+                out.append(f"{sample}{labels} {number(value)}\n")
             out.extend(f.text)
         self._sets, self._headers = current, headers
-        return "".join(out).encode("utf-8")
+        return out
+
+
+PIECE: Final = 1 << 16  # characters per piece of a rendered body
+
+
+def pieces(text: Sequence[str]) -> list[bytes]:
+    """``text`` joined and encoded in pieces of about ``PIECE`` characters. A body is megabytes: as
+    one buffer (twice: the str, then its bytes) it is fresh memory, page faults included, on every
+    scrape, which cost more than formatting the body."""
+    out: list[bytes] = []
+    start = size = 0
+    for i, chunk in enumerate(text):
+        size += len(chunk)
+        if size >= PIECE:
+            out.append("".join(text[start : i + 1]).encode("utf-8"))
+            start, size = i + 1, 0
+    if start < len(text):
+        out.append("".join(text[start:]).encode("utf-8"))
+    return out

@@ -1,19 +1,52 @@
-"""Run any WSGI app on cheroot in a background thread, with web-config TLS and basic auth."""
+"""Run any WSGI app on Hypercorn in a background thread, with web-config TLS and basic auth.
+
+Every node and network peer is untrusted, so no client may hold what others need:
+
+- Connections are read by one asyncio event loop (Hypercorn): a TLS handshake, a slow request
+  head or an idle connection costs a coroutine, never a thread. A handshake must finish within
+  ``HANDSHAKE_TIMEOUT_S``; a new connection's first request head, and any later idle gap, within
+  ``IDLE_TIMEOUT_S`` (Hypercorn's keep-alive timer runs from the accept until a whole request head
+  has arrived); a body within ``BODY_TIMEOUT_S`` of its head (408) and up to ``max_body`` bytes
+  (413). The WSGI app is called only once the whole request is in.
+- The app runs on ``threads`` daemon threads, and only the app: its response is written from the
+  loop, so a client that does not read holds no thread (and is given up after
+  ``WRITE_TIMEOUT_S``); a request still running when the daemon stops does not keep the process
+  alive.
+- Each listener bounds its open connections (``listener.BoundedListener``) and counts refusals.
+  Hypercorn notices that a peer closed an idle connection only when its idle timer fires, so such
+  a connection keeps its slot (and descriptor) for up to ``IDLE_TIMEOUT_S``.
+
+Hypercorn was chosen over cheroot (the TLS handshake runs on its accept thread and every new
+connection takes a worker thread until its head is read), waitress (no TLS), uvicorn (no timer on
+a connection until its first request) and gunicorn (a process manager, not a library); the
+comparison and the figures are in docs/design/serving.md.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
+import contextlib
+import logging
+import queue
 import socket
+import ssl
 import threading
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Final
 
-from cheroot import wsgi
-from cheroot.ssl.builtin import BuiltinSSLAdapter
+from hypercorn.app_wrappers import WSGIWrapper
+from hypercorn.asyncio.run import worker_serve
+from hypercorn.config import Config, Sockets
+from hypercorn.utils import wrap_app
+from prometheus_client import CollectorRegistry
 
 from hami.core import klog
+from hami.core.serve.listener import DEFAULT_MAX_CONNECTIONS, ConnectionLimit, listen, listener_metrics
 from hami.core.serve.webconfig import BasicAuth, ReloadingTLS, WebConfig, load_web_config
 
 log = klog.get_logger(__name__)
@@ -21,9 +54,21 @@ log = klog.get_logger(__name__)
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
 
 # Paths answered without credentials so that kubelet probes work; they reveal only ok/not-ready.
 UNAUTHENTICATED_PATHS: Final = frozenset({"/healthz", "/readyz"})
+
+HANDSHAKE_TIMEOUT_S: Final = 10.0
+IDLE_TIMEOUT_S: Final = 10.0
+BODY_TIMEOUT_S: Final = 10.0
+WRITE_TIMEOUT_S: Final = 30.0
+GRACE_S: Final = 3.0  # in-flight requests get this long to finish when the server stops
+MAX_BODY: Final = 1 << 20
+LISTEN_BACKLOG: Final = 256  # a burst of kube-scheduler calls must not see resets
 
 
 def parse_bind(bind: str) -> tuple[str, int]:
@@ -38,21 +83,6 @@ def parse_bind(bind: str) -> tuple[str, int]:
     if not host:
         host = "::" if socket.has_ipv6 else "0.0.0.0"
     return host, int(port_text)
-
-
-class _ReloadingSSLAdapter(BuiltinSSLAdapter):
-    """cheroot's builtin adapter, but each handshake uses the current (reloaded) context."""
-
-    def __init__(self, reloading: ReloadingTLS, cert_file: str, key_file: str) -> None:
-        super().__init__(cert_file, key_file)
-        self._reloading = reloading
-        self.context = reloading.context()
-
-    def wrap(self, sock: socket.socket) -> Any:
-        ctx = self._reloading.context()
-        if ctx is not self.context:
-            self.context = ctx
-        return super().wrap(sock)  # type: ignore[no-untyped-call]
 
 
 def basic_auth_middleware(app: WSGIApp, auth: BasicAuth, realm: str = "hami") -> WSGIApp:
@@ -80,22 +110,209 @@ def _authorized(environ: Environ, auth: BasicAuth) -> bool:
     return bool(sep) and auth.check(user, password)
 
 
-class Server:
-    """A started cheroot server; `stop()` (or leaving a `with` block) shuts it down."""
+class _Workers:
+    """The app's threads. Daemon threads (asyncio's default executor joins its threads at exit):
+    a request still running (a bind waiting on a node lock) must not hold the process once the
+    daemon has stopped."""
 
-    def __init__(self, httpd: wsgi.Server, thread: threading.Thread, tls: ReloadingTLS | None) -> None:
-        self._httpd = httpd
-        self._thread = thread
+    def __init__(self, threads: int, name: str) -> None:
+        self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None] = queue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(threads)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def run(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+        """Run ``fn(*args)`` on a worker; awaitable from the event loop."""
+        future: Future[Any] = Future()
+        self._queue.put((future, lambda: fn(*args)))
+        return asyncio.wrap_future(future)
+
+    def _work(self) -> None:
+        while (item := self._queue.get()) is not None:
+            future, call = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(call())
+            except BaseException as err:  # handed to the awaiting coroutine
+                future.set_exception(err)
+
+    def shutdown(self) -> None:
+        """Let idle workers end; a busy one ends with its request (or with the process)."""
+        for _ in self._threads:
+            self._queue.put(None)
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _Guard:
+    """ASGI around Hypercorn's WSGI bridge (which reads the whole body before it calls the app):
+    the body's size and deadline, the app on our workers, and its response sent from the loop.
+
+    The bridge would hand each message of the response from the worker to the loop and wait there
+    for it to be written (two thread hops per response, and a worker held by a client that does
+    not read). Here the worker only records them; they are sent once the app has returned, each
+    within ``WRITE_TIMEOUT_S``. A response is already whole in memory (Flask's, an exposition).
+    """
+
+    def __init__(self, app: WSGIApp, max_body: int, workers: _Workers) -> None:
+        self._app = WSGIWrapper(app, max_body + 1)  # our limit answers first, with a message
+        self._max_body = max_body
+        self._workers = workers
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        replies: list[tuple[Callable[..., Awaitable[None]], tuple[Any, ...]]] = []
+
+        def record(func: Callable[..., Awaitable[None]], *args: Any) -> None:
+            replies.append((func, args))  # on the worker: kept for the loop
+
+        if scope["type"] != "http":  # lifespan: the bridge has nothing to run
+            await self._app(scope, receive, send, self._workers.run, record)  # type: ignore[arg-type]
+            return
+        loop = asyncio.get_running_loop()
+        size = 0
+        phase = "body"
+        # one timer per request: the body's deadline, none while the app runs, then the write's
+        deadline = asyncio.timeout(BODY_TIMEOUT_S)
+
+        async def sized_receive() -> Message:
+            nonlocal size
+            message = await receive()
+            size += len(message.get("body", b""))
+            if size > self._max_body:
+                raise _Refused(413, f"request body too large: limit {self._max_body} bytes")
+            return message
+
+        try:
+            async with deadline:
+
+                async def run_app(fn: Callable[..., Any], *args: Any) -> Any:
+                    nonlocal phase
+                    phase = "app"
+                    deadline.reschedule(None)
+                    result = await self._workers.run(fn, *args)
+                    phase = "write"
+                    deadline.reschedule(loop.time() + WRITE_TIMEOUT_S)
+                    for func, recorded in replies:
+                        await func(*recorded)
+                    return result
+
+                await self._app(scope, sized_receive, send, run_app, record)  # type: ignore[arg-type]
+        except TimeoutError:
+            if not deadline.expired():  # the app's own, not our timer's
+                raise
+            if phase != "body":
+                log.v(2).info("http: a client did not read its response within %ss; closing", WRITE_TIMEOUT_S)
+                return
+            await _refuse(send, _Refused(408, f"request body not received within {BODY_TIMEOUT_S:g}s"))
+        except _Refused as err:
+            await _refuse(send, err)
+
+
+async def _refuse(send: Send, err: _Refused) -> None:
+    body = f"{err}\n".encode()
+    await send({"type": "http.response.start", "status": err.status, "headers": [
+        (b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+    ]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """asyncio's unhandled errors, through klog; a connection cancelled at shutdown is no error."""
+    err = context.get("exception")
+    if isinstance(err, asyncio.CancelledError):
+        return
+    log.error("http server: %s: %s", context.get("message", "unhandled error"), err)
+
+
+class _HypercornConfig(Config):
+    """Hypercorn's config with our TLS context (and its certificate reload) instead of its own."""
+
+    def __init__(self, context: ssl.SSLContext | None) -> None:
+        super().__init__()
+        self._context = context
+
+    @property
+    def ssl_enabled(self) -> bool:
+        return self._context is not None
+
+    def create_ssl_context(self) -> ssl.SSLContext | None:
+        return self._context
+
+
+def _server_context(reloading: ReloadingTLS) -> ssl.SSLContext:
+    """The handshake context: each handshake switches to the current (reloaded) certificate."""
+    base = reloading.context()
+
+    def pick(sslobj: ssl.SSLObject, _server_name: str | None, _ctx: ssl.SSLContext) -> None:
+        current = reloading.context()
+        if sslobj.context is not current:
+            sslobj.context = current
+
+    # OpenSSL calls it on every ClientHello, whether or not the client sent a server name
+    base.sni_callback = pick
+    return base
+
+
+class Server:
+    """A started server; `stop()` (or leaving a `with` block) shuts it down."""
+
+    def __init__(
+        self, sock: socket.socket, app: WSGIApp, *, name: str, threads: int, max_body: int,
+        tls: ReloadingTLS | None, limit: ConnectionLimit,
+    ) -> None:
         self.tls = tls
+        self.limit = limit
+        self._addr = sock.getsockname()
+        config = _HypercornConfig(_server_context(tls) if tls is not None else None)
+        config.keep_alive_timeout = IDLE_TIMEOUT_S
+        config.ssl_handshake_timeout = HANDSHAKE_TIMEOUT_S
+        config.graceful_timeout = GRACE_S
+        config.backlog = LISTEN_BACKLOG
+        config.h2_max_concurrent_streams = threads
+        config.include_server_header = False
+        config.errorlog = logging.getLogger("hypercorn.error")
+        config.accesslog = None
+        sockets = Sockets([sock] if tls is not None else [], [] if tls is not None else [sock], [])
+        self._workers = _Workers(threads, name)
+        self._loop = asyncio.new_event_loop()
+        self._loop.set_exception_handler(_loop_error)
+        self._stopping = asyncio.Event()
+        serving = worker_serve(
+            wrap_app(_Guard(app, max_body, self._workers), max_body, "asgi"),  # type: ignore[arg-type]
+            config, sockets=sockets, shutdown_trigger=self._stopping.wait,
+        )
+        self._thread = threading.Thread(target=self._run, args=(serving,), name=f"{name}-http", daemon=True)
+        self._thread.start()
+
+    def _run(self, serving: Awaitable[None]) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(serving)
+        except Exception:
+            log.error("http server stopped on an error", exc_info=True)
+        finally:
+            for task in asyncio.all_tasks(self._loop):
+                task.cancel()
+            with contextlib.suppress(Exception):
+                self._loop.run_until_complete(asyncio.sleep(0))
+            self._loop.close()
+            self._workers.shutdown()
 
     @property
     def host(self) -> str:
-        addr = self._httpd.bind_addr
-        return str(addr[0])
+        return str(self._addr[0])
 
     @property
     def port(self) -> int:
-        return int(self._httpd.bind_addr[1])
+        return int(self._addr[1])
 
     @property
     def url(self) -> str:
@@ -107,8 +324,18 @@ class Server:
         return f"{scheme}://{host}:{self.port}"
 
     def stop(self, timeout: float = 10.0) -> None:
-        self._httpd.stop()
-        self._thread.join(timeout)
+        """Stop accepting, give in-flight requests ``GRACE_S``, and return within ``timeout``.
+
+        Connections still open after the grace are shut down: Hypercorn would otherwise wait on
+        each TLS one for a close_notify its peer may never send (asyncio waits 30 s).
+        """
+        deadline = time.monotonic() + timeout
+        with contextlib.suppress(RuntimeError):  # the loop already closed
+            self._loop.call_soon_threadsafe(self._stopping.set)
+        self._thread.join(min(GRACE_S + 0.5, timeout))
+        if self._thread.is_alive():
+            self.limit.shut_all()
+            self._thread.join(max(deadline - time.monotonic(), 0))
 
     def __enter__(self) -> Server:
         return self
@@ -116,19 +343,6 @@ class Server:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
-
-
-LISTEN_BACKLOG = 256
-
-
-class _KlogServer(wsgi.Server):
-    """cheroot's server with its error log routed through klog."""
-
-    def error_log(self, msg: str = "", level: int = 20, traceback: bool = False) -> None:
-        if level >= 40:
-            log.error("http server: %s", msg, exc_info=traceback)
-        else:
-            log.v(4).info("http server: %s", msg)
 
 
 def serve_wsgi(
@@ -139,36 +353,34 @@ def serve_wsgi(
     web_config_file: str | None = None,
     name: str = "hami",
     threads: int = 8,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    max_body: int = MAX_BODY,
+    registry: CollectorRegistry | None = None,
 ) -> Server:
     """Serve `app` on `bind` in a daemon thread; returns once the socket listens.
 
     TLS/basic auth come from `web_config` or from `web_config_file` (exporter-toolkit YAML; an
     invalid file raises `WebConfigError` here). Bind errors raise `OSError` here, not later.
+    With `registry`, the listener's connection figures are exported there, labelled `name`.
     """
     if web_config is None and web_config_file:
         web_config = load_web_config(web_config_file)
     if web_config is not None and web_config.basic_auth_users:
         app = basic_auth_middleware(app, BasicAuth(web_config.basic_auth_users), realm=name)
-    host, port = parse_bind(bind)
-    # cheroot's default listen backlog is 5: a burst of kube-scheduler calls would see resets.
-    httpd = _KlogServer(
-        (host, port), app, numthreads=threads, server_name=name, request_queue_size=LISTEN_BACKLOG
-    )
     reloading = None
     if web_config is not None and web_config.tls is not None:
         reloading = ReloadingTLS(web_config.tls)
-        httpd.ssl_adapter = _ReloadingSSLAdapter(reloading, web_config.tls.cert_file,
-                                                 web_config.tls.key_file)
+    host, port = parse_bind(bind)
+    limit = ConnectionLimit(max_connections)
     try:
-        httpd.prepare()
+        sock = listen(host, port, limit, LISTEN_BACKLOG)
     except OSError:
         if host != "::":
             raise
         # No usable IPv6 (e.g. disabled in the pod): fall back to IPv4 wildcard.
-        httpd.bind_addr = ("0.0.0.0", port)
-        httpd.prepare()
-    thread = threading.Thread(target=httpd.serve, name=f"{name}-http", daemon=True)
-    thread.start()
-    server = Server(httpd, thread, reloading)
+        sock = listen("0.0.0.0", port, limit, LISTEN_BACKLOG)
+    if registry is not None:
+        listener_metrics(registry).add(name, limit)
+    server = Server(sock, app, name=name, threads=threads, max_body=max_body, tls=reloading, limit=limit)
     log.info("serving %s on %s", name, server.url)
     return server

@@ -31,6 +31,7 @@ import bcrypt
 import yaml
 
 from hami.core import klog
+from hami.core.serve.listener import DEFAULT_MAX_CONNECTIONS
 
 log = klog.get_logger(__name__)
 
@@ -68,10 +69,27 @@ class WebConfig:
     basic_auth_users: Mapping[str, bytes] = field(default_factory=dict)
 
 
-def add_web_config_flag(parser: argparse.ArgumentParser) -> None:
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def add_web_flags(parser: argparse.ArgumentParser) -> None:
+    """``--web.config.file`` and ``--web.max-connections``, as Prometheus names them."""
     parser.add_argument(
         "--web.config.file", dest="web_config_file", default=None, metavar="PATH",
         help="exporter-toolkit web configuration YAML (TLS, basic auth)",
+    )
+    parser.add_argument(
+        "--web.max-connections", dest="web_max_connections", type=_positive,
+        default=DEFAULT_MAX_CONNECTIONS, metavar="N",
+        help="connections each HTTP listener holds open at most; more are closed unread and counted "
+             "in hami_http_connections_refused_total (default %(default)s)",
     )
 
 
@@ -221,6 +239,9 @@ class ReloadingTLS:
             return self._ctx
 
 
+MAX_PASSWORD_BYTES: Final = 72
+
+
 class BasicAuth:
     """Checks `Authorization: Basic` against bcrypt hashes; successful checks are cached."""
 
@@ -234,11 +255,17 @@ class BasicAuth:
 
     def check(self, user: str, password: str) -> bool:
         hashed = self._users.get(user)
-        key = hashlib.sha256(b"\0".join((user.encode(), password.encode(), hashed or b""))).digest()
+        secret = password.encode()
+        key = hashlib.sha256(b"\0".join((user.encode(), secret, hashed or b""))).digest()
         with self._lock:
             if hashed is not None and key in self._ok:
                 return True
-        ok = bcrypt.checkpw(password.encode(), hashed if hashed is not None else self._DUMMY)
+        if len(secret) > MAX_PASSWORD_BYTES:
+            # bcrypt reads 72 bytes at most (the bcrypt package raises on more): such a password
+            # matches no hash, as in Go's x/crypto/bcrypt; it costs the same time as any other.
+            bcrypt.checkpw(secret[:MAX_PASSWORD_BYTES], self._DUMMY)
+            return False
+        ok = bcrypt.checkpw(secret, hashed if hashed is not None else self._DUMMY)
         if ok and hashed is not None:
             with self._lock:
                 if len(self._ok) > 1024:

@@ -1,7 +1,9 @@
-"""Byte layouts of HAMi-core's shared region ("cudevshr cache"), as data (spec §A.1–§A.3).
+"""Byte layouts of HAMi-core's shared region ("cudevshr cache"), as data (§A.1–§A.3).
 
-x86-64 Linux/glibc, little-endian, naturally aligned. Offsets were checked against the C ABI by the
-spec author; ``tests/exporter/test_region_layout.py`` checks them again against ctypes structures.
+x86-64 Linux/glibc, little-endian, naturally aligned. ``tests/exporter/test_region_layout.py`` checks every
+offset against ctypes structures (the C ABI).
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ UUID_EXPORT_LEN: Final = 40  # HAMi's monitor truncates DeviceUUID(i) to [0:40]
 HEADER_MIN: Final = 12  # magic, major, minor int32: HAMi rejects smaller files
 
 # Interim HAMi-core builds (2026-01..03) labelled "1.1" with a shifted layout one variant of which
-# is 2 008 984 bytes (file = +1); the same-size variant cannot be told apart (spec §A.2).
+# is 2 008 984 bytes (file = +1); the same-size variant cannot be told apart (§A.2).
 INTERIM_V11_FILE_SIZE: Final = 2_008_985
 
 

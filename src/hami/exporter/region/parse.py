@@ -1,15 +1,20 @@
-"""Pure parsing of one shared region from a buffer (an mmap in production, bytes in tests).
+"""Pure parsing of one shared region from buffers: copies of the file in production, a live
+(concurrently written) buffer in tests.
 
-Reads only the header and the live slots ``[0, proc_num)``, with ``struct.unpack_from`` straight
-on the buffer, so a scrape touches a few pages per container instead of copying 2 MB. Values
-protected by the v1.2 seqlock are accepted only from a stable, even sequence (spec §A.6).
+Reads only the header and the live slots ``[0, proc_num)``, with ``struct.unpack_from`` on the
+buffer, so a scrape copies a few KB per container instead of 2 MB. A slot is accepted only when
+its v1.2 seqlock is even and unchanged across the read, and its pid too (§A.6): on one live
+buffer the guard words are read before and after the slot; on copies, from a copy taken before
+and one taken after the copy the slot is read from.
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations
 
-import mmap
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Final, Literal
@@ -35,8 +40,10 @@ _I32 = struct.Struct("<i")
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
-# What a region can be parsed from: an mmap in production, bytes in tests and fuzzing.
-Buffer = bytes | bytearray | memoryview | mmap.mmap
+# What a region can be parsed from: file copies in production, buffers in tests and fuzzing.
+Buffer = bytes | bytearray | memoryview
+# Three fresh copies (before, data, after) of the part of the head that holds slot ``i``.
+Reread = Callable[[int], tuple[Buffer, Buffer, Buffer] | None]
 
 
 @dataclass(frozen=True)
@@ -136,32 +143,49 @@ def _backoff(attempt: int) -> None:
 
 
 def read_slot(
-    view: memoryview, layout: Layout, index: int, n: int, retries: int = SEQ_RETRIES
+    view: memoryview,
+    layout: Layout,
+    index: int,
+    n: int,
+    retries: int = SEQ_RETRIES,
+    *,
+    before: Buffer | None = None,
+    after: Buffer | None = None,
+    reread: Reread | None = None,
 ) -> tuple[tuple[int, ...], tuple[int, ...]] | str:
     """(used fields, sm_util per device) of one live slot, or a slot-level reason.
 
     A read is accepted only when the seqlock (v1.2) is even and unchanged across it and the pid is
-    unchanged too, so neither a concurrent update nor a compaction move can leak a torn value.
+    unchanged too, so neither a concurrent update nor a compaction move can leak a torn value. The
+    guard words come from ``before`` and ``after`` when given (copies taken around the copy in
+    ``view``), else from ``view`` itself before and after the fields; a failed attempt asks
+    ``reread`` for fresh copies, if there is one.
     """
     base = layout.slot_base(index)
     seq_off = None if layout.slot_off_seqlock is None else base + layout.slot_off_seqlock
     mem = _mem_struct(layout.mem_stride, n)
     util = _util_struct(layout.util_stride, n)
+    first = view if before is None else before
+    last = view if after is None else after
     for attempt in range(retries):
-        s1 = 0 if seq_off is None else _U64.unpack_from(view, seq_off)[0]
-        if s1 & 1:
-            _backoff(attempt)
-            continue
-        pid = _I32.unpack_from(view, base)[0]
-        status = _I32.unpack_from(view, base + layout.slot_off_status)[0]
-        used = mem.unpack_from(view, base + layout.slot_off_used)
-        sm = util.unpack_from(view, base + layout.slot_off_device_util)
-        s2 = 0 if seq_off is None else _U64.unpack_from(view, seq_off)[0]
-        if s1 == s2 and pid == _I32.unpack_from(view, base)[0]:
-            if pid == 0 or status == 0:
-                return reasons.DEAD_SLOT
-            return used, sm
+        s1 = 0 if seq_off is None else _U64.unpack_from(first, seq_off)[0]
+        pid = _I32.unpack_from(first, base)[0]
+        if not s1 & 1:
+            status = _I32.unpack_from(view, base + layout.slot_off_status)[0]
+            used = mem.unpack_from(view, base + layout.slot_off_used)
+            sm = util.unpack_from(view, base + layout.slot_off_device_util)
+            s2 = 0 if seq_off is None else _U64.unpack_from(last, seq_off)[0]
+            if s1 == s2 and pid == _I32.unpack_from(view, base)[0] == _I32.unpack_from(last, base)[0]:
+                if pid == 0 or status == 0:
+                    return reasons.DEAD_SLOT
+                return used, sm
         _backoff(attempt)
+        if reread is not None:
+            fresh = reread(index)
+            if fresh is None:  # the file shrank under us: the slot is gone
+                return reasons.TORN_READ
+            first, data, last = fresh
+            view = memoryview(data)
     return reasons.TORN_READ
 
 
@@ -173,6 +197,9 @@ def parse_region(
     tail: Buffer | None = None,
     tail_base: int = 0,
     layout: Layout | None = None,
+    before: Buffer | None = None,
+    after: Buffer | None = None,
+    reread: Reread | None = None,
 ) -> RegionSnapshot | RegionRejected:
     """Parse the region in ``buf``, of which ``size`` bytes are known to be backed by the file.
 
@@ -180,6 +207,7 @@ def parse_region(
     ``tail_base`` on (``proc_num`` and the fields after it). Slots past the head's end are left
     for the next read: they were added after the caller sized the head from ``proc_num``.
     ``layout``, when given, is the caller's ``detect_layout`` of this same buffer and size.
+    ``before``, ``after`` and ``reread`` are the guard copies of ``read_slot``.
     """
     if layout is None:
         detected = detect_layout(buf, size, trust_size=tail is not None)
@@ -205,7 +233,7 @@ def parse_region(
     sm = [0] * n
     processes = 0
     for i in range(proc_num):
-        slot = read_slot(view, layout, i, n, retries)
+        slot = read_slot(view, layout, i, n, retries, before=before, after=after, reread=reread)
         if isinstance(slot, str):
             issues.append(slot)
             continue

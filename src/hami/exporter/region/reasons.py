@@ -15,9 +15,10 @@ BAD_SIZE: Final = "bad_size"  # magic ok, size fits no layout
 UNKNOWN_VERSION: Final = "unknown_version"  # v1-sized file with major != 1, or v0-initial
 INTERIM_LAYOUT: Final = "interim_layout"  # a shifted 2026-01..03 build that claims 1.1
 DEVICE_COUNT_OUT_OF_RANGE: Final = "device_count_out_of_range"  # device_num > 16
-SIZE_CHANGED: Final = "size_changed"  # the file grew or was replaced under the mapping
-TRUNCATED: Final = "truncated"  # the file shrank under the mapping (reading would SIGBUS)
-OPEN_FAILED: Final = "open_failed"  # stat/open/mmap error
+TRUNCATED: Final = "truncated"  # the file shrank since it was opened: a copy came back short
+OPEN_FAILED: Final = "open_failed"  # open/stat error
+SYMLINK: Final = "symlink"  # the cache file is a symlink: never followed (it could point anywhere)
+NOT_REGULAR_FILE: Final = "not_regular_file"  # a FIFO, device, socket...: never opened for reading
 # Slot level.
 DEAD_SLOT: Final = "dead_slot"  # pid 0 or status 0 inside [0, proc_num)
 TORN_READ: Final = "torn_read"  # the seqlock never settled within the retry budget
@@ -37,9 +38,10 @@ ALL: Final = (
     UNKNOWN_VERSION,
     INTERIM_LAYOUT,
     DEVICE_COUNT_OUT_OF_RANGE,
-    SIZE_CHANGED,
     TRUNCATED,
     OPEN_FAILED,
+    SYMLINK,
+    NOT_REGULAR_FILE,
     DEAD_SLOT,
     TORN_READ,
     UUID_UNINITIALISED,

@@ -10,15 +10,15 @@ weights), ``usage`` (node usage from decoded allocation annotations, init-contai
 GenReason, event/kube-scheduler messages), ``ranking`` (incremental node order), ``decision``
 (``filter_pod`` + ``commit``) and ``admission`` (the webhook's patch).
 
-Decisions on the quirks of spec §4.9 and other divergences from HAMi v2.10:
+Decisions on the quirks of §4.9 and other divergences from HAMi v2.10:
 
 - Q1 placeholder keys — FIXED. Containers without a device request get an empty entry under the
   vendor key, so the pod's devices always have one entry per container, init containers first,
-  as protocol.md and the device plugin's ``GetNextDeviceRequest`` expect. HAMi pads under the
-  model name instead, which misaligns mixed GPU/non-GPU pods on real nodes.
+  as HAMi's protocol notes (docs/design/scheduler.md §9.1) and the device plugin's ``GetNextDeviceRequest``
+  expect. HAMi pads under the model name instead, which misaligns mixed GPU/non-GPU pods on real nodes.
 - Q2 request term in the GPU score — FIXED: the container's request is always part of the
-  device score, as docs/develop/scheduler-policy.md says and as HAMi's own unit tests (devices
-  typed ``NVIDIA``) exercise; production HAMi never matches ``NVIDIA`` with a model name and so
+  device score, as HAMi's scheduling-policy notes say (docs/design/scheduler.md §9.2) and as HAMi's own unit
+  tests (devices typed ``NVIDIA``) exercise; production HAMi never matches ``NVIDIA`` with a model name and so
   scores usage only. This changes which card is tried first only between cards of different
   sizes; it never changes whether a node fits.
 - Per-visit reason counts on revisited MIG cards — FIXED: a ``mig`` card that gave a container an
@@ -54,4 +54,6 @@ Decisions on the quirks of spec §4.9 and other divergences from HAMi v2.10:
 - Quantities: HAMi's ``Quantity.AsInt64`` is reproduced by ``requests.int_quantity`` on
   ``hami.core.codec.quantity`` (exact integers only), so ``gpumem: 16Gi`` still drops the whole
   request, as in HAMi.
+
+Section signs (§) refer to docs/design/scheduler.md.
 """

@@ -5,9 +5,13 @@ Implemented from HAMi's NVIDIA ``MutateAdmission``, per container (init containe
 HAMi's order: gpumem-percentage validation, ``CUDA_TASK_PRIORITY`` env, ``GPU_CORE_UTILIZATION_POLICY``
 env (every container, GPU or not, when ``gpuCorePolicy`` is not ``default``), ``defaultGPUNum`` and
 exclusive-core defaulting, the pod's ``runtimeClassName``, and ``NVIDIA_VISIBLE_DEVICES=none`` for
-containers without HAMi resources when ``overwriteEnv`` is on. Then privileged containers are denied,
-the scheduler name is set and the quota is pre-checked. Env entries are appended like HAMi does (a
-user's entry of the same name stays; the last definition wins in the container).
+containers without HAMi resources when ``overwriteEnv`` is on. Then negative or impossible HAMi
+resource values are refused (not in HAMi, which admits ``gpucores: -50``: see
+``container_problems``), privileged containers are denied, the scheduler name is set and the quota
+is pre-checked. Env entries are appended like HAMi does (a user's entry of the same name stays; the
+last definition wins in the container).
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations
@@ -22,7 +26,13 @@ from typing import Any
 from hami.core.objects import namespace_of
 from hami.scheduler.engine.device_config import DEFAULT_CORE_POLICY, NvidiaConfig
 from hami.scheduler.engine.quota import QuotaManager
-from hami.scheduler.engine.requests import int_quantity, pod_quota_demand, pod_requests, webhook_limits
+from hami.scheduler.engine.requests import (
+    container_problems,
+    int_quantity,
+    pod_quota_demand,
+    pod_requests,
+    webhook_limits,
+)
 
 Obj = dict[str, Any]
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -177,6 +187,9 @@ def admit(review: Any, cfg: WebhookConfig, quotas: QuotaManager | None) -> Obj:
             raise
         except ValueError as err:
             return _response(review, False, str(err), 500)
+    problems = [p for c in everything for p in container_problems(c, cfg.nvidia)]
+    if problems:
+        return _response(review, False, "; ".join(problems), 400)
     if not has_resource:
         return _response(review, True, patch=json_patch(dict(pod), mutated))
     for container in everything:

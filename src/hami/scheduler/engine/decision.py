@@ -4,6 +4,8 @@ The extender decodes the pod once (``pod_request``; a pod that asks for no devic
 here) and calls it with the candidate nodes, the usage index and the quota manager, then applies
 the verdict with ``commit`` (drop the pod's previous reservation, record the new one) before
 patching the pod. Nothing here does I/O or mutates its inputs.
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ requests and fit need, and the admission webhook's ``gpuCorePolicy``, ``runtimeC
 
 The loader is pure: it takes the already-parsed YAML document (a dict) and returns a frozen config;
 reading the file is the caller's job.
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ each card is accepted or rejected with a reason code, in HAMi's check order. The
 is either the pod's devices (one entry per container, init containers first) or a reason string.
 A card in ``mig`` mode also needs a MIG profile with a free placement (``hami.scheduler.engine.mig``); it
 may serve several devices of one container, one instance each (HAMi's ``i++`` revisit).
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations

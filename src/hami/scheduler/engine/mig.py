@@ -1,10 +1,12 @@
-"""MIG placement for the scheduler (spec §4.4, §4.5 step 15, §2.4, §6.2).
+"""MIG placement for the scheduler (§4.4, §4.5 step 15, §2.4, §6.2).
 
 A card in ``mig`` mode registers the profiles it may be cut into (``migProfiles``: memory, compute
 share, slice count and the slice ranges each profile may start at). A request is served by the
 smallest profile whose memory covers it and that still has a placement overlapping nothing in
 use on the card: reservations of other pods (``hami.io/vgpu-mig-allocations``) and the instances
 this pod was given earlier. Pure functions; no I/O.
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations

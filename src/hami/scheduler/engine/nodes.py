@@ -7,6 +7,8 @@ flat per-device fields and the precomputed node score.
 §6.2 for MIG: a ``mig`` card carries the placements reserved on it and is out of service
 (unhealthy) while a pod holds it without a reservation (its placement is unknown); a
 ``hami-core`` card that has a MIG reservation is out of service too (the two disagree).
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations

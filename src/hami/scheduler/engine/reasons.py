@@ -3,6 +3,8 @@
 Per node, Fit counts why each card was rejected and ``gen_reason`` renders the counts the way HAMi
 does (``1/4 AllocatedCardsInsufficientRequest, 3/4 ResourceQuotaNotFit``); these strings are the
 extender's FailedNodes values, which kube-scheduler then folds into ``0/N nodes are available: …``.
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ NODE_UNREGISTERED: Final = "node unregistered"
 NODE_USAGE_UNAVAILABLE: Final = "node usage unavailable"
 DEVICE_TYPE_NOT_FOUND: Final = "Device type not found"
 
-# What an operator reads from each code (seed 000, 常见失败模式速查表, extended to every code).
+# What an operator reads from each code (docs/guides/scheduler-debugging.md §4, extended to every code).
 MEANINGS: Final[Mapping[str, str]] = {
     NODE_INSUFFICIENT_DEVICE: "the node has fewer GPUs than the container requests; check the node's GPU "
     "count or lower nvidia.com/gpu",

@@ -4,6 +4,8 @@ Pods are the API's JSON as plain dicts. Every resource lookup is "limits first, 
 and a quantity counts only when it is an exact int64, as in HAMi ``GenerateResourceRequests``.
 ``pod_request`` decodes a pod once into the ``PodRequest`` that the filter, the ranking and the
 pod patch share, and is where "this pod asks for no HAMi device" is decided.
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations
@@ -136,6 +138,43 @@ def container_request(container: object, cfg: NvidiaConfig) -> ContainerRequest 
     if raw_cores is not None:
         cores = raw_cores
     return ContainerRequest(nums=nums, memreq=memnum, mem_percentage=percentage, coresreq=cores)
+
+
+def container_problems(container: Mapping[str, Any], cfg: NvidiaConfig) -> list[str]:
+    """Negative or impossible HAMi resource values of one container, as messages.
+
+    HAMi takes ``gpucores: -50`` as asked and drops a too large ``gpumem`` silently (the pod is
+    then scheduled as if it asked for no GPU); both are refused here instead, with a reason. A
+    value that is not an exact integer is left to HAMi's rule (it does not count).
+    """
+    resources = container.get("resources")
+    if not isinstance(resources, Mapping):
+        return []
+    bounds = (
+        (cfg.resource_count_name, None),
+        (cfg.resource_memory_name, _MAX_INT32 // cfg.factor),
+        (cfg.resource_memory_percentage_name, 100),
+        (cfg.resource_core_name, 100),
+    )
+    problems = []
+    for name, most in bounds:
+        value = int_quantity(_resource(resources, name)) if name else None
+        if value is None:
+            continue
+        if value < 0:
+            problems.append(f"container {container.get('name', '')}: {name} {value} is negative")
+        elif most is not None and value > most:
+            problems.append(f"container {container.get('name', '')}: {name} {value} is more than {most}")
+    return problems
+
+
+def pod_problems(pod: Mapping[str, Any], cfg: NvidiaConfig) -> list[str]:
+    """``container_problems`` of every container, init containers first."""
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping):
+        return []
+    every = (*_containers(spec, "initContainers"), *_containers(spec, "containers"))
+    return [p for c in every if isinstance(c, Mapping) for p in container_problems(c, cfg)]
 
 
 def _containers(spec: Mapping[str, Any], key: str) -> Sequence[object]:

@@ -1,4 +1,7 @@
-"""Node and GPU scores (§4.4 step 1, §4.8, §9.2)."""
+"""Node and GPU scores (§4.4 step 1, §4.8, §9.2).
+
+Section signs (§) refer to docs/design/scheduler.md.
+"""
 
 from __future__ import annotations
 

@@ -4,6 +4,8 @@ Input is already decoded: each pod's ``PodDevices`` (``hami.io/vgpu-devices-allo
 per container, init containers first) plus its identity and MIG reservations
 (``hami.io/vgpu-mig-allocations``). ``UsageIndex`` keeps per-node, per-UUID totals and MIG
 placements incrementally and caches one ``NodeView`` per node until that node's usage changes.
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations

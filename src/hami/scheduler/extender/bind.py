@@ -10,6 +10,8 @@ phases ``node_lock`` and ``bind`` (the Binding with the annotations).
 
 On success the lock stays held: the device plugin releases it after Allocate (or it expires).
 Only the leader binds (§6.5); a follower answers with an error and writes nothing.
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations

@@ -14,12 +14,14 @@ scrapes, redone only when that node's ``NodeState`` or usage, or that pod's rese
 a warm scrape copies text instead of formatting every line (the cache holds about one body's worth
 of text). tests/scheduler/test_collector_exposition.py checks it byte for byte against
 prometheus_client as reservations come and go.
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
@@ -28,17 +30,19 @@ from prometheus_client.registry import Collector
 
 from hami.core import annotations as ann
 from hami.core.codec.nodelock import DEFAULT_TIMEOUT
+from hami.core.devices import DeviceInfo
 from hami.core.kube.metrics import kube_metrics
 from hami.core.objects import annotations_of, name_of, namespace_of
-from hami.core.serve import build_info
+from hami.core.serve import build_info, listener_metrics
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor, describe_families
 from hami.core.serve.families import (
     Family,
+    Labels,
     TextRenderer,
     declared_metric,
-    sample_heads,
-    sample_lines,
-    sample_values,
+    label_set,
+    number,
+    sample_name,
     to_metric,
 )
 from hami.scheduler.engine.nodes import NodeState
@@ -113,22 +117,20 @@ class _Allocation(NamedTuple):
     v_core: Family
 
 
-def _per_device(f: _Allocation, legacy: list[Family]) -> tuple[Family, ...]:
-    """The families with one series per device, in the order ``_device_rows`` fills them."""
-    return (f.split, f.mem_limit, f.core_limit, f.mem_alloc, f.shared, f.core_alloc, f.overview,
-            f.mem_ratio, *legacy[:7])
+Use = tuple[int, int, int]  # a device's (slots used, MiB used, cores used)
+_IDLE: Use = (0, 0, 0)
 
 
-def _per_pod(f: _Allocation, legacy: list[Family]) -> tuple[Family, ...]:
-    """The families with one series per reserved device of a pod (``_pod_rows``)."""
-    return (f.v_mem, f.v_core, legacy[8], legacy[9])
+class _DeviceText(NamedTuple):
+    use: Use
+    heads: tuple[str | None, ...]  # per per-device family, ``name{labels} `` (None: no series)
+    text: tuple[str, ...]  # per per-device family, its line
 
 
 class _NodeText(NamedTuple):
     node: NodeState
-    usage: dict[str, tuple[int, int, int]]
-    heads: tuple[tuple[str, ...], ...]  # per ``_per_device`` family, each row's ``name{labels} ``
-    text: tuple[str, ...]  # one chunk per ``_per_device`` family
+    devices: tuple[_DeviceText, ...]  # per device of ``node.devices``
+    text: tuple[str, ...]  # one chunk per per-device family: every device's line
 
 
 class _PodText(NamedTuple):
@@ -271,6 +273,7 @@ class StateCollector(Collector):
         self._renderer = TextRenderer()
         self._node_text: dict[str, _NodeText] = {}  # guarded by the state lock
         self._pod_text: dict[str, _PodText] = {}
+        self._usage_seq = -1  # ``state.usage.seq`` when ``_node_text`` was last brought up to date
 
     def describe(self) -> Iterator[Metric]:
         return iter(declared_metric(f) for f in state_families(self.legacy))
@@ -281,8 +284,9 @@ class StateCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         return iter([to_metric(f) for f in self.families()])
 
-    def render(self, openmetrics: bool) -> bytes:
-        """The same families as ``collect()``, as text 0.0.4 or an OpenMetrics body (no ``# EOF``)."""
+    def render(self, openmetrics: bool) -> list[bytes]:
+        """The same families as ``collect()``, as text 0.0.4 or an OpenMetrics body (no ``# EOF``),
+        in pieces (``TextRenderer.render``)."""
         return self._renderer.render([*self._scheduler(), *self._allocations(rendered=True)], openmetrics)
 
     def _scheduler(self) -> tuple[Family, ...]:
@@ -308,51 +312,51 @@ class StateCollector(Collector):
                     ages.add((name,), max((now - record.handshake).total_seconds(), 0.0))
         for st, n in counts.items():
             states.add((st,), float(n))
-        for reason, name in self.node_reasons(records, now):
+        # one listing for both: a lookup per node takes the informer's lock 1,000 times a scrape
+        annos = {name_of(node): annotations_of(node) for node in self.state.node_informer.list()}
+        for reason, name in self.node_reasons(records, now, annos):
             schedulable.add((name, reason), 1.0 if reason == SCHEDULABLE else 0.0)
-        for node in self.state.node_informer.list():
-            if ann.NODE_LOCK in annotations_of(node):
-                held.add((name_of(node),), 1.0)
+        for name, node_annos in annos.items():
+            if ann.NODE_LOCK in node_annos:
+                held.add((name,), 1.0)
         return (leader, synced, pending, states, ages, held, schedulable, size)
 
-    def node_reasons(self, records: dict[str, NodeRecord], now: datetime) -> list[tuple[str, str]]:
-        """(reason, node) for every node the register pass has seen."""
+    def node_reasons(
+        self, records: dict[str, NodeRecord], now: datetime, annos: Mapping[str, Mapping[str, str]],
+    ) -> list[tuple[str, str]]:
+        """(reason, node) for every node the register pass has seen; ``annos``: each listed node's
+        annotations."""
         def pod_exists(namespace: str, name: str) -> bool:
             return self.state.get_pod(namespace, name) is not None
 
-        out = []
-        for name in sorted(records):
-            node = self.state.get_node(name)
-            annos = annotations_of(node) if node is not None else {}
-            out.append((node_reason(records[name], annos, now, self.lock_timeout, pod_exists), name))
-        return out
+        return [
+            (node_reason(records[name], annos.get(name, {}), now, self.lock_timeout, pod_exists), name)
+            for name in sorted(records)
+        ]
 
     def _allocations(self, rendered: bool = False) -> list[Family]:
         """HAMi's §7.1 families. ``rendered``: the per-device and per-pod series come as cached text,
-        re-rendered only for a node whose ``NodeState`` or usage changed, or a pod whose reservation
-        did (a scrape at 1,000 nodes × 8 GPUs would otherwise format ~66k lines)."""
-        # Integer values stay ints: they render as the same float text, and the renderer caches it.
+        re-rendered only for a device whose node's ``NodeState`` or whose usage changed, or a pod
+        whose reservation did (a scrape at 1,000 nodes × 8 GPUs would otherwise format ~66k lines)."""
+        # Integer values stay ints: they render as the same float text, and ``number`` caches it.
         f, legacy = _allocation_families()
+        per_device = self._per_device(f, legacy)
         nodes: dict[str, _NodeText] = {}
         pods: dict[str, _PodText] = {}
         with self.state.lock:
+            usage = self.state.usage
+            # Nodes whose usage changed since the last rendered scrape (None: all of them).
+            touched = usage.touched_since(self._usage_seq) if rendered and self._usage_seq >= 0 else None
+            changed = set(touched) if touched is not None else None
             for name, node in self.state.nodes.items():
-                usage = self.state.usage.node_usage(name)
                 if not rendered:
-                    self._device_rows(f, legacy, name, node, usage)
+                    self._device_rows(per_device, name, node, usage.node_usage(name))
                     continue
                 cached = self._node_text.get(name)
-                if cached is None or cached.node is not node or cached.usage != usage:
-                    one, old = _allocation_families()
-                    self._device_rows(one, old, name, node, usage)
-                    fams = _per_device(one, old)
-                    # A node's label sets change only with its NodeState: new usage re-renders values.
-                    heads = (cached.heads if cached is not None and cached.node is node
-                             else tuple(map(sample_heads, fams)))
-                    chunks = tuple(map(sample_values, heads, fams))
-                    cached = _NodeText(node, usage, heads, chunks)
+                if cached is None or cached.node is not node or changed is None or name in changed:
+                    cached = self._node_lines(per_device, name, node, usage.node_usage(name), cached)
                 nodes[name] = cached
-                for family, text in zip(_per_device(f, legacy), cached.text, strict=True):
+                for family, text in zip(per_device, cached.text, strict=True):
                     family.text.append(text)
             for ns, rname, entry in self.state.quotas.items():
                 limit = str(entry.limit) if entry.limit_set else "0"
@@ -361,63 +365,118 @@ class StateCollector(Collector):
                     f.q_limit.add((ns, rname, ZONE), entry.limit)
                 if self.legacy:
                     legacy[7].add((ns, rname, limit, ZONE), entry.used)
-            for alloc in self.state.usage.pods():
+            per_pod = self._per_pod(f, legacy)
+            for alloc in usage.pods():
                 self._mig_instances(alloc, f.mig_info, legacy[10])
                 if not rendered:
-                    self._pod_rows(f, legacy, alloc)
+                    self._pod_rows(per_pod, alloc)
                     continue
                 held = self._pod_text.get(alloc.uid)
                 if held is None or held.alloc is not alloc:
-                    one, old = _allocation_families()
-                    self._pod_rows(one, old, alloc)
-                    held = _PodText(alloc, tuple(map(sample_lines, _per_pod(one, old))))
+                    held = _PodText(alloc, self._pod_lines(per_pod, alloc))
                 pods[alloc.uid] = held
-                for family, text in zip(_per_pod(f, legacy), held.text, strict=True):
+                for family, text in zip(per_pod, held.text, strict=True):
                     family.text.append(text)
             if rendered:  # only what this scrape saw: the caches cannot outgrow the cluster
-                self._node_text, self._pod_text = nodes, pods
+                self._node_text, self._pod_text, self._usage_seq = nodes, pods, usage.seq
         return [*f, *legacy] if self.legacy else list(f)
 
+    def _per_device(self, f: _Allocation, legacy: list[Family]) -> tuple[Family, ...]:
+        """The families with one series per device, in ``_device_series`` order."""
+        current = (f.split, f.mem_limit, f.core_limit, f.mem_alloc, f.shared, f.core_alloc, f.overview,
+                   f.mem_ratio)
+        return (*current, *legacy[:7]) if self.legacy else current
+
+    def _per_pod(self, f: _Allocation, legacy: list[Family]) -> tuple[Family, ...]:
+        """The families with one series per reserved device of a pod, in ``_pod_rows`` order."""
+        return (f.v_mem, f.v_core, legacy[8], legacy[9]) if self.legacy else (f.v_mem, f.v_core)
+
+    def _device_series(self, name: str, d: DeviceInfo, use: Use) -> list[tuple[Labels, float | None]]:
+        """(labels, value) of one device in each ``_per_device`` family; None where it has no series."""
+        used, umem, ucores = use
+        idx = str(d.index)
+        base = (name, d.id, idx, d.type, ZONE)
+        cores = (name, d.id, idx, str(d.devcore), d.type, ZONE)
+        overview = (name, d.id, idx, str(d.devcore), str(d.devmem), d.type, ZONE)
+        mem, amem = d.devmem * MIB, umem * MIB
+        ratio = umem / d.devmem if d.devmem > 0 else None
+        out: list[tuple[Labels, float | None]] = [
+            (base, d.count), (base, mem), (base, d.devcore), (cores, amem), (base, used), (base, ucores),
+            (overview, amem), (base, ratio),
+        ]
+        if self.legacy:
+            out += [(base, mem), (base, d.devcore), (cores, amem), (base, used), (base, ucores),
+                    (overview, amem), ((name, d.id, idx, ZONE), ratio)]
+        return out
+
     def _device_rows(
-        self, f: _Allocation, legacy: list[Family], name: str, node: NodeState,
-        usage: dict[str, tuple[int, int, int]],
+        self, families: Sequence[Family], name: str, node: NodeState, usage: dict[str, Use],
     ) -> None:
         for d in node.devices:
-            used, umem, ucores = usage.get(d.id, (0, 0, 0))
-            idx = str(d.index)
-            base = (name, d.id, idx, d.type, ZONE)
-            cores = (name, d.id, idx, str(d.devcore), d.type, ZONE)
-            overview = (name, d.id, idx, str(d.devcore), str(d.devmem), d.type, ZONE)
-            mem, amem = d.devmem * MIB, umem * MIB
-            f.split.add(base, d.count)
-            f.mem_limit.add(base, mem)
-            f.core_limit.add(base, d.devcore)
-            f.mem_alloc.add(cores, amem)
-            f.shared.add(base, used)
-            f.core_alloc.add(base, ucores)
-            f.overview.add(overview, amem)
-            if d.devmem > 0:
-                f.mem_ratio.add(base, umem / d.devmem)
-            if self.legacy:
-                legacy[0].add(base, mem)
-                legacy[1].add(base, d.devcore)
-                legacy[2].add(cores, amem)
-                legacy[3].add(base, used)
-                legacy[4].add(base, ucores)
-                legacy[5].add(overview, amem)
-                if d.devmem > 0:
-                    legacy[6].add((name, d.id, idx, ZONE), umem / d.devmem)
+            for family, (labels, value) in zip(
+                families, self._device_series(name, d, usage.get(d.id, _IDLE)), strict=True
+            ):
+                if value is not None:
+                    family.add(labels, value)
 
-    def _pod_rows(self, f: _Allocation, legacy: list[Family], alloc: PodAllocation) -> None:
-        for share in alloc.shares:
-            if not share.uuid:
+    def _node_lines(
+        self, families: Sequence[Family], name: str, node: NodeState, usage: dict[str, Use],
+        cached: _NodeText | None,
+    ) -> _NodeText:
+        """The node's per-device lines: a device's are redone only when its usage changed, and its
+        label sets only with a new ``NodeState``."""
+        if cached is not None and cached.node is not node:
+            cached = None
+        devices: list[_DeviceText] = []
+        fresh = cached is None
+        for i, d in enumerate(node.devices):
+            use = usage.get(d.id, _IDLE)
+            before = cached.devices[i] if cached is not None else None
+            if before is not None and before.use == use:
+                devices.append(before)
                 continue
-            labels = (alloc.namespace, alloc.node, alloc.name, "0", share.uuid, ZONE)
-            f.v_mem.add(labels, share.usedmem * MIB)
-            f.v_core.add(labels, share.usedcores)
-            if self.legacy:
-                legacy[8].add(labels, share.usedmem * MIB)
-                legacy[9].add(labels, share.usedcores)
+            fresh = True
+            series = self._device_series(name, d, use)
+            heads = before.heads if before is not None else tuple(
+                None if value is None else f"{sample_name(family)}{label_set(family.labels, labels)} "
+                for family, (labels, value) in zip(families, series, strict=True)
+            )
+            text = tuple(
+                "" if head is None or value is None else f"{head}{number(value)}\n"
+                for head, (_, value) in zip(heads, series, strict=True)
+            )
+            devices.append(_DeviceText(use, heads, text))
+        if not fresh and cached is not None:
+            return cached
+        chunks = tuple(map("".join, zip(*[dev.text for dev in devices], strict=True)))
+        return _NodeText(node, tuple(devices), chunks or ("",) * len(families))
+
+    def _pod_series(self, alloc: PodAllocation) -> Iterator[tuple[Labels, tuple[int, ...]]]:
+        """Per reserved device of the pod: its labels, and its value in each ``_per_pod`` family."""
+        for share in alloc.shares:
+            if share.uuid:
+                values = (share.usedmem * MIB, share.usedcores)
+                yield (alloc.namespace, alloc.node, alloc.name, "0", share.uuid, ZONE), (
+                    values * 2 if self.legacy else values
+                )
+
+    def _pod_rows(self, families: Sequence[Family], alloc: PodAllocation) -> None:
+        for labels, values in self._pod_series(alloc):
+            for family, value in zip(families, values, strict=True):
+                family.add(labels, value)
+
+    def _pod_lines(self, families: Sequence[Family], alloc: PodAllocation) -> tuple[str, ...]:
+        """``_pod_rows`` as text, one chunk per family (families with the same label names share
+        each label set)."""
+        lines: list[list[str]] = [[] for _ in families]
+        for labels, values in self._pod_series(alloc):
+            sets: dict[Labels, str] = {}
+            for out, family, value in zip(lines, families, values, strict=True):
+                text = sets.get(family.labels)
+                if text is None:
+                    text = sets[family.labels] = label_set(family.labels, labels)
+                out.append(f"{sample_name(family)}{text} {number(value)}\n")
+        return tuple(map("".join, lines))
 
     def _mig_instances(self, alloc: PodAllocation, info: Family, legacy: Family) -> None:
         """One series per MIG reservation the device plugin realised (runtime identity set)."""
@@ -446,4 +505,5 @@ def describe(legacy: bool = False) -> list[MetricDescriptor]:
     build_info("scheduler", registry)
     SchedulerMetrics(registry)
     kube_metrics(registry)
+    listener_metrics(registry)
     return [*registry.descriptors(), *describe_families(declared_metric(f) for f in state_families(legacy))]

@@ -14,6 +14,7 @@ from hami.core.kube.events import EventRecorder
 from hami.core.kube.options import KubeOptions
 from hami.core.profiling import mount_pprof
 from hami.core.serve import Server, TLSConfig, WebConfig, build_info, serve_metrics, serve_wsgi
+from hami.core.serve.listener import DEFAULT_MAX_CONNECTIONS
 from hami.scheduler.engine.admission import WebhookConfig
 from hami.scheduler.engine.decision import FilterConfig
 from hami.scheduler.extender.bind import Binder
@@ -42,6 +43,8 @@ class Options:
     client_ca_file: str = ""
     # /webhook on a listener of its own (TLS, no client certificates: the API server calls it).
     webhook_bind: str = ""
+    web_config_file: str | None = None  # the metrics listener's, as every daemon's
+    max_connections: int = DEFAULT_MAX_CONNECTIONS  # per listener
     scheduler_name: str = ""
     filter: FilterConfig = field(default_factory=FilterConfig)
     metrics_bind: str = ":9395"
@@ -65,7 +68,7 @@ class Options:
 
 
 class Extender:
-    """The running daemon; ``start()`` returns once both servers listen."""
+    """The running daemon; ``start()`` returns once every listener listens."""
 
     def __init__(self, opts: Options, configuration: Any = None) -> None:
         self.opts = opts
@@ -137,40 +140,55 @@ class Extender:
             gctune.settle("the first full register pass")
 
     def start(self) -> None:
-        self.state.start()
-        self.leader.start()
-        self.register.start(self.opts.register_tick)
-        tls = None
-        if self.opts.cert_file and self.opts.key_file:
-            tls = TLSConfig(cert_file=self.opts.cert_file, key_file=self.opts.key_file)
-        mutual = tls
-        if tls is not None and self.opts.client_ca_file:
-            mutual = TLSConfig(
-                tls.cert_file, tls.key_file, "RequireAndVerifyClientCert", self.opts.client_ca_file
-            )
+        """Listen first (a taken port fails here, before anything else runs), then start the caches,
+        leadership and the register loop; on any failure, stop what started and raise."""
+        try:
+            self._listen()
+            self.state.start()
+            self.leader.start()
+            self.register.start(self.opts.register_tick)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _tls(self, client_ca: str = "") -> WebConfig | None:
+        if not (self.opts.cert_file and self.opts.key_file):
+            return None
+        return WebConfig(tls=TLSConfig(
+            cert_file=self.opts.cert_file, key_file=self.opts.key_file,
+            client_auth_type="RequireAndVerifyClientCert" if client_ca else "NoClientCert",
+            client_ca_file=client_ca or None,
+        ))
+
+    def _listen(self) -> None:
         # pprof sits behind the listener's own authentication, where the profiling guide looks.
         app = mount_pprof(self.app) if self.opts.profiling else self.app
         self.http = serve_wsgi(
-            self.opts.http_bind,
-            app,
-            web_config=None if mutual is None else WebConfig(tls=mutual),
-            name="hami-scheduler",
-            threads=self.opts.http_threads,
+            self.opts.http_bind, app, web_config=self._tls(self.opts.client_ca_file),
+            name="hami-scheduler", threads=self.opts.http_threads,
+            max_connections=self.opts.max_connections, registry=self.registry,
         )
         if self.webhook_app is not None:
             self.webhook_server = serve_wsgi(
-                self.opts.webhook_bind,
-                self.webhook_app,
-                web_config=None if tls is None else WebConfig(tls=tls),
-                name="hami-scheduler-webhook",
+                self.opts.webhook_bind, self.webhook_app, web_config=self._tls(),
+                name="hami-scheduler-webhook", threads=self.opts.http_threads,
+                max_connections=self.opts.max_connections, registry=self.registry,
+            )
+        elif self.opts.client_ca_file:
+            log.warning(
+                "/webhook is served on the mutual-TLS listener %s: the API server cannot call it "
+                "without a client certificate from %s; serve it apart with --webhook-bind",
+                self.opts.http_bind, self.opts.client_ca_file,
             )
         self.metrics_server = serve_metrics(
             self.opts.metrics_bind,
             self.registry,
             profiling=self.opts.profiling,
             ready=lambda: (self.state.synced.is_set(), "cache not synced"),
+            web_config_file=self.opts.web_config_file,
             name="hami-scheduler-metrics",
             exposition=self.collector,
+            max_connections=self.opts.max_connections,
             extra_app=decisions_app(self.decisions, self.opts.node_lock_timeout),
         )
 

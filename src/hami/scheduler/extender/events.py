@@ -1,9 +1,11 @@
 """Pod events of the extender (§5.4) with HAMi's messages, counted in ``hami_scheduler_events_total``.
 
 Besides HAMi's per-reason FilteringFailed events (``2 nodes CardInsufficientMemory(n1,n2)``), a
-failed filter records the operator-facing line seed 000 shows in ``kubectl describe pod``:
-``Bindingfailed: CardInsufficientMemory on node gpu-node-01`` (one per reason type, at most
+failed filter records the operator-facing line docs/guides/scheduler-debugging.md §3.1 shows in ``kubectl
+describe pod``: ``Bindingfailed: CardInsufficientMemory on node gpu-node-01`` (one per reason type, at most
 ``MAX_NODES_LISTED`` nodes named).
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ MAX_NODES_LISTED: Final = 5
 log = klog.get_logger(__name__)
 
 
-def seed_failure_messages(failed: Mapping[str, str]) -> list[str]:
-    """``Bindingfailed: <Reason> on node <node>[, <node>…]`` per reason type (seed 000's example)."""
+def guide_failure_messages(failed: Mapping[str, str]) -> list[str]:
+    """``Bindingfailed: <Reason> on node <node>[, <node>…]`` per reason type
+    (docs/guides/scheduler-debugging.md §3.1)."""
     by_reason: dict[str, list[str]] = {}
     for node, reason in failed.items():
         for kind in r.parse_reason(reason) or ([reason] if " " not in reason else []):
@@ -47,7 +50,8 @@ class PodEvents:
 
     def record(self, pod: ObjectRef, type_: str, reason: str, message: str) -> None:
         self.metrics.events.labels(reason).inc()
-        # Seed 000 greps the scheduler's log for "FilteringFailed" and for the pod's name.
+        # docs/guides/scheduler-debugging.md §3.2 greps the scheduler's log for "FilteringFailed" and for the
+        # pod's name.
         if type_ == WARNING:
             log.warning("%s %s/%s: %s", reason, pod.namespace, pod.name, message)
         elif klog.v(4):
@@ -62,7 +66,7 @@ class PodEvents:
         for type_, message in events:
             self.record(ref, type_, FILTERING_SUCCEED if type_ == NORMAL else FILTERING_FAILED, message)
         if failed:
-            for message in seed_failure_messages(failed):
+            for message in guide_failure_messages(failed):
                 self.record(ref, WARNING, FILTERING_FAILED, message)
 
     def binding_failed(self, ref: ObjectRef, message: str) -> None:

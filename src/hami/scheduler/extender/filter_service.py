@@ -18,6 +18,8 @@ differ:
   object the caller sent) in ``Nodes``, with ``FailedNodes`` for the others; a node whose
   annotations yield no device, or fail to decode, is ``node unregistered``. Its latency is
   recorded under ``simulated_<outcome>``.
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ holder starting with our identity (the hostname, as the sidecar kube-scheduler's
 with it) and was renewed, as observed by us, within ``leaseDurationSeconds``. Without it, every
 replica leads. Only the leader writes handshakes and binds; followers keep warm caches and answer
 ``/filter``.
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
-"""``hami-scheduler`` (also ``python -m hami.scheduler``): the scheduler extender daemon, flags of §7.2."""
+"""``hami-scheduler`` (also ``python -m hami.scheduler``): the scheduler extender daemon, flags of §7.2.
+
+Section signs (§) refer to docs/design/scheduler.md.
+"""
 
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import signal
 import sys
@@ -17,7 +19,9 @@ from hami.core import klog
 from hami.core.duration import duration_flag, format_duration
 from hami.core.kube.client import KubeConfigError
 from hami.core.kube.options import add_kube_flags, from_args
+from hami.core.lifecycle import stop_within, wait_for_stop
 from hami.core.profiling import start_tracing
+from hami.core.serve import WebConfigError, add_web_flags
 from hami.scheduler.engine.decision import FilterConfig
 from hami.scheduler.engine.device_config import DeviceConfigError, load_nvidia_config
 from hami.scheduler.engine.policy import DEFAULT_GPU_POLICY, DEFAULT_NODE_POLICY
@@ -48,18 +52,20 @@ def _bool(text: str) -> bool:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hami-scheduler", description=__doc__)
-    p.add_argument("--http_bind", default="127.0.0.1:8080", help="extender/webhook HTTP address")
+    p.add_argument("--http_bind", default="127.0.0.1:8080", help="extender (and webhook) HTTP address")
     p.add_argument("--cert_file", default="", help="TLS certificate (TLS when both files are set; reloaded)")
     p.add_argument("--key_file", default="", help="TLS key")
     p.add_argument(
         "--client-ca-file",
         default="",
-        help="require client certificates from this CA on --http_bind (mutual TLS; needs --cert_file)",
+        help="CA of the client certificate /filter and /bind require (kube-scheduler's extender "
+        "tlsConfig certFile/keyFile); needs --cert_file and --key_file",
     )
     p.add_argument(
         "--webhook-bind",
         default="",
-        help="serve /webhook on this address instead (TLS with --cert_file, no client certificates)",
+        help="serve /webhook on this address instead (TLS from --cert_file/--key_file, no client "
+        "certificate: the API server calls it)",
     )
     p.add_argument("--scheduler-name", default="", help="name set by the webhook; event source")
     p.add_argument("--node-scheduler-policy", default=DEFAULT_NODE_POLICY, help="binpack or spread")
@@ -116,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--device-config-file", default="", help="HAMi device config YAML")
     add_kube_flags(p)
+    add_web_flags(p)
     klog.add_log_flags(p)
     return p
 
@@ -133,6 +140,8 @@ def options(args: argparse.Namespace) -> Options:
         key_file=args.key_file,
         client_ca_file=args.client_ca_file,
         webhook_bind=args.webhook_bind,
+        web_config_file=args.web_config_file,
+        max_connections=args.web_max_connections,
         scheduler_name=args.scheduler_name,
         filter=FilterConfig(nvidia, args.node_scheduler_policy, args.gpu_scheduler_policy),
         metrics_bind=args.metrics_bind_address,
@@ -167,9 +176,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
     try:
-        extender.start()
+        extender.start()  # stops whatever it started before it raises
     except OSError as err:
-        log.fatal("hami-scheduler: cannot listen: %s", err)
+        log.fatal(
+            "hami-scheduler: cannot listen: %s (change --http_bind, --webhook-bind or "
+            "--metrics-bind-address)", err,
+        )
+    except WebConfigError as err:
+        log.fatal("hami-scheduler: %s", err)
     assert extender.http is not None and extender.metrics_server is not None
     log.info(
         "hami-scheduler extender on %s, metrics on %s (node lock timeout %s, leader-elect %s)",
@@ -178,10 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         format_duration(opts.node_lock_timeout),
         opts.leader_elect,
     )
-    if extender.state.synced.wait(60):
-        gc.freeze()  # the decoded cluster is long-lived: keep it out of the collector's scans
-    done.wait()
-    extender.stop()
+    wait_for_stop(done)
+    stop_within(extender.stop, "hami-scheduler")
     return 0
 
 

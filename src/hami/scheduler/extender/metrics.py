@@ -1,8 +1,10 @@
-"""The extender's own metrics (metrics-contract.md, scheduler section) and HAMi's §7.1 families.
+"""The extender's own metrics (docs/design/metrics-contract.md, scheduler section) and HAMi's §7.1 families.
 
 Counters and histograms are updated on the request path. Everything about cluster state (node
 states, handshake ages, locks held, allocations, quotas, leadership) is computed at scrape time
 from the caches by ``StateCollector``, so series of deleted nodes and pods vanish with them.
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations
@@ -102,7 +104,8 @@ class SchedulerMetrics:
         )
         self.filter_failures = Counter(
             "hami_scheduler_filter_failures_total",
-            "Nodes rejected by /filter, per reason code (spec §4.8); one count per node and reason type "
+            "Nodes rejected by /filter, per reason code (docs/design/scheduler.md §4.8); one count per node "
+            "and reason type "
             "(dry runs not counted).",
             ["reason"],
             registry=registry,

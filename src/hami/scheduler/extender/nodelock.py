@@ -6,6 +6,8 @@ re-reads. A lock older than the expiry, or whose owner pod is gone, is taken ove
 holding it blocks the node for at most the expiry. The expiry is ``--node-lock-timeout``
 (default 5m); as in HAMi's scheduler the flag overrides ``HAMI_NODELOCK_EXPIRE``, which only
 provides the flag's default here.
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations

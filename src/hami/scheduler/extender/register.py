@@ -1,13 +1,15 @@
 """The register pass (§6.1, §1.3): node annotations → registered ``NodeState``s, and the handshake.
 
 HAMi's ``RegisterFromNodeAnnotations`` re-decodes every node's register annotation and GETs and
-patches nodes on every 15 s tick; seed 002's heap profile shows it as the scheduler's top
-allocator. Here a node is decoded only when one of its annotation texts changed, the handshake
+patches nodes on every 15 s tick; HAMi's heap profile (docs/guides/profiling.md §2.2) shows it as the
+scheduler's top allocator. Here a node is decoded only when one of its annotation texts changed, the handshake
 is written only when §1.3 says so (the value does not contain ``Requesting``), from the
 informer's copy without a GET, so an idle cluster costs no API call per tick.
 
 Only the leader writes (handshake, cleanup); a follower decodes the same way so that it answers
 ``/filter`` from a warm cache.
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations

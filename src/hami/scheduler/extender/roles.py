@@ -5,6 +5,8 @@ hami-doctor) show which replica binds.
 Replicas are the pods labelled ``app.kubernetes.io/component=hami-scheduler`` in ``$POD_NAMESPACE``;
 this replica is ``$POD_NAME``. The pods come from the pod informer, and only a label that differs
 is patched: a settled cluster costs no API call.
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations

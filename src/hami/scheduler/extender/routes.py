@@ -4,9 +4,13 @@ With a webhook listener of its own (``--webhook-bind``), /webhook moves there (`
 so the main listener can require client certificates that the API server does not have.
 
 Keys are Go field names (``Pod``, ``NodeNames``, ``FailedNodes``, ``Error``), read
-case-insensitively like Go's decoder. A missing, oversized (> 1 MiB) or undecodable body is
-answered 400 with a message (HAMi truncates and answers 200 with ``Error``; kube-scheduler treats
-either as an extender error). Errors from scheduling are HTTP 200 with ``Error``.
+case-insensitively like Go's decoder. A missing, undecodable, too deeply nested or wrongly typed
+body (``bodies``) is answered 400 with a message, and one over 1 MiB 413 by the server before the
+app sees it (HAMi truncates and answers 200 with ``Error``; kube-scheduler treats any of them as
+an extender error). Errors from scheduling are HTTP 200 with ``Error``; so is a pod with negative
+or impossible HAMi resource values, which HAMi would schedule (``container_problems``).
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations
@@ -20,14 +24,13 @@ from werkzeug.exceptions import HTTPException
 
 from hami.core import klog
 from hami.scheduler.engine.admission import AdmissionError, WebhookConfig, admit
+from hami.scheduler.engine.requests import pod_problems
+from hami.scheduler.extender import bodies
 from hami.scheduler.extender.bind import BindArgs, Binder
 from hami.scheduler.extender.filter_service import FilterService, node_items
 from hami.scheduler.extender.state import ClusterState
 
 log = klog.get_logger(__name__)
-
-MAX_BODY = 1 << 20
-
 
 def field(obj: Mapping[str, Any], name: str) -> Any:
     """Go's case-insensitive struct field lookup (exact match first)."""
@@ -49,19 +52,14 @@ def _bad_request(message: str) -> Response:
 
 
 def _read_json() -> Any:
-    """The request body as JSON, or a 400 Response."""
-    length = request.content_length
-    if length is not None and length > MAX_BODY:
-        return _bad_request(f"request body too large: {length} bytes, limit {MAX_BODY}")
-    data = request.stream.read(MAX_BODY + 1)
+    """The request body as JSON, or a 400 Response (the server has bounded its size)."""
+    data = request.get_data(cache=False)
     if not data:
         return _bad_request("Please send a request body")
-    if len(data) > MAX_BODY:
-        return _bad_request(f"request body too large: limit {MAX_BODY} bytes")
     try:
-        return json.loads(data)
-    except (ValueError, UnicodeDecodeError) as err:
-        return _bad_request(f"invalid JSON: {err}")
+        return bodies.decode(data)
+    except bodies.BodyError as err:
+        return _bad_request(str(err))
 
 
 def _flask(name: str) -> Flask:
@@ -85,9 +83,10 @@ def _add_webhook(app: Flask, state: ClusterState, webhook: WebhookConfig) -> Non
         if isinstance(review, Response):
             return review
         try:
+            bodies.check(review, bodies.ADMISSION_REVIEW, "AdmissionReview")
             with state.lock:
                 return _json(admit(review, webhook, state.quotas))
-        except AdmissionError as err:
+        except (AdmissionError, bodies.BodyError) as err:
             return _bad_request(str(err))
 
 
@@ -125,11 +124,20 @@ def make_app(
             return _bad_request("Pod must be an object and NodeNames a list of strings")
         nodes = field(args, "Nodes")
         items = None
-        if nodes is not None:  # §4.1 step 2: a nodeCacheCapable: false caller gets a dry run (§9.3)
-            try:
+        try:
+            bodies.check(pod, bodies.POD, "Pod")
+            if nodes is not None:  # §4.1 step 2: a nodeCacheCapable: false caller gets a dry run (§9.3)
                 items = node_items(nodes)
-            except ValueError as err:
-                return _bad_request(str(err))
+                for i, node in enumerate(items):
+                    bodies.check(node, bodies.NODE, f"Nodes.items[{i}]")
+        except ValueError as err:  # BodyError included
+            return _bad_request(str(err))
+        problems = pod_problems(pod, filters.config.nvidia)
+        if problems:
+            message = "; ".join(problems)
+            if items is None:  # a dry run writes nothing, events included
+                filters.events.filtering(pod, [("Warning", message)])
+            return _json({"Error": message})
         return _json(filters.filter(pod, names, items))
 
     @app.post("/bind")

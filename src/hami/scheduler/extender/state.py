@@ -12,6 +12,8 @@ annotations the API server copies onto the pod together with ``spec.nodeName``. 
 write per pod, and the device plugin never sees a pod with half of its annotations. The cost: a
 bind needs the replica that filtered the pod (kube-scheduler's sidecar extender is that one), and
 a bind after a restart or a leadership change fails, so kube-scheduler filters the pod again.
+
+Section signs (§) refer to docs/design/scheduler.md.
 """
 
 from __future__ import annotations
@@ -107,6 +109,7 @@ class ClusterState:
         self._full = True  # a pass over every node is due (start, leadership gained)
         self._released: set[str] = set()  # pods whose init-container usage was shrunk
         self._logged: set[str] = set()
+        self._requests: dict[str, tuple[object, bool]] = {}  # uid -> (containers, requests HAMi resources)
         self.node_informer = Informer(api_client, ("", "v1", "nodes"), label_selector=node_label_selector)
         self.pod_informer = Informer(api_client, ("", "v1", "pods"))
         self.quota_informer = Informer(api_client, ("", "v1", "resourcequotas"))
@@ -139,13 +142,28 @@ class ClusterState:
         return self.node_informer.get(name)
 
     def pending_gpu_pods(self) -> list[Obj]:
-        """Pods requesting HAMi resources that are still Pending."""
+        """Pods requesting HAMi resources that are still Pending.
+
+        Whether a pod requests them depends only on its containers; the answer is kept per pod with
+        the containers it was read from, and reused while they are equal (a bind or a status change
+        leaves them as they were): every scrape asks, and decoding every Pending pod's requests
+        again was most of a scrape's cost. A wrong key (a pod without a uid) only costs a decode.
+        """
+        known, seen = self._requests, dict[str, tuple[object, bool]]()
         out = []
         for pod in self.pod_informer.list():
             if (pod.get("status") or {}).get("phase") != "Pending":
                 continue
-            if pod_request(pod, self.nvidia) is not None:
+            spec = pod.get("spec")
+            containers = (spec.get("initContainers"), spec.get("containers")) if isinstance(spec, dict) else 0
+            uid = uid_of(pod)
+            entry = known.get(uid)
+            if entry is None or entry[0] != containers:
+                entry = (containers, pod_request(pod, self.nvidia) is not None)
+            seen[uid] = entry
+            if entry[1]:
                 out.append(pod)
+        self._requests = seen  # only pods Pending now: it cannot outgrow the informer
         return out
 
     def drop_reservation(self, uid: str) -> None:

@@ -38,7 +38,7 @@ replay a bounded history (`history=`) and answer ERROR 410 Expired beyond it.
 
 Not emulated (simplifications a test must not rely on): deletion is immediate (no graceful pod
 termination, no finalizers, no namespace cascade); namespaces are implicit (objects may be created
-in any namespace); pod create resets status to {"phase": "Pending"} as the real API does, so seed
+in any namespace); pod create resets status to {"phase": "Pending"} as the real API does, so create
 running pods with `store.put`; no validation beyond names and patch documents; no admission,
 defaulting beyond `spec.schedulerName`, server-side apply, protobuf, or authentication; no
 controllers (a Deployment makes no pods: hami.testing.install stands in for them); core/v1

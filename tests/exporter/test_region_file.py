@@ -1,41 +1,62 @@
-"""The mapped reader maps only the header, the live slots and the tail, and follows proc_num."""
+"""The file reader copies only the header, the live slots and the tail, and follows proc_num."""
 
+import os
 import random
 import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from hami.exporter.feedback import read_state
 from hami.exporter.region import reasons
+from hami.exporter.region.file import RegionFile
 from hami.exporter.region.layout import V0, V1_2
-from hami.exporter.region.mapped import PAGE, MappedRegion
 from hami.exporter.region.parse import RegionSnapshot, parse_region
-from hami.testing.regions import MEM_CONTEXT, MEM_DATA, MEM_MODULE, RegionWriter
+from hami.testing.regions import MEM_CONTEXT, MEM_DATA, MEM_MODULE, RegionWriter, open_region
 
 UUID = "GPU-aaaaaaaa-1111-2222-3333-444444444444"
 
 
-def opened(path: str) -> MappedRegion:
-    mapped = MappedRegion.open(path)
-    assert isinstance(mapped, MappedRegion)
-    return mapped
+def opened(path: str) -> RegionFile:
+    region = open_region(path)
+    assert isinstance(region, RegionFile)
+    return region
 
 
-def test_maps_a_few_pages_and_grows_with_proc_num(tmp_path: Path) -> None:
+class CountingReads:
+    """Counts the bytes ``os.pread`` returns while installed."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+        self._real = os.pread
+
+    def __call__(self, fd: int, length: int, offset: int) -> bytes:
+        data = self._real(fd, length, offset)
+        self.bytes += len(data)
+        return data
+
+
+def test_copies_a_few_kb_and_follows_proc_num(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = str(tmp_path / "r.cache")
     writer = RegionWriter.create(path, "v1.2")
     writer.initialise([UUID], limits=[1 << 30])
     writer.change_memory(writer.add_process(1), 0, MEM_DATA, 100)
     mapped = opened(path)
+    reads = CountingReads()
+    monkeypatch.setattr(os, "pread", reads)
     first = mapped.read()
     assert isinstance(first, RegionSnapshot) and first.processes == 1
-    assert mapped.mapped_bytes <= 2 * PAGE  # one head page + the tail, not 2 MB
-    for pid in range(2, 40):  # 39 slots: the head must grow past 19 pages
+    # the head up to slot 1, three times (before, data, after), and the tail: not 2 MB
+    assert reads.bytes <= 3 * V1_2.slot_base(1) + 64
+    for pid in range(2, 40):  # 39 slots: the head copies grow with proc_num
         writer.change_memory(writer.add_process(pid), 0, MEM_DATA, 100)
+    reads.bytes = 0
     grown = mapped.read()
     assert isinstance(grown, RegionSnapshot) and grown.processes == 39
     assert grown.devices[0].used_bytes == 3900
-    assert V1_2.slot_base(39) <= mapped.mapped_bytes <= V1_2.slot_base(39) + 3 * PAGE
+    assert reads.bytes <= 4 * V1_2.slot_base(39) + 64
+    monkeypatch.undo()
     # the split read equals a read of every byte of the file
     with open(path, "rb") as f:
         data = f.read()
@@ -59,12 +80,14 @@ def test_v0_tail_and_feedback_writes_reach_the_file(tmp_path: Path) -> None:
     assert layout is V0
     assert mapped.write_i32(V0.off_recent_kernel, -1)
     assert writer.get_field("recent_kernel") == -1
-    assert not mapped.write_i32(PAGE * 100, 1)  # neither head nor tail: refused, nothing touched
+    size = os.path.getsize(path)
+    assert not mapped.write_i32(size - 3, 1)  # past the end: refused, the file is not grown
+    assert os.path.getsize(path) == size
     mapped.close()
     writer.close()
 
 
-def test_initialising_region_maps_the_tail_once_ready(tmp_path: Path) -> None:
+def test_initialising_region_is_read_once_ready(tmp_path: Path) -> None:
     path = str(tmp_path / "r.cache")
     writer = RegionWriter.create(path, "v1.2")  # magic not set yet
     mapped = opened(path)
@@ -78,7 +101,7 @@ def test_initialising_region_maps_the_tail_once_ready(tmp_path: Path) -> None:
     writer.close()
 
 
-def test_live_writer_through_the_mapping_never_yields_torn_values(tmp_path: Path) -> None:
+def test_live_writer_never_yields_torn_values_through_the_copies(tmp_path: Path) -> None:
     path = str(tmp_path / "r.cache")
     writer = RegionWriter.create(path, "v1.2")
     writer.initialise([UUID])

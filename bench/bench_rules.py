@@ -1,0 +1,222 @@
+"""Rule evaluation cost in Debian's Prometheus: the shipped rules against the same rules without the
+capacity groups (chargeback, fragmentation, over-commit and the capacity alerts), on a backfilled
+history of 1,000 containers on 1,000 cards (125 nodes of 8).
+
+The rule sets run in one sitting, alternating servers (one at a time, each on the same history backfilled
+just before it starts, so that its last samples are fresh: older than the 5-minute lookback, the raw
+series would be stale and the rules would evaluate to nothing),
+every group at the same evaluation interval (a group's own `interval:` is dropped for the run, so each is
+read many times). Figures per set, each beside the set without the capacity groups: the median over all
+reads of Σ `prometheus_rule_group_last_duration_seconds` (what the issue budgets), Prometheus's own CPU
+per second (with nothing to scrape, nearly all of it rule evaluation; steadier than wall-clock durations
+on a shared machine), the evaluation load at the shipped group intervals (Σ median group duration / its
+interval, the global one being --deployed-interval), and the median per group.
+Target: within 1.10x of the rules without the capacity groups.
+
+    PYTHONPATH=src python bench/bench_rules.py [--rounds 2] [--reads 8] [--also OLD-RULES.yaml]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+
+from hami.testing import prometheus
+from hami.testing.promconfig import seconds
+
+RULES = Path(__file__).resolve().parent.parent / "alerts" / "hami-rules.yaml"
+CAPACITY_GROUPS = {
+    "hami-chargeback.rules",
+    "hami-fragmentation.rules",
+    "hami-overcommit.rules",
+    "hami-capacity.alerts",
+}
+NODES, CARDS = 125, 8
+STEP, POINTS = 30, 20
+MON, SCH = 'job="hami-monitor"', 'job="hami-scheduler",instance="s:9395"'
+# One series per container (vGPU rules) and per pod (chargeback) when the rules saw fresh raw series.
+VGPU_RECORD = "namespace_pod_container:hami_vgpu_memory_used_per_limit:ratio"
+CHARGEBACK_RECORD = "namespace_pod:hami_gpu_memory_reserved_bytes:sum"
+CPU = re.compile(r"^process_cpu_seconds_total (\S+)$", re.M)
+LAST = re.compile(r'^prometheus_rule_group_last_duration_seconds\{rule_group="[^;]*;([^"]*)"\} (\S+)$', re.M)
+
+
+def series() -> Iterator[tuple[str, float, float]]:
+    """(series, value, slope per step): every card half used and growing, one container per card."""
+    for n in range(NODES):
+        mi = f'{MON},instance="n{n}:9394"'
+        yield f'hami_inconsistency{{{mi},node="n{n}",kind="memory_outside_hami"}}', 0, 0
+        for g in range(CARDS):
+            card = f'node="n{n}",device_uuid="GPU-{n}-{g}",device_index="{g}",device_type="NVIDIA-A100"'
+            yield f"hami_host_gpu_memory_total_bytes{{{mi},{card}}}", 40e9, 0
+            yield f"hami_host_gpu_memory_used_bytes{{{mi},{card}}}", 20e9, 1e6
+            for name, value in (
+                ("hami_gpu_memory_limit_bytes", 60e9),
+                ("hami_gpu_memory_allocated_bytes", 30e9),
+                ("hami_gpu_core_limit_ratio", 100),
+                ("hami_gpu_core_allocated_ratio", 50),
+                ("hami_gpu_split_count", 10),
+                ("hami_gpu_split_limit", 10),
+                ("hami_gpu_shared_count", 1),
+            ):
+                yield f"{name}{{{SCH},{card}}}", value, 0
+            c = n * CARDS + g
+            pod = f'namespace="ns{c % 20}",pod="p{c}",device_uuid="GPU-{n}-{g}",node="n{n}"'
+            ctr = f'{mi},{pod},container="main",vdevice_index="0"'
+            for name, value in (
+                ("hami_vgpu_memory_used_bytes", 5e9),
+                ("hami_vgpu_memory_limit_bytes", 10e9),
+                ("hami_vgpu_core_used_percent", 30),
+                ("hami_vgpu_core_limit_percent", 50),
+                ("hami_container_last_kernel_elapsed_seconds", 10),
+                ("hami_vgpu_memory_over_limit", 0),
+            ):
+                yield f"{name}{{{ctr}}}", value, 0
+            alloc = f'{SCH},{pod},container_index="0"'
+            yield f"hami_vgpu_memory_allocated_bytes{{{alloc}}}", 10e9, 0
+            yield f"hami_vgpu_core_allocated_ratio{{{alloc}}}", 50, 0
+
+
+def backfill(data: Path, work: Path) -> None:
+    end = int(time.time()) // STEP * STEP
+    samples = [
+        (name, value + slope * i, float(end - (POINTS - 1 - i) * STEP))
+        for name, value, slope in series()
+        for i in range(POINTS)
+    ]
+    prometheus.backfill_openmetrics(prometheus.openmetrics(samples), data, work)
+
+
+def intervals(rules: dict[str, Any], default: float) -> dict[str, float]:
+    return {g["name"]: seconds(g["interval"]) if "interval" in g else default for g in rules["groups"]}
+
+
+def measure(
+    rules_path: Path, work: Path, interval: int, reads: int, *, capacity: bool
+) -> tuple[list[dict[str, float]], dict[str, float], float]:
+    """Per-group last durations, ``reads`` times one interval apart, after every group ran at least once;
+    each rule's last evaluation time (the rules API), to say where a group spends it; and the server's
+    CPU seconds per second over the reads."""
+    data = work / "data"
+    shutil.rmtree(data, ignore_errors=True)
+    data.mkdir()
+    backfill(data, work)
+    cfg = f"global:\n  evaluation_interval: {interval}s\nrule_files: [{rules_path}]\n"
+    out: list[dict[str, float]] = []
+    with prometheus.PrometheusServer(data, config_text=cfg) as srv:
+        groups = len(yaml.safe_load(rules_path.read_text(encoding="utf-8"))["groups"])
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            last = dict(LAST.findall(requests.get(f"{srv.url}/metrics", timeout=10).text))
+            if len(last) == groups and all(float(v) > 0 for v in last.values()):
+                break
+            time.sleep(1)
+        time.sleep(interval)
+        cpu0, t0 = cpu_seconds(srv.url), time.monotonic()
+        for _ in range(reads):
+            body = requests.get(f"{srv.url}/metrics", timeout=10).text
+            out.append({name: float(v) for name, v in LAST.findall(body)})
+            time.sleep(interval)
+        cpu = (cpu_seconds(srv.url) - cpu0) / (time.monotonic() - t0)
+        for record in (VGPU_RECORD, CHARGEBACK_RECORD) if capacity else (VGPU_RECORD,):
+            found = requests.get(f"{srv.url}/api/v1/query", timeout=30, params={"query": f"count({record})"})
+            result = found.json()["data"]["result"]
+            if not result or float(result[0]["value"][1]) != NODES * CARDS:
+                raise RuntimeError(f"{record} lacks series: the fixture no longer matches the rules")
+        api = requests.get(f"{srv.url}/api/v1/rules", timeout=30).json()["data"]["groups"]
+    per_rule = {
+        f"{g['name']}/{r['name']}#{i}": float(r["evaluationTime"])
+        for g in api
+        for i, r in enumerate(g["rules"])
+    }
+    return out, per_rule, cpu
+
+
+def cpu_seconds(url: str) -> float:
+    """Prometheus's own CPU time: with nothing to scrape, nearly all of it is rule evaluation."""
+    return float(CPU.findall(requests.get(f"{url}/metrics", timeout=10).text)[0])
+
+
+def strip_intervals(rules: dict[str, Any]) -> dict[str, Any]:
+    """Every group at the server's interval, so that each is read many times in a short run."""
+    return {"groups": [{k: v for k, v in g.items() if k != "interval"} for g in rules["groups"]]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rounds", type=int, default=2, help="servers per rule set, alternating")
+    parser.add_argument("--reads", type=int, default=8, help="reads of the durations per server")
+    parser.add_argument("--interval", type=int, default=5, help="evaluation interval of the run, seconds")
+    parser.add_argument(
+        "--deployed-interval",
+        type=int,
+        default=15,
+        help="Prometheus's evaluation_interval for the load at the shipped group intervals (default 15)",
+    )
+    parser.add_argument("--rules", type=Path, default=RULES, help="the rules measured (default: shipped)")
+    parser.add_argument(
+        "--also", type=Path, action="append", default=[], help="another rules file to measure beside them"
+    )
+    args = parser.parse_args()
+    if not prometheus.available():
+        raise SystemExit("needs Debian's prometheus and promtool (apt-get install prometheus)")
+    shipped: dict[str, Any] = yaml.safe_load(args.rules.read_text(encoding="utf-8"))
+    sets = {"no capacity": {"groups": [g for g in shipped["groups"] if g["name"] not in CAPACITY_GROUPS]}}
+    sets |= {str(p): yaml.safe_load(p.read_text(encoding="utf-8")) for p in args.also}
+    sets["measured"] = shipped
+    reads: dict[str, list[dict[str, float]]] = {name: [] for name in sets}
+    cpu: dict[str, list[float]] = {name: [] for name in sets}
+    rules: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-rules-") as tmp:
+        work = Path(tmp)
+        for _ in range(args.rounds):
+            for i, (name, data) in enumerate(sets.items()):
+                path = work / f"rules-{i}.yaml"
+                path.write_text(yaml.safe_dump(strip_intervals(data)), encoding="utf-8")
+                got, per_rule, used = measure(
+                    path, work, args.interval, args.reads, capacity=name != "no capacity"
+                )
+                reads[name] += got
+                cpu[name].append(used)
+                for rule, value in per_rule.items() if name == "measured" else ():
+                    rules.setdefault(rule, []).append(value)
+    print(
+        f"{NODES * CARDS} containers on {NODES * CARDS} cards, {POINTS} points {STEP}s apart backfilled; "
+        f"every group every {args.interval}s; {args.rounds} x {args.reads} reads per rule set; shipped "
+        f"intervals at evaluation_interval {args.deployed_interval}s"
+    )
+    base = {"sum": 0.0, "cpu": 0.0, "load": 0.0}
+    for name, rows in reads.items():
+        every = intervals(sets[name], args.deployed_interval)
+        groups = {g: statistics.median(r.get(g, 0.0) for r in rows) for g in rows[0]}
+        total = statistics.median(sum(r.values()) for r in rows)
+        used = statistics.median(cpu[name])
+        load = sum(v / every[g] for g, v in groups.items())
+        base = base if base["sum"] else {"sum": total, "cpu": used, "load": load}
+        print(
+            f"{name}: Σ last duration {total * 1e3:.1f} ms ({total / base['sum']:.2f}x); "
+            f"Prometheus CPU {used * 1e3:.0f} ms/s ({used / base['cpu']:.2f}x); at the shipped intervals: "
+            f"{load * 1e3:.1f} ms/s ({load / base['load']:.2f}x)"
+        )
+        for group, value in sorted(groups.items(), key=lambda kv: -kv[1]):
+            print(f"    {group:<28} {value * 1e3:7.1f} ms  every {every[group]:g}s")
+    print("  the slowest rules of the measured set (last evaluation, median over servers):")
+    for value, rule in sorted(((statistics.median(v), r) for r, v in rules.items()), reverse=True)[:8]:
+        print(f"    {value * 1e3:7.1f} ms  {rule.split('#')[0]}")
+    print("target: each figure of the measured set within 1.10x of the rules without the capacity groups")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""The demo's GPU node as the monitor's reconciler sees it: NVML lists every process on a card, and only
+the process of the container without HAMi-core holds memory that no region accounts for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hami.core.codec.pod_devices import decode_pod_devices
+from hami.exporter.host import HostReader
+from hami.exporter.reconcile import reconcile
+from hami.exporter.region.parse import RegionSnapshot, parse_region
+from hami.testing import cluster
+from hami.testing.simhost import UNLIMITED_USE, PodDrivenNode
+
+
+def _pods() -> list[dict[str, Any]]:
+    pods = [cluster.gpu_pod(p) for p in cluster.POD_SPECS] + [cluster.unlimited_pod()]
+    for i, p in enumerate(pods):
+        p["metadata"]["uid"] = f"00000000-0000-4000-8000-{i:012x}"  # the API server would assign one
+    return pods
+
+
+def _regions(hook: Path) -> dict[tuple[str, str], RegionSnapshot]:
+    out = {}
+    for path in hook.glob("containers/*/*.cache"):
+        data = path.read_bytes()
+        snap = parse_region(data, len(data))
+        assert isinstance(snap, RegionSnapshot), snap
+        uid, _, container = path.parent.name.partition("_")
+        out[(uid, container)] = snap
+    return out
+
+
+def test_only_the_card_of_the_container_without_hami_core_has_memory_outside_hami(tmp_path: Path) -> None:
+    pods = _pods()
+    node = PodDrivenNode(str(tmp_path / "vgpu"), 4, lambda: pods, str(tmp_path / "proc"))
+    for _ in range(5):
+        node.step()
+    hosts = HostReader(node.nvml, lambda errors: None).read()
+    regions = _regions(tmp_path / "vgpu")
+    found = reconcile(pods, regions, (), decode=decode_pod_devices, hosts=hosts)
+
+    outside = [f for f in found if f.kind == "memory_outside_hami"]
+    assert [f.subject for f in outside] == [cluster.gpu_uuid(0, cluster.UNLIMITED.gpu)]
+    card = next(h for h in hosts if h.uuid == outside[0].subject)
+    accounted = sum(d.used_bytes for s in regions.values() for d in s.devices if d.uuid == card.uuid)
+    assert card.process_memory == accounted + UNLIMITED_USE
+    # Every region's processes are NVML's too: the other cards' process memory is what HAMi-core counts.
+    for h in hosts:
+        if h.uuid != card.uuid:
+            assert h.process_memory == sum(
+                d.used_bytes for s in regions.values() for d in s.devices if d.uuid == h.uuid
+            )
+    assert [f.subject for f in found if f.kind == "allocation_without_region"] == [
+        f"{cluster.UNLIMITED.namespace}/{cluster.UNLIMITED.name}/main"
+    ]
