@@ -26,7 +26,6 @@ import requests
 from hami.core import annotations as ann
 from hami.core.codec.quantity import parse_quantity
 from hami.deviceplugin.api import deviceplugin_pb2 as pb
-from hami.testing.kubelet_api import deviceplugin_pb2_grpc as pb_grpc
 
 RPC_TIMEOUT = 10.0
 
@@ -47,6 +46,33 @@ def registration_handler(sink: queue.Queue[pb.RegisterRequest]) -> grpc.GenericR
     )
     return grpc.method_handlers_generic_handler("v1beta1.Registration", {"Register": method})
 
+
+
+class DevicePluginClient:
+    """The kubelet's side of the v1beta1 DevicePlugin service, over grpcio's plain callables (the
+    daemon serves it through generic handlers, so no generated service classes are needed)."""
+
+    def __init__(self, channel: grpc.Channel) -> None:
+        def unary(method: str, response: Any) -> grpc.UnaryUnaryMultiCallable:
+            return channel.unary_unary(f"{SERVICE}/{method}", request_serializer=_serialize,
+                                       response_deserializer=response.FromString)
+
+        self.GetDevicePluginOptions = unary("GetDevicePluginOptions", pb.DevicePluginOptions)
+        self.GetPreferredAllocation = unary("GetPreferredAllocation", pb.PreferredAllocationResponse)
+        self.Allocate = unary("Allocate", pb.AllocateResponse)
+        self.PreStartContainer = unary("PreStartContainer", pb.PreStartContainerResponse)
+        self.ListAndWatch = channel.unary_stream(
+            f"{SERVICE}/ListAndWatch", request_serializer=_serialize,
+            response_deserializer=pb.ListAndWatchResponse.FromString,
+        )
+
+
+SERVICE = "/v1beta1.DevicePlugin"
+
+
+def _serialize(message: Any) -> bytes:
+    data: bytes = message.SerializeToString()
+    return data
 
 class FakeKubelet:
     def __init__(self, directory: Path) -> None:
@@ -78,10 +104,10 @@ class FakeKubelet:
     def next_registration(self, timeout: float = 30.0) -> pb.RegisterRequest:
         return self.registrations.get(timeout=timeout)
 
-    def plugin(self, endpoint: str) -> tuple[grpc.Channel, pb_grpc.DevicePluginStub]:
+    def plugin(self, endpoint: str) -> tuple[grpc.Channel, DevicePluginClient]:
         """A channel to the plugin's socket ``endpoint`` and a DevicePlugin stub on it."""
         channel = grpc.insecure_channel(f"unix://{self.dir / endpoint}")
-        return channel, pb_grpc.DevicePluginStub(channel)
+        return channel, DevicePluginClient(channel)
 
 
 def allocating_pods(pods: list[dict[str, Any]], node: str) -> list[dict[str, Any]]:
@@ -109,7 +135,7 @@ class Kubelet(FakeKubelet):
         super().__init__(directory)
         self.api, self.node = api.rstrip("/"), node
         # the registered plugin: resource name, channel, stub
-        self.connected: tuple[str, grpc.Channel, pb_grpc.DevicePluginStub] | None = None
+        self.connected: tuple[str, grpc.Channel, DevicePluginClient] | None = None
         self.device_ids: list[str] = []
         self._done: set[str] = set()  # pod uids already allocated (the kubelet allocates once per pod)
 
