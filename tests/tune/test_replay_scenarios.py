@@ -7,7 +7,8 @@ import pytest
 from hami.core import snapshot as snap
 from hami.testing.whatif import T0, node, pod, snapshot
 from hami.tune.simulate.measures import fidelity, summarise
-from hami.tune.simulate.replay import PodRun, ReplayResult, replay
+from hami.tune.simulate.records import PodRun, ReplayResult
+from hami.tune.simulate.replay import replay
 from hami.tune.simulate.scenario import CURRENT, Scenario, ScenarioError, parse_set
 
 

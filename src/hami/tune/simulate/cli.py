@@ -19,7 +19,8 @@ from hami.tune.simulate import scenario as sc
 from hami.tune.simulate.cluster import ClusterError
 from hami.tune.simulate.measures import Fidelity, fidelity, summarise
 from hami.tune.simulate.page import to_html
-from hami.tune.simulate.replay import SAMPLES, replay
+from hami.tune.simulate.records import SAMPLES
+from hami.tune.simulate.replay import replay
 from hami.tune.simulate.table import Outcome, to_json, to_text
 
 EXIT_BAD_INPUT = 2

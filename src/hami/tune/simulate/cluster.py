@@ -1,10 +1,11 @@
 """A snapshot under a scenario as the scheduling engine's inputs: node states, filter config, quotas.
 
-This is the only module of the simulator that knows the engine's types besides ``replay``: node
-annotations are decoded with the scheduler's own codecs, the device plugin's configuration is
-applied the way the plugin registers cards (``devmem`` = physical MiB × deviceMemoryScaling,
-truncated; ``count`` = deviceSplitCount; ``devcore`` = deviceCoreScaling × 100; MIG cards keep
-their instance count and memory), and pods placed outside the scheduler become reservations.
+This is the only module of the simulator that knows the engine's types besides the replay's
+(``records``, ``engine_state``, ``order_search``, ``sampling``, ``replay``): node annotations
+are decoded with the scheduler's own codecs, the device plugin's configuration is applied the way
+the plugin registers cards (``devmem`` = physical MiB × deviceMemoryScaling, truncated;
+``count`` = deviceSplitCount; ``devcore`` = deviceCoreScaling × 100; MIG cards keep their
+instance count and memory), and pods placed outside the scheduler become reservations.
 """
 
 from __future__ import annotations

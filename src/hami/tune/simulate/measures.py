@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hami.tune.simulate.replay import Placement, PodRun, ReplayResult, placement, recorded_placement
+from hami.tune.simulate.records import Placement, PodRun, ReplayResult, placement, recorded_placement
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -12,7 +12,7 @@ from html import escape
 
 from hami.core import snapshot as snap
 from hami.tune.simulate.measures import Fidelity, Summary
-from hami.tune.simulate.replay import Sample
+from hami.tune.simulate.records import Sample
 from hami.tune.simulate.table import PEAK_ROW, ROWS, Outcome, cell, duration, fidelity_line, heading
 
 PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#ff9da6", "#9d755d")

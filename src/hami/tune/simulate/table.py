@@ -10,7 +10,7 @@ from typing import Any
 
 from hami.core import snapshot as snap
 from hami.tune.simulate.measures import Fidelity, Summary
-from hami.tune.simulate.replay import ReplayResult
+from hami.tune.simulate.records import ReplayResult
 
 
 @dataclass(frozen=True)
