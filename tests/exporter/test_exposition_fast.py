@@ -14,9 +14,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from hami.core.serve.families import PIECE, Family, TextRenderer, to_metric
 from hami.exporter import families
 from hami.exporter.attribution import ContainerView, MigView, PodLabels
-from hami.exporter.families import Counters, HostDevice, MigIdentity, NodeView
 from hami.exporter.region import reasons
 from hami.exporter.region.parse import DeviceUsage
+from hami.exporter.view import Counters, HostDevice, MigIdentity, NodeView
 
 # Label values with everything the format escapes, plus non-ASCII and empty strings.
 text = st.text(alphabet=st.sampled_from(['a', 'Z', '0', '-', '"', "\\", "\n", " ", "é", "漢", "{", "}", "="]),

@@ -17,8 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hami.core.codec.mig import decode_mig_allocations, encode_mig_allocations
 from hami.core.serve.families import Family, TextRenderer, to_metric
-from hami.scheduler.extender.collector import state_families
 from hami.scheduler.extender.daemon import Extender
+from hami.scheduler.extender.families import state_families
 from hami.testing.builders import gpu_node, gpu_pod, mig_node
 from hami.testing.extender import bind_pod, create_pod, filter_pod, running
 from hami.testing.kubeapi import KubeAPIServer

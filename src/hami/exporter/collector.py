@@ -31,11 +31,11 @@ from hami.exporter import families
 from hami.exporter.attribution import attribute, mig_devices, pod_labels, unlimited_containers
 from hami.exporter.cgroups import owner_of
 from hami.exporter.discovery import ContainerLister
-from hami.exporter.families import Counters, HostDevice, NodeView
 from hami.exporter.host import NVML_CALLS
 from hami.exporter.reconcile import KINDS, counts, reconcile
 from hami.exporter.region import reasons
 from hami.exporter.region.parse import RegionRejected, RegionSnapshot
+from hami.exporter.view import Counters, HostDevice, NodeView
 
 log = klog.get_logger(__name__)
 # kube-scheduler style exponential buckets: the collection of 1,000 containers stays under 50 ms.

@@ -1,4 +1,5 @@
-"""The monitor's metric families, built fresh on every scrape from a ``NodeView`` (pure).
+"""The monitor's metric families, built fresh on every scrape from a ``NodeView`` (pure;
+``hami.exporter.view`` holds the readings).
 
 Names HAMi v2.10 exports keep HAMi's name, type, help and value semantics (§B.2), including
 its 0-100 scale on ``*_utilization_ratio``; they gain the contract's ``node`` join label. Every
@@ -10,12 +11,11 @@ Section signs (§) refer to docs/design/node-agent.md.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 
-from hami.core.nvml import CLOCK_EVENT_REASONS, RemappedRows, RetiredPages
+from hami.core.nvml import CLOCK_EVENT_REASONS
 from hami.core.serve.families import Family
-from hami.exporter.attribution import ContainerView, MigView, PodLabels, UnlimitedView
+from hami.exporter.view import Counters, NodeView
 
 ZONE = "vGPU"
 HOST_LABELS = ("node", "device_index", "device_uuid", "device_type", "zone")
@@ -23,65 +23,6 @@ CTR_LABELS = ("namespace", "pod", "container", "vdevice_index", "device_uuid", "
 LEGACY_HOST = ("nodeid", "deviceidx", "deviceuuid", "devicetype", "zone")
 LEGACY_CTR = ("podnamespace", "podname", "ctrname", "vdeviceid", "deviceuuid", "zone")
 REGION_STATES = ("ok", "initialising", "skipped")
-
-
-def registered_type(model: str) -> str:
-    """The device type as the device plugin registers it (v2.8+): prefix only when missing."""
-    return model if model.startswith("NVIDIA") else "NVIDIA-" + model
-
-
-@dataclass(frozen=True)
-class MigIdentity:
-    uuid: str
-    profile: str
-    gpu_instance_id: int
-    compute_instance_id: int
-
-
-@dataclass(frozen=True)
-class HostDevice:
-    """One physical GPU; ``None`` marks a reading whose NVML call failed (that series is dropped)."""
-
-    index: int
-    uuid: str
-    type: str
-    memory_used: int | None = None
-    memory_total: int | None = None
-    util_gpu: int | None = None
-    util_memory: int | None = None
-    temperature: int | None = None
-    power_watts: float | None = None
-    ecc_corrected: int | None = None
-    ecc_uncorrected: int | None = None
-    temperature_slowdown: int | None = None
-    retired: RetiredPages | None = None
-    remapped: RemappedRows | None = None
-    clock_event_reasons: int | None = None
-    xid_errors: int = 0
-    healthy: bool = True
-    migs: tuple[MigIdentity, ...] = ()
-    process_memory: int | None = None  # Σ of NVML's compute processes; None: unread or not available
-    pids: tuple[int, ...] = ()  # host PIDs of the compute processes NVML lists on the GPU
-
-
-@dataclass(frozen=True)
-class NodeView:
-    node: str
-    now: float
-    hosts: tuple[HostDevice, ...] = ()
-    containers: tuple[ContainerView, ...] = ()
-    pod_labels: tuple[PodLabels, ...] = ()
-    migs: tuple[MigView, ...] = ()
-    regions: Mapping[str, int] = field(default_factory=dict)  # state -> count
-    skipped: Mapping[str, int] = field(default_factory=dict)  # reason -> regions affected now
-    inconsistencies: Mapping[str, int] = field(default_factory=dict)  # kind -> count (exporter.reconcile)
-    unlimited: tuple[UnlimitedView, ...] = ()
-
-
-@dataclass(frozen=True)
-class Counters:
-    region_skips: Mapping[str, int]
-    nvml_errors: Mapping[str, int]
 
 
 def _g(name: str, doc: str, labels: tuple[str, ...]) -> Family:

@@ -17,7 +17,7 @@ from typing import TypeVar
 
 from hami.core import klog
 from hami.core.nvml import EVENT_XID_CRITICAL, Nvml, NvmlDevice, NvmlError
-from hami.exporter.families import HostDevice, MigIdentity, registered_type
+from hami.exporter.view import HostDevice, MigIdentity, registered_type
 
 log = klog.get_logger(__name__)
 IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})  # application errors, never a GPU fault

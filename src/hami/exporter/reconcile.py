@@ -21,8 +21,8 @@ from typing import Any
 from hami.core.devices import PodDevices
 from hami.core.objects import name_of, namespace_of, uid_of
 from hami.exporter.attribution import allocated_devices, container_names
-from hami.exporter.families import HostDevice
 from hami.exporter.region.parse import RegionSnapshot
+from hami.exporter.view import HostDevice
 
 KINDS = ("allocation_without_region", "region_without_pod", "region_unreadable", "memory_outside_hami")
 # NVML counts a process's CUDA context and the driver's own reservations that HAMi-core's region may not

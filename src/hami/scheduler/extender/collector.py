@@ -5,15 +5,15 @@ pre-2.9 CamelCase names only with ``--legacy-metrics``, also with ``zone`` (HAMi
 collector through ``WrapRegistererWith({"zone": "vGPU"})``). Everything is read under the state lock
 in one pass, so a scrape sees one consistent snapshot.
 
-The families are plain ``Family`` rows (``hami.core.serve.families``): ``render()`` writes them
-through the cached ``TextRenderer`` (a plain scrape of 1,000 nodes × 8 GPUs is ~66k series, and the
-extender holds the GIL while it renders), ``collect()`` yields them as prometheus_client metrics for
-every other request; ``hami.core.serve`` picks between the two (its ``Exposition``). The rendered
-path also keeps each node's per-device lines and each pod's per-container lines as text between
-scrapes, redone only when that node's ``NodeState`` or usage, or that pod's reservation, changes:
-a warm scrape copies text instead of formatting every line (the cache holds about one body's worth
-of text). tests/scheduler/test_collector_exposition.py checks it byte for byte against
-prometheus_client as reservations come and go.
+The families (declared in ``.families``) are plain ``Family`` rows (``hami.core.serve.families``):
+``render()`` writes them through the cached ``TextRenderer`` (a plain scrape of 1,000 nodes × 8
+GPUs is ~66k series, and the extender holds the GIL while it renders), ``collect()`` yields them as
+prometheus_client metrics for every other request; ``hami.core.serve`` picks between the two (its
+``Exposition``). The rendered path also keeps each node's per-device lines and each pod's
+per-container lines as text between scrapes, redone only when that node's ``NodeState`` or usage,
+or that pod's reservation, changes: a warm scrape copies text instead of formatting every line (the
+cache holds about one body's worth of text). tests/scheduler/test_collector_exposition.py checks it
+byte for byte against prometheus_client as reservations come and go.
 
 Section signs (§) refer to docs/design/scheduler.md.
 """
@@ -48,74 +48,17 @@ from hami.core.serve.families import (
 from hami.scheduler.engine.nodes import NodeState
 from hami.scheduler.engine.usage import PodAllocation
 from hami.scheduler.extender.decisions import DecisionStore
+from hami.scheduler.extender.families import (
+    MIB,
+    ZONE,
+    Allocation,
+    allocation_families,
+    scheduler_families,
+    state_families,
+)
 from hami.scheduler.extender.metrics import SchedulerMetrics
 from hami.scheduler.extender.schedulable import SCHEDULABLE, node_reason
 from hami.scheduler.extender.state import NODE_STATES, ClusterState, NodeRecord
-
-MIB = 1048576
-ZONE = "vGPU"
-_DEV = ("node", "device_uuid", "device_index", "device_type", "zone")
-_LEGACY_DEV = ("nodeid", "deviceuuid", "deviceidx", "devicetype", "zone")
-
-
-def _g(name: str, doc: str, labels: Sequence[str]) -> Family:
-    return Family(name, "gauge", doc, tuple(labels))
-
-
-def _scheduler_families() -> tuple[Family, ...]:
-    """The extender's scrape-time state families, without samples."""
-    leader = _g("hami_scheduler_is_leader", "1 when this replica leads (binds and writes handshakes).", [])
-    synced = _g("hami_scheduler_cache_synced", "1 once informers synced and a register pass completed.", [])
-    pending = _g(
-        "hami_scheduler_pending_pods",
-        "Pods requesting HAMi resources in phase Pending, by namespace and the reason of the extender's "
-        "latest decision (a Fit reason code, NotFiltered, WaitingForBind, NodeLockContention, Bound); "
-        "exported by the leader only.",
-        ["namespace", "reason"],
-    )
-    records = _g("hami_scheduler_decision_records", "Pods in the decision record (bounded LRU).", [])
-    states = _g(
-        "hami_scheduler_nodes",
-        "Nodes by registration state (healthy, handshake_expired, unregistered, decode_error).",
-        ["state"],
-    )
-    ages = _g(
-        "hami_node_handshake_age_seconds",
-        "Seconds since the timestamp in the node's "
-        "hami.io/node-handshake annotation (resets when it is renewed).",
-        ["node"],
-    )
-    held = _g(
-        "hami_scheduler_node_lock_held",
-        "1 while the node carries a hami.io/mutex.lock annotation.",
-        ["node"],
-    )
-    schedulable = _g(
-        "hami_scheduler_node_schedulable",
-        "1 when the scheduler places GPU pods on the node, else 0 with the reason (handshake_expired, "
-        "node_lock, decode_error, no_devices, unhealthy); reason is ok when schedulable.",
-        ["node", "reason"],
-    )
-    return (leader, synced, pending, states, ages, held, schedulable, records)
-
-
-class _Allocation(NamedTuple):
-    """HAMi's §7.1 families under their current names, in exposition order."""
-
-    split: Family
-    mem_limit: Family
-    core_limit: Family
-    mem_alloc: Family
-    shared: Family
-    core_alloc: Family
-    overview: Family
-    mem_ratio: Family
-    mig_info: Family
-    q_used: Family
-    q_limit: Family
-    v_mem: Family
-    v_core: Family
-
 
 Use = tuple[int, int, int]  # a device's (slots used, MiB used, cores used)
 _IDLE: Use = (0, 0, 0)
@@ -137,118 +80,6 @@ class _PodText(NamedTuple):
     alloc: PodAllocation
     text: tuple[str, ...]  # one chunk per ``_per_pod`` family
 
-
-def _allocation_families() -> tuple[_Allocation, list[Family]]:
-    """HAMi's §7.1 families, current names and the pre-2.9 ones, without samples."""
-    split = _g(
-        "hami_gpu_split_limit",
-        "Containers the GPU may hold at once: its split count (count in the register annotation). "
-        "Named _limit, not _count: a _count suffix reads as a histogram's.",
-        _DEV,
-    )
-    mem_limit = _g("hami_gpu_memory_limit_bytes", "Device memory limit for a certain GPU", _DEV)
-    core_limit = _g("hami_gpu_core_limit_ratio", "Device core limit for a certain GPU", _DEV)
-    mem_alloc = _g(
-        "hami_gpu_memory_allocated_bytes",
-        "Device memory allocated for a certain GPU",
-        ["node", "device_uuid", "device_index", "device_cores", "device_type", "zone"],
-    )
-    shared = _g("hami_gpu_shared_count", "Number of containers sharing this GPU", _DEV)
-    core_alloc = _g("hami_gpu_core_allocated_ratio", "Device core allocated for a certain GPU", _DEV)
-    overview = _g(
-        "hami_node_gpu_overview",
-        "GPU overview on a certain node",
-        [
-            "node",
-            "device_uuid",
-            "device_index",
-            "device_cores",
-            "device_memory_limit",
-            "device_type",
-            "zone",
-        ],
-    )
-    mem_ratio = _g(
-        "hami_node_gpu_memory_allocated_ratio", "GPU Memory Allocated Percentage on a certain GPU", _DEV
-    )
-    mig_info = _g(
-        "hami_node_gpu_mig_instance_info",
-        "Realized MIG instance identity and scheduler placement",
-        ["node", "device_uuid", "device_index", "mig_uuid", "profile", "gpu_instance_id",
-         "compute_instance_id", "placement_start", "placement_size", "zone"],
-    )
-    q_used = _g(
-        "hami_resource_quota_used",
-        "resourcequota usage for a certain device",
-        ["namespace", "quota_name", "limit", "zone"],
-    )
-    q_limit = _g(
-        "hami_resource_quota_limit",
-        "resourcequota limit for a certain device",
-        ["namespace", "quota_name", "zone"],
-    )
-    v_mem = _g(
-        "hami_vgpu_memory_allocated_bytes",
-        "vGPU memory allocated from a container",
-        ["namespace", "node", "pod", "container_index", "device_uuid", "zone"],
-    )
-    v_core = _g(
-        "hami_vgpu_core_allocated_ratio",
-        "vGPU core allocated from a container",
-        ["namespace", "node", "pod", "container_index", "device_uuid", "zone"],
-    )
-    legacy = [
-        _g("GPUDeviceMemoryLimit", "Device memory limit for a certain GPU", _LEGACY_DEV),
-        _g("GPUDeviceCoreLimit", "Device memory core limit for a certain GPU", _LEGACY_DEV),
-        _g(
-            "GPUDeviceMemoryAllocated",
-            "Device memory allocated for a certain GPU",
-            ["nodeid", "deviceuuid", "deviceidx", "devicecores", "devicetype", "zone"],
-        ),
-        _g("GPUDeviceSharedNum", "Number of containers sharing this GPU", _LEGACY_DEV),
-        _g("GPUDeviceCoreAllocated", "Device core allocated for a certain GPU", _LEGACY_DEV),
-        _g(
-            "nodeGPUOverview",
-            "GPU overview on a certain node",
-            ["nodeid", "deviceuuid", "deviceidx", "devicecores", "devicememorylimit", "devicetype", "zone"],
-        ),
-        _g(
-            "nodeGPUMemoryPercentage",
-            "GPU Memory Allocated Percentage on a certain GPU",
-            ["nodeid", "deviceuuid", "deviceidx", "zone"],
-        ),
-        _g(
-            "QuotaUsed",
-            "resourcequota usage for a certain device",
-            ["quotanamespace", "quotaName", "limit", "zone"],
-        ),
-        _g(
-            "vGPUMemoryAllocated",
-            "vGPU memory allocated from a container",
-            ["podnamespace", "nodename", "podname", "containeridx", "deviceuuid", "zone"],
-        ),
-        _g(
-            "vGPUCoreAllocated",
-            "vGPU core allocated from a container",
-            ["podnamespace", "nodename", "podname", "containeridx", "deviceuuid", "zone"],
-        ),
-        _g(
-            "nodeGPUMigInstance",
-            "GPU Sharing mode. 0 for hami-core, 1 for mig, 2 for mps",
-            ["nodeid", "deviceuuid", "deviceidx", "migname", "zone"],
-        ),
-    ]
-    current = _Allocation(
-        split, mem_limit, core_limit, mem_alloc, shared, core_alloc, overview, mem_ratio, mig_info,
-        q_used, q_limit, v_mem, v_core,
-    )
-    return current, legacy
-
-
-def state_families(legacy: bool) -> list[Family]:
-    """Every family ``StateCollector`` yields, without samples."""
-    current, old = _allocation_families()
-    return [*_scheduler_families(), *current, *(old if legacy else ())]
 
 
 class StateCollector(Collector):
@@ -290,7 +121,7 @@ class StateCollector(Collector):
         return self._renderer.render([*self._scheduler(), *self._allocations(rendered=True)], openmetrics)
 
     def _scheduler(self) -> tuple[Family, ...]:
-        leader, synced, pending, states, ages, held, schedulable, size = _scheduler_families()
+        leader, synced, pending, states, ages, held, schedulable, size = scheduler_families()
         is_leader = self.is_leader()
         leader.add((), 1.0 if is_leader else 0.0)
         synced.add((), 1.0 if self.state.synced.is_set() and self.state.informers_synced() else 0.0)
@@ -339,7 +170,7 @@ class StateCollector(Collector):
         re-rendered only for a device whose node's ``NodeState`` or whose usage changed, or a pod
         whose reservation did (a scrape at 1,000 nodes × 8 GPUs would otherwise format ~66k lines)."""
         # Integer values stay ints: they render as the same float text, and ``number`` caches it.
-        f, legacy = _allocation_families()
+        f, legacy = allocation_families()
         per_device = self._per_device(f, legacy)
         nodes: dict[str, _NodeText] = {}
         pods: dict[str, _PodText] = {}
@@ -381,13 +212,13 @@ class StateCollector(Collector):
                 self._node_text, self._pod_text, self._usage_seq = nodes, pods, usage.seq
         return [*f, *legacy] if self.legacy else list(f)
 
-    def _per_device(self, f: _Allocation, legacy: list[Family]) -> tuple[Family, ...]:
+    def _per_device(self, f: Allocation, legacy: list[Family]) -> tuple[Family, ...]:
         """The families with one series per device, in ``_device_series`` order."""
         current = (f.split, f.mem_limit, f.core_limit, f.mem_alloc, f.shared, f.core_alloc, f.overview,
                    f.mem_ratio)
         return (*current, *legacy[:7]) if self.legacy else current
 
-    def _per_pod(self, f: _Allocation, legacy: list[Family]) -> tuple[Family, ...]:
+    def _per_pod(self, f: Allocation, legacy: list[Family]) -> tuple[Family, ...]:
         """The families with one series per reserved device of a pod, in ``_pod_rows`` order."""
         return (f.v_mem, f.v_core, legacy[8], legacy[9]) if self.legacy else (f.v_mem, f.v_core)
 
