@@ -40,8 +40,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby, permutations
 
-from hami.core import snapshot as snap
 from hami.core.devices import MODE_MIG, PodDevices
+from hami.core.snapshot import model as snap
 from hami.scheduler.engine import reasons as r
 from hami.scheduler.engine.decision import FilterResult, commit, filter_pod
 from hami.scheduler.engine.nodes import NodeState
