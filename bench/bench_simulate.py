@@ -28,7 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from hami.core import snapshot as snap
+from hami.core.snapshot import model as snap
+from hami.core.snapshot import reader as snapread
+from hami.core.snapshot import writer as snapwrite
 from hami.doctor.capture import CaptureSettings, capture
 from hami.testing.history import HistorySpec, generate
 from hami.tune.simulate.measures import fidelity, summarise
@@ -43,7 +45,7 @@ def child(path: Path) -> dict[str, float]:
     """Load, replay twice and compare, in this (fresh) process; the figures as a dict."""
     started = time.perf_counter()
     cpu = time.process_time()
-    snapshot = snap.load_snapshot(path)
+    snapshot = snapread.load_snapshot(path)
     loaded = time.perf_counter()
     current = replay(snapshot, CURRENT)
     replayed = time.perf_counter()
@@ -96,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     generated = time.perf_counter() - started
     with tempfile.TemporaryDirectory() as work:
         path = args.keep or Path(work) / "snapshot.json"
-        snap.save_snapshot(s, path)
+        snapwrite.save_snapshot(s, path)
         size = path.stat().st_size / 2**20
         print(
             f"history: {args.nodes} nodes x {args.gpus} GPUs, {args.pods} arrivals over "

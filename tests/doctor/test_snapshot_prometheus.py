@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from hami.core import snapshot as snap
 from hami.core.codec.node_devices import decode_node_devices
 from hami.core.codec.pod_devices import decode_pod_devices
+from hami.core.snapshot import model as snap
+from hami.core.snapshot import reader as snapread
 from hami.doctor.main import main
 from hami.testing import prometheus
 from hami.tune.main import main as tune
@@ -117,7 +118,7 @@ def test_history_as_a_snapshot(prom_url: str, tmp_path: Path, capsys: pytest.Cap
         str(out),
     ]
     assert main(argv, stdout=io.StringIO()) == 0
-    s = snap.load_snapshot(out)
+    s = snapread.load_snapshot(out)
     assert s.source == snap.SOURCE_PROMETHEUS and (s.start, s.taken) == (START, END)
     cards = {n.name: decode_node_devices(n.annotations["hami.io/node-nvidia-register"]) for n in s.nodes}
     assert {n: [(d.id, d.devmem, d.count, d.type) for d in devs] for n, devs in cards.items()} == {

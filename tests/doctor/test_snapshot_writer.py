@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from hami.core import annotations as ann
-from hami.core import snapshot as snap
+from hami.core.snapshot import model as snap
+from hami.core.snapshot import reader as snapread
 from hami.doctor.main import main
 from hami.testing import cluster
 from hami.testing.builders import limits, resource_quota
@@ -98,7 +99,7 @@ def _snapshot(kube_config_file: Path, tmp_path: Path, *args: str) -> tuple[int, 
         *args,
     ]
     code = main(argv, stdout=stdout)
-    return code, snap.load_snapshot(out) if out.exists() else None, stdout.getvalue()
+    return code, snapread.load_snapshot(out) if out.exists() else None, stdout.getvalue()
 
 
 @pytest.fixture
@@ -190,7 +191,7 @@ def test_stdout_and_the_replay_read_the_same_file(
     stdout = io.StringIO()
     argv = ["snapshot", "-o", "-", "--kubeconfig", str(kube_config_file), "--now", "2026-03-02T12:00:00Z"]
     assert main(argv, stdout=stdout) == 0
-    s = snap.loads(stdout.getvalue())
+    s = snapread.loads(stdout.getvalue())
     assert len(s.pods) == 14
 
 

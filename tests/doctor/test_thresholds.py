@@ -8,7 +8,7 @@ from alerts import generate
 
 from hami.core import thresholds
 from hami.core.duration import parse_prometheus_duration
-from hami.doctor import nodecheck
+from hami.doctor import nodeprotocol
 from hami.doctor.settings import LOCK_HELD_ALERT, Settings
 
 NOW = datetime(2025, 6, 13, 9, 10, tzinfo=UTC)
@@ -33,8 +33,8 @@ def test_lock_held_threshold_is_the_alerts_for_duration() -> None:
 
 def test_a_shorter_threshold_in_the_file_moves_the_doctors_verdict() -> None:
     node = _locked(timedelta(minutes=2))
-    assert nodecheck.check_node_lock(node, True, Settings(), NOW)[0][0].code == "node.lock.held"
+    assert nodeprotocol.check_node_lock(node, True, Settings(), NOW)[0][0].code == "node.lock.held"
     strict = Settings(lock_held_alert=parse_prometheus_duration("1m"))
-    (finding,) = nodecheck.check_node_lock(node, True, strict, NOW)[0]
+    (finding,) = nodeprotocol.check_node_lock(node, True, strict, NOW)[0]
     assert finding.code == "node.lock.stuck"
     assert "expires in 3m0s" in finding.summary

@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from hami.core import names
-from hami.core import snapshot as snap
+from hami.core.snapshot import model as snap
+from hami.core.snapshot import writer as snapwrite
 from hami.testing import chart, prometheus, whatif
 from hami.testing.processes import free_port, python_env
 from hami.tune.main import main
@@ -313,7 +314,7 @@ def _verify_snapshot(path: Path) -> Path:
     nodes = [whatif.node("n1", 40960, 40960), whatif.node("n2", 40960)]
     pods = [whatif.pod(f"p{i}", 60 * i, mem=8192, until=60 * i + 3600) for i in range(24)]
     lock = snap.Lock("n2", whatif.T0 - 60, "ml/crashed")
-    snap.save_snapshot(whatif.snapshot(nodes, pods, end=4 * 3600, locks=[lock]), path)
+    snapwrite.save_snapshot(whatif.snapshot(nodes, pods, end=4 * 3600, locks=[lock]), path)
     return path
 
 

@@ -24,7 +24,9 @@ import pytest
 import requests
 
 from hami.core import annotations as ann
-from hami.core import snapshot as snap
+from hami.core.snapshot import model as snap
+from hami.core.snapshot import reader as snapread
+from hami.core.snapshot import writer as snapwrite
 from hami.doctor.capture import CaptureSettings, capture
 from hami.doctor.main import main as doctor
 from hami.scheduler.extender.daemon import Extender
@@ -67,7 +69,7 @@ def history() -> Iterator[tuple[snap.Snapshot, Times]]:
     # Busy enough that pods wait and the last ones never fit: the retries are exercised too.
     h = generate(HistorySpec(nodes=200, gpus=4, pods=3000, mean_gap=1.5, mean_life=8 * 3600))
     s = capture(h.nodes, h.pods, [], h.taken, CaptureSettings(scheduler=snap.Scheduler()))
-    yield snap.loads(snap.dumps(s)), h.exact
+    yield snapread.loads(snapwrite.dumps(s)), h.exact
 
 
 def test_generated_200_node_history(history: tuple[snap.Snapshot, Times]) -> None:
@@ -223,7 +225,7 @@ def test_demo_cluster_through_the_real_extender(
         ]
     )
     assert code == 0
-    snapshot = snap.load_snapshot(out)
+    snapshot = snapread.load_snapshot(out)
     scheduled = [p for p in snapshot.pods if p.scheduled is not None]
     assert len(scheduled) >= 25
     f = check(snapshot, driver.times)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hami.core import snapshot as snap
+from hami.core.snapshot import model as snap
 from hami.testing.whatif import T0, node, pod, snapshot
 from hami.tune.simulate.measures import fidelity, summarise
 from hami.tune.simulate.records import PodRun, ReplayResult

@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
-from hami.core import snapshot as snap
+from hami.core.snapshot import model as snap
+from hami.core.snapshot import reader as snapread
+from hami.core.snapshot import writer as snapwrite
 from hami.testing.whatif import T0, node, pod, snapshot
 from hami.tune.main import main
 
@@ -33,16 +35,16 @@ SNAPSHOT = snapshot(
 @pytest.fixture
 def snapshot_file(tmp_path: Path) -> Path:
     path = tmp_path / "snap.json"
-    snap.save_snapshot(SNAPSHOT, path)
+    snapwrite.save_snapshot(SNAPSHOT, path)
     return path
 
 
 def test_a_snapshot_survives_the_file() -> None:
-    assert snap.loads(snap.dumps(SNAPSHOT)) == SNAPSHOT
+    assert snapread.loads(snapwrite.dumps(SNAPSHOT)) == SNAPSHOT
 
 
 def _document() -> dict[str, Any]:
-    doc: dict[str, Any] = json.loads(snap.dumps(SNAPSHOT))
+    doc: dict[str, Any] = json.loads(snapwrite.dumps(SNAPSHOT))
     return doc
 
 
@@ -100,7 +102,7 @@ def _break(path: str, value: Any) -> dict[str, Any]:
 )
 def test_every_bad_field_is_named(path: str, value: Any, message: str) -> None:
     with pytest.raises(snap.SnapshotError) as err:
-        snap.from_document(_break(path, value))
+        snapread.from_document(_break(path, value))
     assert str(err.value).startswith(message)
 
 

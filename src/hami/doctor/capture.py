@@ -16,13 +16,13 @@ from datetime import datetime, tzinfo
 from typing import Any
 
 from hami.core import annotations as ann
-from hami.core import snapshot as snap
 from hami.core.codec import CodecError
 from hami.core.codec.handshake import check_handshake
 from hami.core.codec.node_devices import get_node_devices
 from hami.core.codec.nodelock import parse_node_lock, parse_rfc3339
 from hami.core.codec.quantity import parse_quantity
 from hami.core.objects import annotations_of, metadata_of, name_of, namespace_of, uid_of
+from hami.core.snapshot import model as snap
 
 Obj = dict[str, Any]
 

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from hami.core.codec.nodelock import format_rfc3339
 from hami.core.promapi import QueryFn
 from hami.doctor.findings import OK, WARNING, Finding, Section, Table
-from hami.doctor.nodecheck import age
+from hami.doctor.nodeprotocol import age
 
 GIB = 1024**3
 

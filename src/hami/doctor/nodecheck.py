@@ -1,58 +1,38 @@
 """Node checks: the guides' batch annotation check and register field checks, as pure functions.
 
 Input is a Node as the API returns it (a dict); output is findings and the decoded device table.
+The handshake and node lock checks that ``check_node`` runs are in ``nodeprotocol``.
 """
 
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from hami.core import annotations as ann
 from hami.core.codec import CodecError
-from hami.core.codec.handshake import REQUESTING, check_handshake, parse_datetime
 from hami.core.codec.node_devices import decode_legacy_node_devices, get_node_devices
-from hami.core.codec.nodelock import NodeLock, is_expired, parse_node_lock
-from hami.core.codec.quantity import parse_quantity
 from hami.core.devices import DeviceInfo
-from hami.core.duration import format_duration
 from hami.core.objects import annotations_of, name_of
-from hami.doctor.findings import BROKEN, OK, WARNING, Finding, Remedy, Section, Table
+from hami.doctor.findings import BROKEN, OK, WARNING, Finding, Section, Table
+from hami.doctor.nodeprotocol import (
+    FIX_VERSIONS,
+    allocatable_gpus,
+    check_node_handshake,
+    check_node_lock,
+)
 from hami.doctor.settings import DEVICE_PLUGIN_LOGS, GET_DEVICE_PLUGIN, Settings
 
 Obj = dict[str, Any]
 
 UUID_RE = re.compile(r"GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 DEVICE_COLUMNS = ("ID", "Index", "Count", "Devmem", "Devcore", "Type", "Numa", "Mode", "Health")
-HANDSHAKE_FORMAT = (
-    "written by the scheduler as HAMi v2.10 does (Requesting_<its local time>), not a Unix timestamp "
-    "from the device plugin: compare it with the time, not with date +%s"
-)
-# Clocks further apart than this break the handshake (docs/guides/device-plugin-debugging.md §4.3).
-CLOCK_SKEW = timedelta(seconds=30)
 
 FIX_DEVICE_PLUGIN = (
     "check that the device plugin pod on the node is running (docs/guides/device-plugin-debugging.md §4.1)"
 )
 FIX_HEALTH = "check the GPU: nvidia-smi -q -d HEALTH and -d ECC on the node"
-FIX_VERSIONS = "device plugin and scheduler versions differ: upgrade HAMi components together"
-
-
-def age(when: datetime, now: datetime) -> str:
-    """How long ago ``when`` was, to the second (annotation and event times carry no more)."""
-    return format_duration(timedelta(seconds=int((now - when).total_seconds())))
-
-
-def allocatable_gpus(node: Obj, resource: str = ann.RESOURCE_GPU) -> int:
-    """``status.allocatable[nvidia.com/gpu]`` as an integer; 0 when absent or malformed."""
-    value = ((node.get("status") or {}).get("allocatable") or {}).get(resource)
-    if value is None:
-        return 0
-    try:
-        return int(parse_quantity(str(value)))
-    except CodecError:
-        return 0
 
 
 def check_registration(node: Obj) -> tuple[list[Finding], list[DeviceInfo]]:
@@ -184,179 +164,6 @@ def device_table(node: str, devs: list[DeviceInfo]) -> Table:
         for d in devs
     )
     return Table(f"devices on {node}", DEVICE_COLUMNS, rows)
-
-
-def check_node_handshake(node: Obj, s: Settings, now: datetime) -> list[Finding]:
-    name = name_of(node)
-    value = annotations_of(node).get(ann.NODE_HANDSHAKE)
-    gpus = allocatable_gpus(node)
-    if value is None:
-        return [
-            Finding(
-                WARNING,
-                "node.handshake.missing",
-                f"no handshake record ({ann.NODE_HANDSHAKE} is absent)",
-                (f"{ann.NODE_HANDSHAKE}: <absent>",),
-                "the scheduler writes Requesting_<now> within 15 s on nodes it registers: check that "
-                "it runs, is leader, and that --node-label-selector includes the node",
-            )
-        ]
-    evidence = [f"{ann.NODE_HANDSHAKE}: {value}", f"allocatable {ann.RESOURCE_GPU}: {gpus}"]
-    clear = Remedy(
-        name,
-        ann.NODE_HANDSHAKE,
-        value,
-        f"remove {ann.NODE_HANDSHAKE} from {name}; the scheduler writes a fresh request at its next tick",
-    )
-    if REQUESTING not in value:
-        return [
-            Finding(
-                WARNING,
-                "node.handshake.legacy",
-                "handshake is not a scheduler request "
-                "(legacy device plugin value); the v2.10 scheduler replaces it at its next tick",
-                tuple(evidence),
-                FIX_VERSIONS,
-            )
-        ]
-    _, sep, stamp = value.partition("_")
-    try:
-        if not sep:
-            raise CodecError("handshake has no '_' separator", "handshake", value)
-        when = parse_datetime(stamp, "handshake timestamp", s.scheduler_tz)
-    except CodecError as exc:
-        return [
-            Finding(
-                WARNING,
-                "node.handshake.undecodable",
-                "handshake cannot be parsed: the scheduler treats the node as healthy and never "
-                "refreshes the handshake",
-                (*evidence, f"error: {exc}"),
-                "remove the annotation (--fix) so the scheduler writes a fresh one",
-                clear,
-            )
-        ]
-    evidence.append(f"age {age(when, now)}, threshold {format_duration(s.handshake_timeout)}")
-    if now - when < -CLOCK_SKEW:
-        return [
-            Finding(
-                WARNING,
-                "node.handshake.future",
-                "handshake time is in the future: clocks differ",
-                tuple(evidence),
-                "check NTP on the nodes and the control plane; keep skew under 30 s",
-            )
-        ]
-    healthy, _ = check_handshake(value, now, gpus, s.scheduler_tz)
-    # The guides' check subtracts the value from `date +%s`: say once why that cannot work here.
-    evidence.append(HANDSHAKE_FORMAT)
-    if now - when < s.handshake_timeout:
-        return [
-            Finding(OK, "node.handshake.ok", f"handshake requested {age(when, now)} ago", tuple(evidence))
-        ]
-    if healthy:
-        return [
-            Finding(
-                OK,
-                "node.handshake.ok",
-                f"handshake requested {age(when, now)} ago; older than "
-                f"{format_duration(s.handshake_timeout)}, but {gpus} allocatable {ann.RESOURCE_GPU} "
-                "keeps the node healthy (v2.10 device plugins do not answer the handshake)",
-                tuple(evidence),
-            )
-        ]
-    return [
-        Finding(
-            BROKEN,
-            "node.handshake.expired",
-            f"handshake expired ({age(when, now)} > {format_duration(s.handshake_timeout)}) and kubelet "
-            f"reports no allocatable {ann.RESOURCE_GPU}: the scheduler drops the node's devices",
-            tuple(evidence),
-            "check the device plugin pod (CrashLoopBackOff → its logs), its kubelet registration "
-            "('Registered device plugin ... with Kubelet') and NTP (skew under 30 s)",
-            clear,
-        )
-    ]
-
-
-def check_node_lock(
-    node: Obj, owner_exists: bool | None, s: Settings, now: datetime
-) -> tuple[list[Finding], NodeLock | None]:
-    """Lock state and age; ``owner_exists`` is whether the owner pod was found (None: not looked up)."""
-    name = name_of(node)
-    value = annotations_of(node).get(ann.NODE_LOCK)
-    if value is None:
-        return [Finding(OK, "node.lock.free", "node lock free")], None
-    clear = Remedy(
-        name,
-        ann.NODE_LOCK,
-        value,
-        f"remove {ann.NODE_LOCK} from {name} (kubectl annotate node {name} {ann.NODE_LOCK}-)",
-    )
-    evidence = [f"{ann.NODE_LOCK}: {value}"]
-    try:
-        lock = parse_node_lock(value)
-    except CodecError as exc:
-        return [
-            Finding(
-                BROKEN,
-                "node.lock.malformed",
-                "node lock cannot be parsed: every bind to this node fails until it is removed",
-                (*evidence, f"error: {exc}"),
-                "clear the node lock (--fix, or kubectl annotate node NAME hami.io/mutex.lock-)",
-                clear,
-            )
-        ], None
-    owner = f"{lock.namespace}/{lock.name}" if lock.name else "<legacy lock, no owner>"
-    evidence.append(
-        f"owner {owner}, age {age(lock.time, now)}, timeout {format_duration(s.node_lock_timeout)}"
-    )
-    if is_expired(lock, now, s.node_lock_timeout):
-        return [
-            Finding(
-                WARNING,
-                "node.lock.expired",
-                f"node lock held by {owner} for {age(lock.time, now)}: expired, the next bind takes it "
-                "over; whoever set it did not release it",
-                tuple(evidence),
-                "check the device plugin's Allocate on this node; or clear the lock now",
-                clear,
-            )
-        ], lock
-    if lock.name and owner_exists is False:
-        return [
-            Finding(
-                WARNING,
-                "node.lock.dangling",
-                f"node lock held by {owner}, which no longer exists",
-                tuple(evidence),
-                "the scheduler releases it at the next bind; or clear it now",
-                clear,
-            )
-        ], lock
-    if now - lock.time > s.lock_held_alert:
-        expires = format_duration(lock.time + s.node_lock_timeout - now)
-        return [
-            Finding(
-                WARNING,
-                "node.lock.stuck",
-                f"node lock held by {owner} for {age(lock.time, now)} (> "
-                f"{format_duration(s.lock_held_alert)}, HAMiNodeLockHeldTooLong): binds of other pods "
-                f"to this node fail until it is released or expires in {expires}",
-                tuple(evidence),
-                "check the holder's allocation (hami-doctor pod " + owner + ") and the device plugin on "
-                "this node; or clear the lock now",
-                clear,
-            )
-        ], lock
-    return [
-        Finding(
-            OK,
-            "node.lock.held",
-            f"node lock held by {owner} for {age(lock.time, now)} (allocation in progress)",
-            tuple(evidence),
-        )
-    ], lock
 
 
 # Finding codes → the reason the scheduler gives in hami_scheduler_node_schedulable, in its order.

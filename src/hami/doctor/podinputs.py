@@ -12,7 +12,7 @@ from hami.core.codec.nodelock import parse_rfc3339
 from hami.core.codec.quantity import parse_quantity
 from hami.core.objects import labels_of, name_of, namespace_of
 from hami.doctor.findings import BROKEN, OK, WARNING, Finding
-from hami.doctor.nodecheck import age
+from hami.doctor.nodeprotocol import age
 from hami.doctor.settings import (
     GET_SCHEDULER,
     RESTART_SCHEDULER,

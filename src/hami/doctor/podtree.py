@@ -18,7 +18,7 @@ from hami.core.codec import CodecError
 from hami.core.codec.nodelock import parse_rfc3339
 from hami.core.duration import format_duration
 from hami.core.objects import annotations_of, meta_field, name_of, namespace_of
-from hami.doctor import nodecheck, reasons, verdict
+from hami.doctor import nodecheck, nodeprotocol, reasons, verdict
 from hami.doctor.findings import BROKEN, OK, WARNING, Finding, Section, is_broken
 from hami.doctor.podinputs import PodCluster, check_requests, check_scheduler, check_scheduler_name
 from hami.doctor.settings import Settings
@@ -48,7 +48,7 @@ def _when(event: Obj) -> datetime | None:
 
 def _describe(event: Obj, now: datetime) -> str:
     when = _when(event)
-    ago = f", {nodecheck.age(when, now)} ago" if when else ""
+    ago = f", {nodeprotocol.age(when, now)} ago" if when else ""
     source = (event.get("source") or {}).get("component") or event.get("reportingComponent") or "?"
     count = int(event.get("count") or 1)
     return (
@@ -134,7 +134,7 @@ def _no_hami_events(c: PodCluster) -> list[Finding]:
                 FIX_RAISE_V5,
             )
         ]
-    with_gpu = {n: g for n, node in sorted(c.nodes.items()) if (g := nodecheck.allocatable_gpus(node)) > 0}
+    with_gpu = {n: g for n, node in sorted(c.nodes.items()) if (g := nodeprotocol.allocatable_gpus(node)) > 0}
     evidence = (
         str(insufficient[-1].get("message", "")),
         *(f"{n}: allocatable {ann.RESOURCE_GPU} {g}" for n, g in with_gpu.items()),
@@ -201,7 +201,7 @@ def _node_annotations(names: list[str], c: PodCluster, s: Settings, now: datetim
             )
             continue
         found, _ = nodecheck.check_registration(node)
-        found += nodecheck.check_node_handshake(node, s, now)
+        found += nodeprotocol.check_node_handshake(node, s, now)
         out += [_on(name, f) for f in found if f.severity != OK]
     if not out:
         out.append(
@@ -254,7 +254,7 @@ def _lock_for_pod(node_name: str, c: PodCluster, s: Settings, now: datetime) -> 
     owner_ok = None
     if value is not None and value.count(",") == 2:
         owner_ok = c.owner_exists.get("/".join(value.split(",")[1:]))
-    found, lock = nodecheck.check_node_lock(node, owner_ok, s, now)
+    found, lock = nodeprotocol.check_node_lock(node, owner_ok, s, now)
     if (
         lock
         and lock.name
@@ -266,7 +266,7 @@ def _lock_for_pod(node_name: str, c: PodCluster, s: Settings, now: datetime) -> 
                 WARNING,
                 "node.lock.other",
                 f"node lock held by {lock.namespace}/{lock.name} for "
-                f"{nodecheck.age(lock.time, now)}: binds of other pods to {node_name} wait",
+                f"{nodeprotocol.age(lock.time, now)}: binds of other pods to {node_name} wait",
                 found[0].evidence,
                 "wait for that pod's allocation to finish; it expires after "
                 f"{format_duration(s.node_lock_timeout)}",
@@ -288,7 +288,7 @@ def _bind_phase(c: PodCluster, s: Settings, now: datetime) -> list[Finding]:
     bind_time = annos.get(ann.POD_BIND_TIME, "")
     bound = datetime.fromtimestamp(int(bind_time), now.tzinfo) if bind_time.isdigit() else None
     if bound is not None:
-        evidence.append(f"{ann.POD_BIND_TIME}: {bind_time} ({nodecheck.age(bound, now)} ago)")
+        evidence.append(f"{ann.POD_BIND_TIME}: {bind_time} ({nodeprotocol.age(bound, now)} ago)")
     locks = _lock_for_pod(node, c, s, now) if node in c.nodes else []
     if phase == ann.BIND_PHASE_FAILED:
         return [
@@ -308,7 +308,7 @@ def _bind_phase(c: PodCluster, s: Settings, now: datetime) -> list[Finding]:
                 Finding(
                     BROKEN,
                     "pod.bind-phase.stuck",
-                    f"stuck in allocating for {nodecheck.age(bound, now)} (> "
+                    f"stuck in allocating for {nodeprotocol.age(bound, now)} (> "
                     f"{format_duration(s.bind_timeout)}): the device plugin never finished Allocate",
                     tuple(evidence),
                     f"check the device plugin pod on {node} and kubelet's device "

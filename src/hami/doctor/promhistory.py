@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from hami.core import annotations as ann
-from hami.core import snapshot as snap
 from hami.core.codec.node_devices import encode_node_devices
 from hami.core.codec.pod_devices import encode_pod_devices
 from hami.core.devices import MODE_HAMI_CORE, ContainerDevice, DeviceInfo
 from hami.core.promapi import Sample, Series
+from hami.core.snapshot import model as snap
 from hami.doctor.capture import NOTE_LOCK, NOTE_SCALING, CaptureSettings
 
 MIB = 1 << 20

@@ -21,7 +21,6 @@ from typing import IO, Any
 
 import yaml
 
-from hami.core import snapshot as snap
 from hami.core.duration import (
     DurationError,
     duration_flag,
@@ -31,6 +30,8 @@ from hami.core.duration import (
 )
 from hami.core.kube import raw
 from hami.core.promapi import PrometheusClient
+from hami.core.snapshot import model as snap
+from hami.core.snapshot import writer as snapwrite
 from hami.doctor import fetch
 from hami.doctor.capture import (
     NOTE_GPU_POLICY,
@@ -237,7 +238,7 @@ def from_history(args: argparse.Namespace, now: datetime) -> snap.Snapshot:
 
 
 def write(snapshot: snap.Snapshot, output: str, stdout: IO[str]) -> None:
-    text = snap.dumps(snapshot)
+    text = snapwrite.dumps(snapshot)
     if output == "-":
         stdout.write(text)
         return

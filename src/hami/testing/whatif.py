@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hami.core import annotations as ann
-from hami.core import snapshot as snap
 from hami.core.codec.node_devices import encode_node_devices
 from hami.core.codec.pod_devices import encode_pod_devices
 from hami.core.devices import ContainerDevice
+from hami.core.snapshot import model as snap
 from hami.testing.builders import dev, limits
 
 T0 = 1_750_000_000.0

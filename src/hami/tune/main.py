@@ -25,9 +25,10 @@ from pathlib import Path
 import yaml
 
 from hami.core import names
-from hami.core import snapshot as snap
 from hami.core.duration import duration_flag, prometheus_duration_flag
 from hami.core.promapi import PrometheusClient, PrometheusError
+from hami.core.snapshot import model as snap
+from hami.core.snapshot import reader as snapread
 from hami.tune import chargeback, compare, defrag, patch, report, tables, values
 from hami.tune.collect import InputError, Settings, preflight, recommend_all
 from hami.tune.recommend import Recommendation
@@ -270,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     snapshot = None
     if args.verify is not None:
         try:
-            snapshot = snap.load_snapshot(args.verify)
+            snapshot = snapread.load_snapshot(args.verify)
         except snap.SnapshotError as exc:
             print(f"hami-tune: --verify: bad snapshot: {exc}", file=sys.stderr)
             return EXIT_BAD_SNAPSHOT

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, NoReturn
 
-from hami.core import snapshot as snap
+from hami.core.snapshot import model as snap
+from hami.core.snapshot import reader as snapread
 from hami.tune.simulate import scenario as sc
 from hami.tune.simulate.cluster import ClusterError
 from hami.tune.simulate.measures import Fidelity, fidelity, summarise
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None, stdout: IO[str] | None = None) -> int:
         print("hami-tune simulate: --samples must be at least 2", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
-        snapshot = snap.load_snapshot(args.snapshot)
+        snapshot = snapread.load_snapshot(args.snapshot)
         outcomes, f = simulate(snapshot, args.scenarios, args.samples)
     except (snap.SnapshotError, ClusterError) as exc:
         print(f"hami-tune simulate: bad snapshot: {exc}", file=sys.stderr)

@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from hami.core import snapshot as snap
 from hami.core.codec.errors import CodecError
 from hami.core.codec.mig import decode_mig_allocations
 from hami.core.codec.pod_devices import decode_pod_devices
 from hami.core.devices import MODE_MIG, DeviceInfo, PodDevices
+from hami.core.snapshot import model as snap
 from hami.scheduler.engine.decision import FilterConfig
 from hami.scheduler.engine.device_config import DeviceConfigError, NvidiaConfig, load_nvidia_config
 from hami.scheduler.engine.mig import unreserved

@@ -6,7 +6,7 @@ import heapq
 import statistics
 from collections.abc import Iterable, Sequence
 
-from hami.core import snapshot as snap
+from hami.core.snapshot import model as snap
 from hami.scheduler.engine.decision import FilterResult, filter_pod
 from hami.scheduler.engine.nodes import NodeState
 from hami.scheduler.engine.quota import QuotaManager

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from html import escape
 
-from hami.core import snapshot as snap
+from hami.core.snapshot import model as snap
 from hami.tune.simulate.measures import Fidelity, Summary
 from hami.tune.simulate.records import Sample
 from hami.tune.simulate.table import PEAK_ROW, ROWS, Outcome, cell, duration, fidelity_line, heading

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hami.core import snapshot as snap
 from hami.core.devices import PodDevices
+from hami.core.snapshot import model as snap
 from hami.scheduler.engine.decision import FilterResult
 from hami.scheduler.engine.requests import PodRequest
 from hami.tune.simulate import cluster as cl

@@ -37,7 +37,7 @@ import heapq
 import math
 from collections.abc import Mapping, Sequence
 
-from hami.core import snapshot as snap
+from hami.core.snapshot import model as snap
 from hami.scheduler.engine import reasons as r
 from hami.scheduler.engine.decision import commit
 from hami.scheduler.engine.nodes import NodeState

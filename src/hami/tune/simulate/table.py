@@ -8,7 +8,8 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from hami.core import snapshot as snap
+from hami.core.snapshot import model as snap
+from hami.core.snapshot import writer as snapwrite
 from hami.tune.simulate.measures import Fidelity, Summary
 from hami.tune.simulate.records import ReplayResult
 
@@ -168,8 +169,8 @@ def to_json(snapshot: snap.Snapshot, path: str, outcomes: Sequence[Outcome], f: 
         "snapshot": {
             "path": path,
             "source": snapshot.source,
-            "start": snap.format_time(snapshot.start),
-            "taken": snap.format_time(snapshot.taken),
+            "start": snapwrite.format_time(snapshot.start),
+            "taken": snapwrite.format_time(snapshot.taken),
             "nodes": len(snapshot.nodes),
             "pods": len(snapshot.pods),
             "notes": list(snapshot.notes),

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hami.core import snapshot as snap
 from hami.core.duration import DurationError, parse_duration
+from hami.core.snapshot import model as snap
 from hami.tune.recommend import Recommendation
 from hami.tune.simulate import scenario as sc
 from hami.tune.simulate.cli import simulate

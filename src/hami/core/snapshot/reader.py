@@ -1,273 +1,33 @@
-"""Scheduling snapshots: what HAMi's scheduling depended on over a window, as versioned JSON.
-
-``hami-doctor snapshot`` writes one (from the API server or from Prometheus history) and
-``hami-tune simulate`` replays it. The format is documented in ``docs/design/snapshot.md``; this
-module is its only reader and writer. ``load_snapshot`` checks every field and raises
-``SnapshotError`` whose text names the field (``pods[3].created: ...``), so a bad file is one clear
-line, never a traceback.
-
-Times are Unix seconds in memory and RFC 3339 in the file. Annotation values are kept verbatim, so
-the replay decodes them with the same codecs as the scheduler.
-"""
+"""Reading a snapshot: checks every field of the JSON document and builds the dataclasses."""
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from hami.core import annotations as ann
 from hami.core.codec.errors import CodecError
 from hami.core.codec.nodelock import parse_rfc3339
-
-KIND: Final = "HAMiSchedulingSnapshot"
-VERSION: Final = 1
-SOURCE_API: Final = "api"
-SOURCE_PROMETHEUS: Final = "prometheus"
-SOURCE_GENERATED: Final = "generated"
-SOURCES: Final = (SOURCE_API, SOURCE_PROMETHEUS, SOURCE_GENERATED)
-
-# Node annotations scheduling reads; a snapshot keeps these and nothing else of the node.
-NODE_ANNOTATIONS: Final = (
-    ann.NODE_REGISTER,
-    ann.NODE_PAIR_SCORE,
-    ann.NODE_DEVICE_CORDON,
-    ann.NODE_HANDSHAKE,
-    ann.NODE_LOCK,
+from hami.core.snapshot.model import (
+    KIND,
+    MAX_SCALING,
+    SOURCES,
+    VERSION,
+    Allocation,
+    Container,
+    Lock,
+    Node,
+    Pod,
+    Quota,
+    Scheduler,
+    Snapshot,
+    SnapshotError,
 )
-# Pod annotations that steer the filter (users' choices); allocations are kept apart.
-POD_ANNOTATIONS: Final = (
-    ann.POD_NODE_SCHEDULER_POLICY,
-    ann.POD_GPU_SCHEDULER_POLICY,
-    ann.POD_DEVICE_SCORING_WEIGHTS,
-    ann.POD_USE_GPUTYPE,
-    ann.POD_NOUSE_GPUTYPE,
-    ann.POD_USE_GPUUUID,
-    ann.POD_NOUSE_GPUUUID,
-    ann.POD_NUMA_BIND,
-    ann.POD_VGPU_MODE,
-)
+
 _MAX_BYTES: Final = 1 << 30  # refuse to parse more than 1 GiB of JSON
-MAX_SCALING: Final = 100.0  # a device plugin scaling factor beyond this is a typo, not a setting
-
-
-class SnapshotError(ValueError):
-    """The file is not a usable snapshot; ``str()`` says where and what."""
-
-
-@dataclass(frozen=True)
-class Scheduler:
-    """The scheduler's settings the replay needs (its flags and the device config's ``nvidia:``)."""
-
-    scheduler_name: str = "hami-scheduler"
-    node_policy: str = "binpack"  # --node-scheduler-policy
-    gpu_policy: str = "spread"  # --gpu-scheduler-policy
-    node_lock_expire: float = 300.0  # --node-lock-timeout, seconds
-    device_config: Mapping[str, Any] = field(default_factory=dict)  # HAMi YAML keys of ``nvidia:``
-
-
-@dataclass(frozen=True)
-class Node:
-    """A node as scheduling saw it when the snapshot was taken."""
-
-    name: str
-    annotations: Mapping[str, str]  # NODE_ANNOTATIONS present on the node, verbatim
-    allocatable_gpus: int = 0
-    schedulable: bool = True  # False: the scheduler had dropped it (expired handshake, bad annotation)
-    reason: str = ""
-    memory_scaling: float = 1.0  # deviceMemoryScaling its devices were registered with
-    core_scaling: float = 1.0
-
-
-@dataclass(frozen=True)
-class Container:
-    name: str
-    resources: Mapping[str, Mapping[str, str]]  # ``limits`` / ``requests`` as in the pod spec
-
-
-@dataclass(frozen=True)
-class Allocation:
-    """Where HAMi placed the pod: ``hami.io/vgpu-node`` and the allocation annotations, verbatim."""
-
-    node: str
-    devices: str  # hami.io/vgpu-devices-allocated
-    mig: str = ""  # hami.io/vgpu-mig-allocations, "" when none
-
-
-@dataclass(frozen=True)
-class Pod:
-    """A GPU pod's requests and history.
-
-    ``scheduled`` is when HAMi's filter chose its node (``hami.io/vgpu-time``); a pod with an
-    allocation but no ``scheduled`` was placed outside the scheduler (``spec.nodeName`` set by
-    hand) and the replay keeps it where it is. ``finished`` is when it stopped holding its devices
-    (completed, failed or deleted); None while it still runs or waits.
-    """
-
-    namespace: str
-    name: str
-    uid: str
-    created: float
-    annotations: Mapping[str, str] = field(default_factory=dict)
-    init_containers: tuple[Container, ...] = ()
-    containers: tuple[Container, ...] = ()
-    scheduled: float | None = None
-    finished: float | None = None
-    allocation: Allocation | None = None
-    peak_memory_bytes: float | None = None  # highest device memory it used, when known
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    def as_object(self) -> dict[str, Any]:
-        """The pod as the API's JSON, reduced to what the filter reads."""
-
-        body: dict[str, Any] = {"containers": _containers(self.containers)}
-        if self.init_containers:
-            body["initContainers"] = _containers(self.init_containers)
-        meta = {
-            "namespace": self.namespace,
-            "name": self.name,
-            "uid": self.uid,
-            "annotations": dict(self.annotations),
-        }
-        return {"metadata": meta, "spec": body}
-
-
-@dataclass(frozen=True)
-class Quota:
-    namespace: str
-    name: str
-    hard: Mapping[str, str]  # ResourceQuota ``spec.hard``
-
-    def as_object(self) -> dict[str, Any]:
-        return {
-            "metadata": {"namespace": self.namespace, "name": self.name},
-            "spec": {"hard": dict(self.hard)},
-        }
-
-
-@dataclass(frozen=True)
-class Lock:
-    """A node lock (``hami.io/mutex.lock``) held longer than a bind takes: it blocked binds."""
-
-    node: str
-    since: float
-    owner: str = ""  # "namespace/name", "" for the legacy form
-    released: float | None = None  # None: still held when the snapshot was taken
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    source: str
-    taken: float
-    start: float  # the history covers [start, taken]
-    scheduler: Scheduler
-    nodes: tuple[Node, ...]
-    pods: tuple[Pod, ...]
-    quotas: tuple[Quota, ...] = ()
-    locks: tuple[Lock, ...] = ()
-    notes: tuple[str, ...] = ()  # assumptions the writer had to make, shown with every report
-    version: int = VERSION
-
-
-# --- writing ------------------------------------------------------------------------------------
-
-
-def format_time(t: float) -> str:
-    """RFC 3339 in UTC; a fraction only when the time has one (the API's times are whole seconds)."""
-    when = datetime.fromtimestamp(t, UTC)
-    if t == int(t):
-        return when.strftime("%Y-%m-%dT%H:%M:%SZ")
-    return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _opt_time(t: float | None) -> str | None:
-    return None if t is None else format_time(t)
-
-
-def _containers(cs: tuple[Container, ...]) -> list[dict[str, Any]]:
-    return [{"name": c.name, "resources": {k: dict(v) for k, v in c.resources.items()}} for c in cs]
-
-
-def to_document(snap: Snapshot) -> dict[str, Any]:
-    """The snapshot as the JSON document of docs/design/snapshot.md."""
-    s = snap.scheduler
-    return {
-        "kind": KIND,
-        "version": snap.version,
-        "source": snap.source,
-        "taken": format_time(snap.taken),
-        "start": format_time(snap.start),
-        "notes": list(snap.notes),
-        "scheduler": {
-            "schedulerName": s.scheduler_name,
-            "nodeSchedulerPolicy": s.node_policy,
-            "gpuSchedulerPolicy": s.gpu_policy,
-            "nodeLockExpireSeconds": s.node_lock_expire,
-            "deviceConfig": dict(s.device_config),
-        },
-        "nodes": [
-            {
-                "name": n.name,
-                "annotations": dict(n.annotations),
-                "allocatableGPUs": n.allocatable_gpus,
-                "schedulable": n.schedulable,
-                "reason": n.reason,
-                "deviceMemoryScaling": n.memory_scaling,
-                "deviceCoreScaling": n.core_scaling,
-            }
-            for n in snap.nodes
-        ],
-        "pods": [
-            {
-                "namespace": p.namespace,
-                "name": p.name,
-                "uid": p.uid,
-                "annotations": dict(p.annotations),
-                "initContainers": _containers(p.init_containers),
-                "containers": _containers(p.containers),
-                "created": format_time(p.created),
-                "scheduled": _opt_time(p.scheduled),
-                "finished": _opt_time(p.finished),
-                "allocation": None
-                if p.allocation is None
-                else {
-                    "node": p.allocation.node,
-                    "devices": p.allocation.devices,
-                    "mig": p.allocation.mig,
-                },
-                "peakMemoryBytes": p.peak_memory_bytes,
-            }
-            for p in snap.pods
-        ],
-        "quotas": [{"namespace": q.namespace, "name": q.name, "hard": dict(q.hard)} for q in snap.quotas],
-        "locks": [
-            {
-                "node": lk.node,
-                "since": format_time(lk.since),
-                "owner": lk.owner,
-                "released": _opt_time(lk.released),
-            }
-            for lk in snap.locks
-        ],
-    }
-
-
-def dumps(snap: Snapshot) -> str:
-    return json.dumps(to_document(snap), indent=1, sort_keys=False) + "\n"
-
-
-def save_snapshot(snap: Snapshot, path: Path) -> None:
-    path.write_text(dumps(snap), encoding="utf-8")
-
-
-# --- reading ------------------------------------------------------------------------------------
 
 T = TypeVar("T")
 
