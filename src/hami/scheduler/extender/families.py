@@ -1,4 +1,5 @@
-"""The extender's scrape-time metric families (scheduler.md §7.1, pre-2.9 names), without samples."""
+"""The extender's scrape-time metric families (docs/design/scheduler.md §7.1,
+pre-2.9 names), without samples."""
 
 from __future__ import annotations
 
