@@ -171,11 +171,13 @@ def main(argv: list[str] | None = None) -> int:
             th.join()
         wall = time.monotonic() - t0
         process_cpu = time.process_time() - process0
-        extender_cpu = sum(
-            cpu - cpu0.get(ident, (name, 0.0))[1]
-            for ident, (name, cpu) in thread_cpu().items()
-            if name.startswith(EXTENDER_THREADS)
-        )
+        # by kind of thread: the HTTP event loop, its workers, each informer, the event recorder
+        by_kind: dict[str, float] = {}
+        for ident, (name, cpu) in thread_cpu().items():
+            if name.startswith(EXTENDER_THREADS):
+                kind = name.rstrip("0123456789").rstrip("-") if name[-1:].isdigit() else name
+                by_kind[kind] = by_kind.get(kind, 0.0) + cpu - cpu0.get(ident, (name, 0.0))[1]
+        extender_cpu = sum(by_kind.values())
         calls = len(api.requests.records)
         ext.stop()
         print(
@@ -189,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
             f"mean filter {statistics.fmean(filter_s) * 1000:.1f}"
         )
         print(f"API requests: {calls / args.pods:.1f} per pod (incl. events)")
+        print("extender CPU ms per pod by thread: " + ", ".join(
+            f"{kind} {cpu / args.pods * 1000:.2f}" for kind, cpu in sorted(by_kind.items(), key=lambda kv: -kv[1])
+        ))
         print(
             f"CPU per pod: {process_cpu / args.pods * 1000:.1f} ms in the process "
             f"(one GIL: emulator, clients and extender), {extender_cpu / args.pods * 1000:.1f} ms "
