@@ -191,9 +191,9 @@ def main(argv: list[str] | None = None) -> int:
             f"mean filter {statistics.fmean(filter_s) * 1000:.1f}"
         )
         print(f"API requests: {calls / args.pods:.1f} per pod (incl. events)")
-        print("extender CPU ms per pod by thread: " + ", ".join(
-            f"{kind} {cpu / args.pods * 1000:.2f}" for kind, cpu in sorted(by_kind.items(), key=lambda kv: -kv[1])
-        ))
+        ranked = sorted(by_kind.items(), key=lambda kv: -kv[1])
+        print("extender CPU ms per pod by thread: "
+              + ", ".join(f"{kind} {cpu / args.pods * 1000:.2f}" for kind, cpu in ranked))
         print(
             f"CPU per pod: {process_cpu / args.pods * 1000:.1f} ms in the process "
             f"(one GIL: emulator, clients and extender), {extender_cpu / args.pods * 1000:.1f} ms "

@@ -117,8 +117,7 @@ def filter_reply(filters: FilterService, args: Any) -> Reply:
     names = field(args, "NodeNames")
     if (
         not isinstance(pod, dict)
-        or not isinstance(names, list | None)
-        or not set(map(type, names or [])) <= {str}
+        or not (names is None or (isinstance(names, list) and bodies.all_strings(names)))
     ):
         return 400, {"Error": "Pod must be an object and NodeNames a list of strings"}
     nodes = field(args, "Nodes")
