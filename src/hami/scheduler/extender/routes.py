@@ -25,7 +25,7 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
 from hami.core import klog
-from hami.core.serve.server import Environ, StartResponse, WSGIApp
+from hami.core.serve.server import Direct, Environ, StartResponse, WSGIApp
 from hami.scheduler.engine.admission import AdmissionError, WebhookConfig, admit
 from hami.scheduler.engine.requests import pod_problems
 from hami.scheduler.extender import bodies
@@ -149,18 +149,26 @@ def bind_reply(binder: Binder, args: Any) -> Reply:
     return 200, {"Error": binder.bind(BindArgs(*values))}
 
 
-def _answer(handler: Callable[[Any], Reply], environ: Environ, start_response: StartResponse) -> list[bytes]:
-    data = environ["wsgi.input"].read()  # whole and bounded: the server read it before the call
+def _answer(path: str, handler: Callable[[Any], Reply], data: bytes) -> tuple[int, str, bytes]:
+    """(status, content type, body) of the hot route ``path`` for the request body ``data``."""
     try:
         status, reply = handler(bodies.decode(data)) if data else (400, {"Error": _NO_BODY})
     except bodies.BodyError as err:
         status, reply = 400, {"Error": str(err)}
     except Exception:  # what Flask answered too: a 500 with a line, the traceback in the log
-        log.error("%s %s failed", environ.get("REQUEST_METHOD"), environ.get("PATH_INFO"), exc_info=True)
+        log.error("POST %s failed", path, exc_info=True)
         status, reply = 500, {"Error": "internal error; see the extender's log"}
-    body = orjson.dumps(reply)
-    start_response(_STATUS[status], [("Content-Type", _JSON), ("Content-Length", str(len(body)))])
-    return [body]
+    return status, _JSON, orjson.dumps(reply)
+
+
+def hot_routes(filters: FilterService, binder: Binder) -> dict[str, Direct]:
+    """POST /filter and /bind, two requests for every pod kube-scheduler places, served without
+    Flask or the WSGI layer (``serve_wsgi(direct=...)``): its request and response objects,
+    routing and signals cost more CPU per pod than the filter itself."""
+    return {
+        "/filter": functools.partial(_answer, "/filter", functools.partial(filter_reply, filters)),
+        "/bind": functools.partial(_answer, "/bind", functools.partial(bind_reply, binder)),
+    }
 
 
 def make_app(
@@ -168,10 +176,9 @@ def make_app(
 ) -> WSGIApp:
     """/filter, /bind, /healthz, /readyz, and /webhook unless ``webhook`` is None (served apart).
 
-    POST /filter and /bind, two requests for every pod kube-scheduler places, are answered here
-    without Flask: its request and response objects, routing and signals cost more CPU per pod than
-    the filter itself. Every other request (those two paths with another method included) goes to
-    Flask, which answers them as before.
+    POST /filter and /bind are ``hot_routes``, answered here too for a server that does not take
+    them directly (one with basic auth); every other request, those paths with another method
+    included, goes to Flask.
     """
     app = _flask("hami-scheduler")
     if webhook is not None:
@@ -185,16 +192,15 @@ def make_app(
     # Flask answers 405 for another method on these paths (with Allow: POST, as before).
     app.add_url_rule("/filter", "filter", _never, methods=["POST"])
     app.add_url_rule("/bind", "bind", _never, methods=["POST"])
-    hot: dict[str, Callable[[Any], Reply]] = {
-        "/filter": functools.partial(filter_reply, filters),
-        "/bind": functools.partial(bind_reply, binder),
-    }
+    hot = hot_routes(filters, binder)
 
     def routed(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         handler = hot.get(environ.get("PATH_INFO", ""))
-        if handler is not None and environ.get("REQUEST_METHOD") == "POST":
-            return _answer(handler, environ, start_response)
-        return app(environ, start_response)
+        if handler is None or environ.get("REQUEST_METHOD") != "POST":
+            return app(environ, start_response)
+        status, content_type, body = handler(environ["wsgi.input"].read())  # whole, and bounded
+        start_response(_STATUS[status], [("Content-Type", content_type), ("Content-Length", str(len(body)))])
+        return [body]
 
     return routed
 
