@@ -179,6 +179,8 @@ class _Guard:
     for it to be written (two thread hops per response, and a worker held by a client that does
     not read). Here the worker only records them; they are sent once the app has returned, each
     within ``WRITE_TIMEOUT_S``. A response is already whole in memory (Flask's, an exposition).
+    A POST to a ``direct`` path skips the bridge: its body, read under the same limit and
+    deadline, goes to the handler on a worker, and the handler's answer is sent as it is.
     """
 
     def __init__(
