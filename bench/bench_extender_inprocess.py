@@ -8,7 +8,8 @@ does what kube-scheduler does: filter over every node name, then bind to the cho
 simulated device plugin drops the node lock right after a successful bind (as Allocate would);
 a bind that meets a held lock is retried with a new filter, as kube-scheduler retries. Figures:
 pods/s (wall clock from the first filter to the last bind), filter and bind latency percentiles,
-API requests per pod, CPU per pod (the whole process, and the extender's threads alone: everything
+API requests per pod, CPU per pod (the whole process, and the extender's threads alone, also by kind
+of thread: HTTP loop, HTTP workers, each informer, the event recorder, the register loop; everything
 shares one GIL, so pods/s is bounded by 1 / process CPU per pod), and API calls per idle register
 tick (from the emulator's request log).
 """
