@@ -45,8 +45,9 @@ def _serve(kind: str) -> None:
     from hypercorn.config import Config, Sockets
     from hypercorn.utils import wrap_app
 
+    from hami.core.serve import serve_wsgi
     from hami.core.serve.listener import ConnectionLimit, listen
-    from hami.core.serve.server import Server, _Guard, _Workers
+    from hami.core.serve.server import Guard, Workers
 
     def app(_environ: object, start_response: object) -> list[bytes]:
         raise AssertionError("only the direct route is benchmarked")
@@ -54,11 +55,12 @@ def _serve(kind: str) -> None:
     def handler(body: bytes) -> tuple[int, str, bytes]:
         return 200, "application/json", b'{"ok":true,"size":%d}' % len(body)
 
+    if kind == "hypercorn":  # as every daemon serves
+        print(serve_wsgi("127.0.0.1:0", app, name="bench", direct={"/filter": handler}).port, flush=True)
+        sys.stdin.read()
+        return
     sock = listen("127.0.0.1", 0, ConnectionLimit(64), 64)
-    if kind == "hypercorn":
-        Server(sock, app, name="bench", threads=8, max_body=1 << 20, tls=None,  # type: ignore[arg-type]
-               limit=sock.limit, direct={"/filter": handler})
-    elif kind == "hypercorn-bare":
+    if kind == "hypercorn-bare":
         config = Config()
         config.errorlog = config.accesslog = None
         serving = worker_serve(wrap_app(_bare, 1 << 20, "asgi"), config,  # type: ignore[arg-type]
@@ -67,8 +69,8 @@ def _serve(kind: str) -> None:
     else:
         import uvicorn
 
-        asgi = _bare if kind == "uvicorn-bare" else _Guard(
-            app, 1 << 20, _Workers(8, "bench"), {"/filter": handler})  # type: ignore[arg-type]
+        asgi = _bare if kind == "uvicorn-bare" else Guard(
+            app, 1 << 20, Workers(8, "bench"), {"/filter": handler})  # type: ignore[arg-type]
         uconfig = uvicorn.Config(asgi, http="httptools", loop="asyncio", lifespan="off",
                                  access_log=False, log_level="warning")
         server = uvicorn.Server(uconfig)

@@ -111,7 +111,7 @@ def _authorized(environ: Environ, auth: BasicAuth) -> bool:
     return bool(sep) and auth.check(user, password)
 
 
-class _Workers:
+class Workers:
     """The app's threads. Daemon threads (asyncio's default executor joins its threads at exit):
     a request still running (a bind waiting on a node lock) must not hold the process once the
     daemon has stopped. A result goes straight to the awaiting loop's future: no
@@ -171,7 +171,7 @@ class _Refused(Exception):
         self.status = status
 
 
-class _Guard:
+class Guard:
     """ASGI around Hypercorn's WSGI bridge (which reads the whole body before it calls the app):
     the body's size and deadline, the app on our workers, and its response sent from the loop.
 
@@ -184,7 +184,7 @@ class _Guard:
     """
 
     def __init__(
-        self, app: WSGIApp, max_body: int, workers: _Workers, direct: Mapping[str, Direct] | None = None,
+        self, app: WSGIApp, max_body: int, workers: Workers, direct: Mapping[str, Direct] | None = None,
     ) -> None:
         self._app = WSGIWrapper(app, max_body + 1)  # our limit answers first, with a message
         self._max_body = max_body
@@ -325,12 +325,12 @@ class Server:
         config.errorlog = logging.getLogger("hypercorn.error")
         config.accesslog = None
         sockets = Sockets([sock] if tls is not None else [], [] if tls is not None else [sock], [])
-        self._workers = _Workers(threads, name)
+        self._workers = Workers(threads, name)
         self._loop = asyncio.new_event_loop()
         self._loop.set_exception_handler(_loop_error)
         self._stopping = asyncio.Event()
         serving = worker_serve(
-            wrap_app(_Guard(app, max_body, self._workers, direct), max_body, "asgi"),  # type: ignore[arg-type]
+            wrap_app(Guard(app, max_body, self._workers, direct), max_body, "asgi"),  # type: ignore[arg-type]
             config, sockets=sockets, shutdown_trigger=self._stopping.wait,
         )
         self._thread = threading.Thread(target=self._run, args=(serving,), name=f"{name}-http", daemon=True)
