@@ -212,11 +212,12 @@ class CapacityRules(RuleBase):
 
     def fragmentation_alerts(self) -> list[dict[str, Any]]:
         ksm = self.ksm
-        # A pending container asks for `nvidia.com/gpumem` MiB on each of its cards; the smallest such
-        # request stands for them all (PromQL cannot pair every pod with every node).
+        # A container of a pod waiting for a node (Pending, not bound: a bound pod pulling its image is
+        # not waiting for a card) asks for `nvidia.com/gpumem` MiB on each of its cards; the smallest
+        # such request stands for them all (PromQL cannot pair every pod with every node).
         requests = (
             "max by (namespace, pod, container) (kube_pod_container_resource_requests"
-            f'{{{ksm}, resource="nvidia_com_gpumem"}}) * 1048576\n'
+            f'{{{ksm}, resource="nvidia_com_gpumem", node=""}}) * 1048576\n'
             "  and on (namespace, pod)\n"
             f'  (max by (namespace, pod) (kube_pod_status_phase{{{ksm}, phase="Pending"}}) == 1)'
         )
