@@ -365,7 +365,10 @@ def test_healthy_things_do_not_alert(stack: Stack) -> None:
     expired = {a.get("node") for a in by_name["HAMiNodeHandshakeExpired"]}
     assert cluster.NODE not in expired and cluster.FRAG_NODE not in expired
     assert {a.get("node") for a in by_name["HAMiGPUFragmentationBlocksPods"]} == {cluster.FRAG_NODE}
-    assert {a.get("device_uuid") for a in by_name["HAMiGPUOvercommitExhaustionRisk"]} == {OVERCOMMITTED_GPU}
+    # Batch pods may over-commit another card of sim-node (1.5-scaled) for a while, and grow on it.
+    risks = by_name["HAMiGPUOvercommitExhaustionRisk"]
+    assert OVERCOMMITTED_GPU in {a.get("device_uuid") for a in risks}
+    assert {a.get("node") for a in risks} == {cluster.NODE}
     assert {a.get("device_uuid") for a in by_name["HAMiGPUDeviceUnhealthy"]} == {LAST_GPU}
     running = {(p.namespace, p.name) for p in cluster.POD_SPECS}  # batch pods may be pending for a second
     pending = {(a.get("namespace"), a.get("pod")) for a in by_name["HAMiGPUPodPending"]}
