@@ -227,14 +227,15 @@ class CapacityRules(RuleBase):
         one_line = " ".join(requests.split())
         pod = (
             f"{{{{ range printf `bottomk(1, {one_line})` | query }}}}"
-            "{{ .Labels.namespace }}/{{ .Labels.pod }} asks for {{ .Value | humanize1024 }}B per card{{ end }}"
+            "{{ .Labels.namespace }}/{{ .Labels.pod }} asks for {{ .Value | humanize1024 }}B per card"
+            "{{ end }}"
         )
         largest = (
             f"{{{{ with printf `max({free}{{node=%q}})` $labels.node | query }}}}"
             "{{ . | first | value | humanize1024 }}B{{ end }}"
         )
         ratio = (
-            f"{{{{ with printf `node:hami_fragmentation:ratio{{node=%q}}` $labels.node | query }}}}"
+            "{{ with printf `node:hami_fragmentation:ratio{node=%q}` $labels.node | query }}"
             "{{ . | first | value | humanizePercentage }}{{ else }}not known yet{{ end }}"
         )
         return [
