@@ -203,7 +203,7 @@ class CapacityRules(RuleBase):
                 f"and on ({CARD})\n"
                 f"node_device:hami_gpu_core_unreserved_percent:sum >= on () group_left () {core_p50}\n"
                 f"and on ({CARD})\n"
-                f"(\n  max by ({CARD}) (hami_gpu_split_count{{{sch}}})\n"
+                f"(\n  max by ({CARD}) (hami_gpu_split_limit{{{sch}}})\n"
                 f"  - max by ({CARD}) (hami_gpu_shared_count{{{sch}}})\n) >= 1",
             ),
             self.record("gpu_model:hami_fragmentation:ratio", ratio("device_type")),
