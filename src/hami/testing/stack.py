@@ -78,7 +78,7 @@ class StackOptions:
     scrape_interval: str = "15s"
     evaluation_interval: str = "15s"
     gpus: int = 4
-    scenarios: bool = True  # stale node, pending pod, over-limit container, GPU faults, XIDs
+    scenarios: bool = True  # stale node, pending pods, over-limit, GPU faults, XIDs, capacity scenarios
     xid_every: float = 60.0
     leak_rate: float = 4.0  # MiB/s of the over-commit scenario's leaking container
     churn_every: float = 30.0  # a batch pod created (and scheduled through the extender) this often
