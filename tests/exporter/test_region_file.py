@@ -135,3 +135,42 @@ def test_live_writer_never_yields_torn_values_through_the_copies(tmp_path: Path)
         mapped.close()
         writer.close()
     assert good > 0
+
+
+@pytest.mark.parametrize("version", ["v0", "v1.2"])
+def test_every_in_place_write_is_seen_by_the_next_read(tmp_path: Path, version: str) -> None:
+    # A region whose copies are unchanged is not parsed again; any exported byte written in place
+    # between two reads (slot memory, SM use, limits, proc_num, last kernel time) must show.
+    path = str(tmp_path / "r.cache")
+    writer = RegionWriter.create(path, version)
+    writer.initialise([UUID], limits=[1 << 30], sm_limits=[50])
+    slot = writer.add_process(1)
+    writer.change_memory(slot, 0, MEM_DATA, 100)
+    region = opened(path)
+    first = region.read()
+    assert isinstance(first, RegionSnapshot)
+    assert region.read() == first  # unchanged: the same values
+    steps = [
+        (lambda: writer.change_memory(slot, 0, MEM_CONTEXT, 7), lambda s: s.devices[0].context_bytes == 7),
+        (lambda: writer.set_sm_util(slot, 0, 30), lambda s: s.devices[0].sm_util_percent == 30),
+        (lambda: writer.set_field("proc_num", 0), lambda s: s.processes == 0),
+        (lambda: writer.set_field("proc_num", 1), lambda s: s.processes == 1),
+    ]
+    if version != "v0":
+        steps.append((lambda: writer.launch_kernel(1_700_000_000), lambda s: s.last_kernel_time == 1_700_000_000))
+    for write, seen in steps:
+        write()
+        snap = region.read()
+        assert isinstance(snap, RegionSnapshot) and seen(snap), snap
+        assert region.read() == snap
+    # the limits live in the header, before the slots
+    with open(path, "rb") as f:
+        data = f.read()
+    layout = V0 if version == "v0" else V1_2
+    os.pwrite(writer_fd := os.open(path, os.O_WRONLY), (2 << 30).to_bytes(8, "little"), layout.off_limit)
+    os.close(writer_fd)
+    snap = region.read()
+    assert isinstance(snap, RegionSnapshot) and snap.devices[0].limit_bytes == 2 << 30
+    assert parse_region(data, len(data)) != snap
+    region.close()
+    writer.close()
