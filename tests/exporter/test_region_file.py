@@ -157,7 +157,8 @@ def test_every_in_place_write_is_seen_by_the_next_read(tmp_path: Path, version: 
         (lambda: writer.set_field("proc_num", 1), lambda s: s.processes == 1),
     ]
     if version != "v0":
-        steps.append((lambda: writer.launch_kernel(1_700_000_000), lambda s: s.last_kernel_time == 1_700_000_000))
+        at = 1_700_000_000
+        steps.append((lambda: writer.launch_kernel(at), lambda s: s.last_kernel_time == at))
     for write, seen in steps:
         write()
         snap = region.read()
