@@ -30,6 +30,7 @@ from hami.core.serve.families import Family, TextRenderer, declared_metric, to_m
 from hami.exporter import families
 from hami.exporter.attribution import attribute, mig_devices, pod_labels, unlimited_containers
 from hami.exporter.cgroups import owner_of
+from hami.exporter.container_text import ContainerText
 from hami.exporter.discovery import ContainerLister
 from hami.exporter.host import NVML_CALLS
 from hami.exporter.reconcile import KINDS, counts, reconcile
@@ -126,6 +127,8 @@ class MonitorCollector(Collector):
         self._duration = collect_duration(registry, node)
         self._warned: set[str] = set()
         self._renderer = TextRenderer()
+        self._container_text = ContainerText()
+        self._render_lock = threading.Lock()
         self._onsets = Onsets()
 
     def read_regions(self) -> RegionRead:
@@ -202,7 +205,9 @@ class MonitorCollector(Collector):
             skipped=read.skipped,
         )
 
-    def families(self) -> list[Family]:
+    def families(self, rendered: bool = False) -> list[Family]:
+        """This scrape's families; ``rendered``: the container ones as text (``ContainerText``),
+        for ``render`` alone."""
         log.v(4).info("Starting to collect metrics for vGPUMonitor")
         start = time.perf_counter()
         view = self.view()
@@ -211,7 +216,11 @@ class MonitorCollector(Collector):
         counters = Counters(self.skips.snapshot(), self.nvml_errors.snapshot())
         return [
             *families.host_families(view, self._legacy),
-            *families.container_families(view, self._legacy),
+            *(
+                self._container_text.families(view, self._legacy)
+                if rendered
+                else families.container_families(view, self._legacy)
+            ),
             *families.unlimited_families(view),
             *families.mig_families(view, self._legacy),
             *families.pod_label_families(view),
@@ -273,7 +282,8 @@ class MonitorCollector(Collector):
         """The same families as ``collect()``, as text 0.0.4 or an OpenMetrics body (no ``# EOF``),
         in pieces (``TextRenderer.render``)."""
         start = time.perf_counter()
-        body = self._renderer.render(self.families(), openmetrics)
+        with self._render_lock:  # the container lines' cache is the scrape's
+            body = self._renderer.render(self.families(rendered=True), openmetrics)
         self._duration.observe(time.perf_counter() - start)
         return body
 
