@@ -11,7 +11,7 @@ import pytest
 from hami.exporter.feedback import read_state
 from hami.exporter.region import reasons
 from hami.exporter.region.file import RegionFile
-from hami.exporter.region.layout import V0, V1_2
+from hami.exporter.region.layout import V0, V1_1, V1_2
 from hami.exporter.region.parse import RegionSnapshot, parse_region
 from hami.testing.regions import MEM_CONTEXT, MEM_DATA, MEM_MODULE, RegionWriter, open_region
 
@@ -175,3 +175,54 @@ def test_every_in_place_write_is_seen_by_the_next_read(tmp_path: Path, version: 
     assert parse_region(data, len(data)) != snap
     region.close()
     writer.close()
+
+
+@pytest.mark.parametrize("version", ["v0", "v1.1", "v1.2"])
+def test_reads_equal_a_full_parse_after_any_in_place_write(tmp_path: Path, version: str) -> None:
+    # One byte written anywhere a parse looks (header, live slots and one past them, the tail), from
+    # a clean region the reader keeps: the read must be what parsing every byte of the file gives,
+    # whether or not it was parsed again; and again once the byte is back.
+    path = str(tmp_path / "r.cache")
+    writer = RegionWriter.create(path, version)
+    writer.initialise([UUID, UUID.replace("a", "b")], limits=[1 << 30, 1 << 30], sm_limits=[50, 0])
+    for pid in (1, 2):
+        writer.change_memory(writer.add_process(pid), 0, MEM_DATA, 100)
+    region = opened(path)
+    layout = {"v0": V0, "v1.1": V1_1, "v1.2": V1_2}[version]
+    lkt = layout.off_last_kernel_time
+    tail_end = layout.off_priority + 4 if lkt is None else lkt + 8
+    areas = [  # (start, length, values written): mostly values a parse accepts, so that it is kept
+        (layout.off_device_num, 8, range(3)),
+        (layout.off_uuids, 2 * 96, range(0x30, 0x7B)),
+        (layout.off_limit, 16, range(256)),
+        (layout.off_sm_limit, 16, range(101)),
+        (layout.off_procs, 3 * layout.slot_size, range(8)),
+        (layout.off_proc_num, 1, range(4)),
+        (layout.off_proc_num + 4, tail_end - layout.off_proc_num - 4, range(256)),
+    ]
+    rng = random.Random(version)
+    fd = os.open(path, os.O_RDWR)
+
+    def check() -> None:
+        with open(path, "rb") as f:
+            data = f.read()
+        assert region.read() == parse_region(data, len(data))
+        assert region.read() == parse_region(data, len(data))  # unchanged: kept or parsed, the same
+
+    kept = 0
+    try:
+        check()
+        for _ in range(600):
+            start, length, values = rng.choice(areas)
+            offset = start + rng.randrange(length)
+            old = os.pread(fd, 1, offset)
+            os.pwrite(fd, bytes([rng.choice(values)]), offset)
+            check()
+            kept += region.read() is region.read()
+            os.pwrite(fd, old, offset)
+            check()
+    finally:
+        os.close(fd)
+        region.close()
+        writer.close()
+    assert kept > 300  # most writes left a region the reader keeps: the comparison above bites

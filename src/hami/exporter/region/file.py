@@ -13,8 +13,9 @@ moment, and nothing it does may crash, block or mislead the monitor. Hence:
   which Python cannot catch, and checking the size first is a race. A short read means the file
   shrank: the region is skipped for that scrape (``truncated``);
 - the copies are taken on every scrape (tenants write in place, so size, mtime and inode say
-  nothing), but a region whose copies equal, byte for byte, the ones its last clean snapshot was
-  parsed from is not parsed again: that snapshot is what a parse would return;
+  nothing), but a region whose copies equal, in every byte the parse reads (``parsed_bytes``), the
+  ones its last clean snapshot was parsed from is not parsed again: that snapshot is what a parse
+  would return;
 - the feedback loop writes through the same descriptor (``pwrite``), never through a name.
 """
 
@@ -27,7 +28,14 @@ from typing import Final, NamedTuple
 
 from hami.exporter.region import reasons
 from hami.exporter.region.layout import HEADER_MIN, LAYOUTS, MAX_PROCS, V0, V1_1, Layout
-from hami.exporter.region.parse import Buffer, RegionRejected, RegionSnapshot, detect_layout, parse_region
+from hami.exporter.region.parse import (
+    Buffer,
+    RegionRejected,
+    RegionSnapshot,
+    detect_layout,
+    parse_region,
+    parsed_bytes,
+)
 
 _I32 = struct.Struct("<i")
 # No symlink followed, and no open() side effect: a FIFO would block, a device might act.
@@ -47,9 +55,9 @@ _TAIL_LEN: Final = {layout.name: _tail_end(layout) - layout.off_proc_num for lay
 
 
 class _Parsed(NamedTuple):
-    """The copies a clean snapshot was parsed from: equal copies give the same snapshot again."""
+    """What a clean snapshot was parsed from: equal copies give the same snapshot again."""
 
-    head: bytes
+    key: bytes  # ``parsed_bytes`` of the head: a few hundred bytes, not the head's kilobytes
     tail: bytes
     layout: Layout
     snapshot: RegionSnapshot
@@ -142,8 +150,8 @@ class RegionFile:
             before = os.pread(fd, head_len, 0)
             if len(before) != head_len:
                 raise OSError("short read")
-            if last is not None and before == last.head:
-                layout = last.layout  # the same header bytes
+            if last is not None and before[:HEADER_MIN] == last.key[:HEADER_MIN]:
+                layout = last.layout  # the same magic and version, the same size
             else:
                 detected = detect_layout(before, self.size, trust_size=True)
                 if isinstance(detected, RegionRejected):
@@ -169,7 +177,8 @@ class RegionFile:
             return RegionRejected("skipped", reasons.TRUNCATED, f"{self.path}: file shrank")
         # Three equal copies: every slot reads on its first attempt, from these bytes alone.
         steady = before == data == after
-        if steady and last is not None and tail == last.tail and data == last.head:
+        key = parsed_bytes(data, layout, live) if steady else b""
+        if steady and last is not None and tail == last.tail and key == last.key:
             return last.snapshot
         snap = parse_region(
             data, self.size, tail=tail, tail_base=base, layout=layout,
@@ -177,7 +186,7 @@ class RegionFile:
         )
         # Only a snapshot that is a function of ``data`` and ``tail`` alone is kept: no reread, no issue.
         if steady and isinstance(snap, RegionSnapshot) and not snap.issues:
-            self._last = _Parsed(data, tail, layout, snap)
+            self._last = _Parsed(key, tail, layout, snap)
         else:
             self._last = None
         return snap
