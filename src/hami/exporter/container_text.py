@@ -17,10 +17,13 @@ from typing import NamedTuple
 
 from hami.core.serve.families import Family, Labels, label_set, number, sample_name
 from hami.exporter import families
+from hami.exporter.attribution import ContainerView
+from hami.exporter.region.parse import DeviceUsage
 from hami.exporter.view import NodeView
 
 
 class _Device(NamedTuple):
+    identity: Labels  # its label values
     labels: str  # the device's ``{...}`` label set, escaped and sorted
     values: tuple[int, ...]  # ``families.device_values``
     lines: tuple[str, ...]  # the sample line of each ``values`` entry
@@ -31,6 +34,9 @@ class ContainerText:
 
     def __init__(self) -> None:
         self._devices: dict[Labels, _Device] = {}  # label values -> the device's lines
+        # id(view) -> (the view, its node, its devices' lines): a container view that is the same
+        # object as last scrape's (``PodJoin`` reuses unchanged ones) needs no label or value built
+        self._views: dict[int, tuple[ContainerView, str, tuple[_Device, ...]]] = {}
 
     @property
     def cached_devices(self) -> int:
@@ -43,20 +49,42 @@ class ContainerText:
         aged, aged_name = defs[-1].text, sample_name(defs[-1])
         # Devices absent from this scrape are dropped: the cache holds this scrape's devices only.
         previous, current = self._devices, dict[Labels, _Device]()
+        views, self._views = self._views, {}
         for c in view.containers:
+            seen = views.get(id(c))
+            if seen is not None and seen[0] is c and seen[1] == view.node:
+                devices = seen[2]
+            else:
+                devices = tuple(
+                    self._device(c, d, view.node, names=names, current=current, previous=previous)
+                    for d in c.devices
+                )
+            self._views[id(c)] = (c, view.node, devices)
             since = families.kernel_age(view, c)
-            for d in c.devices:
-                lv = families.device_labels(c, d, view.node)
-                values = families.device_values(c, d)
-                known = current.get(lv) or previous.get(lv)  # a repeated identity renders again
-                if known is None or known.values != values:
-                    labels = known.labels if known is not None else label_set(families.CTR_LABELS, lv)
-                    lines = (f"{name}{labels} {number(v)}\n" for name, v in zip(names, values, strict=True))
-                    known = _Device(labels, values, tuple(lines))
-                current[lv] = known
+            for known in devices:
+                current[known.identity] = known
                 for text, line in zip(texts, known.lines, strict=True):
                     text.append(line)
                 if since is not None:
                     aged.append(f"{aged_name}{known.labels} {number(since)}\n")
         self._devices = current
         return [*defs, *families.legacy_container_families(view)] if legacy else defs
+
+    @staticmethod
+    def _device(
+        c: ContainerView,
+        d: DeviceUsage,
+        node: str,
+        *,
+        names: list[str],
+        current: dict[Labels, _Device],
+        previous: dict[Labels, _Device],
+    ) -> _Device:
+        lv = families.device_labels(c, d, node)
+        values = families.device_values(c, d)
+        known = current.get(lv) or previous.get(lv)  # a repeated identity renders again
+        if known is not None and known.values == values:
+            return known
+        labels = known.labels if known is not None else label_set(families.CTR_LABELS, lv)
+        lines = (f"{name}{labels} {number(v)}\n" for name, v in zip(names, values, strict=True))
+        return _Device(lv, labels, values, tuple(lines))
