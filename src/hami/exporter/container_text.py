@@ -85,6 +85,14 @@ class ContainerText:
         known = current.get(lv) or previous.get(lv)  # a repeated identity renders again
         if known is not None and known.values == values:
             return known
-        labels = known.labels if known is not None else label_set(families.CTR_LABELS, lv)
-        lines = (f"{name}{labels} {number(v)}\n" for name, v in zip(names, values, strict=True))
+        if known is None:
+            labels = label_set(families.CTR_LABELS, lv)
+            lines = (f"{name}{labels} {number(v)}\n" for name, v in zip(names, values, strict=True))
+            return _Device(lv, labels, values, tuple(lines))
+        # only the lines whose value changed are formatted again (limits rarely move, usage does)
+        labels, was = known.labels, known.values
+        lines = (
+            line if v == old else f"{name}{labels} {number(v)}\n"
+            for name, v, old, line in zip(names, values, was, known.lines, strict=True)
+        )
         return _Device(lv, labels, values, tuple(lines))
