@@ -17,7 +17,8 @@ of ``view``); families and their rendering; the registry's part and the WSGI app
 an OpenMetrics scrape.
 Targets: <= 5 ms median at 80 containers, <= 50 ms at 1,000, <= 50 MiB RSS, and <= 2 us per
 exported sample at 1,000 containers; each is printed as a ratio beside the figure (the collector
-path and the naive baseline per sample too, from the same run).
+path and the naive baseline per sample too, from the same run). Figures and what they mean:
+docs/design/monitor-performance.md.
 
     PYTHONPATH=src python bench/bench_exporter.py [--scrapes 200]
 """
