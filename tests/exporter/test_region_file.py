@@ -226,3 +226,26 @@ def test_reads_equal_a_full_parse_after_any_in_place_write(tmp_path: Path, versi
         region.close()
         writer.close()
     assert kept > 300  # most writes left a region the reader keeps: the comparison above bites
+
+
+def test_a_region_too_large_to_keep_is_parsed_on_every_read(tmp_path: Path) -> None:
+    # 16 devices and a thousand live slots: what a parse reads is megabytes, not kept between scrapes
+    path = str(tmp_path / "r.cache")
+    writer = RegionWriter.create(path, "v1.2")
+    writer.initialise([UUID] * 16, limits=[1 << 40] * 16)
+    for pid in range(1, 1001):
+        writer.change_memory(writer.add_process(pid), 15, MEM_DATA, 1)
+    small = str(tmp_path / "s.cache")
+    few = RegionWriter.create(small, "v1.2")
+    few.initialise([UUID] * 4)
+    for pid in range(1, 5):
+        few.add_process(pid)
+    large, kept = opened(path), opened(small)
+    first = large.read()
+    assert isinstance(first, RegionSnapshot) and first.devices[15].used_bytes == 1000
+    again = large.read()
+    assert again == first and again is not first
+    assert kept.read() is kept.read()  # a few devices and processes: kept
+    for r, w in ((large, writer), (kept, few)):
+        r.close()
+        w.close()

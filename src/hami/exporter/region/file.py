@@ -52,6 +52,10 @@ def _tail_end(layout: Layout) -> int:
 
 # What a scrape copies from ``proc_num`` on, by layout.
 _TAIL_LEN: Final = {layout.name: _tail_end(layout) - layout.off_proc_num for layout in LAYOUTS}
+# The largest parsed-bytes key a region keeps between scrapes. A few devices and processes take a
+# few hundred bytes; a tenant's 16 devices and 1,024 slots would take 1.8 MB per region, for good:
+# such a region is parsed on every read instead, as it would be without the key.
+_KEEP_MAX: Final = 8 << 10
 
 
 class _Parsed(NamedTuple):
@@ -185,7 +189,7 @@ class RegionFile:
             before=before, after=after, reread=self._reread,
         )
         # Only a snapshot that is a function of ``data`` and ``tail`` alone is kept: no reread, no issue.
-        if steady and isinstance(snap, RegionSnapshot) and not snap.issues:
+        if steady and isinstance(snap, RegionSnapshot) and not snap.issues and len(key) <= _KEEP_MAX:
             self._last = _Parsed(key, tail, layout, snap)
         else:
             self._last = None
