@@ -11,7 +11,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics.exposition import generate_latest as om_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from hami.core.serve.families import PIECE, Family, TextRenderer, to_metric
+from hami.core.serve import families as serve_families
+from hami.core.serve.families import PIECE, Family, TextRenderer, go_float, to_metric
 from hami.exporter import families
 from hami.exporter.attribution import ContainerView, MigView, PodLabels
 from hami.exporter.container_text import ContainerText
@@ -179,3 +180,14 @@ def test_a_large_body_comes_in_pieces_that_join_to_the_reference() -> None:
     body = TextRenderer().render([fam])
     assert len(body) >= 3 and all(len(piece) >= PIECE for piece in body[:-1])
     assert b"".join(body) == reference([fam])
+
+
+edges = [0, 1, 999_999, 1_000_000, 1_234_567, 10**15, 2**53 - 1, 2**53, 2**53 + 1, 10**16, 2**64 - 1, -1,
+         -(10**7)]
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=st.one_of(st.sampled_from(edges), st.integers(0, 2**53), st.integers(-(2**70), 2**70)))
+def test_integers_are_written_as_go_float_writes_them(value: int) -> None:
+    assert serve_families.number(value) == go_float(value)
+    assert serve_families.number(value) == go_float(value)  # remembered, the same
