@@ -72,6 +72,14 @@ class Assignment:
     annotations: Mapping[str, str]
 
 
+def _register_inputs(node: Obj) -> tuple[dict[str, str], object]:
+    """What of a node the register pass reads: its annotations but the node lock, and
+    ``status.allocatable``."""
+    annotations = {k: v for k, v in annotations_of(node).items() if k != ann.NODE_LOCK}
+    status = node.get("status")
+    return annotations, status.get("allocatable") if isinstance(status, Mapping) else None
+
+
 def _init_done(pod: Mapping[str, Any]) -> bool:
     """All init containers terminated with exit code 0 (and there was at least one)."""
     status = pod.get("status")
@@ -113,9 +121,7 @@ class ClusterState:
         self.node_informer = Informer(api_client, ("", "v1", "nodes"), label_selector=node_label_selector)
         self.pod_informer = Informer(api_client, ("", "v1", "pods"))
         self.quota_informer = Informer(api_client, ("", "v1", "resourcequotas"))
-        self.node_informer.add_handler(
-            self._node_event, lambda _old, new: self._node_event(new), self._node_event
-        )
+        self.node_informer.add_handler(self._node_event, self._node_update, self._node_event)
         self.pod_informer.add_handler(self._pod_add, self._pod_update, self._pod_delete)
         self.quota_informer.add_handler(self._quota_add, self._quota_update, self._quota_delete)
 
@@ -182,6 +188,13 @@ class ClusterState:
             with self._work_lock:
                 self._dirty.add(name)
             self.wake.set()
+
+    def _node_update(self, old: Obj, new: Obj) -> None:
+        # A bind sets and releases the node lock: two updates per pod that change nothing the
+        # register pass reads (annotations other than the lock, allocatable); the kubelet's
+        # status heartbeats neither. Such a node waits for the next full pass, as unchanged ones do.
+        if _register_inputs(old) != _register_inputs(new):
+            self._node_event(new)
 
     def request_full_pass(self) -> None:
         """Revisit every node now (e.g. on becoming leader: handshakes and role labels are due)."""
