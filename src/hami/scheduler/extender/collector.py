@@ -64,22 +64,21 @@ Use = tuple[int, int, int]  # a device's (slots used, MiB used, cores used)
 _IDLE: Use = (0, 0, 0)
 
 
-class _DeviceText(NamedTuple):
-    use: Use
-    heads: tuple[str | None, ...]  # per per-device family, ``name{labels} `` (None: no series)
-    text: tuple[str, ...]  # per per-device family, its line
-
-
 class _NodeText(NamedTuple):
+    """A node's per-device lines between scrapes. Plain tuples of strings and ints, not an object
+    per device: the cyclic GC untracks such tuples after one pass, so 8,000 devices' text does not
+    add to every later young-generation pass."""
+
     node: NodeState
-    devices: tuple[_DeviceText, ...]  # per device of ``node.devices``
-    text: tuple[str, ...]  # one chunk per per-device family: every device's line
+    uses: tuple[Use, ...]  # per device of ``node.devices``
+    heads: tuple[tuple[str, ...], ...]  # per device, per family ``name{labels} ``
+    lines: tuple[tuple[str, ...], ...]  # per device, per family its line
+    text: tuple[str, ...]  # per family: every device's line
 
 
 class _PodText(NamedTuple):
     alloc: PodAllocation
     text: tuple[str, ...]  # one chunk per ``_per_pod`` family
-
 
 
 class StateCollector(Collector):
@@ -187,8 +186,10 @@ class StateCollector(Collector):
                 if cached is None or cached.node is not node or changed is None or name in changed:
                     cached = self._node_lines(per_device, name, node, usage.node_usage(name), cached)
                 nodes[name] = cached
-                for family, text in zip(per_device, cached.text, strict=True):
-                    family.text.append(text)
+            if nodes:
+                columns = zip(*[n.text for n in nodes.values()], strict=True)
+                for family, chunks in zip(per_device, columns, strict=True):
+                    family.text.extend(chunks)
             for ns, rname, entry in self.state.quotas.items():
                 limit = str(entry.limit) if entry.limit_set else "0"
                 f.q_used.add((ns, rname, limit, ZONE), entry.used)
@@ -222,31 +223,33 @@ class StateCollector(Collector):
         """The families with one series per reserved device of a pod, in ``_pod_rows`` order."""
         return (f.v_mem, f.v_core, legacy[8], legacy[9]) if self.legacy else (f.v_mem, f.v_core)
 
-    def _device_series(self, name: str, d: DeviceInfo, use: Use) -> list[tuple[Labels, float | None]]:
-        """(labels, value) of one device in each ``_per_device`` family; None where it has no series."""
-        used, umem, ucores = use
+    def _device_labels(self, name: str, d: DeviceInfo) -> tuple[Labels, ...]:
+        """One device's label values in each ``_per_device`` family."""
         idx = str(d.index)
         base = (name, d.id, idx, d.type, ZONE)
         cores = (name, d.id, idx, str(d.devcore), d.type, ZONE)
         overview = (name, d.id, idx, str(d.devcore), str(d.devmem), d.type, ZONE)
+        out: tuple[Labels, ...] = (base, base, base, cores, base, base, overview, base)
+        if self.legacy:
+            out += (base, base, cores, base, base, overview, (name, d.id, idx, ZONE))
+        return out
+
+    def _device_values(self, d: DeviceInfo, use: Use) -> tuple[float | None, ...]:
+        """One device's value in each ``_per_device`` family; None where it has no series."""
+        used, umem, ucores = use
         mem, amem = d.devmem * MIB, umem * MIB
         ratio = umem / d.devmem if d.devmem > 0 else None
-        out: list[tuple[Labels, float | None]] = [
-            (base, d.count), (base, mem), (base, d.devcore), (cores, amem), (base, used), (base, ucores),
-            (overview, amem), (base, ratio),
-        ]
+        out: tuple[float | None, ...] = (d.count, mem, d.devcore, amem, used, ucores, amem, ratio)
         if self.legacy:
-            out += [(base, mem), (base, d.devcore), (cores, amem), (base, used), (base, ucores),
-                    (overview, amem), ((name, d.id, idx, ZONE), ratio)]
+            out += (mem, d.devcore, amem, used, ucores, amem, ratio)
         return out
 
     def _device_rows(
         self, families: Sequence[Family], name: str, node: NodeState, usage: dict[str, Use],
     ) -> None:
         for d in node.devices:
-            for family, (labels, value) in zip(
-                families, self._device_series(name, d, usage.get(d.id, _IDLE)), strict=True
-            ):
+            values = self._device_values(d, usage.get(d.id, _IDLE))
+            for family, labels, value in zip(families, self._device_labels(name, d), values, strict=True):
                 if value is not None:
                     family.add(labels, value)
 
@@ -258,29 +261,27 @@ class StateCollector(Collector):
         label sets only with a new ``NodeState``."""
         if cached is not None and cached.node is not node:
             cached = None
-        devices: list[_DeviceText] = []
-        fresh = cached is None
-        for i, d in enumerate(node.devices):
-            use = usage.get(d.id, _IDLE)
-            before = cached.devices[i] if cached is not None else None
-            if before is not None and before.use == use:
-                devices.append(before)
-                continue
-            fresh = True
-            series = self._device_series(name, d, use)
-            heads = before.heads if before is not None else tuple(
-                None if value is None else f"{sample_name(family)}{label_set(family.labels, labels)} "
-                for family, (labels, value) in zip(families, series, strict=True)
-            )
-            text = tuple(
-                "" if head is None or value is None else f"{head}{number(value)}\n"
-                for head, (_, value) in zip(heads, series, strict=True)
-            )
-            devices.append(_DeviceText(use, heads, text))
-        if not fresh and cached is not None:
+        uses = tuple(usage.get(d.id, _IDLE) for d in node.devices)
+        if cached is not None and cached.uses == uses:
             return cached
-        chunks = tuple(map("".join, zip(*[dev.text for dev in devices], strict=True)))
-        return _NodeText(node, tuple(devices), chunks or ("",) * len(families))
+        heads = cached.heads if cached is not None else tuple(
+            tuple(
+                f"{sample_name(family)}{label_set(family.labels, labels)} "
+                for family, labels in zip(families, self._device_labels(name, d), strict=True)
+            )
+            for d in node.devices
+        )
+        lines = []
+        for i, d in enumerate(node.devices):
+            if cached is not None and cached.uses[i] == uses[i]:
+                lines.append(cached.lines[i])
+                continue
+            lines.append(tuple(
+                "" if value is None else f"{head}{number(value)}\n"
+                for head, value in zip(heads[i], self._device_values(d, uses[i]), strict=True)
+            ))
+        chunks = tuple(map("".join, zip(*lines, strict=True))) if lines else ("",) * len(families)
+        return _NodeText(node, uses, heads, tuple(lines), chunks)
 
     def _pod_series(self, alloc: PodAllocation) -> Iterator[tuple[Labels, tuple[int, ...]]]:
         """Per reserved device of the pod: its labels, and its value in each ``_per_pod`` family."""
@@ -311,8 +312,10 @@ class StateCollector(Collector):
 
     def _mig_instances(self, alloc: PodAllocation, info: Family, legacy: Family) -> None:
         """One series per MIG reservation the device plugin realised (runtime identity set)."""
+        if not alloc.mig:
+            return
         node = self.state.nodes.get(alloc.node)
-        if node is None or not alloc.mig:
+        if node is None:
             return
         indexes = {d.id: str(d.index) for d in node.devices}
         for a in alloc.mig:
