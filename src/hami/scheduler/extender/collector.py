@@ -32,7 +32,7 @@ from hami.core import annotations as ann
 from hami.core.codec.nodelock import DEFAULT_TIMEOUT
 from hami.core.devices import DeviceInfo
 from hami.core.kube.metrics import kube_metrics
-from hami.core.objects import annotations_of, name_of, namespace_of
+from hami.core.objects import annotations_of, name_of
 from hami.core.serve import build_info, listener_metrics
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor, describe_families
 from hami.core.serve.families import (
@@ -47,7 +47,7 @@ from hami.core.serve.families import (
 )
 from hami.scheduler.engine.nodes import NodeState
 from hami.scheduler.engine.usage import PodAllocation
-from hami.scheduler.extender.decisions import DecisionStore
+from hami.scheduler.extender.decisions import BOUND_REASON, DecisionStore
 from hami.scheduler.extender.families import (
     MIB,
     ZONE,
@@ -127,7 +127,7 @@ class StateCollector(Collector):
         size.add((), float(len(self.decisions)))
         if is_leader:  # kube-scheduler asks the leader's extender: followers hold no decisions
             reasons = Counter(
-                (namespace_of(p), self.decisions.pending_reason(p))
+                (p.namespace, BOUND_REASON if p.node else self.decisions.pending_reason(p.pod))
                 for p in self.state.pending_gpu_pods()
             )
             for labels, n in sorted(reasons.items()):
