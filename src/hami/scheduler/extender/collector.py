@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
@@ -57,11 +57,13 @@ from hami.scheduler.extender.families import (
     state_families,
 )
 from hami.scheduler.extender.metrics import SchedulerMetrics
-from hami.scheduler.extender.schedulable import SCHEDULABLE, node_reason
+from hami.scheduler.extender.schedulable import SCHEDULABLE, devices_reason, node_reason
 from hami.scheduler.extender.state import NODE_STATES, ClusterState, NodeRecord
 
+Obj = dict[str, Any]
 Use = tuple[int, int, int]  # a device's (slots used, MiB used, cores used)
 _IDLE: Use = (0, 0, 0)
+_LOCKED = "\0locked"  # the key of a node's lock-held line among its reasons' (no reason has a NUL)
 
 
 class _NodeText(NamedTuple):
@@ -104,6 +106,10 @@ class StateCollector(Collector):
         self._node_text: dict[str, _NodeText] = {}  # guarded by the state lock
         self._pod_text: dict[str, _PodText] = {}
         self._usage_seq = -1  # ``state.usage.seq`` when ``_node_text`` was last brought up to date
+        self._listed: dict[int, tuple[Obj, str, Mapping[str, str]]] = {}  # id(node object) -> it, name, annos
+        self._device_reasons: dict[int, tuple[NodeState, str]] = {}  # id(NodeState) -> it, devices_reason
+        # ("", node) -> the age line's head; (reason or _LOCKED, node) -> the whole line
+        self._node_heads: dict[tuple[str, str], str] = {}
 
     def describe(self) -> Iterator[Metric]:
         return iter(declared_metric(f) for f in state_families(self.legacy))
@@ -117,9 +123,13 @@ class StateCollector(Collector):
     def render(self, openmetrics: bool) -> list[bytes]:
         """The same families as ``collect()``, as text 0.0.4 or an OpenMetrics body (no ``# EOF``),
         in pieces (``TextRenderer.render``)."""
-        return self._renderer.render([*self._scheduler(), *self._allocations(rendered=True)], openmetrics)
+        families = [*self._scheduler(rendered=True), *self._allocations(rendered=True)]
+        return self._renderer.render(families, openmetrics)
 
-    def _scheduler(self) -> tuple[Family, ...]:
+    def _scheduler(self, rendered: bool = False) -> tuple[Family, ...]:
+        """The extender's own state families. ``rendered``: the per-node series (handshake age,
+        lock, schedulable) come as text from label sets kept per node between scrapes; only the
+        age's value is formatted every time."""
         leader, synced, pending, states, ages, held, schedulable, size = scheduler_families()
         is_leader = self.is_leader()
         leader.add((), 1.0 if is_leader else 0.0)
@@ -136,33 +146,97 @@ class StateCollector(Collector):
         with self.state.lock:
             counts = dict.fromkeys(NODE_STATES, 0)
             records = dict(self.state.records)
+            handshakes: list[tuple[str, float]] = []
             for name, record in records.items():
                 counts[record.state] = counts.get(record.state, 0) + 1
                 if record.handshake is not None:
-                    ages.add((name,), max((now - record.handshake).total_seconds(), 0.0))
+                    handshakes.append((name, max((now - record.handshake).total_seconds(), 0.0)))
         for st, n in counts.items():
             states.add((st,), float(n))
-        # one listing for both: a lookup per node takes the informer's lock 1,000 times a scrape
-        annos = {name_of(node): annotations_of(node) for node in self.state.node_informer.list()}
-        for reason, name in self.node_reasons(records, now, annos):
-            schedulable.add((name, reason), 1.0 if reason == SCHEDULABLE else 0.0)
-        for name, node_annos in annos.items():
-            if ann.NODE_LOCK in node_annos:
+        annos = self._node_annotations()
+        verdicts = self.node_reasons(records, now, annos)
+        locked = [name for name, node_annos in annos.items() if ann.NODE_LOCK in node_annos]
+        if rendered:
+            self._node_text_lines(
+                handshakes, verdicts, locked, ages=ages, schedulable=schedulable, held=held
+            )
+        else:
+            for name, age in handshakes:
+                ages.add((name,), age)
+            for reason, name in verdicts:
+                schedulable.add((name, reason), 1.0 if reason == SCHEDULABLE else 0.0)
+            for name in locked:
                 held.add((name,), 1.0)
         return (leader, synced, pending, states, ages, held, schedulable, size)
+
+    def _node_annotations(self) -> dict[str, Mapping[str, str]]:
+        """Each listed node's annotations, by name. One listing for both uses (a lookup per node
+        takes the informer's lock 1,000 times a scrape), read again only from a node object the
+        informer replaced since the last scrape."""
+        known, listed = self._listed, dict[int, tuple[Obj, str, Mapping[str, str]]]()
+        out: dict[str, Mapping[str, str]] = {}
+        for node in self.state.node_informer.list():
+            held = known.get(id(node))
+            if held is None or held[0] is not node:  # a live object's id is its own
+                held = (node, name_of(node), annotations_of(node))
+            listed[id(node)] = held
+            out[held[1]] = held[2]
+        self._listed = listed  # only what is listed now: it cannot outgrow the informer
+        return out
+
+    def _node_text_lines(
+        self, handshakes: list[tuple[str, float]], verdicts: list[tuple[str, str]], locked: list[str],
+        *, ages: Family, schedulable: Family, held: Family,
+    ) -> None:
+        """The per-node families as text: each line's ``name{labels} `` (and the whole line where
+        the value is fixed) kept per node and reason while the node is listed."""
+        known, lines = self._node_heads, dict[tuple[str, str], str]()
+        age_name, verdict_name, held_name = sample_name(ages), sample_name(schedulable), sample_name(held)
+        for name, age in handshakes:
+            head = known.get(("", name))
+            if head is None:
+                head = f"{age_name}{label_set(ages.labels, (name,))} "
+            lines["", name] = head
+            ages.text.append(f"{head}{number(age)}\n")
+        for reason, name in verdicts:
+            line = known.get((reason, name))
+            if line is None:
+                value = number(1.0 if reason == SCHEDULABLE else 0.0)
+                line = f"{verdict_name}{label_set(schedulable.labels, (name, reason))} {value}\n"
+            lines[reason, name] = line
+            schedulable.text.append(line)
+        for name in locked:
+            line = known.get((_LOCKED, name))
+            if line is None:
+                line = f"{held_name}{label_set(held.labels, (name,))} {number(1.0)}\n"
+            lines[_LOCKED, name] = line
+            held.text.append(line)
+        self._node_heads = lines
 
     def node_reasons(
         self, records: dict[str, NodeRecord], now: datetime, annos: Mapping[str, Mapping[str, str]],
     ) -> list[tuple[str, str]]:
         """(reason, node) for every node the register pass has seen; ``annos``: each listed node's
-        annotations."""
+        annotations. A ``NodeState``'s device verdict is kept while the record holds that object."""
         def pod_exists(namespace: str, name: str) -> bool:
             return self.state.get_pod(namespace, name) is not None
 
-        return [
-            (node_reason(records[name], annos.get(name, {}), now, self.lock_timeout, pod_exists), name)
+        known, seen = self._device_reasons, dict[int, tuple[NodeState, str]]()
+
+        def devices(node: NodeState) -> str:
+            held = known.get(id(node))
+            if held is None or held[0] is not node:  # a live object's id is its own
+                held = (node, devices_reason(node))
+            seen[id(node)] = held
+            return held[1]
+
+        out = [
+            (node_reason(records[name], annos.get(name, {}), now, self.lock_timeout, pod_exists,
+                         devices=devices), name)
             for name in sorted(records)
         ]
+        self._device_reasons = seen
+        return out
 
     def _allocations(self, rendered: bool = False) -> list[Family]:
         """HAMi's §7.1 families. ``rendered``: the per-device and per-pod series come as cached text,
