@@ -335,7 +335,8 @@ class StateCollector(Collector):
         label sets only with a new ``NodeState``."""
         if cached is not None and cached.node is not node:
             cached = None
-        uses = tuple(usage.get(d.id, _IDLE) for d in node.devices)
+        devices = node.devices
+        uses = tuple([usage.get(d.id, _IDLE) for d in devices])
         if cached is not None and cached.uses == uses:
             return cached
         heads = cached.heads if cached is not None else tuple(
@@ -343,19 +344,22 @@ class StateCollector(Collector):
                 f"{sample_name(family)}{label_set(family.labels, labels)} "
                 for family, labels in zip(families, self._device_labels(name, d), strict=True)
             )
-            for d in node.devices
+            for d in devices
         )
-        lines = []
-        for i, d in enumerate(node.devices):
-            if cached is not None and cached.uses[i] == uses[i]:
-                lines.append(cached.lines[i])
-                continue
-            lines.append(tuple(
-                "" if value is None else f"{head}{number(value)}\n"
-                for head, value in zip(heads[i], self._device_values(d, uses[i]), strict=True)
-            ))
+        if cached is None:
+            lines = [self._device_text(h, d, u) for h, d, u in zip(heads, devices, uses, strict=True)]
+        else:
+            kept = zip(heads, devices, uses, cached.uses, cached.lines, strict=True)
+            lines = [text if use == old else self._device_text(h, d, use) for h, d, use, old, text in kept]
         chunks = tuple(map("".join, zip(*lines, strict=True))) if lines else ("",) * len(families)
         return _NodeText(node, uses, heads, tuple(lines), chunks)
+
+    def _device_text(self, heads: tuple[str, ...], d: DeviceInfo, use: Use) -> tuple[str, ...]:
+        """One device's line in each ``_per_device`` family (``""`` where it has no series)."""
+        return tuple([
+            "" if value is None else f"{head}{number(value)}\n"
+            for head, value in zip(heads, self._device_values(d, use), strict=True)
+        ])
 
     def _pod_series(self, alloc: PodAllocation) -> Iterator[tuple[Labels, tuple[int, ...]]]:
         """Per reserved device of the pod: its labels, and its value in each ``_per_pod`` family."""
