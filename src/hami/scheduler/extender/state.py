@@ -117,7 +117,8 @@ class ClusterState:
         self._full = True  # a pass over every node is due (start, leadership gained)
         self._released: set[str] = set()  # pods whose init-container usage was shrunk
         self._logged: set[str] = set()
-        self._requests: dict[str, tuple[object, bool]] = {}  # uid -> (containers, requests HAMi resources)
+        # uid -> (containers, whether they request HAMi resources, namespace)
+        self._requests: dict[str, tuple[object, bool, str]] = {}
         # id(pod) -> (that pod, its uid, its entry if it is a Pending pod requesting HAMi resources)
         self._pending: dict[int, tuple[Obj, str, PendingPod | None]] = {}
         self.node_informer = Informer(api_client, ("", "v1", "nodes"), label_selector=node_label_selector)
@@ -154,15 +155,15 @@ class ClusterState:
     def pending_gpu_pods(self) -> list[PendingPod]:
         """Pods requesting HAMi resources that are still Pending.
 
-        Whether a pod requests them depends only on its containers; the answer is kept per pod with
-        the containers it was read from, and reused while they are equal (a bind or a status change
-        leaves them as they were): every scrape asks, and decoding every Pending pod's requests
-        again was most of a scrape's cost. The same object as last time (the informer replaces an
-        object on every change) reuses the whole entry, without reading the pod at all. A wrong
-        key (a pod without a uid) only costs a decode.
+        Whether a pod requests them depends only on its containers; the answer (and the namespace)
+        is kept per pod with the containers it was read from, and reused while they are equal (a
+        bind or a status change leaves them as they were): every scrape asks, and decoding every
+        Pending pod's requests again was most of a scrape's cost. The same object as last time (the
+        informer replaces an object on every change) reuses the whole entry without reading the
+        pod at all. A wrong key (a pod without a uid) only costs a decode.
         """
         known, by_object = self._requests, self._pending
-        seen: dict[str, tuple[object, bool]] = {}
+        seen: dict[str, tuple[object, bool, str]] = {}
         objects: dict[int, tuple[Obj, str, PendingPod | None]] = {}
         out = []
         for pod in self.pod_informer.list():
@@ -184,11 +185,13 @@ class ClusterState:
                 )
                 entry = known.get(uid)
                 if entry is None or entry[0] != containers:
-                    entry = (containers, pod_request(pod, self.nvidia) is not None)
-                seen[uid] = entry
+                    entry = (containers, pod_request(pod, self.nvidia) is not None, namespace_of(pod))
+                # kept with this object's containers: the next compare finds the same lists, not
+                # equal ones (a deep compare of every container, once per new object only)
+                seen[uid] = entry = (containers, entry[1], entry[2])
                 if entry[1]:
                     node = spec.get("nodeName") if isinstance(spec, dict) else None
-                    pending = PendingPod(pod, namespace_of(pod), node if isinstance(node, str) else "")
+                    pending = PendingPod(pod, entry[2], node if isinstance(node, str) else "")
                     out.append(pending)
             objects[id(pod)] = (pod, uid, pending)
         # only pods listed now: neither can outgrow the informer
