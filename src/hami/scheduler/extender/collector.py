@@ -11,7 +11,8 @@ GPUs is ~66k series, and the extender holds the GIL while it renders), ``collect
 prometheus_client metrics for every other request; ``hami.core.serve`` picks between the two (its
 ``Exposition``). The rendered path also keeps each node's per-device lines and each pod's
 per-container lines as text between scrapes, redone only when that node's ``NodeState`` or usage,
-or that pod's reservation, changes: a warm scrape copies text instead of formatting every line (the
+or that pod's reservation, changes, and each node's scheduler lines (handshake age, lock,
+schedulable) per node and reason: a warm scrape copies text instead of formatting every line (the
 cache holds about one body's worth of text). tests/scheduler/test_collector_exposition.py checks it
 byte for byte against prometheus_client as reservations come and go.
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
@@ -58,9 +59,8 @@ from hami.scheduler.extender.families import (
 )
 from hami.scheduler.extender.metrics import SchedulerMetrics
 from hami.scheduler.extender.schedulable import SCHEDULABLE, devices_reason, node_reason
-from hami.scheduler.extender.state import NODE_STATES, ClusterState, NodeRecord
+from hami.scheduler.extender.state import NODE_STATES, ClusterState, NodeRecord, Obj
 
-Obj = dict[str, Any]
 Use = tuple[int, int, int]  # a device's (slots used, MiB used, cores used)
 _IDLE: Use = (0, 0, 0)
 _LOCKED = "\0locked"  # the key of a node's lock-held line among its reasons' (no reason has a NUL)
@@ -106,6 +106,8 @@ class StateCollector(Collector):
         self._node_text: dict[str, _NodeText] = {}  # guarded by the state lock
         self._pod_text: dict[str, _PodText] = {}
         self._usage_seq = -1  # ``state.usage.seq`` when ``_node_text`` was last brought up to date
+        # Outside the state lock: two scrapes at once may each replace these with their own; every
+        # entry is keyed by all its text depends on, so a race costs a re-render, never a wrong line.
         self._listed: dict[int, tuple[Obj, str, Mapping[str, str]]] = {}  # id(node object) -> it, name, annos
         self._device_reasons: dict[int, tuple[NodeState, str]] = {}  # id(NodeState) -> it, devices_reason
         # ("", node) -> the age line's head; (reason or _LOCKED, node) -> the whole line
