@@ -106,6 +106,11 @@ class StateCollector(Collector):
         self._node_text: dict[str, _NodeText] = {}  # guarded by the state lock
         self._pod_text: dict[str, _PodText] = {}
         self._usage_seq = -1  # ``state.usage.seq`` when ``_node_text`` was last brought up to date
+        # Only the names and label names of these are read (``_node_lines``, ``_pod_lines``).
+        template, legacy_template = allocation_families()
+        self._device_families = self._per_device(template, legacy_template)
+        self._pod_families = self._per_pod(template, legacy_template)
+        state.usage.listeners.append(self._usage_changed)
         # Outside the state lock: two scrapes at once may each replace these with their own; every
         # entry is keyed by all its text depends on, so a race costs a re-render, never a wrong line.
         self._listed: dict[int, tuple[Obj, str, Mapping[str, str]]] = {}  # id(node object) -> it, name, annos
@@ -248,19 +253,17 @@ class StateCollector(Collector):
         f, legacy = allocation_families()
         per_device = self._per_device(f, legacy)
         nodes: dict[str, _NodeText] = {}
-        pods: dict[str, _PodText] = {}
         with self.state.lock:
             usage = self.state.usage
-            # Nodes whose usage changed since the last rendered scrape (None: all of them).
-            touched = usage.touched_since(self._usage_seq) if rendered and self._usage_seq >= 0 else None
-            changed = set(touched) if touched is not None else None
+            if rendered:
+                self._refresh_nodes()
             for name, node in self.state.nodes.items():
                 if not rendered:
                     self._device_rows(per_device, name, node, usage.node_usage(name))
                     continue
                 cached = self._node_text.get(name)
-                if cached is None or cached.node is not node or changed is None or name in changed:
-                    cached = self._node_lines(per_device, name, node, usage.node_usage(name), cached)
+                if cached is None or cached.node is not node:  # a new NodeState from the register pass
+                    cached = self._node_lines(name, node, usage.node_usage(name), cached)
                 nodes[name] = cached
             if nodes:
                 columns = zip(*[n.text for n in nodes.values()], strict=True)
@@ -280,14 +283,38 @@ class StateCollector(Collector):
                     self._pod_rows(per_pod, alloc)
                     continue
                 held = self._pod_text.get(alloc.uid)
-                if held is None or held.alloc is not alloc:
-                    held = _PodText(alloc, self._pod_lines(per_pod, alloc))
-                pods[alloc.uid] = held
+                if held is None or held.alloc is not alloc:  # before the first rendered scrape
+                    held = self._pod_text[alloc.uid] = _PodText(alloc, self._pod_lines(alloc))
                 for family, text in zip(per_pod, held.text, strict=True):
                     family.text.append(text)
-            if rendered:  # only what this scrape saw: the caches cannot outgrow the cluster
-                self._node_text, self._pod_text, self._usage_seq = nodes, pods, usage.seq
+            if rendered:  # only the nodes this scrape saw: the cache cannot outgrow the cluster
+                self._node_text = nodes
         return [*f, *legacy] if self.legacy else list(f)
+
+    def _usage_changed(self, old: PodAllocation | None, new: PodAllocation | None) -> None:
+        """A reservation added, replaced or removed (under the state lock): its pod's lines and
+        its nodes' device lines are redone now, so a scrape after a burst of binds only joins text.
+        Nothing until the first rendered scrape (a replica nobody scrapes pays nothing)."""
+        if self._usage_seq < 0:
+            return
+        if old is not None:
+            self._pod_text.pop(old.uid, None)
+        if new is not None:
+            self._pod_text[new.uid] = _PodText(new, self._pod_lines(new))
+        self._refresh_nodes()
+
+    def _refresh_nodes(self) -> None:
+        """Redo the device lines of every node whose usage changed since the last call (of all
+        nodes when the usage index's log no longer reaches back that far). Under the state lock."""
+        usage, nodes, text = self.state.usage, self.state.nodes, self._node_text
+        touched = usage.touched_since(self._usage_seq)
+        for name in nodes if touched is None else set(touched):
+            node = nodes.get(name)
+            if node is None:
+                text.pop(name, None)
+            else:
+                text[name] = self._node_lines(name, node, usage.node_usage(name), text.get(name))
+        self._usage_seq = usage.seq
 
     def _per_device(self, f: Allocation, legacy: list[Family]) -> tuple[Family, ...]:
         """The families with one series per device, in ``_device_series`` order."""
@@ -330,8 +357,7 @@ class StateCollector(Collector):
                     family.add(labels, value)
 
     def _node_lines(
-        self, families: Sequence[Family], name: str, node: NodeState, usage: dict[str, Use],
-        cached: _NodeText | None,
+        self, name: str, node: NodeState, usage: dict[str, Use], cached: _NodeText | None,
     ) -> _NodeText:
         """The node's per-device lines: a device's are redone only when its usage changed, and its
         label sets only with a new ``NodeState``."""
@@ -341,6 +367,7 @@ class StateCollector(Collector):
         uses = tuple([usage.get(d.id, _IDLE) for d in devices])
         if cached is not None and cached.uses == uses:
             return cached
+        families = self._device_families
         heads = cached.heads if cached is not None else tuple(
             tuple(
                 f"{sample_name(family)}{label_set(family.labels, labels)} "
@@ -377,9 +404,10 @@ class StateCollector(Collector):
             for family, value in zip(families, values, strict=True):
                 family.add(labels, value)
 
-    def _pod_lines(self, families: Sequence[Family], alloc: PodAllocation) -> tuple[str, ...]:
+    def _pod_lines(self, alloc: PodAllocation) -> tuple[str, ...]:
         """``_pod_rows`` as text, one chunk per family (families with the same label names share
         each label set)."""
+        families = self._pod_families
         lines: list[list[str]] = [[] for _ in families]
         for labels, values in self._pod_series(alloc):
             sets: dict[Labels, str] = {}
