@@ -33,7 +33,6 @@ from hami.core import annotations as ann
 from hami.core.codec.nodelock import DEFAULT_TIMEOUT
 from hami.core.devices import DeviceInfo
 from hami.core.kube.metrics import kube_metrics
-from hami.core.objects import annotations_of, name_of
 from hami.core.serve import build_info, listener_metrics
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor, describe_families
 from hami.core.serve.families import (
@@ -59,10 +58,11 @@ from hami.scheduler.extender.families import (
 )
 from hami.scheduler.extender.metrics import SchedulerMetrics
 from hami.scheduler.extender.schedulable import SCHEDULABLE, devices_reason, node_reason
-from hami.scheduler.extender.state import NODE_STATES, ClusterState, NodeRecord, Obj
+from hami.scheduler.extender.state import NODE_STATES, ClusterState, NodeRecord
 
 Use = tuple[int, int, int]  # a device's (slots used, MiB used, cores used)
 _IDLE: Use = (0, 0, 0)
+_UNLOCKED: Mapping[str, str] = {}  # the annotations ``node_reason`` reads of a node without a lock
 _LOCKED = "\0locked"  # the key of a node's lock-held line among its reasons' (no reason has a NUL)
 
 
@@ -113,7 +113,6 @@ class StateCollector(Collector):
         state.usage.listeners.append(self._usage_changed)
         # Outside the state lock: two scrapes at once may each replace these with their own; every
         # entry is keyed by all its text depends on, so a race costs a re-render, never a wrong line.
-        self._listed: dict[int, tuple[Obj, str, Mapping[str, str]]] = {}  # id(node object) -> it, name, annos
         self._device_reasons: dict[int, tuple[NodeState, str]] = {}  # id(NodeState) -> it, devices_reason
         # ("", node) -> the age line's head; (reason or _LOCKED, node) -> the whole line
         self._node_heads: dict[tuple[str, str], str] = {}
@@ -160,9 +159,9 @@ class StateCollector(Collector):
                     handshakes.append((name, max((now - record.handshake).total_seconds(), 0.0)))
         for st, n in counts.items():
             states.add((st,), float(n))
-        annos = self._node_annotations()
-        verdicts = self.node_reasons(records, now, annos)
-        locked = [name for name, node_annos in annos.items() if ann.NODE_LOCK in node_annos]
+        locks = self.state.node_locks()
+        verdicts = self.node_reasons(records, now, locks)
+        locked = sorted(locks)
         if rendered:
             self._node_text_lines(
                 handshakes, verdicts, locked, ages=ages, schedulable=schedulable, held=held
@@ -175,21 +174,6 @@ class StateCollector(Collector):
             for name in locked:
                 held.add((name,), 1.0)
         return (leader, synced, pending, states, ages, held, schedulable, size)
-
-    def _node_annotations(self) -> dict[str, Mapping[str, str]]:
-        """Each listed node's annotations, by name. One listing for both uses (a lookup per node
-        takes the informer's lock 1,000 times a scrape), read again only from a node object the
-        informer replaced since the last scrape."""
-        known, listed = self._listed, dict[int, tuple[Obj, str, Mapping[str, str]]]()
-        out: dict[str, Mapping[str, str]] = {}
-        for node in self.state.node_informer.list():
-            held = known.get(id(node))
-            if held is None or held[0] is not node:  # a live object's id is its own
-                held = (node, name_of(node), annotations_of(node))
-            listed[id(node)] = held
-            out[held[1]] = held[2]
-        self._listed = listed  # only what is listed now: it cannot outgrow the informer
-        return out
 
     def _node_text_lines(
         self, handshakes: list[tuple[str, float]], verdicts: list[tuple[str, str]], locked: list[str],
@@ -221,10 +205,10 @@ class StateCollector(Collector):
         self._node_heads = lines
 
     def node_reasons(
-        self, records: dict[str, NodeRecord], now: datetime, annos: Mapping[str, Mapping[str, str]],
+        self, records: dict[str, NodeRecord], now: datetime, locks: Mapping[str, str],
     ) -> list[tuple[str, str]]:
-        """(reason, node) for every node the register pass has seen; ``annos``: each listed node's
-        annotations. A ``NodeState``'s device verdict is kept while the record holds that object."""
+        """(reason, node) for every node the register pass has seen; ``locks``: the listed nodes'
+        lock annotations. A ``NodeState``'s device verdict is kept while the record holds that object."""
         def pod_exists(namespace: str, name: str) -> bool:
             return self.state.get_pod(namespace, name) is not None
 
@@ -238,8 +222,8 @@ class StateCollector(Collector):
             return held[1]
 
         out = [
-            (node_reason(records[name], annos.get(name, {}), now, self.lock_timeout, pod_exists,
-                         devices=devices), name)
+            (node_reason(records[name], {ann.NODE_LOCK: locks[name]} if name in locks else _UNLOCKED, now,
+                         self.lock_timeout, pod_exists, devices=devices), name)
             for name in sorted(records)
         ]
         self._device_reasons = seen

@@ -156,11 +156,12 @@ class ClusterState:
         # "namespace/name" -> (containers, whether they request HAMi resources), for Pending pods
         self._requests: dict[str, tuple[object, bool]] = {}
         self._pending: dict[str, PendingPod] = {}  # "namespace/name" -> the pod, while it counts
-        self._pending_lock = threading.Lock()  # a scrape copies ``_pending`` while a handler may change it
+        self._locks: dict[str, str] = {}  # node name -> its node lock's value, kept by the node handlers
+        self._scrape_lock = threading.Lock()  # scrapes copy the two above while handlers change them
         self.node_informer = Informer(api_client, ("", "v1", "nodes"), label_selector=node_label_selector)
         self.pod_informer = Informer(api_client, ("", "v1", "pods"))
         self.quota_informer = Informer(api_client, ("", "v1", "resourcequotas"))
-        self.node_informer.add_handler(self._node_event, self._node_update, self._node_event)
+        self.node_informer.add_handler(self._node_add, self._node_update, self._node_delete)
         self.pod_informer.add_handler(self._pod_add, self._pod_update, self._pod_delete)
         self.quota_informer.add_handler(self._quota_add, self._quota_update, self._quota_delete)
 
@@ -188,8 +189,13 @@ class ClusterState:
 
     def pending_gpu_pods(self) -> list[PendingPod]:
         """Pods requesting HAMi resources that are still Pending, as the pod handlers left them."""
-        with self._pending_lock:
+        with self._scrape_lock:
             return list(self._pending.values())
+
+    def node_locks(self) -> dict[str, str]:
+        """The listed nodes that carry a node lock, with its value, as the node handlers left them."""
+        with self._scrape_lock:
+            return dict(self._locks)
 
     def _track_pending(self, pod: Obj) -> None:
         """Keep ``pod``'s entry among the pending pods up to date (a pod event's O(1) share of
@@ -210,7 +216,7 @@ class ClusterState:
         # informer hands the same object again
         self._requests[key] = (containers, requests)
         node = spec.get("nodeName")
-        with self._pending_lock:
+        with self._scrape_lock:
             if requests:
                 self._pending[key] = PendingPod(pod, namespace_of(pod), node if isinstance(node, str) else "")
             else:
@@ -218,7 +224,7 @@ class ClusterState:
 
     def _forget_pending(self, key: str) -> None:
         self._requests.pop(key, None)
-        with self._pending_lock:
+        with self._scrape_lock:
             self._pending.pop(key, None)
 
     def drop_reservation(self, uid: str) -> None:
@@ -231,6 +237,22 @@ class ClusterState:
 
     # --- informer handlers ----------------------------------------------------------------
 
+    def _node_add(self, obj: Obj) -> None:
+        self._track_lock(obj, annotations_of(obj).get(ann.NODE_LOCK))
+        self._node_event(obj)
+
+    def _node_delete(self, obj: Obj) -> None:
+        self._track_lock(obj, None)
+        self._node_event(obj)
+
+    def _track_lock(self, node: Obj, value: str | None) -> None:
+        name = name_of(node)
+        with self._scrape_lock:
+            if value is None:
+                self._locks.pop(name, None)
+            else:
+                self._locks[name] = value
+
     def _node_event(self, obj: Obj) -> None:
         name = name_of(obj)
         if name:
@@ -242,6 +264,7 @@ class ClusterState:
         # A bind sets and releases the node lock: two updates per pod that change nothing the
         # register pass reads (annotations other than the lock, allocatable); the kubelet's
         # status heartbeats neither. Such a node waits for the next full pass, as unchanged ones do.
+        self._track_lock(new, annotations_of(new).get(ann.NODE_LOCK))
         if _register_inputs(old) != _register_inputs(new):
             self._node_event(new)
 
