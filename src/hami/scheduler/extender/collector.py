@@ -75,12 +75,12 @@ class _NodeText(NamedTuple):
     uses: tuple[Use, ...]  # per device of ``node.devices``
     heads: tuple[tuple[str, ...], ...]  # per device, per family ``name{labels} ``
     lines: tuple[tuple[str, ...], ...]  # per device, per family its line
-    text: tuple[str, ...]  # per family: every device's line
+    text: tuple[bytes, ...]  # per family: every device's line, encoded once
 
 
 class _PodText(NamedTuple):
     alloc: PodAllocation
-    text: tuple[str, ...]  # one chunk per ``_per_pod`` family
+    text: tuple[bytes, ...]  # one chunk per ``_per_pod`` family, encoded once
 
 
 class StateCollector(Collector):
@@ -249,10 +249,10 @@ class StateCollector(Collector):
                 if cached is None or cached.node is not node:  # a new NodeState from the register pass
                     cached = self._node_lines(name, node, usage.node_usage(name), cached)
                 nodes[name] = cached
-            if nodes:
+            if nodes:  # one piece per family, joined in C
                 columns = zip(*[n.text for n in nodes.values()], strict=True)
                 for family, chunks in zip(per_device, columns, strict=True):
-                    family.text.extend(chunks)
+                    family.text.append(b"".join(chunks))
             for ns, rname, entry in self.state.quotas.items():
                 limit = str(entry.limit) if entry.limit_set else "0"
                 f.q_used.add((ns, rname, limit, ZONE), entry.used)
@@ -261,16 +261,20 @@ class StateCollector(Collector):
                 if self.legacy:
                     legacy[7].add((ns, rname, limit, ZONE), entry.used)
             per_pod = self._per_pod(f, legacy)
+            pod_text, texts = self._pod_text, list[tuple[bytes, ...]]()
             for alloc in usage.pods():
-                self._mig_instances(alloc, f.mig_info, legacy[10])
+                if alloc.mig:
+                    self._mig_instances(alloc, f.mig_info, legacy[10])
                 if not rendered:
                     self._pod_rows(per_pod, alloc)
                     continue
-                held = self._pod_text.get(alloc.uid)
+                held = pod_text.get(alloc.uid)
                 if held is None or held.alloc is not alloc:  # before the first rendered scrape
-                    held = self._pod_text[alloc.uid] = _PodText(alloc, self._pod_lines(alloc))
-                for family, text in zip(per_pod, held.text, strict=True):
-                    family.text.append(text)
+                    held = pod_text[alloc.uid] = _PodText(alloc, self._pod_lines(alloc))
+                texts.append(held.text)
+            if texts:
+                for family, chunks in zip(per_pod, zip(*texts, strict=True), strict=True):
+                    family.text.append(b"".join(chunks))
             if rendered:  # only the nodes this scrape saw: the cache cannot outgrow the cluster
                 self._node_text = nodes
         return [*f, *legacy] if self.legacy else list(f)
@@ -364,7 +368,9 @@ class StateCollector(Collector):
         else:
             kept = zip(heads, devices, uses, cached.uses, cached.lines, strict=True)
             lines = [text if use == old else self._device_text(h, d, use) for h, d, use, old, text in kept]
-        chunks = tuple(map("".join, zip(*lines, strict=True))) if lines else ("",) * len(families)
+        chunks = tuple([
+            "".join(column).encode("utf-8") for column in zip(*lines, strict=True)
+        ]) if lines else (b"",) * len(families)
         return _NodeText(node, uses, heads, tuple(lines), chunks)
 
     def _device_text(self, heads: tuple[str, ...], d: DeviceInfo, use: Use) -> tuple[str, ...]:
@@ -388,7 +394,7 @@ class StateCollector(Collector):
             for family, value in zip(families, values, strict=True):
                 family.add(labels, value)
 
-    def _pod_lines(self, alloc: PodAllocation) -> tuple[str, ...]:
+    def _pod_lines(self, alloc: PodAllocation) -> tuple[bytes, ...]:
         """``_pod_rows`` as text, one chunk per family (families with the same label names share
         each label set)."""
         families = self._pod_families
@@ -400,12 +406,10 @@ class StateCollector(Collector):
                 if text is None:
                     text = sets[family.labels] = label_set(family.labels, labels)
                 out.append(f"{sample_name(family)}{text} {number(value)}\n")
-        return tuple(map("".join, lines))
+        return tuple(["".join(out).encode("utf-8") for out in lines])
 
     def _mig_instances(self, alloc: PodAllocation, info: Family, legacy: Family) -> None:
         """One series per MIG reservation the device plugin realised (runtime identity set)."""
-        if not alloc.mig:
-            return
         node = self.state.nodes.get(alloc.node)
         if node is None:
             return
