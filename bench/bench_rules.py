@@ -1,19 +1,24 @@
-"""Rule evaluation cost in Debian's Prometheus: the shipped rules against the same rules without the
-capacity groups (chargeback, fragmentation, over-commit and the capacity alerts), on a backfilled
-history of 1,000 containers on 1,000 cards (125 nodes of 8).
+"""Rule evaluation cost in Debian's Prometheus: the shipped rules against a baseline (by default the same
+rules without the capacity groups: chargeback, fragmentation, over-commit and the capacity alerts; with
+--baseline, another rules file, such as the rules before the capacity work), on a backfilled history of
+1,000 containers on 1,000 cards (125 nodes of 8; --nodes for a smaller run).
 
 The rule sets run in one sitting, alternating servers (one at a time, each on the same history backfilled
 just before it starts, so that its last samples are fresh: older than the 5-minute lookback, the raw
 series would be stale and the rules would evaluate to nothing),
 every group at the same evaluation interval (a group's own `interval:` is dropped for the run, so each is
-read many times). Figures per set, each beside the set without the capacity groups: the median over all
-reads of Σ `prometheus_rule_group_last_duration_seconds` (what the issue budgets), Prometheus's own CPU
-per second (with nothing to scrape, nearly all of it rule evaluation; steadier than wall-clock durations
-on a shared machine), the evaluation load at the shipped group intervals (Σ median group duration / its
-interval, the global one being --deployed-interval), and the median per group.
-Target: within 1.10x of the rules without the capacity groups.
+read many times). Figures per set, each beside the baseline: the median over all reads of Σ
+`prometheus_rule_group_last_duration_seconds` (what the issue budgets), Prometheus's own CPU per second
+(with nothing to scrape, nearly all of it rule evaluation; steadier than wall-clock durations on a shared
+machine), the evaluation load at the shipped group intervals (Σ median group duration / its interval, the
+global one being --deployed-interval), the median per group, and the profile behind them: the costliest
+rules (each rule's `evaluationTime` from the rules API, median over all reads).
+Target: the measured set within 1.10x of the baseline per evaluation.
 
-    PYTHONPATH=src python bench/bench_rules.py [--rounds 2] [--reads 8] [--also OLD-RULES.yaml]
+    PYTHONPATH=src python bench/bench_rules.py [--rounds 2] [--reads 8] [--nodes 125] \
+        [--baseline OLD-RULES.yaml] [--also OTHER-RULES.yaml]
+
+The rules before the capacity work: `git show 46f6499:alerts/hami-rules.yaml > OLD-RULES.yaml`.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ CAPACITY_GROUPS = {
     "hami-overcommit.rules",
     "hami-capacity.alerts",
 }
-NODES, CARDS = 125, 8
+CARDS = 8
 STEP, POINTS = 30, 20
 MON, SCH = 'job="hami-monitor"', 'job="hami-scheduler",instance="s:9395"'
 # One series per container (vGPU rules) and per pod (chargeback) when the rules saw fresh raw series.
@@ -51,9 +56,9 @@ CPU = re.compile(r"^process_cpu_seconds_total (\S+)$", re.M)
 LAST = re.compile(r'^prometheus_rule_group_last_duration_seconds\{rule_group="[^;]*;([^"]*)"\} (\S+)$', re.M)
 
 
-def series() -> Iterator[tuple[str, float, float]]:
+def series(nodes: int) -> Iterator[tuple[str, float, float]]:
     """(series, value, slope per step): every card half used and growing, one container per card."""
-    for n in range(NODES):
+    for n in range(nodes):
         mi = f'{MON},instance="n{n}:9394"'
         yield f'hami_inconsistency{{{mi},node="n{n}",kind="memory_outside_hami"}}', 0, 0
         for g in range(CARDS):
@@ -87,11 +92,11 @@ def series() -> Iterator[tuple[str, float, float]]:
             yield f"hami_vgpu_core_allocated_ratio{{{alloc}}}", 50, 0
 
 
-def backfill(data: Path, work: Path) -> None:
+def backfill(data: Path, work: Path, nodes: int) -> None:
     end = int(time.time()) // STEP * STEP
     samples = [
         (name, value + slope * i, float(end - (POINTS - 1 - i) * STEP))
-        for name, value, slope in series()
+        for name, value, slope in series(nodes)
         for i in range(POINTS)
     ]
     prometheus.backfill_openmetrics(prometheus.openmetrics(samples), data, work)
@@ -102,23 +107,24 @@ def intervals(rules: dict[str, Any], default: float) -> dict[str, float]:
 
 
 def measure(
-    rules_path: Path, work: Path, interval: int, reads: int, *, capacity: bool
-) -> tuple[list[dict[str, float]], dict[str, float], float]:
+    rules_path: Path, work: Path, interval: int, reads: int, nodes: int
+) -> tuple[list[dict[str, float]], dict[str, list[float]], float]:
     """Per-group last durations, ``reads`` times one interval apart, after every group ran at least once;
-    each rule's last evaluation time (the rules API), to say where a group spends it; and the server's
-    CPU seconds per second over the reads."""
+    at each read every rule's last evaluation time (the rules API), to say where a group spends it; and
+    the server's CPU seconds per second over the reads."""
     data = work / "data"
     shutil.rmtree(data, ignore_errors=True)
     data.mkdir()
-    backfill(data, work)
+    backfill(data, work, nodes)
     cfg = f"global:\n  evaluation_interval: {interval}s\nrule_files: [{rules_path}]\n"
+    names = {g["name"] for g in yaml.safe_load(rules_path.read_text(encoding="utf-8"))["groups"]}
     out: list[dict[str, float]] = []
+    per_rule: dict[str, list[float]] = {}
     with prometheus.PrometheusServer(data, config_text=cfg) as srv:
-        groups = len(yaml.safe_load(rules_path.read_text(encoding="utf-8"))["groups"])
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
             last = dict(LAST.findall(requests.get(f"{srv.url}/metrics", timeout=10).text))
-            if len(last) == groups and all(float(v) > 0 for v in last.values()):
+            if len(last) == len(names) and all(float(v) > 0 for v in last.values()):
                 break
             time.sleep(1)
         time.sleep(interval)
@@ -126,20 +132,27 @@ def measure(
         for _ in range(reads):
             body = requests.get(f"{srv.url}/metrics", timeout=10).text
             out.append({name: float(v) for name, v in LAST.findall(body)})
+            for rule, took in rule_times(srv.url).items():
+                per_rule.setdefault(rule, []).append(took)
             time.sleep(interval)
         cpu = (cpu_seconds(srv.url) - cpu0) / (time.monotonic() - t0)
-        for record in (VGPU_RECORD, CHARGEBACK_RECORD) if capacity else (VGPU_RECORD,):
+        checks = (VGPU_RECORD, CHARGEBACK_RECORD) if "hami-chargeback.rules" in names else (VGPU_RECORD,)
+        for record in checks:
             found = requests.get(f"{srv.url}/api/v1/query", timeout=30, params={"query": f"count({record})"})
             result = found.json()["data"]["result"]
-            if not result or float(result[0]["value"][1]) != NODES * CARDS:
+            if not result or float(result[0]["value"][1]) != nodes * CARDS:
                 raise RuntimeError(f"{record} lacks series: the fixture no longer matches the rules")
-        api = requests.get(f"{srv.url}/api/v1/rules", timeout=30).json()["data"]["groups"]
-    per_rule = {
+    return out, per_rule, cpu
+
+
+def rule_times(url: str) -> dict[str, float]:
+    """Each rule's last evaluation time, keyed group/name#position (a name may repeat in a group)."""
+    api = requests.get(f"{url}/api/v1/rules", timeout=30).json()["data"]["groups"]
+    return {
         f"{g['name']}/{r['name']}#{i}": float(r["evaluationTime"])
         for g in api
         for i, r in enumerate(g["rules"])
     }
-    return out, per_rule, cpu
 
 
 def cpu_seconds(url: str) -> float:
@@ -159,6 +172,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="servers per rule set, alternating")
     parser.add_argument("--reads", type=int, default=8, help="reads of the durations per server")
     parser.add_argument("--interval", type=int, default=5, help="evaluation interval of the run, seconds")
+    parser.add_argument("--nodes", type=int, default=125, help=f"nodes of {CARDS} cards, one container each")
+    parser.add_argument("--top", type=int, default=12, help="costliest rules printed per set")
     parser.add_argument(
         "--deployed-interval",
         type=int,
@@ -167,33 +182,40 @@ def main() -> None:
     )
     parser.add_argument("--rules", type=Path, default=RULES, help="the rules measured (default: shipped)")
     parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="the rules the others are compared with (default: measured ones without the capacity groups)",
+    )
+    parser.add_argument(
         "--also", type=Path, action="append", default=[], help="another rules file to measure beside them"
     )
     args = parser.parse_args()
     if not prometheus.available():
         raise SystemExit("needs Debian's prometheus and promtool (apt-get install prometheus)")
     shipped: dict[str, Any] = yaml.safe_load(args.rules.read_text(encoding="utf-8"))
-    sets = {"no capacity": {"groups": [g for g in shipped["groups"] if g["name"] not in CAPACITY_GROUPS]}}
+    sets: dict[str, dict[str, Any]] = {}
+    if args.baseline:
+        sets[f"baseline {args.baseline}"] = yaml.safe_load(args.baseline.read_text(encoding="utf-8"))
+    sets["no capacity"] = {"groups": [g for g in shipped["groups"] if g["name"] not in CAPACITY_GROUPS]}
     sets |= {str(p): yaml.safe_load(p.read_text(encoding="utf-8")) for p in args.also}
     sets["measured"] = shipped
     reads: dict[str, list[dict[str, float]]] = {name: [] for name in sets}
     cpu: dict[str, list[float]] = {name: [] for name in sets}
-    rules: dict[str, list[float]] = {}
+    rules: dict[str, dict[str, list[float]]] = {name: {} for name in sets}
     with tempfile.TemporaryDirectory(prefix="bench-rules-") as tmp:
         work = Path(tmp)
         for _ in range(args.rounds):
             for i, (name, data) in enumerate(sets.items()):
                 path = work / f"rules-{i}.yaml"
                 path.write_text(yaml.safe_dump(strip_intervals(data)), encoding="utf-8")
-                got, per_rule, used = measure(
-                    path, work, args.interval, args.reads, capacity=name != "no capacity"
-                )
+                got, per_rule, used = measure(path, work, args.interval, args.reads, args.nodes)
                 reads[name] += got
                 cpu[name].append(used)
-                for rule, value in per_rule.items() if name == "measured" else ():
-                    rules.setdefault(rule, []).append(value)
+                for rule, values in per_rule.items():
+                    rules[name].setdefault(rule, []).extend(values)
+    containers = args.nodes * CARDS
     print(
-        f"{NODES * CARDS} containers on {NODES * CARDS} cards, {POINTS} points {STEP}s apart backfilled; "
+        f"{containers} containers on {containers} cards, {POINTS} points {STEP}s apart backfilled; "
         f"every group every {args.interval}s; {args.rounds} x {args.reads} reads per rule set; shipped "
         f"intervals at evaluation_interval {args.deployed_interval}s"
     )
@@ -212,10 +234,12 @@ def main() -> None:
         )
         for group, value in sorted(groups.items(), key=lambda kv: -kv[1]):
             print(f"    {group:<28} {value * 1e3:7.1f} ms  every {every[group]:g}s")
-    print("  the slowest rules of the measured set (last evaluation, median over servers):")
-    for value, rule in sorted(((statistics.median(v), r) for r, v in rules.items()), reverse=True)[:8]:
-        print(f"    {value * 1e3:7.1f} ms  {rule.split('#')[0]}")
-    print("target: each figure of the measured set within 1.10x of the rules without the capacity groups")
+        costs = sorted(((statistics.median(v), r) for r, v in rules[name].items()), reverse=True)
+        every_rule = sum(c for c, _ in costs)
+        print(f"  costliest rules (evaluationTime, median over reads; all rules: {every_rule * 1e3:.1f} ms):")
+        for value, rule in costs[: args.top]:
+            print(f"    {value * 1e3:7.1f} ms  {rule.split('#')[0]}")
+    print(f"target: the measured set within 1.10x of {next(iter(sets))} per evaluation (Σ last duration)")
 
 
 if __name__ == "__main__":
