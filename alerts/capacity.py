@@ -3,8 +3,7 @@ fragmentation.
 
 Fragmentation. A card's free slice (schedulable memory and cores nobody reserved, and a free split slot)
 is usable when it can host the median request of the last 24 hours; the ratio is the share of free
-memory that is not usable: 0 = every free slice can take a typical request, 1 = none can. The rule is
-named `gpu_model:hami_fragmentation:ratio` (level:metric:operation), not `..._fragmentation_ratio`.
+memory that is not usable: 0 = every free slice can take a typical request, 1 = none can.
 
 Over-commit. With deviceMemoryScaling > 1 the vGPU limits on a card add up to more than the card. Per
 card: the physical headroom (total - used), what its vGPUs may still claim (Σ limit - used), and the
@@ -203,11 +202,11 @@ class CapacityRules(RuleBase):
                 f"and on ({CARD})\n"
                 f"node_device:hami_gpu_core_unreserved_percent:sum >= on () group_left () {core_p50}\n"
                 f"and on ({CARD})\n"
-                f"(\n  max by ({CARD}) (hami_gpu_split_count{{{sch}}})\n"
+                f"(\n  max by ({CARD}) (hami_gpu_split_limit{{{sch}}})\n"
                 f"  - max by ({CARD}) (hami_gpu_shared_count{{{sch}}})\n) >= 1",
             ),
-            self.record("gpu_model:hami_fragmentation:ratio", ratio("device_type")),
-            self.record("node:hami_fragmentation:ratio", ratio("node")),
+            self.record("gpu_model:hami_fragmentation_ratio", ratio("device_type")),
+            self.record("node:hami_fragmentation_ratio", ratio("node")),
         ]
 
     def reconciler_alerts(self) -> list[dict[str, Any]]:

@@ -70,7 +70,6 @@ def series(nodes: int) -> Iterator[tuple[str, float, float]]:
                 ("hami_gpu_memory_allocated_bytes", 30e9),
                 ("hami_gpu_core_limit_ratio", 100),
                 ("hami_gpu_core_allocated_ratio", 50),
-                ("hami_gpu_split_count", 10),
                 ("hami_gpu_split_limit", 10),
                 ("hami_gpu_shared_count", 1),
             ):

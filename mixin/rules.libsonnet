@@ -237,14 +237,14 @@
           },
           {
             "record": "node_device:hami_gpu_memory_usable_bytes:p50_%(requestsWindow)s" % $._config,
-            "expr": "node_device:hami_gpu_memory_unreserved_bytes:sum >= on () group_left () cluster:hami_vgpu_memory_request_bytes:p50_%(requestsWindow)s\nand on (node, device_uuid)\nnode_device:hami_gpu_core_unreserved_percent:sum >= on () group_left () cluster:hami_vgpu_core_request_percent:p50_%(requestsWindow)s\nand on (node, device_uuid)\n(\n  max by (node, device_uuid) (hami_gpu_split_count{job=\"%(schedulerJob)s\"})\n  - max by (node, device_uuid) (hami_gpu_shared_count{job=\"%(schedulerJob)s\"})\n) >= 1" % $._config
+            "expr": "node_device:hami_gpu_memory_unreserved_bytes:sum >= on () group_left () cluster:hami_vgpu_memory_request_bytes:p50_%(requestsWindow)s\nand on (node, device_uuid)\nnode_device:hami_gpu_core_unreserved_percent:sum >= on () group_left () cluster:hami_vgpu_core_request_percent:p50_%(requestsWindow)s\nand on (node, device_uuid)\n(\n  max by (node, device_uuid) (hami_gpu_split_limit{job=\"%(schedulerJob)s\"})\n  - max by (node, device_uuid) (hami_gpu_shared_count{job=\"%(schedulerJob)s\"})\n) >= 1" % $._config
           },
           {
-            "record": "gpu_model:hami_fragmentation:ratio",
+            "record": "gpu_model:hami_fragmentation_ratio",
             "expr": "1 - (\n  sum by (device_type) (node_device:hami_gpu_memory_usable_bytes:p50_%(requestsWindow)s)\n  or sum by (device_type) (node_device:hami_gpu_memory_unreserved_bytes:sum) * 0\n)\n/ (sum by (device_type) (node_device:hami_gpu_memory_unreserved_bytes:sum) > 0)\nand on () cluster:hami_vgpu_memory_request_bytes:p50_%(requestsWindow)s" % $._config
           },
           {
-            "record": "node:hami_fragmentation:ratio",
+            "record": "node:hami_fragmentation_ratio",
             "expr": "1 - (\n  sum by (node) (node_device:hami_gpu_memory_usable_bytes:p50_%(requestsWindow)s)\n  or sum by (node) (node_device:hami_gpu_memory_unreserved_bytes:sum) * 0\n)\n/ (sum by (node) (node_device:hami_gpu_memory_unreserved_bytes:sum) > 0)\nand on () cluster:hami_vgpu_memory_request_bytes:p50_%(requestsWindow)s" % $._config
           }
         ]

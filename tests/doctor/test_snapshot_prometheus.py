@@ -34,7 +34,7 @@ def _card(node: str, uuid: str, index: int, model: str, mib: int) -> list[tuple[
     )
     return [
         (f"hami_gpu_memory_limit_bytes{{{labels}}}", mib * MIB, 0, 180),
-        (f"hami_gpu_split_count{{{labels}}}", 10, 0, 180),
+        (f"hami_gpu_split_limit{{{labels}}}", 10, 0, 180),
         (f"hami_gpu_core_limit_ratio{{{labels}}}", 100, 0, 180),
     ]
 

@@ -2,7 +2,7 @@
 
 The API server forgets deleted pods; the scheduler extender's metrics remember them for the
 retention period. From the extender's per-device series the history rebuilds every node's
-registered cards (``hami_gpu_split_count``, ``hami_gpu_memory_limit_bytes``,
+registered cards (``hami_gpu_split_limit``, ``hami_gpu_memory_limit_bytes``,
 ``hami_gpu_core_limit_ratio``) and every pod that held a GPU (``hami_vgpu_memory_allocated_bytes``
 and ``hami_vgpu_core_allocated_ratio``, one series per pod and card while the pod holds it), with
 the device plugin's ``hami_device_memory_scaling`` and the monitor's peak
@@ -92,7 +92,7 @@ def _devices(source: Source, h: HistorySettings) -> dict[str, list[DeviceInfo]]:
         }
 
     memory = last("hami_gpu_memory_limit_bytes")
-    split = last("hami_gpu_split_count")
+    split = last("hami_gpu_split_limit")
     cores = last("hami_gpu_core_limit_ratio")
     health = {
         _labels(s, "node", "device_uuid"): s.value
