@@ -200,11 +200,13 @@ class CapacityRules(RuleBase):
             self.record(
                 core_p50, f"quantile(0.5, max_over_time(hami_vgpu_core_allocated_ratio{{{sch}}}[{window}]))"
             ),
+            # scalar(): each median is one series (NaN, so no card, without requests), compared without
+            # a join.
             self.record(
                 usable,
-                f"{free} >= on () group_left () {mem_p50}\n"
+                f"{free} >= scalar({mem_p50})\n"
                 f"and on ({CARD})\n"
-                f"node_device:hami_gpu_core_unreserved_percent:sum >= on () group_left () {core_p50}\n"
+                f"node_device:hami_gpu_core_unreserved_percent:sum >= scalar({core_p50})\n"
                 f"and on ({CARD})\n"
                 f"(\n  max by ({CARD}) (hami_gpu_split_limit{{{sch}}})\n"
                 f"  - max by ({CARD}) (hami_gpu_shared_count{{{sch}}})\n) >= 1",

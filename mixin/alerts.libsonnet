@@ -39,7 +39,7 @@
         "rules": [
           {
             "alert": "HAMiGPUMemoryHigh",
-            "expr": "hami_vgpu_memory_used_bytes{job=\"%(monitorJob)s\"} / (hami_vgpu_memory_limit_bytes{job=\"%(monitorJob)s\"} > 0) > %(vgpuMemoryUsedRatio)s" % $._config,
+            "expr": "namespace_pod_container:hami_vgpu_memory_used_per_limit:ratio > %(vgpuMemoryUsedRatio)s" % $._config,
             "for": "%(vgpuMemoryHighFor)s" % $._config,
             "labels": {
               "severity": "warning"
@@ -91,7 +91,7 @@
           },
           {
             "alert": "HAMiVGPUIdle",
-            "expr": "hami_container_last_kernel_elapsed_seconds{job=\"%(monitorJob)s\"} >= %(idleSeconds)s" % $._config,
+            "expr": "namespace_pod_container:hami_vgpu_idle_seconds:last_kernel",
             "for": "%(vgpuIdleFor)s" % $._config,
             "labels": {
               "severity": "info"
@@ -135,7 +135,7 @@
         "rules": [
           {
             "alert": "HAMiGPUMemoryAllocationHigh",
-            "expr": "sum by (node) (max by (node, device_uuid) (hami_gpu_memory_allocated_bytes{job=\"%(schedulerJob)s\"}))\n  / (sum by (node) (max by (node, device_uuid) (hami_gpu_memory_limit_bytes{job=\"%(schedulerJob)s\"})) > 0)\n  > %(allocationRatio)s" % $._config,
+            "expr": "node:hami_gpu_memory_allocated_per_limit:ratio > %(allocationRatio)s" % $._config,
             "for": "%(allocationHighFor)s" % $._config,
             "labels": {
               "severity": "warning"
@@ -148,7 +148,7 @@
           },
           {
             "alert": "HAMiGPUCoreAllocationHigh",
-            "expr": "sum by (node) (max by (node, device_uuid) (hami_gpu_core_allocated_ratio{job=\"%(schedulerJob)s\"}))\n  / (sum by (node) (max by (node, device_uuid) (hami_gpu_core_limit_ratio{job=\"%(schedulerJob)s\"})) > 0)\n  > %(allocationRatio)s" % $._config,
+            "expr": "node:hami_gpu_core_allocated_per_limit:ratio > %(allocationRatio)s" % $._config,
             "for": "%(allocationHighFor)s" % $._config,
             "labels": {
               "severity": "warning"
@@ -161,7 +161,7 @@
           },
           {
             "alert": "HAMiGPUPhysicalMemoryNearFull",
-            "expr": "hami_host_gpu_memory_used_bytes{job=\"%(monitorJob)s\"}\n  / on (node, device_uuid) group_left ()\n  (hami_host_gpu_memory_total_bytes{job=\"%(monitorJob)s\"} > 0) > %(physicalMemoryUsedRatio)s\nand on (node, device_uuid)\n(\n  max by (node, device_uuid) (hami_gpu_memory_allocated_bytes{job=\"%(schedulerJob)s\"})\n  > on (node, device_uuid)\n  max by (node, device_uuid) (hami_host_gpu_memory_total_bytes{job=\"%(monitorJob)s\"})\n)" % $._config,
+            "expr": "node_device:hami_host_gpu_memory_used_per_total:ratio > %(physicalMemoryUsedRatio)s\nand on (node, device_uuid)\n(\n  max by (node, device_uuid) (hami_gpu_memory_allocated_bytes{job=\"%(schedulerJob)s\"})\n  > on (node, device_uuid)\n  max by (node, device_uuid) (hami_host_gpu_memory_total_bytes{job=\"%(monitorJob)s\"})\n)" % $._config,
             "for": "%(physicalMemoryNearFullFor)s" % $._config,
             "labels": {
               "severity": "critical"
