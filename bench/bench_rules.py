@@ -11,8 +11,10 @@ read many times). Figures per set, each beside the baseline: the median over all
 `prometheus_rule_group_last_duration_seconds` (what the issue budgets), Prometheus's own CPU per second
 (with nothing to scrape, nearly all of it rule evaluation; steadier than wall-clock durations on a shared
 machine), the evaluation load at the shipped group intervals (Σ median group duration / its interval, the
-global one being --deployed-interval), the median per group, and the profile behind them: the costliest
-rules (each rule's `evaluationTime` from the rules API, median over all reads).
+global one being --deployed-interval), the median per group, and the profile behind them: what one
+evaluation reads (samples, from Prometheus's query statistics) and records (series), counts that do not
+move with the machine's load, per group and at the shipped intervals; and the costliest rules (each
+rule's `evaluationTime` from the rules API, median over all reads).
 Target: the measured set within 1.10x of the baseline per evaluation. The history is 10 minutes, so a
 24-hour or 7-day window reads 20 samples a series here, far fewer than in a Prometheus that has scraped
 for that long: the figures understate the window rules.
@@ -33,7 +35,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import requests
 import yaml
@@ -107,18 +109,24 @@ def intervals(rules: dict[str, Any], default: float) -> dict[str, float]:
     return {g["name"]: seconds(g["interval"]) if "interval" in g else default for g in rules["groups"]}
 
 
-def measure(
-    rules_path: Path, work: Path, interval: int, reads: int, nodes: int
-) -> tuple[list[dict[str, float]], dict[str, list[float]], float]:
+class Run(NamedTuple):
+    durations: list[dict[str, float]]  # per read: group -> last duration, seconds
+    rule_times: dict[str, list[float]]  # group/rule#position -> evaluation time at each read, seconds
+    cpu: float  # the server's CPU seconds per second over the reads
+    work: dict[str, tuple[int, int]]  # group -> (samples read, series recorded) in one evaluation
+
+
+def measure(rules_path: Path, work: Path, interval: int, reads: int, nodes: int) -> Run:
     """Per-group last durations, ``reads`` times one interval apart, after every group ran at least once;
-    at each read every rule's last evaluation time (the rules API), to say where a group spends it; and
-    the server's CPU seconds per second over the reads."""
+    at each read every rule's last evaluation time (the rules API), to say where a group spends it; the
+    server's CPU seconds per second over the reads; and what each group reads and records."""
     data = work / "data"
     shutil.rmtree(data, ignore_errors=True)
     data.mkdir()
     backfill(data, work, nodes)
     cfg = f"global:\n  evaluation_interval: {interval}s\nrule_files: [{rules_path}]\n"
-    names = {g["name"] for g in yaml.safe_load(rules_path.read_text(encoding="utf-8"))["groups"]}
+    groups = yaml.safe_load(rules_path.read_text(encoding="utf-8"))["groups"]
+    names = {g["name"] for g in groups}
     out: list[dict[str, float]] = []
     per_rule: dict[str, list[float]] = {}
     with prometheus.PrometheusServer(data, config_text=cfg) as srv:
@@ -143,7 +151,21 @@ def measure(
             result = found.json()["data"]["result"]
             if not result or float(result[0]["value"][1]) != nodes * CARDS:
                 raise RuntimeError(f"{record} lacks series: the fixture no longer matches the rules")
-    return out, per_rule, cpu
+        done = {g["name"]: evaluation_work(srv.url, g["rules"]) for g in groups}
+    return Run(out, per_rule, cpu, done)
+
+
+def evaluation_work(url: str, rules: list[dict[str, Any]]) -> tuple[int, int]:
+    """Samples the rules read (Prometheus's query statistics) and series the recording rules write, in one
+    evaluation: counts, steady where wall-clock and CPU figures are not."""
+    read = recorded = 0
+    for rule in rules:
+        params = {"query": f"count({rule['expr']})", "stats": "all"}
+        data = requests.get(f"{url}/api/v1/query", timeout=60, params=params).json()["data"]
+        read += int(data["stats"]["samples"]["totalQueryableSamples"])
+        if "record" in rule and data["result"]:
+            recorded += int(float(data["result"][0]["value"][1]))
+    return read, recorded
 
 
 def rule_times(url: str) -> dict[str, float]:
@@ -203,16 +225,18 @@ def main() -> None:
     reads: dict[str, list[dict[str, float]]] = {name: [] for name in sets}
     cpu: dict[str, list[float]] = {name: [] for name in sets}
     rules: dict[str, dict[str, list[float]]] = {name: {} for name in sets}
+    work_done: dict[str, dict[str, tuple[int, int]]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-rules-") as tmp:
         work = Path(tmp)
         for _ in range(args.rounds):
             for i, (name, data) in enumerate(sets.items()):
                 path = work / f"rules-{i}.yaml"
                 path.write_text(yaml.safe_dump(strip_intervals(data)), encoding="utf-8")
-                got, per_rule, used = measure(path, work, args.interval, args.reads, args.nodes)
-                reads[name] += got
-                cpu[name].append(used)
-                for rule, values in per_rule.items():
+                run = measure(path, work, args.interval, args.reads, args.nodes)
+                reads[name] += run.durations
+                cpu[name].append(run.cpu)
+                work_done[name] = run.work
+                for rule, values in run.rule_times.items():
                     rules[name].setdefault(rule, []).extend(values)
     containers = args.nodes * CARDS
     print(
@@ -220,21 +244,34 @@ def main() -> None:
         f"every group every {args.interval}s; {args.rounds} x {args.reads} reads per rule set; shipped "
         f"intervals at evaluation_interval {args.deployed_interval}s"
     )
-    base = {"sum": 0.0, "cpu": 0.0, "load": 0.0}
+    base: dict[str, float] = {}
     for name, rows in reads.items():
         every = intervals(sets[name], args.deployed_interval)
         groups = {g: statistics.median(r.get(g, 0.0) for r in rows) for g in rows[0]}
         total = statistics.median(sum(r.values()) for r in rows)
         used = statistics.median(cpu[name])
         load = sum(v / every[g] for g, v in groups.items())
-        base = base if base["sum"] else {"sum": total, "cpu": used, "load": load}
+        done = work_done[name]
+        read, recorded = sum(r for r, _ in done.values()), sum(w for _, w in done.values())
+        read_s = sum(r / every[g] for g, (r, _) in done.items())
+        recorded_s = sum(w / every[g] for g, (_, w) in done.items())
+        now = {"sum": total, "cpu": used, "load": load, "read": read, "recorded": recorded}
+        now |= {"read_s": read_s, "recorded_s": recorded_s}
+        base = base or now
+        x = {k: v / base[k] if base[k] else float("nan") for k, v in now.items()}
         print(
-            f"{name}: Σ last duration {total * 1e3:.1f} ms ({total / base['sum']:.2f}x); "
-            f"Prometheus CPU {used * 1e3:.0f} ms/s ({used / base['cpu']:.2f}x); at the shipped intervals: "
-            f"{load * 1e3:.1f} ms/s ({load / base['load']:.2f}x)"
+            f"{name}: Σ last duration {total * 1e3:.1f} ms ({x['sum']:.2f}x); "
+            f"Prometheus CPU {used * 1e3:.0f} ms/s ({x['cpu']:.2f}x); at the shipped intervals: "
+            f"{load * 1e3:.1f} ms/s ({x['load']:.2f}x)\n"
+            f"  one evaluation reads {read} samples ({x['read']:.2f}x) and records {recorded} series "
+            f"({x['recorded']:.2f}x); at the shipped intervals {read_s:.0f} samples/s ({x['read_s']:.2f}x) "
+            f"and {recorded_s:.0f} series/s ({x['recorded_s']:.2f}x)"
         )
         for group, value in sorted(groups.items(), key=lambda kv: -kv[1]):
-            print(f"    {group:<28} {value * 1e3:7.1f} ms  every {every[group]:g}s")
+            r, w = done[group]
+            print(
+                f"    {group:<28} {value * 1e3:7.1f} ms  {r:7d} read {w:6d} recorded  every {every[group]:g}s"
+            )
         costs = sorted(((statistics.median(v), r) for r, v in rules[name].items()), reverse=True)
         every_rule = sum(c for c, _ in costs)
         print(f"  costliest rules (evaluationTime, median over reads; all rules: {every_rule * 1e3:.1f} ms):")
