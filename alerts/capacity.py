@@ -215,6 +215,53 @@ class CapacityRules(RuleBase):
             self.record("node:hami_fragmentation_ratio", ratio("node")),
         ]
 
+    def fragmentation_alerts(self) -> list[dict[str, Any]]:
+        ksm = self.ksm
+        # A container of a pod waiting for a node (Pending, not bound: a bound pod pulling its image is
+        # not waiting for a card) asks for `nvidia.com/gpumem` MiB on each of its cards; the smallest
+        # such request stands for them all (PromQL cannot pair every pod with every node).
+        requests = (
+            "max by (namespace, pod, container) (kube_pod_container_resource_requests"
+            f'{{{ksm}, resource="nvidia_com_gpumem", node=""}}) * 1048576\n'
+            "  and on (namespace, pod)\n"
+            f'  (max by (namespace, pod) (kube_pod_status_phase{{{ksm}, phase="Pending"}}) == 1)'
+        )
+        smallest = f"min(\n  {requests}\n)"
+        free = "node_device:hami_gpu_memory_unreserved_bytes:sum"
+        card = "node_device:hami_gpu_memory_schedulable_bytes:max"
+        one_line = " ".join(requests.split())
+        pod = (
+            f"{{{{ range printf `bottomk(1, {one_line})` | query }}}}"
+            "{{ .Labels.namespace }}/{{ .Labels.pod }} asks for {{ .Value | humanize1024 }}B per card"
+            "{{ end }}"
+        )
+        largest = (
+            f"{{{{ with printf `max({free}{{node=%q}})` $labels.node | query }}}}"
+            "{{ . | first | value | humanize1024 }}B{{ end }}"
+        )
+        ratio = (
+            "{{ with printf `node:hami_fragmentation_ratio{node=%q}` $labels.node | query }}"
+            "{{ . | first | value | humanizePercentage }}{{ else }}not known yet{{ end }}"
+        )
+        return [
+            # Memory decides, as in `hami-tune defrag`: cores and split slots are not modelled here. A
+            # request larger than the node's cards is not fragmentation, so the node's largest card must
+            # be able to take it when empty.
+            self.alert(
+                "HAMiGPUFragmentationBlocksPods",
+                f"sum by (node) ({free}) >= on () group_left () {smallest}\n"
+                f"and on (node)\nmax by (node) ({free}) < on () group_left () {smallest}\n"
+                f"and on (node)\nmax by (node) ({card}) >= on () group_left () {smallest}",
+                "fragmentation_blocks_pods",
+                "warning",
+                summary="Pending GPU pods would fit a node's free GPU memory, but no single card of it.",
+                description=f"Node {{{{ $labels.node }}}} has {{{{ $value | humanize1024 }}}}B of GPU memory "
+                f"free, at most {largest} on one card, while {pod} and stays Pending. Its fragmentation "
+                f"ratio (free memory that cannot take the median request) is {ratio}. `hami-tune defrag` "
+                "says which nodes to drain, in which order, to free whole cards.",
+            ),
+        ]
+
     def reconciler_alerts(self) -> list[dict[str, Any]]:
         return [
             # A pod's first CUDA call creates its region, so a fresh allocation has none for a moment;

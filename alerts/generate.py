@@ -53,7 +53,7 @@ def build(cfg: dict[str, Any]) -> dict[str, Any]:
             {
                 "name": "hami-capacity.alerts",
                 "interval": every["capacity_alerts"],
-                "rules": [*r.overcommit_alerts(), *r.reconciler_alerts()],
+                "rules": [*r.overcommit_alerts(), *r.fragmentation_alerts(), *r.reconciler_alerts()],
             },
             {"name": "hami-workload.alerts", "rules": r.workload_alerts()},
             {"name": "hami-device.alerts", "rules": r.device_alerts()},

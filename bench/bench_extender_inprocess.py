@@ -8,7 +8,8 @@ does what kube-scheduler does: filter over every node name, then bind to the cho
 simulated device plugin drops the node lock right after a successful bind (as Allocate would);
 a bind that meets a held lock is retried with a new filter, as kube-scheduler retries. Figures:
 pods/s (wall clock from the first filter to the last bind), filter and bind latency percentiles,
-API requests per pod, CPU per pod (the whole process, and the extender's threads alone: everything
+API requests per pod, CPU per pod (the whole process, and the extender's threads alone, also by kind
+of thread: HTTP loop, HTTP workers, each informer, the event recorder, the register loop; everything
 shares one GIL, so pods/s is bounded by 1 / process CPU per pod), and API calls per idle register
 tick (from the emulator's request log).
 """
@@ -171,11 +172,13 @@ def main(argv: list[str] | None = None) -> int:
             th.join()
         wall = time.monotonic() - t0
         process_cpu = time.process_time() - process0
-        extender_cpu = sum(
-            cpu - cpu0.get(ident, (name, 0.0))[1]
-            for ident, (name, cpu) in thread_cpu().items()
-            if name.startswith(EXTENDER_THREADS)
-        )
+        # by kind of thread: the HTTP event loop, its workers, each informer, the event recorder
+        by_kind: dict[str, float] = {}
+        for ident, (name, cpu) in thread_cpu().items():
+            if name.startswith(EXTENDER_THREADS):
+                kind = name.rstrip("0123456789").rstrip("-") if name[-1:].isdigit() else name
+                by_kind[kind] = by_kind.get(kind, 0.0) + cpu - cpu0.get(ident, (name, 0.0))[1]
+        extender_cpu = sum(by_kind.values())
         calls = len(api.requests.records)
         ext.stop()
         print(
@@ -189,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
             f"mean filter {statistics.fmean(filter_s) * 1000:.1f}"
         )
         print(f"API requests: {calls / args.pods:.1f} per pod (incl. events)")
+        ranked = sorted(by_kind.items(), key=lambda kv: -kv[1])
+        print("extender CPU ms per pod by thread: "
+              + ", ".join(f"{kind} {cpu / args.pods * 1000:.2f}" for kind, cpu in ranked))
         print(
             f"CPU per pod: {process_cpu / args.pods * 1000:.1f} ms in the process "
             f"(one GIL: emulator, clients and extender), {extender_cpu / args.pods * 1000:.1f} ms "

@@ -20,6 +20,19 @@
             }
           },
           {
+            "alert": "HAMiGPUFragmentationBlocksPods",
+            "expr": "sum by (node) (node_device:hami_gpu_memory_unreserved_bytes:sum) >= on () group_left () min(\n  max by (namespace, pod, container) (kube_pod_container_resource_requests{%(kubeStateMetricsSelector)s, resource=\"nvidia_com_gpumem\", node=\"\"}) * 1048576\n  and on (namespace, pod)\n  (max by (namespace, pod) (kube_pod_status_phase{%(kubeStateMetricsSelector)s, phase=\"Pending\"}) == 1)\n)\nand on (node)\nmax by (node) (node_device:hami_gpu_memory_unreserved_bytes:sum) < on () group_left () min(\n  max by (namespace, pod, container) (kube_pod_container_resource_requests{%(kubeStateMetricsSelector)s, resource=\"nvidia_com_gpumem\", node=\"\"}) * 1048576\n  and on (namespace, pod)\n  (max by (namespace, pod) (kube_pod_status_phase{%(kubeStateMetricsSelector)s, phase=\"Pending\"}) == 1)\n)\nand on (node)\nmax by (node) (node_device:hami_gpu_memory_schedulable_bytes:max) >= on () group_left () min(\n  max by (namespace, pod, container) (kube_pod_container_resource_requests{%(kubeStateMetricsSelector)s, resource=\"nvidia_com_gpumem\", node=\"\"}) * 1048576\n  and on (namespace, pod)\n  (max by (namespace, pod) (kube_pod_status_phase{%(kubeStateMetricsSelector)s, phase=\"Pending\"}) == 1)\n)" % $._config,
+            "for": "%(fragmentationBlocksPodsFor)s" % $._config,
+            "labels": {
+              "severity": "warning"
+            },
+            "annotations": {
+              "summary": "Pending GPU pods would fit a node's free GPU memory, but no single card of it.",
+              "description": "Node {{ $labels.node }} has {{ $value | humanize1024 }}B of GPU memory free, at most {{ with printf `max(node_device:hami_gpu_memory_unreserved_bytes:sum{node=%%q})` $labels.node | query }}{{ . | first | value | humanize1024 }}B{{ end }} on one card, while {{ range printf `bottomk(1, max by (namespace, pod, container) (kube_pod_container_resource_requests{%(kubeStateMetricsSelector)s, resource=\"nvidia_com_gpumem\", node=\"\"}) * 1048576 and on (namespace, pod) (max by (namespace, pod) (kube_pod_status_phase{%(kubeStateMetricsSelector)s, phase=\"Pending\"}) == 1))` | query }}{{ .Labels.namespace }}/{{ .Labels.pod }} asks for {{ .Value | humanize1024 }}B per card{{ end }} and stays Pending. Its fragmentation ratio (free memory that cannot take the median request) is {{ with printf `node:hami_fragmentation_ratio{node=%%q}` $labels.node | query }}{{ . | first | value | humanizePercentage }}{{ else }}not known yet{{ end }}. `hami-tune defrag` says which nodes to drain, in which order, to free whole cards." % $._config,
+              "runbook_url": $._config.runbookURLPattern % "HAMiGPUFragmentationBlocksPods"
+            }
+          },
+          {
             "alert": "HAMiAllocationInconsistent",
             "expr": "max by (node, kind) (hami_inconsistency{job=\"%(monitorJob)s\"}) > 0" % $._config,
             "for": "%(allocationInconsistentFor)s" % $._config,

@@ -16,6 +16,7 @@
     errorsWindow: "10m",
     filterFailuresFor: "10m",
     filterFailuresPerSecond: "0.5",
+    fragmentationBlocksPodsFor: "10m",
     fragmentationInterval: "5m",
     gpuPodPendingFor: "10m",
     gpuResourceRegex: "nvidia_com_gpu",

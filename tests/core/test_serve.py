@@ -100,6 +100,40 @@ def test_extra_app_serves_other_paths(registry: CollectorRegistry, servers: list
     assert "hami_test_events_total" in requests.get(f"{srv.url}/metrics", timeout=10).text
 
 
+def _path_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [b"app " + environ["REQUEST_METHOD"].encode() + b" " + environ["PATH_INFO"].encode()]
+
+
+def _echo(body: bytes) -> tuple[int, str, bytes]:
+    return 201, "application/x-echo", body[::-1]
+
+
+def test_direct_routes_answer_posts_within_the_body_limit(servers: list[Server]) -> None:
+    srv = serve_wsgi("127.0.0.1:0", _path_app, direct={"/hot": _echo}, max_body=1000)
+    servers.append(srv)
+    r = requests.post(f"{srv.url}/hot", data=b"abc", timeout=10)
+    assert (r.status_code, r.headers["Content-Type"], r.content) == (201, "application/x-echo", b"cba")
+    chunked = requests.post(f"{srv.url}/hot", data=iter([b"ab", b"cd"]), timeout=10)
+    assert chunked.content == b"dcba"
+    # other methods and paths reach the app
+    assert requests.get(f"{srv.url}/hot", timeout=10).text == "app GET /hot"
+    assert requests.post(f"{srv.url}/cold", data=b"x", timeout=10).text == "app POST /cold"
+    big = requests.post(f"{srv.url}/hot", data=b"x" * 1001, timeout=10)
+    assert big.status_code == 413 and "limit 1000 bytes" in big.text
+
+
+def test_basic_auth_guards_direct_routes(tmp_path: Path, servers: list[Server], password_hash: str) -> None:
+    text = f"basic_auth_users: {{u: '{password_hash}'}}\n"
+    config = load_web_config(write_config(tmp_path / "web.yml", text))
+    srv = serve_wsgi("127.0.0.1:0", _path_app, web_config=config, direct={"/hot": _echo})
+    servers.append(srv)
+    assert requests.post(f"{srv.url}/hot", data=b"abc", timeout=10).status_code == 401
+    # behind the check, the app answers the path itself
+    r = requests.post(f"{srv.url}/hot", data=b"abc", auth=("u", "s3cret"), timeout=10)
+    assert r.text == "app POST /hot"
+
+
 def test_bind_conflict_raises_at_start(registry: CollectorRegistry, servers: list[Server]) -> None:
     srv = serve_metrics("127.0.0.1:0", registry)
     servers.append(srv)

@@ -114,7 +114,8 @@ def test_the_demo_cluster_as_a_snapshot(
     code, s, _ = _snapshot(kube_config_file, tmp_path)
     assert code == 0 and s is not None
     assert s.source == snap.SOURCE_API and s.taken == NOW.timestamp()
-    assert [n.name for n in s.nodes] == [cluster.LOCKED_NODE, cluster.NODE, cluster.STALE_NODE]
+    names = [n.name for n in s.nodes]
+    assert names == [cluster.FRAG_NODE, cluster.LOCKED_NODE, cluster.NODE, cluster.STALE_NODE]
     sim = next(n for n in s.nodes if n.name == cluster.NODE)
     assert set(sim.annotations) == {ann.NODE_REGISTER, ann.NODE_HANDSHAKE}
     assert sim.allocatable_gpus == 40 and sim.schedulable
@@ -147,7 +148,7 @@ def test_the_demo_cluster_as_a_snapshot(
     )
     assert len(s.notes) == 1 and "deviceMemoryScaling not given" in s.notes[0]
     err = capsys.readouterr().err
-    assert "snapshot: 3 nodes, 14 GPU pods (12 placed, 1 finished), 1 quotas, 1 held locks" in err
+    assert "snapshot: 4 nodes, 23 GPU pods (20 placed, 1 finished), 1 quotas, 1 held locks" in err
     assert "note: deviceMemoryScaling not given" in err
     # The doctor only read: a GET for every list, nothing else.
     assert {r.method for r in seeded.requests.records} == {"GET"}
@@ -181,7 +182,10 @@ def test_flags_and_the_device_config_win(
     )
     assert s.scheduler.device_config == {"resourceMemoryName": "nvidia.com/gpumem", "defaultMemory": 1024}
     scaling = {n.name: n.memory_scaling for n in s.nodes}
-    assert scaling == {cluster.LOCKED_NODE: 1.5, cluster.NODE: 1.5, cluster.STALE_NODE: 2.0}
+    assert scaling == {
+        **dict.fromkeys((cluster.FRAG_NODE, cluster.LOCKED_NODE, cluster.NODE), 1.5),
+        cluster.STALE_NODE: 2.0,
+    }
     assert s.notes == ()
 
 
@@ -192,7 +196,7 @@ def test_stdout_and_the_replay_read_the_same_file(
     argv = ["snapshot", "-o", "-", "--kubeconfig", str(kube_config_file), "--now", "2026-03-02T12:00:00Z"]
     assert main(argv, stdout=stdout) == 0
     s = snapread.loads(stdout.getvalue())
-    assert len(s.pods) == 14
+    assert len(s.pods) == 23  # the demo cluster's and the three of this module
 
 
 @pytest.mark.parametrize(

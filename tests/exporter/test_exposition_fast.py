@@ -11,9 +11,11 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics.exposition import generate_latest as om_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from hami.core.serve.families import PIECE, Family, TextRenderer, to_metric
+from hami.core.serve import families as serve_families
+from hami.core.serve.families import PIECE, Family, TextRenderer, go_float, to_metric
 from hami.exporter import families
 from hami.exporter.attribution import ContainerView, MigView, PodLabels
+from hami.exporter.container_text import ContainerText
 from hami.exporter.region import reasons
 from hami.exporter.region.parse import DeviceUsage
 from hami.exporter.view import Counters, HostDevice, MigIdentity, NodeView
@@ -118,9 +120,42 @@ def test_renderer_matches_collector_path(first: NodeView, second: NodeView, lega
         assert b"".join(renderer.render(fams, openmetrics=True)) == reference(fams, openmetrics=True)
 
 
-def _ctr(pod: str, uuid: str = "GPU-1") -> ContainerView:
-    dev = DeviceUsage(0, uuid, 1 << 30, 100, 5, 1, 1, 1, 0, 3)
-    return ContainerView("ns", pod, "main", (dev,), 1, 0, True)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(first=views, second=views, legacy=st.booleans())
+def test_container_text_matches_the_rows(first: NodeView, second: NodeView, legacy: bool) -> None:
+    text, renderer = ContainerText(), TextRenderer()
+    for view in (first, second, second, first):  # cold, changed, unchanged, changed back
+        expected = families.container_families(view, legacy)
+        fams = text.families(view, legacy)
+        assert b"".join(renderer.render(fams)) == reference(expected)
+        assert b"".join(renderer.render(fams, openmetrics=True)) == reference(expected, openmetrics=True)
+
+
+def _ctr(pod: str, uuid: str = "GPU-1", used: int = 5, last_kernel: int = 0) -> ContainerView:
+    dev = DeviceUsage(0, uuid, 1 << 30, 100, used, 1, 1, 1, 0, 3)
+    return ContainerView("ns", pod, "main", (dev,), 1, last_kernel, True)
+
+
+def test_container_text_follows_values_and_identities() -> None:
+    text, renderer = ContainerText(), TextRenderer()
+    steps = [
+        NodeView("n1", 100.0, containers=(_ctr("a"), _ctr("b", last_kernel=40))),
+        # a's memory grows (its lines change), b's kernel ages with the clock alone
+        NodeView("n1", 160.5, containers=(_ctr("a", used=7 << 30), _ctr("b", last_kernel=40))),
+        # b goes, c comes (another escaping), a twice (a repeated identity renders twice)
+        NodeView("n1", 161.0, containers=(_ctr("a"), _ctr("c", 'GPU-"2"'), _ctr("a", used=9))),
+    ]
+    bodies = []
+    for view in steps:
+        body = b"".join(renderer.render(text.families(view, False)))
+        assert body == reference(families.container_families(view, False))
+        bodies.append(body.decode())
+    assert 'hami_vgpu_memory_used_bytes{container="main",device_uuid="GPU-1",namespace="ns",node="n1",' \
+        'pod="a",vdevice_index="0",zone="vGPU"} 7.516192768e+09\n' in bodies[1]
+    assert 'pod="b",vdevice_index="0",zone="vGPU"} 120.5\n' in bodies[1]
+    assert 'pod="b"' not in bodies[2] and 'device_uuid="GPU-\\"2\\""' in bodies[2]
+    assert bodies[2].count('hami_vgpu_memory_used_bytes{container="main",device_uuid="GPU-1"') == 2
+    assert text.cached_devices == 2  # a and c: b's lines are gone
 
 
 def test_cache_follows_series_identity() -> None:
@@ -145,3 +180,14 @@ def test_a_large_body_comes_in_pieces_that_join_to_the_reference() -> None:
     body = TextRenderer().render([fam])
     assert len(body) >= 3 and all(len(piece) >= PIECE for piece in body[:-1])
     assert b"".join(body) == reference([fam])
+
+
+edges = [0, 1, 999_999, 1_000_000, 1_234_567, 10**15, 2**53 - 1, 2**53, 2**53 + 1, 10**16, 2**64 - 1, -1,
+         -(10**7)]
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=st.one_of(st.sampled_from(edges), st.integers(0, 2**53), st.integers(-(2**70), 2**70)))
+def test_integers_are_written_as_go_float_writes_them(value: int) -> None:
+    assert serve_families.number(value) == go_float(value)
+    assert serve_families.number(value) == go_float(value)  # remembered, the same

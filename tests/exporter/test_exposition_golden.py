@@ -145,3 +145,11 @@ def test_golden_exposition(
     if os.environ.get("HAMI_UPDATE_GOLDEN"):
         path.write_text(text)
     assert text == path.read_text()
+    # the rendered path of a twin, cold then with its caches warm, writes the same bytes, scrape by scrape
+    twin = MonitorCollector(
+        "node-1", lister, lambda: pods, decode_pod_devices, legacy=legacy, labels_allowlist=["app"],
+        clock=lambda: NOW,
+    )
+    twin.hosts = HostReader(nvml, twin.nvml_errors.add).read
+    assert b"".join(twin.render(openmetrics=False)).decode() == text
+    assert b"".join(twin.render(openmetrics=False)) == generate_latest(registry)

@@ -4,8 +4,9 @@ loaded; its alerts reach Debian's Alertmanager.
 
 Speed-ups, and only these: scrape and evaluation every 1 s; a test copy of alerts/hami-rules.yaml in
 which every alert's ``for:`` and every group's own ``interval:`` is divided by 60, minutes becoming
-seconds (``promconfig.fast_rules``; expressions and thresholds unchanged); XIDs every 5 s and a batch
-pod every 5 s.
+seconds (``promconfig.fast_rules``; expressions and thresholds unchanged); XIDs every 5 s, a batch
+pod every 5 s, and the over-commit scenario's container leaking 16 MiB/s instead of 4 (its card's trend
+then dominates the other containers' jitter within the first two minutes of samples).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pytest
 import requests
 from dashboards import generate
 
+from hami.core import thresholds
 from hami.doctor.findings import EXIT_BROKEN, EXIT_OK, EXIT_WARNING
 from hami.doctor.main import main as doctor_main
 from hami.testing import cluster, dashqueries, demo, promconfig
@@ -53,6 +55,8 @@ COMPONENTS = tuple(c for c in (MONITOR, SCHEDULER, DEVICE_PLUGIN) if installed(c
 WAIT_S = 120.0  # every bounded wait: generous for a loaded 2-core machine
 LAST_GPU = cluster.gpu_uuid(0, 3)
 HOT_GPU = cluster.gpu_uuid(0, 2)
+OVERCOMMITTED_GPU = cluster.gpu_uuid(0, cluster.OVERCOMMIT_GPU)
+CAPACITY_BOARD = DASHBOARDS / "hami-capacity.json"
 
 def poll(check: Callable[[], T | None], what: str, timeout: float = WAIT_S) -> T:
     return wait_until(check, timeout, what, interval=0.5)
@@ -70,6 +74,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         scrape_interval="1s",
         evaluation_interval="1s",
         xid_every=5.0,
+        leak_rate=16.0,
         churn_every=5.0,
         schedule_every=1.0,
         components=COMPONENTS,
@@ -213,6 +218,14 @@ SCENARIOS = [
         "HAMiAllocationInconsistent",
         {"node": cluster.NODE, "kind": "memory_outside_hami"},
     ),
+    # sim-node registers its cards at deviceMemoryScaling 1.5; the leaking trainer's card runs out.
+    (
+        "over-committed card",
+        (MONITOR,),
+        "HAMiGPUOvercommitExhaustionRisk",
+        {"node": cluster.NODE, "device_uuid": OVERCOMMITTED_GPU},
+    ),
+    ("fragmented node", (SCHEDULER,), "HAMiGPUFragmentationBlocksPods", {"node": cluster.FRAG_NODE}),
 ]
 
 
@@ -225,6 +238,84 @@ def test_scenario_fires_its_alert_and_alertmanager_receives_it(
     need(*needs)
     poll(_alert_fires(stack, alert, labels), f"{alert}{labels} firing in Prometheus ({scenario})")
     poll(_alertmanager_has(stack, alert, labels), f"{alert}{labels} active in Alertmanager ({scenario})")
+
+
+def test_the_exhaustion_alert_names_the_pods_of_the_over_committed_card(stack: Stack) -> None:
+    need(MONITOR)
+    labels = {"device_uuid": OVERCOMMITTED_GPU}
+    poll(_alert_fires(stack, "HAMiGPUOvercommitExhaustionRisk", labels), "the over-commit alert")
+    alert = next(
+        a
+        for a in prometheus(stack).alerts()
+        if a["labels"]["alertname"] == "HAMiGPUOvercommitExhaustionRisk"
+        and a["labels"].get("device_uuid") == OVERCOMMITTED_GPU
+    )
+    pods = (*cluster.POD_SPECS, cluster.OVERLIMIT, cluster.LEAKY)
+    on_card = [p for p in pods if p.gpu == cluster.OVERCOMMIT_GPU]
+    assert len(on_card) == 4
+    for p in on_card:
+        assert f"{p.namespace}/{p.name}" in alert["annotations"]["description"]
+
+
+def _capacity_panel(stack: Stack, title: str) -> list[dict[str, Any]]:
+    """The series of one panel of the capacity dashboard, its variables at every value (Grafana's All)."""
+    prom = prometheus(stack)
+    variables = dashqueries.variable_queries(CAPACITY_BOARD)
+    values = {name: prom.label_values(*mq) for name, mq in variables.items()}
+    exprs = [q.expr for q in dashqueries.panel_queries(CAPACITY_BOARD) if q.panel == title]
+    assert exprs, title
+    return [s for e in exprs for s in prom.query(dashqueries.substitute(e, values, "15s"))]
+
+
+def _card(series: list[dict[str, Any]], name: str) -> float | None:
+    found = [
+        float(s["value"][1])
+        for s in series
+        if s["metric"].get("__name__") == name and s["metric"].get("device_uuid") == OVERCOMMITTED_GPU
+    ]
+    return found[0] if found else None
+
+
+def test_capacity_panels_show_the_over_committed_card(stack: Stack) -> None:
+    """Claimable above headroom on the leaking trainer's card, and a time to exhaustion below the
+    alert's horizon: what the over-commit row draws."""
+    need(MONITOR)
+    horizon = float(thresholds.load()["thresholds"]["overcommit_exhaustion_horizon_seconds"])
+
+    def shown() -> bool:
+        room = _capacity_panel(stack, "Physical headroom vs what the vGPUs may still claim")
+        headroom = _card(room, "node_device:hami_host_gpu_memory_headroom_bytes:total_minus_used")
+        claimable = _card(room, "node_device:hami_vgpu_memory_claimable_bytes:sum")
+        eta = _card(
+            _capacity_panel(stack, "Time to physical exhaustion at the last hour's growth"),
+            "node_device:hami_host_gpu_memory_exhaustion_seconds:deriv1h",
+        )
+        if headroom is None or claimable is None or eta is None:
+            return False
+        return claimable > headroom and eta < horizon
+
+    poll(shown, "the over-commit panels to show the over-committed card")
+
+
+def test_capacity_panels_show_the_fragmented_node(stack: Stack) -> None:
+    """None of fragmented-node's free memory can take the median request: its ratio, and its model's, is 1;
+    sim-node's, beside it, is low."""
+    need(SCHEDULER)
+
+    def shown() -> bool:
+        nodes = {
+            s["metric"].get("node"): float(s["value"][1])
+            for s in _capacity_panel(stack, "Fragmentation per node")
+        }
+        models = {
+            s["metric"].get("device_type"): float(s["value"][1])
+            for s in _capacity_panel(stack, "Fragmentation per GPU model")
+        }
+        fragmented = nodes.get(cluster.FRAG_NODE) == 1.0 and models.get(cluster.FRAG_GPU_TYPE) == 1.0
+        # sim-node's free slices take a typical request: its ratio is low, not 1 for want of data
+        return fragmented and nodes.get(cluster.NODE, 1.0) < 0.5
+
+    poll(shown, "the fragmentation panels to show fragmented-node and its GPU model at 1")
 
 
 def test_over_limit_container_fires_vgpu_memory_over_limit(stack: Stack) -> None:
@@ -265,13 +356,22 @@ def test_healthy_things_do_not_alert(stack: Stack) -> None:
     )
     poll(_alert_fires(stack, "HAMiGPUPodPending", {"pod": cluster.PENDING}), "the pending-pod alert")
     poll(_alert_fires(stack, "HAMiNodeLockHeldTooLong", {}), "the node-lock alert")
+    poll(_alert_fires(stack, "HAMiGPUFragmentationBlocksPods", {}), "the fragmentation alert")
+    poll(_alert_fires(stack, "HAMiGPUOvercommitExhaustionRisk", {}), "the over-commit alert")
     alerts = prometheus(stack).alerts()
     by_name: dict[str, list[dict[str, str]]] = {}
     for a in alerts:
         by_name.setdefault(a["labels"]["alertname"], []).append(a["labels"])
     # locked-node has no device plugin either: its handshake expires a minute after the scheduler asks
     assert cluster.STALE_NODE in {a.get("node") for a in by_name["HAMiNodeHandshakeExpired"]}
-    assert cluster.NODE not in {a.get("node") for a in by_name["HAMiNodeHandshakeExpired"]}
+    # fragmented-node's handshake is answered by the stack, as its device plugin would
+    expired = {a.get("node") for a in by_name["HAMiNodeHandshakeExpired"]}
+    assert cluster.NODE not in expired and cluster.FRAG_NODE not in expired
+    assert {a.get("node") for a in by_name["HAMiGPUFragmentationBlocksPods"]} == {cluster.FRAG_NODE}
+    # Batch pods may over-commit another card of sim-node (1.5-scaled) for a while, and grow on it.
+    risks = by_name["HAMiGPUOvercommitExhaustionRisk"]
+    assert OVERCOMMITTED_GPU in {a.get("device_uuid") for a in risks}
+    assert {a.get("node") for a in risks} == {cluster.NODE}
     assert {a.get("device_uuid") for a in by_name["HAMiGPUDeviceUnhealthy"]} == {LAST_GPU}
     running = {(p.namespace, p.name) for p in cluster.POD_SPECS}  # batch pods may be pending for a second
     pending = {(a.get("namespace"), a.get("pod")) for a in by_name["HAMiGPUPodPending"]}

@@ -63,7 +63,7 @@ def _series() -> list[tuple[str, float]]:
         out += [
             (f"hami_gpu_memory_limit_bytes{{{SCH},{dev}}}", 40 * GIB),
             (f'hami_gpu_memory_allocated_bytes{{{SCH},{dev},device_cores="0"}}', reserved * GIB),
-            (f"hami_gpu_split_count{{{SCH},{dev}}}", 10),
+            (f"hami_gpu_split_limit{{{SCH},{dev}}}", 10),
             (f"hami_gpu_shared_count{{{SCH},{dev}}}", 2),
         ]
     for ns, pod, node, gib in (

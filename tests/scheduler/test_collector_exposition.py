@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gzip
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import datetime
@@ -15,7 +16,10 @@ from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OM_T
 from prometheus_client.openmetrics.exposition import generate_latest as om_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from hami.core import annotations as ann
 from hami.core.codec.mig import decode_mig_allocations, encode_mig_allocations
+from hami.core.codec.nodelock import NodeLock, format_node_lock
+from hami.core.objects import annotations_of
 from hami.core.serve.families import Family, TextRenderer, to_metric
 from hami.scheduler.extender.daemon import Extender
 from hami.scheduler.extender.families import state_families
@@ -123,6 +127,80 @@ def test_collector_render_equals_the_collector_path_as_nodes_and_pods_change(
     limits = [line for line in b"".join(ext.collector.render(False)).decode().splitlines()
               if line.startswith("hami_gpu_memory_limit_bytes{")]
     assert limits and not [line for line in limits if 'node="n1"' in line]
+
+
+def _scraped(ext: Extender) -> bytes:
+    """One plain scrape as Prometheus makes it (gzip), decompressed here: Python's gzip checks the
+    member's CRC and length."""
+    assert ext.metrics_server is not None
+    r = requests.get(ext.metrics_server.url + "/metrics", headers={"Accept-Encoding": "gzip"}, timeout=10,
+                     stream=True)
+    assert r.headers["Content-Encoding"] == "gzip"
+    return gzip.decompress(r.raw.read(decode_content=False))
+
+
+def _annotate(kube_api: KubeAPIServer, ext: Extender, node: str, key: str, value: str | None) -> None:
+    """Set (or, with None, remove) one annotation of a node and wait until the extender sees it."""
+    stored = kube_api.store.get("nodes", node)
+    assert stored is not None
+    annos = stored["metadata"].setdefault("annotations", {})
+    if value is None:
+        annos.pop(key, None)
+    else:
+        annos[key] = value
+    kube_api.store.put(stored)
+    wait_until(
+        lambda: annotations_of(ext.state.get_node(node)).get(key) == value,
+        what=f"{node}'s {key} in the cache",
+    )
+
+
+def test_gzip_scrape_carries_the_collector_path_text_as_the_cluster_changes(
+    populated: Extender, kube_api: KubeAPIServer,
+) -> None:
+    """What a scrape sends compressed is, once decompressed, prometheus_client's text for the same
+    families, while the texts kept between scrapes go stale one by one: a device's usage, a node's
+    lock, a node added and removed, a pod reserved, bound and gone."""
+    ext = populated
+    frozen = datetime.now().astimezone()
+    ext.collector.now = lambda: frozen
+
+    def same() -> bytes:
+        # The register pass and the watches run on: compare only a scrape that the collector path
+        # reads the same before and after (a handshake or a bind's lock can land in between).
+        for _ in range(50):
+            expected = reference(ext.collector.families(), False)
+            body = _scraped(ext)
+            if reference(ext.collector.families(), False) == expected:
+                assert body[: len(expected)] == expected
+                return body
+        raise AssertionError("the collector path never held still for one scrape")
+
+    same()
+    same()  # everything from the texts kept by the first scrape
+    pod = create_pod(kube_api, ext, gpu_pod("p2", mem=1000, cores=10))
+    assert filter_pod(ext, pod, ["n1"])["NodeNames"] == ["n1"]  # one device's usage, a new reservation
+    assert b'pod="p2"' in same()
+    lock = format_node_lock(NodeLock(frozen, "default", "p2"))
+    _annotate(kube_api, ext, "n1", ann.NODE_LOCK, lock)  # held by a pod that exists: node_lock
+    assert b'hami_scheduler_node_schedulable{node="n1",reason="node_lock"} 0.0' in same()
+    assert b'hami_scheduler_node_lock_held{node="n1"} 1.0' in same()
+    _annotate(kube_api, ext, "n1", ann.NODE_LOCK, None)
+    assert b'hami_scheduler_node_lock_held{node="n1"}' not in same()
+    kube_api.store.put(gpu_node("n2", gpus=3))  # a node joins: its devices and its node lines
+    wait_until(lambda: "n2" in ext.state.nodes, what="n2 registered")
+    assert b'hami_gpu_memory_limit_bytes{device_index="2",device_type="NVIDIA-Tesla T4",' in same()
+    assert b'hami_scheduler_node_schedulable{node="n2",reason="ok"} 1.0' in same()
+    assert bind_pod(ext, pod, "n1") == ""  # the pod bound: its pending reason, the same usage
+    wait_until(lambda: (ext.state.get_pod("default", "p2") or {}).get("spec", {}).get("nodeName"),
+               what="p2 bound in the cache")
+    same()
+    assert requests.delete(f"{kube_api.url}/api/v1/namespaces/default/pods/p2", timeout=10).ok
+    wait_until(lambda: ext.state.usage.get(pod["metadata"]["uid"]) is None, what="p2's reservation gone")
+    assert b'pod="p2"' not in same()
+    assert requests.delete(f"{kube_api.url}/api/v1/nodes/n2", timeout=10).ok
+    wait_until(lambda: "n2" not in ext.state.nodes, what="n2 unregistered")
+    assert b'node="n2"' not in same()
 
 
 def _keys(text: str, names: set[str]) -> set[tuple[str, tuple[tuple[str, str], ...]]]:

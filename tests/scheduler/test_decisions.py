@@ -110,12 +110,12 @@ def test_pending_gpu_pods_follow_the_containers_not_a_stale_answer(kube_api: Kub
     with running(kube_api) as ext:
         plain = create_pod(kube_api, ext, gpu_pod("p1", gpus=0, mem=None))
         other = create_pod(kube_api, ext, gpu_pod("p2"))
-        assert [p["metadata"]["name"] for p in ext.state.pending_gpu_pods()] == ["p2"]
+        assert [p.pod["metadata"]["name"] for p in ext.state.pending_gpu_pods()] == ["p2"]
         asks = gpu_pod("p1")
         asks["metadata"]["uid"] = plain["metadata"]["uid"]  # the same pod, now asking for a vGPU
         kube_api.store.put(asks)
         wait_until(lambda: len(ext.state.pending_gpu_pods()) == 2, what="p1 asks for a vGPU")
         other["status"] = {"phase": "Running"}
         kube_api.store.put(other)
-        wait_until(lambda: [p["metadata"]["name"] for p in ext.state.pending_gpu_pods()] == ["p1"],
+        wait_until(lambda: [p.pod["metadata"]["name"] for p in ext.state.pending_gpu_pods()] == ["p1"],
                    what="p2 running")

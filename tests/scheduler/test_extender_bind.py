@@ -8,6 +8,7 @@ from collections import Counter
 from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
 import requests
 
 from hami.core.codec.nodelock import NodeLock, format_node_lock
@@ -216,6 +217,23 @@ def test_malformed_requests_get_a_4xx_with_a_message(kube_api: KubeAPIServer) ->
         assert requests.get(url(ext, "/filter"), timeout=10).status_code == 405
         assert requests.get(url(ext, "/healthz"), timeout=10).status_code == 200
         assert requests.get(url(ext, "/readyz"), timeout=10).status_code == 200
+
+
+def test_a_failing_filter_is_a_500_with_a_line_and_the_extender_serves_on(
+    kube_api: KubeAPIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kube_api.store.put(gpu_node("n1"))
+    with running(kube_api) as ext:
+        pod = create_pod(kube_api, ext, gpu_pod("p1", mem=1024))
+
+        def broken(*_args: Any) -> dict[str, Any]:
+            raise RuntimeError("boom")
+
+        monkeypatch.setattr(ext.filters, "filter", broken)
+        r = requests.post(url(ext, "/filter"), json={"Pod": pod, "NodeNames": ["n1"]}, timeout=10)
+        assert (r.status_code, r.json()) == (500, {"Error": "internal error; see the extender's log"})
+        monkeypatch.undo()
+        assert filter_pod(ext, pod, ["n1"])["NodeNames"] == ["n1"]
 
 
 def test_webhook_sets_exclusive_cores_and_scheduler_name(kube_api: KubeAPIServer) -> None:

@@ -7,6 +7,7 @@ import socket
 import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -16,6 +17,7 @@ from hami.core import annotations as ann
 from hami.core.codec.handshake import REQUESTING, parse_handshake
 from hami.core.codec.node_devices import decode_node_devices
 from hami.core.codec.nodelock import parse_node_lock
+from hami.core.codec.pod_devices import decode_pod_devices
 from hami.testing import alertsink, chart, cluster, dashqueries, demo, ksm, kubesched, promconfig
 from hami.testing.processes import port_problem
 from hami.testing.prometheus import PROMTOOL
@@ -155,9 +157,11 @@ def test_ksm_families_follow_kube_state_metrics_names() -> None:
 def test_cluster_objects_carry_the_scenarios() -> None:
     objs = cluster.objects(4, NOW, scenarios=True)
     nodes = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Node"}
-    assert set(nodes) == {cluster.NODE, cluster.STALE_NODE, cluster.LOCKED_NODE}
+    assert set(nodes) == {cluster.NODE, cluster.STALE_NODE, cluster.LOCKED_NODE, cluster.FRAG_NODE}
     devs = decode_node_devices(nodes[cluster.NODE]["metadata"]["annotations"][ann.NODE_REGISTER])
     assert [d.id for d in devs] == [d["uuid"] for d in cluster.fake_nvml_spec(4)["devices"]]
+    # deviceMemoryScaling 1.5: the registered memory is 1.5 times the physical card
+    assert {d.devmem for d in devs} == {cluster.GPU_MEM_MIB * 3 // 2}
     stale = parse_handshake(nodes[cluster.STALE_NODE]["metadata"]["annotations"][ann.NODE_HANDSHAKE])
     assert stale.state == REQUESTING and NOW - stale.time >= timedelta(minutes=20)
     lock = parse_node_lock(nodes[cluster.LOCKED_NODE]["metadata"]["annotations"][ann.NODE_LOCK])
@@ -166,8 +170,35 @@ def test_cluster_objects_carry_the_scenarios() -> None:
     assert kubesched.pending_pods(list(pods.values()), cluster.SCHEDULER_NAME) == [
         pods[cluster.PENDING],
         pods[cluster.PINNED],
+        pods[cluster.FRAG_PENDING],
     ]
-    assert len([o for o in cluster.objects(4, NOW, scenarios=False) if o["kind"] == "Node"]) == 1
+    plain = cluster.objects(4, NOW, scenarios=False)
+    assert [o["metadata"]["name"] for o in plain if o["kind"] == "Node"] == [cluster.NODE]
+    sim = decode_node_devices(plain[0]["metadata"]["annotations"][ann.NODE_REGISTER])
+    assert {d.devmem for d in sim} == {cluster.GPU_MEM_MIB}
+
+
+def _allocated(objs: list[dict[str, Any]], node: str) -> dict[str, int]:
+    """MiB allocated per card of ``node`` by its running pods."""
+    out: dict[str, int] = {}
+    for o in objs:
+        if o["kind"] == "Pod" and o["spec"].get("nodeName") == node:
+            for devs in decode_pod_devices(o["metadata"]["annotations"][ann.POD_DEVICES_ALLOCATED]):
+                for d in devs:
+                    out[d.uuid] = out.get(d.uuid, 0) + d.usedmem
+    return out
+
+
+def test_the_over_committed_card_and_the_fragmented_node_add_up() -> None:
+    objs = cluster.objects(4, NOW, scenarios=True)
+    sim = _allocated(objs, cluster.NODE)
+    card = cluster.gpu_uuid(0, cluster.OVERCOMMIT_GPU)
+    # the leaking trainer's card: limits above the physical card, within the scaled registration
+    assert cluster.GPU_MEM_MIB < sim[card] <= cluster.GPU_MEM_MIB * cluster.MEMORY_SCALING
+    free = [cluster.FRAG_GPU_MEM_MIB - used for used in _allocated(objs, cluster.FRAG_NODE).values()]
+    assert len(free) == cluster.FRAG_GPUS
+    # the pending L4 request fits the node's free memory, on none of its cards
+    assert max(free) < cluster.FRAG_REQUEST_MIB <= sum(free)
 
 
 def test_port_problem_names_a_taken_port() -> None:

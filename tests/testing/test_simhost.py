@@ -11,7 +11,8 @@ from hami.exporter.host import HostReader
 from hami.exporter.reconcile import reconcile
 from hami.exporter.region.parse import RegionSnapshot, parse_region
 from hami.testing import cluster
-from hami.testing.simhost import UNLIMITED_USE, PodDrivenNode
+from hami.testing.simhost import LEAK_CEILING, LEAK_FLOOR, UNLIMITED_USE, PodDrivenNode
+from hami.testing.simnode import MIB
 
 
 def _pods() -> list[dict[str, Any]]:
@@ -55,3 +56,31 @@ def test_only_the_card_of_the_container_without_hami_core_has_memory_outside_ham
     assert [f.subject for f in found if f.kind == "allocation_without_region"] == [
         f"{cluster.UNLIMITED.namespace}/{cluster.UNLIMITED.name}/main"
     ]
+
+
+def test_the_leaking_container_grows_at_its_rate_and_its_card_with_it(tmp_path: Path) -> None:
+    """Its memory follows the clock, not the random walk; NVML's card total is every region's use, so
+    the card grows by the leak beside the jitter of the other containers on it."""
+    pods = [*_pods(), cluster.gpu_pod(cluster.OVERLIMIT), cluster.gpu_pod(cluster.LEAKY)]
+    for i, p in enumerate(pods):
+        p["metadata"]["uid"] = f"00000000-0000-4000-8000-{i:012x}"
+    now = [1000.0]
+    node = PodDrivenNode(
+        str(tmp_path / "vgpu"), 4, lambda: pods, str(tmp_path / "proc"), leak_rate=16.0, clock=lambda: now[0]
+    )
+    leaked = []
+    for _ in range(6):
+        node.step()
+        regions = _regions(tmp_path / "vgpu")
+        leaky = next(s for (uid, _), s in regions.items() if uid == pods[-1]["metadata"]["uid"])
+        leaked.append(leaky.devices[0].used_bytes)
+        nvml = node.nvml.device(cluster.OVERCOMMIT_GPU).memory_info().used
+        assert nvml == sum(sum(c.used.values()) for c in node.containers if c.gpu == cluster.OVERCOMMIT_GPU)
+        now[0] += 10.0
+    assert leaked == [LEAK_FLOOR + i * 160 * MIB for i in range(6)]
+    # at the ceiling the job restarts: back to the floor, and it grows again
+    now[0] += (LEAK_CEILING - LEAK_FLOOR) / (16 * MIB) - 60.0
+    node.step()
+    regions = _regions(tmp_path / "vgpu")
+    leaky = next(s for (uid, _), s in regions.items() if uid == pods[-1]["metadata"]["uid"])
+    assert leaky.devices[0].used_bytes == LEAK_FLOOR

@@ -116,16 +116,28 @@ def allocated_devices(
     return out
 
 
-def attribute(
+@dataclass(frozen=True)
+class Planned:
+    """A container that gets series: from its region when there is one, else from ``allocated``."""
+
+    key: tuple[str, str]  # (pod UID, container), as the regions are keyed
+    namespace: str
+    pod: str
+    container: str
+    allocated: tuple[DeviceUsage, ...] | None  # zero-usage devices; None: it has a region
+
+
+def plan(
     pods: Iterable[Mapping[str, Any]],
-    regions: Mapping[tuple[str, str], RegionSnapshot],
+    regions: Collection[tuple[str, str]],
     decode: Callable[[str], PodDevices],
     on_decode_error: Callable[[Mapping[str, Any], Exception], None] = lambda pod, err: None,
     unreadable: Collection[tuple[str, str]] = frozenset(),
-) -> list[ContainerView]:
-    """One view per (pod, regular container) that has a region or an allocation, unless its region
-    is in ``unreadable`` (present but skipped)."""
-    views: list[ContainerView] = []
+) -> list[Planned]:
+    """One entry per (pod, regular container) that has a region (a key in ``regions``) or an
+    allocation, unless its region is in ``unreadable`` (present but skipped). It depends on the
+    pods and on which regions exist, not on what they hold: kept while neither changes."""
+    out: list[Planned] = []
     for pod in pods:
         uid, ns, name = uid_of(pod), namespace_of(pod), name_of(pod)
         names = container_names(pod, "containers")
@@ -138,14 +150,20 @@ def attribute(
             on_decode_error(pod, err)
             allocated = {}
         for ctr in names:
-            snap = regions.get((uid, ctr))
-            if snap is not None:
-                views.append(
-                    ContainerView(ns, name, ctr, snap.devices, snap.processes, snap.last_kernel_time, True)
-                )
-            elif ctr in allocated and (uid, ctr) not in unreadable:
-                views.append(ContainerView(ns, name, ctr, allocated[ctr], 0, 0, False))
-    return views
+            key = (uid, ctr)
+            if key in regions:
+                out.append(Planned(key, ns, name, ctr, None))
+            elif ctr in allocated and key not in unreadable:
+                out.append(Planned(key, ns, name, ctr, allocated[ctr]))
+    return out
+
+
+def view_of(p: Planned, snap: RegionSnapshot | None) -> ContainerView:
+    """The container's view: from ``snap``, its region's snapshot, when it has a region."""
+    if snap is not None:
+        return ContainerView(p.namespace, p.pod, p.container, snap.devices, snap.processes,
+                             snap.last_kernel_time, True)
+    return ContainerView(p.namespace, p.pod, p.container, p.allocated or (), 0, 0, False)
 
 
 def mig_devices(

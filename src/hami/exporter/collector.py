@@ -28,11 +28,13 @@ from hami.core.serve import build_info, listener_metrics
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor
 from hami.core.serve.families import Family, TextRenderer, declared_metric, to_metric
 from hami.exporter import families
-from hami.exporter.attribution import attribute, mig_devices, pod_labels, unlimited_containers
+from hami.exporter.attribution import unlimited_containers
 from hami.exporter.cgroups import owner_of
+from hami.exporter.container_text import ContainerText
 from hami.exporter.discovery import ContainerLister
 from hami.exporter.host import NVML_CALLS
-from hami.exporter.reconcile import KINDS, counts, reconcile
+from hami.exporter.podjoin import PodJoin
+from hami.exporter.reconcile import KINDS, counts, memory_findings
 from hami.exporter.region import reasons
 from hami.exporter.region.parse import RegionRejected, RegionSnapshot
 from hami.exporter.view import Counters, HostDevice, NodeView
@@ -117,7 +119,6 @@ class MonitorCollector(Collector):
         self._lister = lister
         self._pods = pods
         self._decode = decode
-        self._decode_mig = decode_mig
         self.hosts = hosts
         self._legacy = legacy
         self._allowlist = tuple(labels_allowlist)
@@ -125,7 +126,10 @@ class MonitorCollector(Collector):
         self._proc_root = proc_root
         self._duration = collect_duration(registry, node)
         self._warned: set[str] = set()
+        self._pod_join = PodJoin(decode, decode_mig, labels_allowlist, self._decode_failed, self._pod_error)
         self._renderer = TextRenderer()
+        self._container_text = ContainerText()
+        self._render_lock = threading.Lock()
         self._onsets = Onsets()
 
     def read_regions(self) -> RegionRead:
@@ -178,7 +182,7 @@ class MonitorCollector(Collector):
             region_files = {(c.pod_uid, c.name): c.cache_path is not None for c in self._lister.containers()}
         pods = list(self._pods())
         hosts = tuple(self.hosts())
-        containers = attribute(pods, read.found, self._decode, self._decode_failed, read.unreadable)
+        side = self._pod_join.side(pods, read.found, read.unreadable)
         owners = [o for h in hosts for pid in h.pids if (o := owner_of(pid, self._proc_root)) is not None]
         unlimited = unlimited_containers(pods, owners, region_files, self._decode)
         for u in unlimited:
@@ -192,17 +196,17 @@ class MonitorCollector(Collector):
             now=self._clock(),
             hosts=hosts,
             unlimited=tuple(unlimited),
-            containers=tuple(containers),
-            inconsistencies=counts(
-                reconcile(pods, read.found, read.unreadable, decode=self._decode, hosts=hosts)
-            ),
-            pod_labels=tuple(pod_labels(pods, self._allowlist)),
-            migs=tuple(mig_devices(pods, self._decode_mig, self._pod_error)),
+            containers=self._pod_join.containers(side, read.found),
+            inconsistencies=counts([*side.findings, *memory_findings(read.found, hosts)]),
+            pod_labels=side.pod_labels,
+            migs=side.migs,
             regions=read.states,
             skipped=read.skipped,
         )
 
-    def families(self) -> list[Family]:
+    def families(self, rendered: bool = False) -> list[Family]:
+        """This scrape's families; ``rendered``: the container ones as text (``ContainerText``),
+        for ``render`` alone."""
         log.v(4).info("Starting to collect metrics for vGPUMonitor")
         start = time.perf_counter()
         view = self.view()
@@ -211,7 +215,11 @@ class MonitorCollector(Collector):
         counters = Counters(self.skips.snapshot(), self.nvml_errors.snapshot())
         return [
             *families.host_families(view, self._legacy),
-            *families.container_families(view, self._legacy),
+            *(
+                self._container_text.families(view, self._legacy)
+                if rendered
+                else families.container_families(view, self._legacy)
+            ),
             *families.unlimited_families(view),
             *families.mig_families(view, self._legacy),
             *families.pod_label_families(view),
@@ -273,7 +281,8 @@ class MonitorCollector(Collector):
         """The same families as ``collect()``, as text 0.0.4 or an OpenMetrics body (no ``# EOF``),
         in pieces (``TextRenderer.render``)."""
         start = time.perf_counter()
-        body = self._renderer.render(self.families(), openmetrics)
+        with self._render_lock:  # the container lines' cache is the scrape's
+            body = self._renderer.render(self.families(rendered=True), openmetrics)
         self._duration.observe(time.perf_counter() - start)
         return body
 

@@ -14,7 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from hami.core.nvml import CLOCK_EVENT_REASONS
-from hami.core.serve.families import Family
+from hami.core.serve.families import Family, Labels
+from hami.exporter.attribution import ContainerView
+from hami.exporter.region.parse import DeviceUsage
 from hami.exporter.view import Counters, NodeView
 
 ZONE = "vGPU"
@@ -152,45 +154,88 @@ def host_families(view: NodeView, legacy: bool) -> list[Family]:
 
 
 _CTR = (
-    # name, help, value of (container, device)
-    ("hami_vgpu_memory_used_bytes", "vGPU device memory usage in bytes (HAMi-core accounting)", "used"),
-    ("hami_vgpu_memory_limit_bytes", "vGPU device memory limit in bytes (0 = unlimited)", "limit"),
+    # name, help; each one's value per container device is ``device_values``'s, in this order
+    ("hami_vgpu_memory_used_bytes", "vGPU device memory usage in bytes (HAMi-core accounting)"),
+    ("hami_vgpu_memory_limit_bytes", "vGPU device memory limit in bytes (0 = unlimited)"),
     (
         "hami_vgpu_memory_over_limit",
         "1 while the container's device memory use exceeds its vGPU limit "
         "(hami_vgpu_memory_used_bytes then reads the limit), else 0",
-        "over",
     ),
-    ("hami_container_device_memory_bytes", "Container device memory usage in bytes", "used"),
+    ("hami_container_device_memory_bytes", "Container device memory usage in bytes"),
     # HAMi's meaning: the raw sum over the container's processes, which can exceed 100.
     (
         "hami_container_device_utilization_ratio",
         "Container device SM utilization ratio: the sum of its processes' SM use (0-100 each, so the "
         "sum can exceed 100)",
-        "sm_sum",
     ),
-    ("hami_vgpu_memory_context_bytes", "Container device memory context size in bytes", "context"),
-    ("hami_vgpu_memory_module_bytes", "Container device memory module size in bytes", "module"),
-    ("hami_vgpu_memory_buffer_bytes", "Container device memory buffer size in bytes", "buffer"),
-    ("hami_vgpu_core_used_percent", "Container SM utilization in percent (0-100, clamped)", "sm"),
+    ("hami_vgpu_memory_context_bytes", "Container device memory context size in bytes"),
+    ("hami_vgpu_memory_module_bytes", "Container device memory module size in bytes"),
+    ("hami_vgpu_memory_buffer_bytes", "Container device memory buffer size in bytes"),
+    ("hami_vgpu_core_used_percent", "Container SM utilization in percent (0-100, clamped)"),
     (
         "hami_vgpu_core_limit_percent",
         "Container SM limit in percent (0-100; unlimited reads 100)",
-        "sm_limit",
     ),
-    ("hami_vgpu_processes", "Live processes in the container's shared region", "procs"),
+    ("hami_vgpu_processes", "Live processes in the container's shared region"),
 )
 
 
-def container_families(view: NodeView, legacy: bool) -> list[Family]:
-    fams = [_g(name, doc, CTR_LABELS) for name, doc, _ in _CTR]
-    keys = [key for _, _, key in _CTR]
-    rows = [f.rows for f in fams]  # appended to directly: this loop runs per device per scrape
+def container_defs() -> list[Family]:
+    """The container families without samples: one per ``_CTR`` entry, then the kernel's age."""
+    fams = [_g(name, doc, CTR_LABELS) for name, doc in _CTR]
     elapsed = _g(
         "hami_container_last_kernel_elapsed_seconds",
         "Seconds since last kernel execution in container",
         CTR_LABELS,
     )
+    return [*fams, elapsed]
+
+
+def device_labels(c: ContainerView, d: DeviceUsage, node: str) -> Labels:
+    """The ``CTR_LABELS`` values of one container device."""
+    return (c.namespace, c.pod, c.container, str(d.index), d.uuid, node, ZONE)
+
+
+def device_values(c: ContainerView, d: DeviceUsage) -> tuple[int, ...]:
+    """One container device's value in each ``_CTR`` family, in that order."""
+    return (
+        d.used_bytes,
+        d.limit_bytes,
+        1 if d.over_limit else 0,
+        d.used_bytes,
+        d.sm_util_sum,
+        d.context_bytes,
+        d.module_bytes,
+        d.buffer_bytes,
+        d.sm_util_percent,
+        d.sm_limit_percent,
+        c.processes,
+    )
+
+
+def kernel_age(view: NodeView, c: ContainerView) -> float | None:
+    """Seconds since the container's last kernel, None when it never ran one (no series)."""
+    return max(view.now - c.last_kernel_time, 0.0) if c.last_kernel_time > 0 else None
+
+
+def container_families(view: NodeView, legacy: bool) -> list[Family]:
+    defs = container_defs()
+    rows = [f.rows for f in defs[:-1]]  # appended to directly: this loop runs per device per scrape
+    elapsed = defs[-1]
+    for c in view.containers:
+        since = kernel_age(view, c)
+        for d in c.devices:
+            lv = device_labels(c, d, view.node)
+            for out_rows, value in zip(rows, device_values(c, d), strict=True):
+                out_rows.append((CTR_LABELS, lv, value))
+            if since is not None:
+                elapsed.add(lv, since)
+    return [*defs, *legacy_container_families(view)] if legacy else defs
+
+
+def legacy_container_families(view: NodeView) -> list[Family]:
+    """HAMi's pre-v2.8 container families (``--legacy-metrics``)."""
     lused = _g("vGPU_device_memory_usage_in_bytes", "vGPU device usage", LEGACY_CTR)
     llimit = _g("vGPU_device_memory_limit_in_bytes", "vGPU device limit", LEGACY_CTR)
     ldesc = _g(
@@ -201,40 +246,21 @@ def container_families(view: NodeView, legacy: bool) -> list[Family]:
     lutil = _g("Device_utilization_desc_of_container", "Container device utilization description", LEGACY_CTR)
     lkern = _g("Device_last_kernel_of_container", "Container device last kernel description", LEGACY_CTR)
     for c in view.containers:
-        since = max(view.now - c.last_kernel_time, 0.0) if c.last_kernel_time > 0 else None
+        since = kernel_age(view, c)
         for d in c.devices:
-            lv = (c.namespace, c.pod, c.container, str(d.index), d.uuid, view.node, ZONE)
-            values = {
-                "used": d.used_bytes,
-                "limit": d.limit_bytes,
-                "over": 1 if d.over_limit else 0,
-                "sm": d.sm_util_percent,
-                "sm_sum": d.sm_util_sum,
-                "context": d.context_bytes,
-                "module": d.module_bytes,
-                "buffer": d.buffer_bytes,
-                "sm_limit": d.sm_limit_percent,
-                "procs": c.processes,
-            }
-            for out_rows, key in zip(rows, keys, strict=True):
-                out_rows.append((CTR_LABELS, lv, values[key]))
+            llv = (c.namespace, c.pod, c.container, str(d.index), d.uuid, ZONE)
+            lused.add(llv, d.used_bytes)
+            llimit.add(llv, d.limit_bytes)
+            # HAMi's offset label is total - context - module - data in uint64 (it can wrap)
+            off = (d.used_bytes - d.context_bytes - d.module_bytes - d.buffer_bytes) % 2**64
+            ldesc.add(
+                (*llv, str(d.context_bytes), str(d.module_bytes), str(d.buffer_bytes), str(off)),
+                d.used_bytes,
+            )
+            lutil.add(llv, d.sm_util_sum)
             if since is not None:
-                elapsed.add(lv, since)
-            if legacy:
-                llv = (c.namespace, c.pod, c.container, str(d.index), d.uuid, ZONE)
-                lused.add(llv, d.used_bytes)
-                llimit.add(llv, d.limit_bytes)
-                # HAMi's offset label is total - context - module - data in uint64 (it can wrap)
-                off = (d.used_bytes - d.context_bytes - d.module_bytes - d.buffer_bytes) % 2**64
-                ldesc.add(
-                    (*llv, str(d.context_bytes), str(d.module_bytes), str(d.buffer_bytes), str(off)),
-                    d.used_bytes,
-                )
-                lutil.add(llv, d.sm_util_sum)
-                if since is not None:
-                    lkern.add(llv, since)
-    out: list[Family] = [*fams, elapsed]
-    return [*out, lused, llimit, ldesc, lutil, lkern] if legacy else out
+                lkern.add(llv, since)
+    return [lused, llimit, ldesc, lutil, lkern]
 
 
 UNLIMITED_LABELS = ("namespace", "pod", "container", "node", "zone", "reason")

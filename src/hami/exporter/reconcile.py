@@ -48,6 +48,18 @@ def reconcile(
     decode: Callable[[str], PodDevices],
     hosts: Iterable[HostDevice],
 ) -> list[Inconsistency]:
+    return [*pod_findings(pods, regions, unreadable, decode=decode), *memory_findings(regions, hosts)]
+
+
+def pod_findings(
+    pods: Iterable[Mapping[str, Any]],
+    regions: Collection[ContainerKey],
+    unreadable: Collection[ContainerKey],
+    *,
+    decode: Callable[[str], PodDevices],
+) -> list[Inconsistency]:
+    """The findings that depend on the pods and on which regions exist (``regions``: their keys),
+    not on what they hold."""
     out: list[Inconsistency] = []
     on_node: set[str] = set()
     for pod in pods:
@@ -76,7 +88,15 @@ def reconcile(
             out.append(
                 Inconsistency("region_without_pod", f"{uid}_{ctr}", "no pod with this uid on the node")
             )
-    # Every readable region counts as HAMi's, with or without a pod: that one is reported above.
+    return out
+
+
+def memory_findings(
+    regions: Mapping[ContainerKey, RegionSnapshot], hosts: Iterable[HostDevice]
+) -> list[Inconsistency]:
+    """GPUs whose processes hold more memory than HAMi-core's regions account for on them."""
+    out: list[Inconsistency] = []
+    # Every readable region counts as HAMi's, with or without a pod (pod_findings reports that one).
     accounted: dict[str, int] = {}
     for snap in regions.values():
         for d in snap.devices:

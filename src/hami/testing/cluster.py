@@ -19,6 +19,12 @@
   ``scenarios/pinned-to-locked-node`` asks for its GPU, so the scheduler breaks the expired lock,
   binds, and then holds the new lock until it expires (no kubelet there ever allocates).
 - ``scenarios/pending-gpu``: a pod asking for more GPU memory than any card has, never bound.
+- Over-commit: sim-node's device plugin registers its cards with ``deviceMemoryScaling: 1.5`` (the
+  scenarios' register annotation says so from the start), and ``scenarios/leaky-trainer`` takes its
+  card's limits past the physical memory; the simulated node makes its memory use grow steadily.
+- ``fragmented-node``: four L4 cards, each with 1.5 GiB free, 6 GiB in all; ``scenarios/l4-inference``
+  asks for an L4 with 4 GiB (``nvidia.com/use-gputype``) and stays Pending: it would fit the node's
+  free memory, on no single card. Its device plugin is stood in for by the stack's handshake reports.
 
 Objects are built by pure functions; ``seed`` writes them to an API server over HTTP.
 """
@@ -44,8 +50,14 @@ from hami.testing.builders import dev, limits, node, pod
 NODE = "sim-node"
 STALE_NODE = "stale-node"
 LOCKED_NODE = "locked-node"
+FRAG_NODE = "fragmented-node"
+NODE_INDEX = {NODE: 0, STALE_NODE: 1, LOCKED_NODE: 2, FRAG_NODE: 3}  # the node part of its GPU UUIDs
 GPU_TYPE = "NVIDIA A100-SXM4-40GB"
 GPU_MEM_MIB = 40960
+MEMORY_SCALING = 1.5  # sim-node's deviceMemoryScaling with the scenarios (its plugin's node config)
+FRAG_GPU_TYPE = "NVIDIA L4"
+FRAG_GPU_MEM_MIB = 23034
+FRAG_GPUS = 4
 SPLIT_COUNT = 10
 SCHEDULER_NAME = "hami-scheduler"
 POOL_LABEL = "hami.io/pool"
@@ -59,10 +71,11 @@ def gpu_uuid(node_index: int, i: int) -> str:
 class GpuPod:
     namespace: str
     name: str
-    gpu: int  # index on sim-node
+    gpu: int  # index on its node
     mem_mib: int
     cores: int
     labels: tuple[tuple[str, str], ...] = ()
+    node: str = NODE
 
 
 # The workloads of sim-node (several namespaces, so the namespace variable has choices).
@@ -79,12 +92,27 @@ POD_SPECS: tuple[GpuPod, ...] = (
 OVERLIMIT = GpuPod("scenarios", "overlimit", 2, 1024, 20, (("app", "overlimit"),))
 IDLE = GpuPod("notebooks", "jupyter-idle", 1, 2048, 10, (("app", "jupyter"),))  # no kernel for hours
 UNLIMITED = GpuPod("scenarios", "unlimited", 1, 2048, 10, (("app", "unlimited"),))  # no HAMi-core
+# With resnet-0, embed-0 and overlimit its card's limits add up to 43 GiB of 40 (61440 MiB schedulable).
+LEAKY = GpuPod("scenarios", "leaky-trainer", 2, 36864, 20, (("app", "leaky-trainer"),))
+OVERCOMMIT_GPU = LEAKY.gpu
+# fragmented-node: each L4 (23034 MiB) has 21504 MiB allocated, in one or two pods.
+FRAG_PODS: tuple[GpuPod, ...] = tuple(
+    GpuPod("ml-infer", name, gpu, mem, cores, (("app", name.rsplit("-", 1)[0]),), FRAG_NODE)
+    for name, gpu, mem, cores in (
+        ("asr-0", 0, 12288, 50), ("asr-1", 0, 9216, 40), ("ocr-0", 1, 21504, 60), ("tts-0", 2, 16384, 50),
+        ("tts-1", 2, 5120, 30), ("rerank-0", 3, 10240, 40), ("rerank-1", 3, 11264, 40),
+    )
+)  # fmt: skip
+FRAG_PENDING = "l4-inference"
+FRAG_REQUEST_MIB = 4096  # above every L4's free 1530 MiB, within their 6120 MiB in all
 PENDING = "pending-gpu"
 PINNED = "pinned-to-locked-node"
 
 
-def devices(node_index: int, gpus: int) -> list[DeviceInfo]:
-    return [dev(gpu_uuid(node_index, i), GPU_MEM_MIB, count=SPLIT_COUNT, index=i, type=GPU_TYPE)
+def devices(
+    node_index: int, gpus: int, mem_mib: int = GPU_MEM_MIB, gpu_type: str = GPU_TYPE
+) -> list[DeviceInfo]:
+    return [dev(gpu_uuid(node_index, i), mem_mib, count=SPLIT_COUNT, index=i, type=gpu_type)
             for i in range(gpus)]
 
 
@@ -116,16 +144,25 @@ def fake_nvml_spec(gpus: int, scenarios: bool = False) -> dict[str, Any]:
 
 
 def gpu_node(
-    name: str, node_index: int, gpus: int, handshake: str, pool: str, *, allocatable: int | None = None
+    name: str,
+    node_index: int,
+    gpus: int,
+    handshake: str,
+    pool: str,
+    *,
+    allocatable: int | None = None,
+    mem_mib: int = GPU_MEM_MIB,
+    gpu_type: str = GPU_TYPE,
 ) -> dict[str, Any]:
-    """A GPU node; ``allocatable`` overrides the GPUs kubelet advertises (0 once its plugin is gone)."""
+    """A GPU node whose plugin registered ``mem_mib`` per card (deviceMemoryScaling applied);
+    ``allocatable`` overrides the GPUs kubelet advertises (0 once its plugin is gone)."""
     resources = {"cpu": "64", "memory": "512Gi", "pods": "110", ann.RESOURCE_GPU: str(gpus * SPLIT_COUNT)}
     slots = gpus * SPLIT_COUNT if allocatable is None else allocatable
     return node(
         name,
         labels={"kubernetes.io/hostname": name, "gpu": "on", POOL_LABEL: pool},
         annotations={
-            ann.NODE_REGISTER: encode_node_devices(devices(node_index, gpus)),
+            ann.NODE_REGISTER: encode_node_devices(devices(node_index, gpus, mem_mib, gpu_type)),
             ann.NODE_HANDSHAKE: handshake,
         },
         capacity=resources,
@@ -148,20 +185,21 @@ def container_id(namespace: str, pod_name: str, container: str) -> str:
 
 
 def gpu_pod(p: GpuPod) -> dict[str, Any]:
-    """A Running pod the scheduler placed on sim-node and the device plugin allocated."""
-    alloc = encode_pod_devices([[ContainerDevice(gpu_uuid(0, p.gpu), ann.VENDOR_NVIDIA, p.mem_mib, p.cores)]])
+    """A Running pod the scheduler placed on its node and the device plugin allocated."""
+    uuid = gpu_uuid(NODE_INDEX[p.node], p.gpu)
+    alloc = encode_pod_devices([[ContainerDevice(uuid, ann.VENDOR_NVIDIA, p.mem_mib, p.cores)]])
     return pod(
         _container(p.mem_mib, p.cores),
         name=p.name,
         namespace=p.namespace,
-        labels={**dict(p.labels), ann.POD_VGPU_NODE: NODE},
+        labels={**dict(p.labels), ann.POD_VGPU_NODE: p.node},
         annotations={
-            ann.POD_VGPU_NODE: NODE,
+            ann.POD_VGPU_NODE: p.node,
             ann.POD_DEVICES_TO_ALLOCATE: ";",
             ann.POD_DEVICES_ALLOCATED: alloc,
             ann.POD_BIND_PHASE: ann.BIND_PHASE_SUCCESS,
         },
-        node_name=NODE,
+        node_name=p.node,
         scheduler=SCHEDULER_NAME,
         phase="Running",
     )
@@ -209,9 +247,24 @@ def pending_pod() -> dict[str, Any]:
     )
 
 
+def fragmented_pending_pod() -> dict[str, Any]:
+    """An L4 with ``FRAG_REQUEST_MIB``: only fragmented-node has L4s, and none has that much free."""
+    return pod(
+        _container(FRAG_REQUEST_MIB, 0),
+        name=FRAG_PENDING,
+        namespace="scenarios",
+        labels={"app": FRAG_PENDING},
+        annotations={ann.POD_USE_GPUTYPE: "L4"},
+        scheduler=SCHEDULER_NAME,
+    )
+
+
 def objects(gpus: int, now: datetime, scenarios: bool) -> list[dict[str, Any]]:
     """Every object of the simulated cluster, nodes first."""
-    out = [gpu_node(NODE, 0, gpus, format_handshake(Handshake(REPORTED, now)), "a100")]
+    reported = format_handshake(Handshake(REPORTED, now))
+    # the register annotation sim-node's plugin writes at start (deviceMemoryScaling with the scenarios)
+    mem = int(GPU_MEM_MIB * MEMORY_SCALING) if scenarios else GPU_MEM_MIB
+    out = [gpu_node(NODE, 0, gpus, reported, "a100", mem_mib=mem)]
     if scenarios:
         # the scheduler asked 20 minutes ago and no device plugin answered
         stale = format_requesting(now - timedelta(minutes=20))
@@ -220,9 +273,13 @@ def objects(gpus: int, now: datetime, scenarios: bool) -> list[dict[str, Any]]:
         crashed = NodeLock(now - timedelta(minutes=10), "scenarios", "crashed-bind")
         locked["metadata"]["annotations"][ann.NODE_LOCK] = format_node_lock(crashed)
         out.append(locked)
+        frag, mem_mib, gpu_type = NODE_INDEX[FRAG_NODE], FRAG_GPU_MEM_MIB, FRAG_GPU_TYPE
+        out.append(gpu_node(FRAG_NODE, frag, FRAG_GPUS, reported, "l4", mem_mib=mem_mib, gpu_type=gpu_type))
     out += [gpu_pod(p) for p in POD_SPECS if p.gpu < gpus]
     if scenarios:
         out += [gpu_pod(OVERLIMIT), gpu_pod(IDLE), unlimited_pod(), pending_pod(), pinned_pod()]
+        out += [gpu_pod(LEAKY)] if LEAKY.gpu < gpus else []
+        out += [*(gpu_pod(p) for p in FRAG_PODS), fragmented_pending_pod()]
     return out
 
 

@@ -59,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="Prometheus scrape/evaluation interval, a Prometheus duration (default %(default)s)",
     )
     p.add_argument("--no-scenarios", action="store_true",
-                   help="no stale node, pending pod, over-limit container, GPU faults or XIDs")  # fmt: skip
+                   help="no stale node, pending pod, over-limit container, GPU faults, XIDs, over-commit or"
+                   " fragmented node")  # fmt: skip
     p.add_argument("--helm", action="store_true", help="print the helm lines for a real cluster and exit")
     p.add_argument(
         "--skip",
@@ -107,6 +108,7 @@ def commands(stack: Stack) -> list[str]:
         f"{doctor} logs {stack.procs.log_dir}",
         # the demo's history is minutes long: a window the tuner accepts for it, and it says so
         f"{tool('hami-tune')} --prometheus-url {stack.url('prometheus')} --window 10m",
+        f"{tool('hami-tune')} defrag --prometheus-url {stack.url('prometheus')}",
     ]
     return out
 
@@ -135,10 +137,14 @@ def banner(stack: Stack, skipped: list[str]) -> str:
     lines += [f"  {line}" for line in commands(stack)]
     lines += [
         "",
-        "Scenarios (alerts fire once their `for:` durations, 0-15 minutes, have passed):",
+        "Scenarios (alerts fire once their `for:` durations, 0-15 minutes, have passed; over-commit needs"
+        " a few minutes of growth more):",
         f"  node {cluster.STALE_NODE}: expired handshake and no allocatable GPU (the scheduler drops it)",
         f"  node {cluster.LOCKED_NODE}: expired lock of a crashed bind, broken and held again",
         f"  pod scenarios/{cluster.PENDING}: stays Pending",
+        f"  node {cluster.FRAG_NODE}: {cluster.FRAG_GPUS} L4s with 1.5 GiB free each; pod"
+        f" scenarios/{cluster.FRAG_PENDING} asks for an L4 with {cluster.FRAG_REQUEST_MIB // 1024} GiB and"
+        " stays Pending (fragmentation)",
         f"  pod scenarios/{cluster.OVERLIMIT.name}: uses more than its vGPU memory limit",
         f"  pod notebooks/{cluster.IDLE.name}: no kernel for two hours (idle vGPU)",
         f"  pod {cluster.UNLIMITED.namespace}/{cluster.UNLIMITED.name}: CUDA_DISABLE_CONTROL=true, its GPU"
@@ -146,6 +152,12 @@ def banner(stack: Stack, skipped: list[str]) -> str:
         f"  GPU {cluster.gpu_uuid(0, stack.opts.gpus - 1)}: XID 79 every {stack.opts.xid_every:.0f}s"
         " (monitor and device plugin)",
     ]
+    if stack.opts.gpus > cluster.OVERCOMMIT_GPU:
+        lines.append(
+            f"  GPU {cluster.gpu_uuid(0, cluster.OVERCOMMIT_GPU)}: over-committed (node {cluster.NODE}"
+            f" registers deviceMemoryScaling {cluster.MEMORY_SCALING}); pod scenarios/{cluster.LEAKY.name}"
+            f" leaks {stack.opts.leak_rate:g} MiB/s towards physical exhaustion"
+        )
     if stack.opts.gpus >= 2:  # the faults of cluster.fake_nvml_spec
         lines += [
             f"  GPU {cluster.gpu_uuid(0, stack.opts.gpus - 1)}: a failed row remap (drain and reset it)",

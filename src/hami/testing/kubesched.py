@@ -4,7 +4,10 @@ Every ``--interval`` seconds, for each Pending, unbound pod whose ``spec.schedul
 POSTs ExtenderArgs (the pod and every node name) to ``/filter`` and, when a node passes, an
 ExtenderBindingArgs to ``/bind`` on the first one. It also creates a short batch pod every
 ``--churn-every`` seconds and deletes it after ``--lifetime`` seconds, so that filters, binds, node
-locks and allocations keep happening in the demo.
+locks and allocations keep happening in the demo. A pod no node fits is retried after 1 s, then 2, 4, 8
+and every 10 s, as kube-scheduler backs off unschedulable pods (podInitialBackoffDuration 1 s,
+podMaxBackoffDuration 10 s): each attempt is a filter and a few Events the extender writes under its
+client rate limit, and retrying every pending pod at every pass outran that limit.
 
 ``python -m hami.testing.kubesched --api URL --extender URL``
 """
@@ -15,6 +18,7 @@ import argparse
 import signal
 import sys
 import threading
+import time
 from collections import deque
 from typing import Any
 
@@ -23,6 +27,7 @@ import requests
 from hami.testing import cluster
 
 TIMEOUT = 10.0
+BACKOFF_INITIAL_S, BACKOFF_MAX_S = 1.0, 10.0
 
 
 def pending_pods(pods: list[dict[str, Any]], scheduler_name: str) -> list[dict[str, Any]]:
@@ -47,6 +52,7 @@ class Driver:
         self.api, self.extender, self.scheduler_name = api.rstrip("/"), extender.rstrip("/"), scheduler_name
         self.session = requests.Session()
         self.filters = self.binds = 0
+        self.backoff: dict[str, tuple[float, float]] = {}  # pod uid -> (last delay, next attempt)
 
     def _items(self, path: str) -> list[dict[str, Any]]:
         r = self.session.get(self.api + path, timeout=TIMEOUT)
@@ -55,14 +61,24 @@ class Driver:
         return items
 
     def schedule_once(self) -> None:
+        now = time.monotonic()
         nodes = [n["metadata"]["name"] for n in self._items("/api/v1/nodes")]
-        for pod in pending_pods(self._items("/api/v1/pods"), self.scheduler_name):
+        pending = pending_pods(self._items("/api/v1/pods"), self.scheduler_name)
+        uids = {str(p["metadata"].get("uid", "")) for p in pending}
+        self.backoff = {uid: b for uid, b in self.backoff.items() if uid in uids}
+        for pod in pending:
+            uid = str(pod["metadata"].get("uid", ""))
+            delay, not_before = self.backoff.get(uid, (0.0, 0.0))
+            if now < not_before:
+                continue
             r = self.session.post(
                 self.extender + "/filter", json={"Pod": pod, "NodeNames": nodes}, timeout=TIMEOUT
             )
             self.filters += 1
             fitting = (r.json() or {}).get("NodeNames") or [] if r.status_code == 200 else []
             if not fitting:
+                delay = min(max(delay * 2, BACKOFF_INITIAL_S), BACKOFF_MAX_S)
+                self.backoff[uid] = (delay, now + delay)
                 continue
             meta = pod["metadata"]
             args = {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"],

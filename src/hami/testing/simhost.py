@@ -12,7 +12,10 @@ the real vGPU monitor serving it, and the scenarios the alerts are proven with.
   HOOK_PATH>/vgpu`` on a node) holds libvgpu.so and the ld.so.preload naming it, so ``hami-doctor pod
   --hook-path`` walks the node's files here as on a node.
 - Scenarios: the ``scenarios/overlimit`` container uses 1.5 times its vGPU memory limit; the
-  ``notebooks/jupyter-idle`` container's last kernel ran two hours ago; ``--scenarios`` gives the GPUs
+  ``notebooks/jupyter-idle`` container's last kernel ran two hours ago; the ``scenarios/leaky-trainer``
+  container's memory grows by ``--leak-rate`` MiB/s, without the random walk of the others, from 2 to
+  26 GiB, then drops back (the job restarts) and grows again: on its over-committed card the rise
+  outpaces the other containers' jitter, and the card stays under 90 % full; ``--scenarios`` gives the GPUs
   the hardware faults of ``cluster.fake_nvml_spec``; ``--xid-every`` injects a critical XID (79,
   fallen off the bus) into the last GPU.
 
@@ -26,6 +29,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +54,7 @@ XID_FALLEN_OFF_BUS = cluster.XID_FALLEN_OFF_BUS
 OVERLIMIT_FACTOR = 1.5
 IDLE_FOR_S = 7200
 UNLIMITED_USE = 6 * 1024 * MIB  # what a container without HAMi-core takes: 3x the demo pod's limit
+LEAK_FLOOR, LEAK_CEILING = 2 * 1024 * MIB, 26 * 1024 * MIB  # the leaking container's sawtooth
 LIBRARY = b"HAMi-core stand-in: the simulated node never runs it\n"
 
 
@@ -116,14 +121,20 @@ class PodDrivenNode(SimNode):
         pods: Callable[[], list[dict[str, Any]]],
         proc_root: str,
         scenarios: bool = False,
+        *,
+        leak_rate: float = 4.0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
-        super().__init__(hook_path, gpus, containers=0)
+        super().__init__(hook_path, gpus, containers=0, clock=clock)
         self.uuids = [cluster.gpu_uuid(0, i) for i in range(gpus)]
         self.nvml = FakeNvml(cluster.fake_nvml_spec(gpus, scenarios))
         self._pods = pods
         self._proc_root = proc_root
         self.overlimit: set[str] = set()  # pod uids of the over-limit scenario
         self.idle: set[str] = set()  # pod uids of the idle-vGPU scenario
+        self.leaking: set[str] = set()  # pod uids of the over-commit scenario
+        self.leak_rate = leak_rate * MIB  # bytes per second
+        self._leak_start: float | None = None
         self.unlimited: dict[tuple[str, str], UnlimitedProcess] = {}  # by (pod uid, container)
         install_hami_core(hook_path)
 
@@ -153,6 +164,9 @@ class PodDrivenNode(SimNode):
                     self.overlimit.add(c.pod_uid)
                 if pod["metadata"]["name"] == cluster.IDLE.name:
                     self.idle.add(c.pod_uid)
+                if pod["metadata"]["name"] == cluster.LEAKY.name:
+                    self.leaking.add(c.pod_uid)
+                    c.scripted = True
         with self._lock:
             kept = []
             for c in self.containers:
@@ -173,25 +187,34 @@ class PodDrivenNode(SimNode):
             with open(path, "w", encoding="utf-8") as f:
                 f.write(process.cgroup)
 
+    def leaked(self, now: float) -> int:
+        """What the leaking container holds ``now``: a sawtooth from its first step."""
+        if self._leak_start is None:
+            self._leak_start = now
+        span = LEAK_CEILING - LEAK_FLOOR
+        return LEAK_FLOOR + int(self.leak_rate * (now - self._leak_start)) % span
+
     def step(self) -> None:
         self._sync()
         super().step()
         with self._lock:
-            for g in range(len(self.uuids)):
-                pids = [u.pid for u in self.unlimited.values() if u.gpu == g]
-                if pids:
-                    used = self.nvml.device(g).memory_info().used + UNLIMITED_USE * len(pids)
-                    self.nvml.update(g, memory_used=min(used, cluster.GPU_MEM_MIB * MIB))
+            now = self._clock()
             for c in self.containers:
-                if c.pod_uid in self.idle and c.writer is not None:
-                    c.writer.set_field("last_kernel_time", int(self._clock()) - IDLE_FOR_S)
-                if c.pod_uid in self.overlimit and c.writer is not None and c.slots:
+                if c.writer is None or not c.slots:
+                    continue
+                if c.pod_uid in self.idle:
+                    c.writer.set_field("last_kernel_time", int(now) - IDLE_FOR_S)
+                target = 0
+                if c.pod_uid in self.overlimit:
+                    target = max(int(c.mem_limit_mib * MIB * OVERLIMIT_FACTOR), sum(c.used.values()))
+                if c.pod_uid in self.leaking:
+                    target = self.leaked(now)
+                if target:
                     pid = next(iter(c.slots))
-                    extra = int(c.mem_limit_mib * MIB * OVERLIMIT_FACTOR) - sum(c.used.values())
-                    if extra > 0:
-                        c.writer.change_memory(c.slots[pid], 0, MEM_DATA, extra)
-                        c.used[pid] += extra
-            # NVML lists every process on a card, HAMi-core's (what the regions account for) and those
+                    extra = target - sum(c.used.values())
+                    c.writer.change_memory(c.slots[pid], 0, MEM_DATA, extra)
+                    c.used[pid] += extra
+            # NVML counts every process on a card, HAMi-core's (what the regions account for) and those
             # without it, whose memory no region holds: the reconciler's memory_outside_hami.
             for g in range(len(self.uuids)):
                 processes: list[tuple[int, int | None]] = [
@@ -201,6 +224,8 @@ class PodDrivenNode(SimNode):
                     for pid, used in c.used.items()
                 ]
                 processes += [(u.pid, UNLIMITED_USE) for u in self.unlimited.values() if u.gpu == g]
+                held = sum(used or 0 for _, used in processes)
+                self.nvml.update(g, memory_used=min(held, cluster.GPU_MEM_MIB * MIB))
                 self.nvml.set_processes(g, processes)
 
 
@@ -214,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpus", type=int, default=4)
     p.add_argument("--interval", type=float, default=1.0, help="seconds between simulation steps")
     p.add_argument("--xid-every", type=float, default=0.0, help="inject XID 79 every N seconds (0: never)")
+    p.add_argument("--leak-rate", type=float, default=4.0, help="MiB/s the leaking container's memory grows")
     args = p.parse_args(argv)
     klog.setup(0)
     cfg = load_config(
@@ -236,7 +262,9 @@ def main(argv: list[str] | None = None) -> int:
         print("simhost: the pod informer did not sync in 60s", file=sys.stderr)
         informer.stop()
         return 1
-    node = PodDrivenNode(args.hook_path, args.gpus, informer.list, args.proc_root, args.scenarios)
+    node = PodDrivenNode(
+        args.hook_path, args.gpus, informer.list, args.proc_root, args.scenarios, leak_rate=args.leak_rate
+    )
     node.start(args.interval)
 
     def uids() -> set[str] | None:

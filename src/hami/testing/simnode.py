@@ -36,6 +36,7 @@ class SimContainer:
     mem_limit_mib: int
     core_limit: int
     start_after: int  # steps before the first CUDA call creates the region
+    scripted: bool = False  # one process whose memory a scenario sets: no random walk, no churn
     writer: RegionWriter | None = None
     slots: dict[int, int] = field(default_factory=dict)  # pid -> slot
     used: dict[int, int] = field(default_factory=dict)  # pid -> bytes held
@@ -126,7 +127,7 @@ class SimNode:
                         continue
                     c.writer = self._open_region(c)
                 w = c.writer
-                if not c.slots or (len(c.slots) < 3 and rng.random() < 0.2):
+                if not c.slots or (not c.scripted and len(c.slots) < 3 and rng.random() < 0.2):
                     pid = self._next_pid = self._next_pid + 1
                     slot = w.add_process(pid, hostpid=pid + HOST_PID_OFFSET)
                     c.slots[pid], c.used[pid] = slot, 0
@@ -138,12 +139,12 @@ class SimNode:
                     room = c.mem_limit_mib * MIB - sum(c.used.values())
                     delta = rng.randrange(-c.used[pid] // 4 - 1, max(room // 4, 1)) // MIB * MIB
                     delta = max(delta, -(c.used[pid] - 320 * MIB))
-                    if delta:
+                    if delta and not c.scripted:
                         w.change_memory(slot, 0, MEM_DATA, delta)
                         c.used[pid] += delta
                     w.set_sm_util(slot, 0, rng.randrange(0, (c.core_limit or 100) + 1) // len(c.slots))
                     w.launch_kernel(int(self._clock()))
-                    if len(c.slots) > 1 and rng.random() < 0.1:
+                    if len(c.slots) > 1 and not c.scripted and rng.random() < 0.1:
                         w.exit_process(slot)
                         del c.slots[pid], c.used[pid]
                         w.compact()  # moves the last slot into the hole

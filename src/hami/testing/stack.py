@@ -8,7 +8,10 @@ early fails the start with the tail of its log.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import json
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -18,7 +21,9 @@ from typing import Any
 import requests
 import yaml
 
+from hami.core import annotations as ann
 from hami.core import names
+from hami.core.codec.handshake import REPORTED, Handshake, format_handshake
 from hami.testing import chart, cluster, dashqueries, install, promconfig
 from hami.testing.kubeapi import SERVING
 from hami.testing.kubeapi.logs import log_path
@@ -31,6 +36,7 @@ RULES = ROOT / "alerts" / "hami-rules.yaml"
 ALERTMANAGER_CONFIG = ROOT / "alerts" / "alertmanager.yaml"
 DASHBOARDS = ROOT / "dashboards"
 ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
+REPORT_EVERY, REPORT_TIMEOUT = 30.0, 5.0  # the device plugin's register interval; one PATCH's limit
 
 # Daemons and the module that marks each as present in this checkout.
 MONITOR, SCHEDULER, DEVICE_PLUGIN = "monitor", "scheduler", "deviceplugin"
@@ -72,8 +78,9 @@ class StackOptions:
     scrape_interval: str = "15s"
     evaluation_interval: str = "15s"
     gpus: int = 4
-    scenarios: bool = True  # stale node, pending pod, over-limit container, GPU faults, XIDs
+    scenarios: bool = True  # stale node, pending pods, over-limit, GPU faults, XIDs, capacity scenarios
     xid_every: float = 60.0
+    leak_rate: float = 4.0  # MiB/s of the over-commit scenario's leaking container
     churn_every: float = 30.0  # a batch pod created (and scheduled through the extender) this often
     schedule_every: float = 2.0
     sim_interval: float = 1.0
@@ -97,6 +104,8 @@ class Stack:
         self.hook_path = self.work / "hook"
         self.proc_root = self.work / "proc"
         self.chart = install.Installed()
+        self._stopping = threading.Event()
+        self._reporter: threading.Thread | None = None
 
     # ---- addresses ----
 
@@ -186,6 +195,9 @@ class Stack:
 
     def stop(self) -> dict[str, int]:
         self.running.clear()
+        self._stopping.set()
+        if self._reporter is not None:
+            self._reporter.join(REPORT_TIMEOUT + 1)
         return self.procs.stop()
 
     def _wait(self, check_url: str, what: str) -> None:
@@ -216,6 +228,20 @@ class Stack:
         seeded = cluster.objects(self.opts.gpus, datetime.now().astimezone(), self.opts.scenarios)
         cluster.seed(self.kube_url, seeded)
         self._install_chart([o for o in seeded if o["kind"] == "Node"])
+        if self.opts.scenarios:
+            self._reporter = threading.Thread(target=self._report_handshakes, name="handshakes", daemon=True)
+            self._reporter.start()
+
+    def _report_handshakes(self) -> None:
+        """fragmented-node runs no device plugin process: this answers the scheduler's handshake for it,
+        as its plugin's registration would, every REPORT_EVERY seconds."""
+        url = f"{self.kube_url}/api/v1/nodes/{cluster.FRAG_NODE}"
+        headers = {"Content-Type": "application/merge-patch+json"}
+        while not self._stopping.wait(REPORT_EVERY):
+            value = format_handshake(Handshake(REPORTED, datetime.now().astimezone()))
+            body = {"metadata": {"annotations": {ann.NODE_HANDSHAKE: value}}}
+            with contextlib.suppress(requests.RequestException):  # the API is stopping; the next try says
+                requests.patch(url, json=body, headers=headers, timeout=REPORT_TIMEOUT)
 
     def _install_chart(self, nodes: list[dict[str, Any]]) -> None:
         """The Helm chart, rendered with the production template, installed in the emulator, its
@@ -263,6 +289,7 @@ class Stack:
         ]  # fmt: skip
         if self.opts.scenarios:
             args += ["--scenarios", "--xid-every", str(self.opts.xid_every)]
+            args += ["--leak-rate", str(self.opts.leak_rate)]
         self.procs.python("simnode-monitor", "hami.testing.simhost", args)
         self._wait(self.url(MONITOR) + "/metrics", "the simulated node's monitor")
 
@@ -320,7 +347,11 @@ class Stack:
         plugin_dir = self.work / "device-plugins"
         plugin_dir.mkdir(parents=True, exist_ok=True)
         node_config = self.work / "deviceplugin-node-config.json"
-        node_config.write_text('{"nodeconfig": []}\n')
+        # the over-commit scenario: sim-node's cards registered at 1.5 times their memory, as HAMi's
+        # device-plugin ConfigMap does per node
+        scaled = {"name": cluster.NODE, "devicememoryscaling": cluster.MEMORY_SCALING}
+        entries = [scaled] if self.opts.scenarios else []
+        node_config.write_text(json.dumps({"nodeconfig": entries}) + "\n")
         kubelet = self.procs.python(
             "kubelet",
             "hami.testing.kubelet",

@@ -147,7 +147,7 @@ def collect(
         return {(s.labels.get("node", ""), s.labels.get("device_uuid", "")): s.value for s in query(expr)}
 
     reserved = by_card(f"max by ({card}) (hami_gpu_memory_allocated_bytes{{{sch}}})")
-    split = by_card(f"max by ({card}) (hami_gpu_split_count{{{sch}}})")
+    split = by_card(f"max by ({card}) (hami_gpu_split_limit{{{sch}}})")
     shared = by_card(f"max by ({card}) (hami_gpu_shared_count{{{sch}}})")
     cards = []
     for s in query(f"max by ({card}, device_type) (hami_gpu_memory_limit_bytes{{{sch}}})"):

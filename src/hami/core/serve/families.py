@@ -103,8 +103,20 @@ def number(value: float) -> str:
     if text is None:
         if len(_INT_TEXT) >= 4096:  # bounded: values a scrape never repeats cannot pile up
             _INT_TEXT.clear()
-        text = _INT_TEXT[value] = go_float(value)
+        text = _INT_TEXT[value] = _go_int(value)
     return text
+
+
+def _go_int(value: int) -> str:
+    """``go_float(value)`` for an int, from its digits where the float is exact (below 2**53: the
+    float's shortest repr is then the int's digits and ``.0``), without the float's round trip."""
+    if not 0 <= value < 1 << 53:
+        return go_float(value)
+    digits = str(value)
+    if len(digits) <= 6:
+        return digits + ".0"
+    mantissa = f"{digits[0]}.{digits[1:]}0".rstrip("0.")  # as go_float cuts a positional repr
+    return f"{mantissa}e+{len(digits) - 1:02d}"
 
 
 def sample_name(f: Family) -> str:

@@ -34,8 +34,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from concurrent.futures import Future
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from types import TracebackType
 from typing import Any, Final
 
@@ -54,6 +53,8 @@ log = klog.get_logger(__name__)
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
+# A POST route served without WSGI: the whole body in; (status, content type, body) out.
+Direct = Callable[[bytes], tuple[int, str, bytes]]
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -110,13 +111,15 @@ def _authorized(environ: Environ, auth: BasicAuth) -> bool:
     return bool(sep) and auth.check(user, password)
 
 
-class _Workers:
+class Workers:
     """The app's threads. Daemon threads (asyncio's default executor joins its threads at exit):
     a request still running (a bind waiting on a node lock) must not hold the process once the
-    daemon has stopped."""
+    daemon has stopped. A result goes straight to the awaiting loop's future: no
+    ``concurrent.futures.Future`` in between, whose locks and chained callbacks cost about as much
+    as a small request's handler."""
 
     def __init__(self, threads: int, name: str) -> None:
-        self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._threads = [
             threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(threads)
         ]
@@ -124,25 +127,42 @@ class _Workers:
             thread.start()
 
     def run(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
-        """Run ``fn(*args)`` on a worker; awaitable from the event loop."""
-        future: Future[Any] = Future()
-        self._queue.put((future, lambda: fn(*args)))
-        return asyncio.wrap_future(future)
+        """Run ``fn(*args)`` on a worker; awaitable from the (running) event loop."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._queue.put((loop, future, fn, args))
+        return future
 
     def _work(self) -> None:
         while (item := self._queue.get()) is not None:
-            future, call = item
-            if not future.set_running_or_notify_cancel():
+            loop, future, fn, args = item
+            if future.cancelled():  # its request went away while it waited
                 continue
+            result: Any = None
+            error: BaseException | None = None
             try:
-                future.set_result(call())
+                result = fn(*args)
             except BaseException as err:  # handed to the awaiting coroutine
-                future.set_exception(err)
+                error = err
+            with contextlib.suppress(RuntimeError):  # the loop has closed: the server stopped
+                loop.call_soon_threadsafe(_settle, future, result, error)
 
     def shutdown(self) -> None:
         """Let idle workers end; a busy one ends with its request (or with the process)."""
         for _ in self._threads:
             self._queue.put(None)
+
+
+_Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any], tuple[Any, ...]]
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.done():  # cancelled meanwhile
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
 
 
 class _Refused(Exception):
@@ -151,7 +171,7 @@ class _Refused(Exception):
         self.status = status
 
 
-class _Guard:
+class Guard:
     """ASGI around Hypercorn's WSGI bridge (which reads the whole body before it calls the app):
     the body's size and deadline, the app on our workers, and its response sent from the loop.
 
@@ -159,12 +179,17 @@ class _Guard:
     for it to be written (two thread hops per response, and a worker held by a client that does
     not read). Here the worker only records them; they are sent once the app has returned, each
     within ``WRITE_TIMEOUT_S``. A response is already whole in memory (Flask's, an exposition).
+    A POST to a ``direct`` path skips the bridge: its body, read under the same limit and
+    deadline, goes to the handler on a worker, and the handler's answer is sent as it is.
     """
 
-    def __init__(self, app: WSGIApp, max_body: int, workers: _Workers) -> None:
+    def __init__(
+        self, app: WSGIApp, max_body: int, workers: Workers, direct: Mapping[str, Direct] | None = None,
+    ) -> None:
         self._app = WSGIWrapper(app, max_body + 1)  # our limit answers first, with a message
         self._max_body = max_body
         self._workers = workers
+        self._direct = dict(direct or {})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         replies: list[tuple[Callable[..., Awaitable[None]], tuple[Any, ...]]] = []
@@ -203,7 +228,17 @@ class _Guard:
                         await func(*recorded)
                     return result
 
-                await self._app(scope, sized_receive, send, run_app, record)  # type: ignore[arg-type]
+                direct = self._direct.get(scope["path"]) if scope["method"] == "POST" else None
+                if direct is None:
+                    await self._app(scope, sized_receive, send, run_app, record)  # type: ignore[arg-type]
+                    return
+                body = await _read_body(sized_receive)
+                status, content_type, reply = await run_app(direct, body)
+                await send({"type": "http.response.start", "status": status, "headers": [
+                    (b"content-type", content_type.encode("latin-1")),
+                    (b"content-length", b"%d" % len(reply)),
+                ]})
+                await send({"type": "http.response.body", "body": reply})
         except TimeoutError:
             if not deadline.expired():  # the app's own, not our timer's
                 raise
@@ -213,6 +248,15 @@ class _Guard:
             await _refuse(send, _Refused(408, f"request body not received within {BODY_TIMEOUT_S:g}s"))
         except _Refused as err:
             await _refuse(send, err)
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):  # the end, or the client went away (http.disconnect)
+            return b"".join(chunks)
 
 
 async def _refuse(send: Send, err: _Refused) -> None:
@@ -266,7 +310,7 @@ class Server:
 
     def __init__(
         self, sock: socket.socket, app: WSGIApp, *, name: str, threads: int, max_body: int,
-        tls: ReloadingTLS | None, limit: ConnectionLimit,
+        tls: ReloadingTLS | None, limit: ConnectionLimit, direct: Mapping[str, Direct] | None = None,
     ) -> None:
         self.tls = tls
         self.limit = limit
@@ -281,12 +325,12 @@ class Server:
         config.errorlog = logging.getLogger("hypercorn.error")
         config.accesslog = None
         sockets = Sockets([sock] if tls is not None else [], [] if tls is not None else [sock], [])
-        self._workers = _Workers(threads, name)
+        self._workers = Workers(threads, name)
         self._loop = asyncio.new_event_loop()
         self._loop.set_exception_handler(_loop_error)
         self._stopping = asyncio.Event()
         serving = worker_serve(
-            wrap_app(_Guard(app, max_body, self._workers), max_body, "asgi"),  # type: ignore[arg-type]
+            wrap_app(Guard(app, max_body, self._workers, direct), max_body, "asgi"),  # type: ignore[arg-type]
             config, sockets=sockets, shutdown_trigger=self._stopping.wait,
         )
         self._thread = threading.Thread(target=self._run, args=(serving,), name=f"{name}-http", daemon=True)
@@ -356,17 +400,23 @@ def serve_wsgi(
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
     max_body: int = MAX_BODY,
     registry: CollectorRegistry | None = None,
+    direct: Mapping[str, Direct] | None = None,
 ) -> Server:
     """Serve `app` on `bind` in a daemon thread; returns once the socket listens.
 
     TLS/basic auth come from `web_config` or from `web_config_file` (exporter-toolkit YAML; an
     invalid file raises `WebConfigError` here). Bind errors raise `OSError` here, not later.
     With `registry`, the listener's connection figures are exported there, labelled `name`.
+    `direct` maps paths whose POSTs skip the WSGI layer (a daemon's hot routes: the extender's
+    /filter and /bind, twice per pod): the same body limit and deadlines, the handler on the same
+    workers, but no environ, no start_response and no framework. `app` must answer those paths
+    too: with basic auth configured, every request goes through it, behind the check.
     """
     if web_config is None and web_config_file:
         web_config = load_web_config(web_config_file)
     if web_config is not None and web_config.basic_auth_users:
         app = basic_auth_middleware(app, BasicAuth(web_config.basic_auth_users), realm=name)
+        direct = None
     reloading = None
     if web_config is not None and web_config.tls is not None:
         reloading = ReloadingTLS(web_config.tls)
@@ -381,6 +431,8 @@ def serve_wsgi(
         sock = listen("0.0.0.0", port, limit, LISTEN_BACKLOG)
     if registry is not None:
         listener_metrics(registry).add(name, limit)
-    server = Server(sock, app, name=name, threads=threads, max_body=max_body, tls=reloading, limit=limit)
+    server = Server(
+        sock, app, name=name, threads=threads, max_body=max_body, tls=reloading, limit=limit, direct=direct,
+    )
     log.info("serving %s on %s", name, server.url)
     return server

@@ -23,6 +23,7 @@ from hami.exporter.region import reasons
 from hami.exporter.region.layout import (
     HEADER_MIN,
     INTERIM_V11_FILE_SIZE,
+    LAYOUTS,
     MAGIC,
     MAX_DEVICES,
     MAX_PROCS,
@@ -187,6 +188,38 @@ def read_slot(
             first, data, last = fresh
             view = memoryview(data)
     return reasons.TORN_READ
+
+
+_BY_NAME: Final = {layout.name: layout for layout in LAYOUTS}
+
+
+@lru_cache(maxsize=256)
+def _spans(name: str, n: int, live: int) -> tuple[slice, ...]:
+    layout = _BY_NAME[name]  # keyed by name: a Layout's hash is a 30-field tuple's
+    spans = [
+        slice(0, HEADER_MIN),  # magic, major, minor: the layout (with the size)
+        slice(layout.off_device_num, layout.off_device_num + 8),
+        slice(layout.off_uuids, layout.off_uuids + UUID_LEN * n),
+        slice(layout.off_limit, layout.off_limit + 8 * n),
+        slice(layout.off_sm_limit, layout.off_sm_limit + 8 * n),
+    ]
+    for i in range(live):
+        base = layout.slot_base(i)
+        util = base + layout.slot_off_device_util
+        spans += [
+            slice(base, base + layout.slot_off_used + layout.mem_stride * n),  # pid, hostpid, used
+            slice(util, util + layout.util_stride * n),
+            slice(base + layout.slot_off_status, base + layout.slot_size),  # status, seqlock (v1.2)
+        ]
+    return tuple(spans)
+
+
+def parsed_bytes(head: bytes, layout: Layout, live: int) -> bytes:
+    """The bytes of ``head`` that ``parse_region`` reads for ``live`` slots (it reads the tail
+    whole): two heads with equal parsed bytes (and equal tails) parse the same. Any field
+    ``parse_region`` comes to read must be covered here."""
+    n = min(_U64.unpack_from(head, layout.off_device_num)[0], MAX_DEVICES)
+    return b"".join([head[s] for s in _spans(layout.name, n, live)])
 
 
 def parse_region(

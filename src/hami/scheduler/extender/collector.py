@@ -11,7 +11,8 @@ GPUs is ~66k series, and the extender holds the GIL while it renders), ``collect
 prometheus_client metrics for every other request; ``hami.core.serve`` picks between the two (its
 ``Exposition``). The rendered path also keeps each node's per-device lines and each pod's
 per-container lines as text between scrapes, redone only when that node's ``NodeState`` or usage,
-or that pod's reservation, changes: a warm scrape copies text instead of formatting every line (the
+or that pod's reservation, changes, and each node's scheduler lines (handshake age, lock,
+schedulable) per node and reason: a warm scrape copies text instead of formatting every line (the
 cache holds about one body's worth of text). tests/scheduler/test_collector_exposition.py checks it
 byte for byte against prometheus_client as reservations come and go.
 
@@ -32,7 +33,7 @@ from hami.core import annotations as ann
 from hami.core.codec.nodelock import DEFAULT_TIMEOUT
 from hami.core.devices import DeviceInfo
 from hami.core.kube.metrics import kube_metrics
-from hami.core.objects import annotations_of, name_of, namespace_of
+from hami.core.objects import annotations_of, name_of
 from hami.core.serve import build_info, listener_metrics
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor, describe_families
 from hami.core.serve.families import (
@@ -47,7 +48,7 @@ from hami.core.serve.families import (
 )
 from hami.scheduler.engine.nodes import NodeState
 from hami.scheduler.engine.usage import PodAllocation
-from hami.scheduler.extender.decisions import DecisionStore
+from hami.scheduler.extender.decisions import BOUND_REASON, DecisionStore
 from hami.scheduler.extender.families import (
     MIB,
     ZONE,
@@ -57,29 +58,29 @@ from hami.scheduler.extender.families import (
     state_families,
 )
 from hami.scheduler.extender.metrics import SchedulerMetrics
-from hami.scheduler.extender.schedulable import SCHEDULABLE, node_reason
-from hami.scheduler.extender.state import NODE_STATES, ClusterState, NodeRecord
+from hami.scheduler.extender.schedulable import SCHEDULABLE, devices_reason, node_reason
+from hami.scheduler.extender.state import NODE_STATES, ClusterState, NodeRecord, Obj
 
 Use = tuple[int, int, int]  # a device's (slots used, MiB used, cores used)
 _IDLE: Use = (0, 0, 0)
-
-
-class _DeviceText(NamedTuple):
-    use: Use
-    heads: tuple[str | None, ...]  # per per-device family, ``name{labels} `` (None: no series)
-    text: tuple[str, ...]  # per per-device family, its line
+_LOCKED = "\0locked"  # the key of a node's lock-held line among its reasons' (no reason has a NUL)
 
 
 class _NodeText(NamedTuple):
+    """A node's per-device lines between scrapes. Plain tuples of strings and ints, not an object
+    per device: the cyclic GC untracks such tuples after one pass, so 8,000 devices' text does not
+    add to every later young-generation pass."""
+
     node: NodeState
-    devices: tuple[_DeviceText, ...]  # per device of ``node.devices``
-    text: tuple[str, ...]  # one chunk per per-device family: every device's line
+    uses: tuple[Use, ...]  # per device of ``node.devices``
+    heads: tuple[tuple[str, ...], ...]  # per device, per family ``name{labels} ``
+    lines: tuple[tuple[str, ...], ...]  # per device, per family its line
+    text: tuple[str, ...]  # per family: every device's line
 
 
 class _PodText(NamedTuple):
     alloc: PodAllocation
     text: tuple[str, ...]  # one chunk per ``_per_pod`` family
-
 
 
 class StateCollector(Collector):
@@ -105,6 +106,12 @@ class StateCollector(Collector):
         self._node_text: dict[str, _NodeText] = {}  # guarded by the state lock
         self._pod_text: dict[str, _PodText] = {}
         self._usage_seq = -1  # ``state.usage.seq`` when ``_node_text`` was last brought up to date
+        # Outside the state lock: two scrapes at once may each replace these with their own; every
+        # entry is keyed by all its text depends on, so a race costs a re-render, never a wrong line.
+        self._listed: dict[int, tuple[Obj, str, Mapping[str, str]]] = {}  # id(node object) -> it, name, annos
+        self._device_reasons: dict[int, tuple[NodeState, str]] = {}  # id(NodeState) -> it, devices_reason
+        # ("", node) -> the age line's head; (reason or _LOCKED, node) -> the whole line
+        self._node_heads: dict[tuple[str, str], str] = {}
 
     def describe(self) -> Iterator[Metric]:
         return iter(declared_metric(f) for f in state_families(self.legacy))
@@ -118,9 +125,13 @@ class StateCollector(Collector):
     def render(self, openmetrics: bool) -> list[bytes]:
         """The same families as ``collect()``, as text 0.0.4 or an OpenMetrics body (no ``# EOF``),
         in pieces (``TextRenderer.render``)."""
-        return self._renderer.render([*self._scheduler(), *self._allocations(rendered=True)], openmetrics)
+        families = [*self._scheduler(rendered=True), *self._allocations(rendered=True)]
+        return self._renderer.render(families, openmetrics)
 
-    def _scheduler(self) -> tuple[Family, ...]:
+    def _scheduler(self, rendered: bool = False) -> tuple[Family, ...]:
+        """The extender's own state families. ``rendered``: the per-node series (handshake age,
+        lock, schedulable) come as text from label sets kept per node between scrapes; only the
+        age's value is formatted every time."""
         leader, synced, pending, states, ages, held, schedulable, size = scheduler_families()
         is_leader = self.is_leader()
         leader.add((), 1.0 if is_leader else 0.0)
@@ -128,7 +139,7 @@ class StateCollector(Collector):
         size.add((), float(len(self.decisions)))
         if is_leader:  # kube-scheduler asks the leader's extender: followers hold no decisions
             reasons = Counter(
-                (namespace_of(p), self.decisions.pending_reason(p))
+                (p.namespace, BOUND_REASON if p.node else self.decisions.pending_reason(p.pod))
                 for p in self.state.pending_gpu_pods()
             )
             for labels, n in sorted(reasons.items()):
@@ -137,33 +148,97 @@ class StateCollector(Collector):
         with self.state.lock:
             counts = dict.fromkeys(NODE_STATES, 0)
             records = dict(self.state.records)
+            handshakes: list[tuple[str, float]] = []
             for name, record in records.items():
                 counts[record.state] = counts.get(record.state, 0) + 1
                 if record.handshake is not None:
-                    ages.add((name,), max((now - record.handshake).total_seconds(), 0.0))
+                    handshakes.append((name, max((now - record.handshake).total_seconds(), 0.0)))
         for st, n in counts.items():
             states.add((st,), float(n))
-        # one listing for both: a lookup per node takes the informer's lock 1,000 times a scrape
-        annos = {name_of(node): annotations_of(node) for node in self.state.node_informer.list()}
-        for reason, name in self.node_reasons(records, now, annos):
-            schedulable.add((name, reason), 1.0 if reason == SCHEDULABLE else 0.0)
-        for name, node_annos in annos.items():
-            if ann.NODE_LOCK in node_annos:
+        annos = self._node_annotations()
+        verdicts = self.node_reasons(records, now, annos)
+        locked = [name for name, node_annos in annos.items() if ann.NODE_LOCK in node_annos]
+        if rendered:
+            self._node_text_lines(
+                handshakes, verdicts, locked, ages=ages, schedulable=schedulable, held=held
+            )
+        else:
+            for name, age in handshakes:
+                ages.add((name,), age)
+            for reason, name in verdicts:
+                schedulable.add((name, reason), 1.0 if reason == SCHEDULABLE else 0.0)
+            for name in locked:
                 held.add((name,), 1.0)
         return (leader, synced, pending, states, ages, held, schedulable, size)
+
+    def _node_annotations(self) -> dict[str, Mapping[str, str]]:
+        """Each listed node's annotations, by name. One listing for both uses (a lookup per node
+        takes the informer's lock 1,000 times a scrape), read again only from a node object the
+        informer replaced since the last scrape."""
+        known, listed = self._listed, dict[int, tuple[Obj, str, Mapping[str, str]]]()
+        out: dict[str, Mapping[str, str]] = {}
+        for node in self.state.node_informer.list():
+            held = known.get(id(node))
+            if held is None or held[0] is not node:  # a live object's id is its own
+                held = (node, name_of(node), annotations_of(node))
+            listed[id(node)] = held
+            out[held[1]] = held[2]
+        self._listed = listed  # only what is listed now: it cannot outgrow the informer
+        return out
+
+    def _node_text_lines(
+        self, handshakes: list[tuple[str, float]], verdicts: list[tuple[str, str]], locked: list[str],
+        *, ages: Family, schedulable: Family, held: Family,
+    ) -> None:
+        """The per-node families as text: each line's ``name{labels} `` (and the whole line where
+        the value is fixed) kept per node and reason while the node is listed."""
+        known, lines = self._node_heads, dict[tuple[str, str], str]()
+        age_name, verdict_name, held_name = sample_name(ages), sample_name(schedulable), sample_name(held)
+        for name, age in handshakes:
+            head = known.get(("", name))
+            if head is None:
+                head = f"{age_name}{label_set(ages.labels, (name,))} "
+            lines["", name] = head
+            ages.text.append(f"{head}{number(age)}\n")
+        for reason, name in verdicts:
+            line = known.get((reason, name))
+            if line is None:
+                value = number(1.0 if reason == SCHEDULABLE else 0.0)
+                line = f"{verdict_name}{label_set(schedulable.labels, (name, reason))} {value}\n"
+            lines[reason, name] = line
+            schedulable.text.append(line)
+        for name in locked:
+            line = known.get((_LOCKED, name))
+            if line is None:
+                line = f"{held_name}{label_set(held.labels, (name,))} {number(1.0)}\n"
+            lines[_LOCKED, name] = line
+            held.text.append(line)
+        self._node_heads = lines
 
     def node_reasons(
         self, records: dict[str, NodeRecord], now: datetime, annos: Mapping[str, Mapping[str, str]],
     ) -> list[tuple[str, str]]:
         """(reason, node) for every node the register pass has seen; ``annos``: each listed node's
-        annotations."""
+        annotations. A ``NodeState``'s device verdict is kept while the record holds that object."""
         def pod_exists(namespace: str, name: str) -> bool:
             return self.state.get_pod(namespace, name) is not None
 
-        return [
-            (node_reason(records[name], annos.get(name, {}), now, self.lock_timeout, pod_exists), name)
+        known, seen = self._device_reasons, dict[int, tuple[NodeState, str]]()
+
+        def devices(node: NodeState) -> str:
+            held = known.get(id(node))
+            if held is None or held[0] is not node:  # a live object's id is its own
+                held = (node, devices_reason(node))
+            seen[id(node)] = held
+            return held[1]
+
+        out = [
+            (node_reason(records[name], annos.get(name, {}), now, self.lock_timeout, pod_exists,
+                         devices=devices), name)
             for name in sorted(records)
         ]
+        self._device_reasons = seen
+        return out
 
     def _allocations(self, rendered: bool = False) -> list[Family]:
         """HAMi's §7.1 families. ``rendered``: the per-device and per-pod series come as cached text,
@@ -187,8 +262,10 @@ class StateCollector(Collector):
                 if cached is None or cached.node is not node or changed is None or name in changed:
                     cached = self._node_lines(per_device, name, node, usage.node_usage(name), cached)
                 nodes[name] = cached
-                for family, text in zip(per_device, cached.text, strict=True):
-                    family.text.append(text)
+            if nodes:
+                columns = zip(*[n.text for n in nodes.values()], strict=True)
+                for family, chunks in zip(per_device, columns, strict=True):
+                    family.text.extend(chunks)
             for ns, rname, entry in self.state.quotas.items():
                 limit = str(entry.limit) if entry.limit_set else "0"
                 f.q_used.add((ns, rname, limit, ZONE), entry.used)
@@ -222,31 +299,33 @@ class StateCollector(Collector):
         """The families with one series per reserved device of a pod, in ``_pod_rows`` order."""
         return (f.v_mem, f.v_core, legacy[8], legacy[9]) if self.legacy else (f.v_mem, f.v_core)
 
-    def _device_series(self, name: str, d: DeviceInfo, use: Use) -> list[tuple[Labels, float | None]]:
-        """(labels, value) of one device in each ``_per_device`` family; None where it has no series."""
-        used, umem, ucores = use
+    def _device_labels(self, name: str, d: DeviceInfo) -> tuple[Labels, ...]:
+        """One device's label values in each ``_per_device`` family."""
         idx = str(d.index)
         base = (name, d.id, idx, d.type, ZONE)
         cores = (name, d.id, idx, str(d.devcore), d.type, ZONE)
         overview = (name, d.id, idx, str(d.devcore), str(d.devmem), d.type, ZONE)
+        out: tuple[Labels, ...] = (base, base, base, cores, base, base, overview, base)
+        if self.legacy:
+            out += (base, base, cores, base, base, overview, (name, d.id, idx, ZONE))
+        return out
+
+    def _device_values(self, d: DeviceInfo, use: Use) -> tuple[float | None, ...]:
+        """One device's value in each ``_per_device`` family; None where it has no series."""
+        used, umem, ucores = use
         mem, amem = d.devmem * MIB, umem * MIB
         ratio = umem / d.devmem if d.devmem > 0 else None
-        out: list[tuple[Labels, float | None]] = [
-            (base, d.count), (base, mem), (base, d.devcore), (cores, amem), (base, used), (base, ucores),
-            (overview, amem), (base, ratio),
-        ]
+        out: tuple[float | None, ...] = (d.count, mem, d.devcore, amem, used, ucores, amem, ratio)
         if self.legacy:
-            out += [(base, mem), (base, d.devcore), (cores, amem), (base, used), (base, ucores),
-                    (overview, amem), ((name, d.id, idx, ZONE), ratio)]
+            out += (mem, d.devcore, amem, used, ucores, amem, ratio)
         return out
 
     def _device_rows(
         self, families: Sequence[Family], name: str, node: NodeState, usage: dict[str, Use],
     ) -> None:
         for d in node.devices:
-            for family, (labels, value) in zip(
-                families, self._device_series(name, d, usage.get(d.id, _IDLE)), strict=True
-            ):
+            values = self._device_values(d, usage.get(d.id, _IDLE))
+            for family, labels, value in zip(families, self._device_labels(name, d), values, strict=True):
                 if value is not None:
                     family.add(labels, value)
 
@@ -258,29 +337,31 @@ class StateCollector(Collector):
         label sets only with a new ``NodeState``."""
         if cached is not None and cached.node is not node:
             cached = None
-        devices: list[_DeviceText] = []
-        fresh = cached is None
-        for i, d in enumerate(node.devices):
-            use = usage.get(d.id, _IDLE)
-            before = cached.devices[i] if cached is not None else None
-            if before is not None and before.use == use:
-                devices.append(before)
-                continue
-            fresh = True
-            series = self._device_series(name, d, use)
-            heads = before.heads if before is not None else tuple(
-                None if value is None else f"{sample_name(family)}{label_set(family.labels, labels)} "
-                for family, (labels, value) in zip(families, series, strict=True)
-            )
-            text = tuple(
-                "" if head is None or value is None else f"{head}{number(value)}\n"
-                for head, (_, value) in zip(heads, series, strict=True)
-            )
-            devices.append(_DeviceText(use, heads, text))
-        if not fresh and cached is not None:
+        devices = node.devices
+        uses = tuple([usage.get(d.id, _IDLE) for d in devices])
+        if cached is not None and cached.uses == uses:
             return cached
-        chunks = tuple(map("".join, zip(*[dev.text for dev in devices], strict=True)))
-        return _NodeText(node, tuple(devices), chunks or ("",) * len(families))
+        heads = cached.heads if cached is not None else tuple(
+            tuple(
+                f"{sample_name(family)}{label_set(family.labels, labels)} "
+                for family, labels in zip(families, self._device_labels(name, d), strict=True)
+            )
+            for d in devices
+        )
+        if cached is None:
+            lines = [self._device_text(h, d, u) for h, d, u in zip(heads, devices, uses, strict=True)]
+        else:
+            kept = zip(heads, devices, uses, cached.uses, cached.lines, strict=True)
+            lines = [text if use == old else self._device_text(h, d, use) for h, d, use, old, text in kept]
+        chunks = tuple(map("".join, zip(*lines, strict=True))) if lines else ("",) * len(families)
+        return _NodeText(node, uses, heads, tuple(lines), chunks)
+
+    def _device_text(self, heads: tuple[str, ...], d: DeviceInfo, use: Use) -> tuple[str, ...]:
+        """One device's line in each ``_per_device`` family (``""`` where it has no series)."""
+        return tuple([
+            "" if value is None else f"{head}{number(value)}\n"
+            for head, value in zip(heads, self._device_values(d, use), strict=True)
+        ])
 
     def _pod_series(self, alloc: PodAllocation) -> Iterator[tuple[Labels, tuple[int, ...]]]:
         """Per reserved device of the pod: its labels, and its value in each ``_per_pod`` family."""
@@ -311,8 +392,10 @@ class StateCollector(Collector):
 
     def _mig_instances(self, alloc: PodAllocation, info: Family, legacy: Family) -> None:
         """One series per MIG reservation the device plugin realised (runtime identity set)."""
+        if not alloc.mig:
+            return
         node = self.state.nodes.get(alloc.node)
-        if node is None or not alloc.mig:
+        if node is None:
             return
         indexes = {d.id: str(d.index) for d in node.devices}
         for a in alloc.mig:

@@ -28,7 +28,7 @@ from hami.scheduler.extender.metrics import SchedulerMetrics
 from hami.scheduler.extender.nodelock import NodeLocker
 from hami.scheduler.extender.register import TICK_SECONDS, Register
 from hami.scheduler.extender.roles import RoleLabels
-from hami.scheduler.extender.routes import make_app, make_webhook_app
+from hami.scheduler.extender.routes import hot_routes, make_app, make_webhook_app
 from hami.scheduler.extender.state import ClusterState
 
 log = klog.get_logger(__name__)
@@ -167,6 +167,7 @@ class Extender:
             self.opts.http_bind, app, web_config=self._tls(self.opts.client_ca_file),
             name="hami-scheduler", threads=self.opts.http_threads,
             max_connections=self.opts.max_connections, registry=self.registry,
+            direct=hot_routes(self.filters, self.binder),
         )
         if self.webhook_app is not None:
             self.webhook_server = serve_wsgi(

@@ -39,6 +39,7 @@ PREFIX: Final = "/debug/decisions"
 # The phases of a record, and the reasons a pending pod is counted under besides Fit's codes.
 UNSCHEDULABLE, FIT, BOUND, BIND_FAILED, ERROR = "unschedulable", "fit", "bound", "bind_failed", "error"
 NOT_FILTERED, WAITING_BIND, LOCK_CONTENTION = "NotFiltered", "WaitingForBind", "NodeLockContention"
+BOUND_REASON = "Bound"  # the reason of a Pending pod that already has a node
 _PLAIN: Final = {r.NODE_UNREGISTERED: "NodeUnregistered", r.NODE_USAGE_UNAVAILABLE: "NodeUsageUnavailable"}
 
 
@@ -208,7 +209,7 @@ class DecisionStore:
     def pending_reason(self, pod: Mapping[str, Any]) -> str:
         """Why a Pending pod that requests HAMi resources is still Pending, by its record."""
         if (pod.get("spec") or {}).get("nodeName"):
-            return "Bound"
+            return BOUND_REASON
         found = self.get(meta_field(pod, "namespace"), meta_field(pod, "name"))
         if found is None:
             return NOT_FILTERED
@@ -284,7 +285,7 @@ class Recorder:
         self.store.put(namespace, name, record)
 
     def bound(self, namespace: str, name: str, node: str) -> None:
-        self.store.update(namespace, name, phase=BOUND, reason="Bound", node=node, message="")
+        self.store.update(namespace, name, phase=BOUND, reason=BOUND_REASON, node=node, message="")
 
     def bind_failed(self, namespace: str, name: str, node: str, message: str, contention: bool) -> None:
         reason = LOCK_CONTENTION if contention else "BindingFailed"

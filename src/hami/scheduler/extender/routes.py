@@ -15,14 +15,17 @@ Section signs (§) refer to docs/design/scheduler.md.
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final
 
+import orjson
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
 from hami.core import klog
+from hami.core.serve.server import Direct, Environ, StartResponse, WSGIApp
 from hami.scheduler.engine.admission import AdmissionError, WebhookConfig, admit
 from hami.scheduler.engine.requests import pod_problems
 from hami.scheduler.extender import bodies
@@ -55,7 +58,7 @@ def _read_json() -> Any:
     """The request body as JSON, or a 400 Response (the server has bounded its size)."""
     data = request.get_data(cache=False)
     if not data:
-        return _bad_request("Please send a request body")
+        return _bad_request(_NO_BODY)
     try:
         return bodies.decode(data)
     except bodies.BodyError as err:
@@ -97,64 +100,110 @@ def make_webhook_app(state: ClusterState, webhook: WebhookConfig) -> Flask:
     return app
 
 
+Reply = tuple[int, Any]  # (HTTP status, JSON body)
+
+_JSON: Final = "application/json"
+_NO_BODY: Final = "Please send a request body"
+_STATUS: Final = {200: "200 OK", 400: "400 Bad Request", 500: "500 Internal Server Error"}
+
+
+def filter_reply(filters: FilterService, args: Any) -> Reply:
+    """POST /filter on a decoded ExtenderArgs."""
+    if not isinstance(args, Mapping):
+        return 400, {"Error": "ExtenderArgs must be a JSON object"}
+    pod = field(args, "Pod")
+    if pod is None:
+        return 200, {"Error": "extender args missing pod"}
+    names = field(args, "NodeNames")
+    if (
+        not isinstance(pod, dict)
+        or not (names is None or (isinstance(names, list) and bodies.all_strings(names)))
+    ):
+        return 400, {"Error": "Pod must be an object and NodeNames a list of strings"}
+    nodes = field(args, "Nodes")
+    items = None
+    try:
+        bodies.check(pod, bodies.POD, "Pod")
+        if nodes is not None:  # §4.1 step 2: a nodeCacheCapable: false caller gets a dry run (§9.3)
+            items = node_items(nodes)
+            for i, node in enumerate(items):
+                bodies.check(node, bodies.NODE, f"Nodes.items[{i}]")
+    except ValueError as err:  # BodyError included
+        return 400, {"Error": str(err)}
+    problems = pod_problems(pod, filters.config.nvidia)
+    if problems:
+        message = "; ".join(problems)
+        if items is None:  # a dry run writes nothing, events included
+            filters.events.filtering(pod, [("Warning", message)])
+        return 200, {"Error": message}
+    return 200, filters.filter(pod, names, items)
+
+
+def bind_reply(binder: Binder, args: Any) -> Reply:
+    """POST /bind on a decoded ExtenderBindingArgs."""
+    if not isinstance(args, Mapping):
+        return 400, {"Error": "ExtenderBindingArgs must be a JSON object"}
+    values = [field(args, k) for k in ("PodName", "PodNamespace", "PodUID", "Node")]
+    if not all(isinstance(v, str) for v in values) or not values[0] or not values[3]:
+        return 400, {"Error": "ExtenderBindingArgs needs string PodName, PodNamespace, PodUID and Node"}
+    return 200, {"Error": binder.bind(BindArgs(*values))}
+
+
+def _answer(path: str, handler: Callable[[Any], Reply], data: bytes) -> tuple[int, str, bytes]:
+    """(status, content type, body) of the hot route ``path`` for the request body ``data``."""
+    try:
+        status, reply = handler(bodies.decode(data)) if data else (400, {"Error": _NO_BODY})
+    except bodies.BodyError as err:
+        status, reply = 400, {"Error": str(err)}
+    except Exception:  # what Flask answered too: a 500 with a line, the traceback in the log
+        log.error("POST %s failed", path, exc_info=True)
+        status, reply = 500, {"Error": "internal error; see the extender's log"}
+    return status, _JSON, orjson.dumps(reply)
+
+
+def hot_routes(filters: FilterService, binder: Binder) -> dict[str, Direct]:
+    """POST /filter and /bind, two requests for every pod kube-scheduler places, served without
+    Flask or the WSGI layer (``serve_wsgi(direct=...)``): its request and response objects,
+    routing and signals cost more CPU per pod than the filter itself."""
+    return {
+        "/filter": functools.partial(_answer, "/filter", functools.partial(filter_reply, filters)),
+        "/bind": functools.partial(_answer, "/bind", functools.partial(bind_reply, binder)),
+    }
+
+
 def make_app(
     state: ClusterState, filters: FilterService, binder: Binder, webhook: WebhookConfig | None
-) -> Flask:
-    """/filter, /bind, /healthz, /readyz, and /webhook unless ``webhook`` is None (served apart)."""
+) -> WSGIApp:
+    """/filter, /bind, /healthz, /readyz, and /webhook unless ``webhook`` is None (served apart).
+
+    POST /filter and /bind are ``hot_routes``, answered here too for a server that does not take
+    them directly (one with basic auth); every other request, those paths with another method
+    included, goes to Flask.
+    """
     app = _flask("hami-scheduler")
     if webhook is not None:
         _add_webhook(app, state, webhook)
-
-    @app.post("/filter")
-    def _filter() -> Response:
-        args = _read_json()
-        if isinstance(args, Response):
-            return args
-        if not isinstance(args, Mapping):
-            return _bad_request("ExtenderArgs must be a JSON object")
-        pod = field(args, "Pod")
-        if pod is None:
-            return _json({"Error": "extender args missing pod"})
-        names = field(args, "NodeNames")
-        if (
-            not isinstance(pod, dict)
-            or not isinstance(names, list | None)
-            or not set(map(type, names or [])) <= {str}
-        ):
-            return _bad_request("Pod must be an object and NodeNames a list of strings")
-        nodes = field(args, "Nodes")
-        items = None
-        try:
-            bodies.check(pod, bodies.POD, "Pod")
-            if nodes is not None:  # §4.1 step 2: a nodeCacheCapable: false caller gets a dry run (§9.3)
-                items = node_items(nodes)
-                for i, node in enumerate(items):
-                    bodies.check(node, bodies.NODE, f"Nodes.items[{i}]")
-        except ValueError as err:  # BodyError included
-            return _bad_request(str(err))
-        problems = pod_problems(pod, filters.config.nvidia)
-        if problems:
-            message = "; ".join(problems)
-            if items is None:  # a dry run writes nothing, events included
-                filters.events.filtering(pod, [("Warning", message)])
-            return _json({"Error": message})
-        return _json(filters.filter(pod, names, items))
-
-    @app.post("/bind")
-    def _bind() -> Response:
-        args = _read_json()
-        if isinstance(args, Response):
-            return args
-        if not isinstance(args, Mapping):
-            return _bad_request("ExtenderBindingArgs must be a JSON object")
-        values = [field(args, k) for k in ("PodName", "PodNamespace", "PodUID", "Node")]
-        if not all(isinstance(v, str) for v in values) or not values[0] or not values[3]:
-            return _bad_request("ExtenderBindingArgs needs string PodName, PodNamespace, PodUID and Node")
-        return _json({"Error": binder.bind(BindArgs(*values))})
 
     @app.get("/readyz")
     def _readyz() -> Response:
         log.v(5).info("readyz: leader=%s", binder.is_leader())
         return Response(b"", status=200)
 
-    return app
+    # Flask answers 405 for another method on these paths (with Allow: POST, as before).
+    app.add_url_rule("/filter", "filter", _never, methods=["POST"])
+    app.add_url_rule("/bind", "bind", _never, methods=["POST"])
+    hot = hot_routes(filters, binder)
+
+    def routed(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        handler = hot.get(environ.get("PATH_INFO", ""))
+        if handler is None or environ.get("REQUEST_METHOD") != "POST":
+            return app(environ, start_response)
+        status, content_type, body = handler(environ["wsgi.input"].read())  # whole, and bounded
+        start_response(_STATUS[status], [("Content-Type", content_type), ("Content-Length", str(len(body)))])
+        return [body]
+
+    return routed
+
+
+def _never() -> Response:
+    raise AssertionError("POST /filter and /bind are answered before Flask")

@@ -61,13 +61,16 @@ def node_reason(
     now: datetime,
     timeout: timedelta,
     pod_exists: Callable[[str, str], bool],
+    *,
+    devices: Callable[[NodeState], str] = devices_reason,
 ) -> str:
-    """The one reason for a node (``ok`` when the scheduler places GPU pods on it)."""
+    """The one reason for a node (``ok`` when the scheduler places GPU pods on it); ``devices``:
+    ``devices_reason``, or a caller's memo of it."""
     if record is None:
         return NO_DEVICES
     if record.state in _BY_STATE:
         return _BY_STATE[record.state]
-    if record.node is not None and (why := devices_reason(record.node)) != SCHEDULABLE:
+    if record.node is not None and (why := devices(record.node)) != SCHEDULABLE:
         return why
     if lock_holds(annotations.get(ann.NODE_LOCK), now, timeout, pod_exists):
         return NODE_LOCK

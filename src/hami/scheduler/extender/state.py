@@ -22,7 +22,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from hami.core import annotations as ann
 from hami.core import klog
@@ -64,12 +64,28 @@ class NodeRecord:
     reported_gpus: int = 0  # HAMi's ReportedGPUNum
 
 
+class PendingPod(NamedTuple):
+    """A Pending pod that requests HAMi resources, with what a scrape counts it by."""
+
+    pod: Obj
+    namespace: str
+    node: str  # spec.nodeName: "" until the pod is bound
+
+
 @dataclass(frozen=True)
 class Assignment:
     """What /filter chose for a pod: the node and the annotations /bind carries in the Binding."""
 
     node: str
     annotations: Mapping[str, str]
+
+
+def _register_inputs(node: Obj) -> tuple[dict[str, str], object]:
+    """What of a node the register pass reads: its annotations but the node lock, and
+    ``status.allocatable``."""
+    annotations = {k: v for k, v in annotations_of(node).items() if k != ann.NODE_LOCK}
+    status = node.get("status")
+    return annotations, status.get("allocatable") if isinstance(status, Mapping) else None
 
 
 def _init_done(pod: Mapping[str, Any]) -> bool:
@@ -109,13 +125,14 @@ class ClusterState:
         self._full = True  # a pass over every node is due (start, leadership gained)
         self._released: set[str] = set()  # pods whose init-container usage was shrunk
         self._logged: set[str] = set()
-        self._requests: dict[str, tuple[object, bool]] = {}  # uid -> (containers, requests HAMi resources)
+        # uid -> (containers, whether they request HAMi resources, namespace)
+        self._requests: dict[str, tuple[object, bool, str]] = {}
+        # id(pod) -> (that pod, its uid, its entry if it is a Pending pod requesting HAMi resources)
+        self._pending: dict[int, tuple[Obj, str, PendingPod | None]] = {}
         self.node_informer = Informer(api_client, ("", "v1", "nodes"), label_selector=node_label_selector)
         self.pod_informer = Informer(api_client, ("", "v1", "pods"))
         self.quota_informer = Informer(api_client, ("", "v1", "resourcequotas"))
-        self.node_informer.add_handler(
-            self._node_event, lambda _old, new: self._node_event(new), self._node_event
-        )
+        self.node_informer.add_handler(self._node_event, self._node_update, self._node_event)
         self.pod_informer.add_handler(self._pod_add, self._pod_update, self._pod_delete)
         self.quota_informer.add_handler(self._quota_add, self._quota_update, self._quota_delete)
 
@@ -141,29 +158,50 @@ class ClusterState:
     def get_node(self, name: str) -> Obj | None:
         return self.node_informer.get(name)
 
-    def pending_gpu_pods(self) -> list[Obj]:
+    def pending_gpu_pods(self) -> list[PendingPod]:
         """Pods requesting HAMi resources that are still Pending.
 
-        Whether a pod requests them depends only on its containers; the answer is kept per pod with
-        the containers it was read from, and reused while they are equal (a bind or a status change
-        leaves them as they were): every scrape asks, and decoding every Pending pod's requests
-        again was most of a scrape's cost. A wrong key (a pod without a uid) only costs a decode.
+        Whether a pod requests them depends only on its containers; the answer (and the namespace)
+        is kept per pod with the containers it was read from, and reused while they are equal (a
+        bind or a status change leaves them as they were): every scrape asks, and decoding every
+        Pending pod's requests again was most of a scrape's cost. The same object as last time (the
+        informer replaces an object on every change) reuses the whole entry without reading the
+        pod at all. A wrong key (a pod without a uid) only costs a decode.
         """
-        known, seen = self._requests, dict[str, tuple[object, bool]]()
+        known, by_object = self._requests, self._pending
+        seen: dict[str, tuple[object, bool, str]] = {}
+        objects: dict[int, tuple[Obj, str, PendingPod | None]] = {}
         out = []
         for pod in self.pod_informer.list():
-            if (pod.get("status") or {}).get("phase") != "Pending":
+            held = by_object.get(id(pod))
+            if held is not None and held[0] is pod:  # the object is alive, so its id is its own
+                _, uid, pending = held
+                if uid in known:
+                    seen[uid] = known[uid]
+                if pending is not None:
+                    out.append(pending)
+                objects[id(pod)] = held
                 continue
-            spec = pod.get("spec")
-            containers = (spec.get("initContainers"), spec.get("containers")) if isinstance(spec, dict) else 0
+            pending = None
             uid = uid_of(pod)
-            entry = known.get(uid)
-            if entry is None or entry[0] != containers:
-                entry = (containers, pod_request(pod, self.nvidia) is not None)
-            seen[uid] = entry
-            if entry[1]:
-                out.append(pod)
-        self._requests = seen  # only pods Pending now: it cannot outgrow the informer
+            if (pod.get("status") or {}).get("phase") == "Pending":
+                spec = pod.get("spec")
+                containers = (
+                    (spec.get("initContainers"), spec.get("containers")) if isinstance(spec, dict) else 0
+                )
+                entry = known.get(uid)
+                if entry is None or entry[0] != containers:
+                    entry = (containers, pod_request(pod, self.nvidia) is not None, namespace_of(pod))
+                # kept with this object's containers: the next compare finds the same lists, not
+                # equal ones (a deep compare of every container, once per new object only)
+                seen[uid] = entry = (containers, entry[1], entry[2])
+                if entry[1]:
+                    node = spec.get("nodeName") if isinstance(spec, dict) else None
+                    pending = PendingPod(pod, entry[2], node if isinstance(node, str) else "")
+                    out.append(pending)
+            objects[id(pod)] = (pod, uid, pending)
+        # only pods listed now: neither can outgrow the informer
+        self._requests, self._pending = seen, objects
         return out
 
     def drop_reservation(self, uid: str) -> None:
@@ -182,6 +220,13 @@ class ClusterState:
             with self._work_lock:
                 self._dirty.add(name)
             self.wake.set()
+
+    def _node_update(self, old: Obj, new: Obj) -> None:
+        # A bind sets and releases the node lock: two updates per pod that change nothing the
+        # register pass reads (annotations other than the lock, allocatable); the kubelet's
+        # status heartbeats neither. Such a node waits for the next full pass, as unchanged ones do.
+        if _register_inputs(old) != _register_inputs(new):
+            self._node_event(new)
 
     def request_full_pass(self) -> None:
         """Revisit every node now (e.g. on becoming leader: handshakes and role labels are due)."""
