@@ -10,11 +10,15 @@ The families (declared in ``.families``) are plain ``Family`` rows (``hami.core.
 GPUs is ~66k series, and the extender holds the GIL while it renders), ``collect()`` yields them as
 prometheus_client metrics for every other request; ``hami.core.serve`` picks between the two (its
 ``Exposition``). The rendered path also keeps each node's per-device lines and each pod's
-per-container lines as text between scrapes, redone only when that node's ``NodeState`` or usage,
-or that pod's reservation, changes, and each node's scheduler lines (handshake age, lock,
-schedulable) per node and reason: a warm scrape copies text instead of formatting every line (the
-cache holds about one body's worth of text). tests/scheduler/test_collector_exposition.py checks it
-byte for byte against prometheus_client as reservations come and go.
+per-container lines as UTF-8 between scrapes, redone when a reservation changes (the usage index
+tells the collector, under the state lock, from the first rendered scrape on) or the register pass
+replaces a node's ``NodeState``, and each node's scheduler lines (handshake age, lock,
+schedulable) per node and reason: a scrape, even right after a burst of binds, joins bytes instead
+of formatting lines (the cache holds about one body's worth). The pending pods and the node locks
+come kept up to date by the informer handlers (``ClusterState``). The cost moved into each change
+is about 65 µs of CPU per reservation (docs/design/extender-performance.md).
+tests/scheduler/test_collector_exposition.py checks it byte for byte against prometheus_client as
+reservations come and go.
 
 Section signs (§) refer to docs/design/scheduler.md.
 """
@@ -230,9 +234,9 @@ class StateCollector(Collector):
         return out
 
     def _allocations(self, rendered: bool = False) -> list[Family]:
-        """HAMi's §7.1 families. ``rendered``: the per-device and per-pod series come as cached text,
-        re-rendered only for a device whose node's ``NodeState`` or whose usage changed, or a pod
-        whose reservation did (a scrape at 1,000 nodes × 8 GPUs would otherwise format ~66k lines)."""
+        """HAMi's §7.1 families. ``rendered``: the per-device and per-pod series come as the text
+        ``_usage_changed`` keeps, one bytes piece per family (a scrape at 1,000 nodes × 8 GPUs would
+        otherwise format ~66k lines); only a node with a new ``NodeState`` is rendered here."""
         # Integer values stay ints: they render as the same float text, and ``number`` caches it.
         f, legacy = allocation_families()
         per_device = self._per_device(f, legacy)
