@@ -26,10 +26,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from alerts.rulebase import RuleBase
+from alerts.rulebase import TILE, RuleBase
 
 # Identity of one card in both the scheduler's and the monitor's series.
 CARD = "node, device_uuid"
+ALLOCATED_MEMORY_TILE = f"namespace_pod_container:hami_vgpu_memory_allocated_bytes:max_over_time{TILE}"
+ALLOCATED_CORE_TILE = f"namespace_pod_container:hami_vgpu_core_allocated_ratio:max_over_time{TILE}"
 
 
 class CapacityRules(RuleBase):
@@ -179,6 +181,19 @@ class CapacityRules(RuleBase):
             ),
         ]
 
+    def fragmentation_tiles(self) -> list[dict[str, Any]]:
+        # Hourly tiles of the 24-hour request medians (hami-tiles.rules); like every tile, read only with
+        # range functions (staleness, see tiled_max).
+        sch = self.sch
+        return [
+            self.record(
+                ALLOCATED_MEMORY_TILE, f"max_over_time(hami_vgpu_memory_allocated_bytes{{{sch}}}[{TILE}])"
+            ),
+            self.record(
+                ALLOCATED_CORE_TILE, f"max_over_time(hami_vgpu_core_allocated_ratio{{{sch}}}[{TILE}])"
+            ),
+        ]
+
     def fragmentation_rules(self) -> list[dict[str, Any]]:
         sch, window = self.sch, self.w["requests"]
         mem_p50 = f"cluster:hami_vgpu_memory_request_bytes:p50_{window}"
@@ -192,14 +207,12 @@ class CapacityRules(RuleBase):
                 f"/ (sum by ({by}) ({free}) > 0)\nand on () {mem_p50}"
             )
 
+        mem, core = f"hami_vgpu_memory_allocated_bytes{{{sch}}}", f"hami_vgpu_core_allocated_ratio{{{sch}}}"
         return [
-            # Each container allocated in the window counts once, at its largest allocation.
-            self.record(
-                mem_p50, f"quantile(0.5, max_over_time(hami_vgpu_memory_allocated_bytes{{{sch}}}[{window}]))"
-            ),
-            self.record(
-                core_p50, f"quantile(0.5, max_over_time(hami_vgpu_core_allocated_ratio{{{sch}}}[{window}]))"
-            ),
+            # Each container allocated in the window counts once, at its largest allocation (from the
+            # hourly tiles: the window and up to an hour more, see tiled_max).
+            self.record(mem_p50, f"quantile(0.5, {self.tiled_max(mem, ALLOCATED_MEMORY_TILE, window)})"),
+            self.record(core_p50, f"quantile(0.5, {self.tiled_max(core, ALLOCATED_CORE_TILE, window)})"),
             # scalar(): each median is one series (NaN, so no card, without requests), compared without
             # a join.
             self.record(

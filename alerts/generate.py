@@ -19,6 +19,7 @@ from alerts.alerting import AlertingRules
 from alerts.capacity import CapacityRules
 from alerts.recording import RecordingRules
 from alerts.routing import alertmanager_config
+from alerts.rulebase import TILE
 from hami.core import thresholds
 
 HERE = Path(__file__).resolve().parent
@@ -54,6 +55,14 @@ def build(cfg: dict[str, Any]) -> dict[str, Any]:
                 "name": "hami-capacity.alerts",
                 "interval": every["capacity_alerts"],
                 "rules": [*r.overcommit_alerts(), *r.fragmentation_alerts(), *r.reconciler_alerts()],
+            },
+            # Hourly maxima that the day- and week-long windows read instead of raw samples (tiled_max).
+            # Last, so that in a promtool test, where every group runs at each step, the records of the
+            # other groups at a step read the tiles of the hour before, as they may in a live Prometheus.
+            {
+                "name": "hami-tiles.rules",
+                "interval": TILE,
+                "rules": [*r.vgpu_tiles(), *r.fragmentation_tiles()],
             },
             {"name": "hami-workload.alerts", "rules": r.workload_alerts()},
             {"name": "hami-device.alerts", "rules": r.device_alerts()},

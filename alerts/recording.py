@@ -7,12 +7,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from alerts.rulebase import RuleBase
+from alerts.rulebase import TILE, RuleBase
 from hami.tune.collect import core_quantile_expr
 from hami.tune.tables import CORE_QUANTILE_NAME as SM_QUANTILE
 
+MEMORY_USED_TILE = f"namespace_pod_container:hami_vgpu_memory_used_bytes:max_over_time{TILE}"
+
 
 class RecordingRules(RuleBase):
+    def vgpu_tiles(self) -> list[dict[str, Any]]:
+        # The hourly tile of the 7-day peak (hami-tiles.rules). Staleness hides it from instant queries
+        # 5 minutes after each evaluation: read it only with range functions (see tiled_max).
+        return [
+            self.record(MEMORY_USED_TILE, f"max_over_time(hami_vgpu_memory_used_bytes{{{self.mon}}}[{TILE}])")
+        ]
+
     def vgpu_rules(self) -> list[dict[str, Any]]:
         mon, peak, sm = self.mon, self.w["peak"], self.w["sm_use"]
         factor = self.t["overcommit_safety_factor"]
@@ -24,7 +33,7 @@ class RecordingRules(RuleBase):
             ),
             self.record(
                 f"namespace_pod_container:hami_vgpu_memory_used_bytes:max_over_time{peak}",
-                f"max_over_time(hami_vgpu_memory_used_bytes{{{mon}}}[{peak}])",
+                self.tiled_max(f"hami_vgpu_memory_used_bytes{{{mon}}}", MEMORY_USED_TILE, peak),
             ),
             self.record(
                 f"namespace_pod_container:hami_vgpu_memory_used_per_limit:max_over_time{peak}",

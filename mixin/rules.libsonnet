@@ -11,7 +11,7 @@
           },
           {
             "record": "namespace_pod_container:hami_vgpu_memory_used_bytes:max_over_time%(peakWindow)s" % $._config,
-            "expr": "max_over_time(hami_vgpu_memory_used_bytes{job=\"%(monitorJob)s\"}[%(peakWindow)s])" % $._config
+            "expr": "max without (part) (\n  label_replace(max_over_time(namespace_pod_container:hami_vgpu_memory_used_bytes:max_over_time1h[%(peakWindow)s]), \"part\", \"tiles\", \"__name__\", \".*\")\n  or max_over_time(hami_vgpu_memory_used_bytes{job=\"%(monitorJob)s\"}[1h])\n)" % $._config
           },
           {
             "record": "namespace_pod_container:hami_vgpu_memory_used_per_limit:max_over_time%(peakWindow)s" % $._config,
@@ -229,11 +229,11 @@
         "rules": [
           {
             "record": "cluster:hami_vgpu_memory_request_bytes:p50_%(requestsWindow)s" % $._config,
-            "expr": "quantile(0.5, max_over_time(hami_vgpu_memory_allocated_bytes{job=\"%(schedulerJob)s\"}[%(requestsWindow)s]))" % $._config
+            "expr": "quantile(0.5, max without (part) (\n  label_replace(max_over_time(namespace_pod_container:hami_vgpu_memory_allocated_bytes:max_over_time1h[%(requestsWindow)s]), \"part\", \"tiles\", \"__name__\", \".*\")\n  or max_over_time(hami_vgpu_memory_allocated_bytes{job=\"%(schedulerJob)s\"}[1h])\n))" % $._config
           },
           {
             "record": "cluster:hami_vgpu_core_request_percent:p50_%(requestsWindow)s" % $._config,
-            "expr": "quantile(0.5, max_over_time(hami_vgpu_core_allocated_ratio{job=\"%(schedulerJob)s\"}[%(requestsWindow)s]))" % $._config
+            "expr": "quantile(0.5, max without (part) (\n  label_replace(max_over_time(namespace_pod_container:hami_vgpu_core_allocated_ratio:max_over_time1h[%(requestsWindow)s]), \"part\", \"tiles\", \"__name__\", \".*\")\n  or max_over_time(hami_vgpu_core_allocated_ratio{job=\"%(schedulerJob)s\"}[1h])\n))" % $._config
           },
           {
             "record": "node_device:hami_gpu_memory_usable_bytes:p50_%(requestsWindow)s" % $._config,
@@ -264,6 +264,24 @@
           {
             "record": "node_device:hami_host_gpu_memory_exhaustion_seconds:deriv%(trendWindow)s" % $._config,
             "expr": "node_device:hami_host_gpu_memory_headroom_bytes:total_minus_used\n  / on (node, device_uuid) group_left ()\n  (deriv(hami_host_gpu_memory_used_bytes{job=\"%(monitorJob)s\"}[%(trendWindow)s]) > 0)" % $._config
+          }
+        ]
+      },
+      {
+        "name": "hami-tiles.rules",
+        "interval": "1h",
+        "rules": [
+          {
+            "record": "namespace_pod_container:hami_vgpu_memory_used_bytes:max_over_time1h",
+            "expr": "max_over_time(hami_vgpu_memory_used_bytes{job=\"%(monitorJob)s\"}[1h])" % $._config
+          },
+          {
+            "record": "namespace_pod_container:hami_vgpu_memory_allocated_bytes:max_over_time1h",
+            "expr": "max_over_time(hami_vgpu_memory_allocated_bytes{job=\"%(schedulerJob)s\"}[1h])" % $._config
+          },
+          {
+            "record": "namespace_pod_container:hami_vgpu_core_allocated_ratio:max_over_time1h",
+            "expr": "max_over_time(hami_vgpu_core_allocated_ratio{job=\"%(schedulerJob)s\"}[1h])" % $._config
           }
         ]
       }
