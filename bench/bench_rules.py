@@ -15,12 +15,16 @@ global one being --deployed-interval), the median per group, and the profile beh
 evaluation reads (samples, from Prometheus's query statistics) and records (series), counts that do not
 move with the machine's load, per group and at the shipped intervals; and the costliest rules (each
 rule's `evaluationTime` from the rules API, median over all reads).
-Target: the measured set within 1.10x of the baseline per evaluation. The history is 10 minutes, so a
-24-hour or 7-day window reads 20 samples a series here, far fewer than in a Prometheus that has scraped
-for that long: the figures understate the window rules.
+Target: the measured set within 1.10x of the baseline per evaluation. By default the history is 10
+minutes at a 30 s scrape, so a 24-hour or 7-day window reads 20 samples a series, far fewer than in a
+Prometheus that has scraped for that long. --history (with --scrape-interval) backfills that long a
+history of the series the day- and week-long windows read (the others keep 10 minutes), and their hourly
+tiles as hami-tiles.rules would have recorded them (what `promtool tsdb create-blocks-from rules` writes),
+so those rules read a production-like number of samples; the rules with a window over an hour are then
+printed one by one: samples read and evaluation time.
 
     PYTHONPATH=src python bench/bench_rules.py [--rounds 2] [--reads 8] [--nodes 125] \
-        [--baseline OLD-RULES.yaml] [--also OTHER-RULES.yaml]
+        [--history 2d --scrape-interval 60s] [--baseline OLD-RULES.yaml] [--also OTHER-RULES.yaml]
 
 The rules before the capacity work: `git show 46f6499:alerts/hami-rules.yaml > OLD-RULES.yaml`.
 """
@@ -51,7 +55,19 @@ CAPACITY_GROUPS = {
     "hami-capacity.alerts",
 }
 CARDS = 8
-STEP, POINTS = 30, 20
+SHORT = 600  # seconds of history of every series but the LONG ones
+# The series that the day- and week-long windows read, and the hourly tiles that stand for them.
+LONG = {
+    name: f"namespace_pod_container:{name}:max_over_time1h"
+    for name in (
+        "hami_vgpu_memory_used_bytes",
+        "hami_vgpu_memory_allocated_bytes",
+        "hami_vgpu_core_allocated_ratio",
+    )
+}
+TILE = 3600
+WINDOW = re.compile(r"\[(\d+)([smhdw])")
+UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 MON, SCH = 'job="hami-monitor"', 'job="hami-scheduler",instance="s:9395"'
 # One series per container (vGPU rules) and per pod (chargeback) when the rules saw fresh raw series.
 VGPU_RECORD = "namespace_pod_container:hami_vgpu_memory_used_per_limit:ratio"
@@ -95,14 +111,29 @@ def series(nodes: int) -> Iterator[tuple[str, float, float]]:
             yield f"hami_vgpu_core_allocated_ratio{{{alloc}}}", 50, 0
 
 
-def backfill(data: Path, work: Path, nodes: int) -> None:
-    end = int(time.time()) // STEP * STEP
-    samples = [
-        (name, value + slope * i, float(end - (POINTS - 1 - i) * STEP))
-        for name, value, slope in series(nodes)
-        for i in range(POINTS)
-    ]
+def backfill(data: Path, work: Path, nodes: int, history: int, step: int) -> None:
+    """Every series over the last SHORT seconds, the LONG ones over ``history``, a sample every ``step``;
+    and the LONG ones' tiles, one each hour, the max of the hour's samples (as the hourly group records)."""
+    end = int(time.time()) // step * step
+    samples: list[tuple[str, float, float]] = []
+    for name, value, slope in series(nodes):
+        span = history if name.split("{")[0] in LONG else min(history, SHORT)
+        points = [(value + slope * i, end - i * step) for i in range(span // step, -1, -1)]
+        samples += [(name, v, float(ts)) for v, ts in points]
+        if (tile := LONG.get(name.split("{")[0])) and history > TILE:
+            tiled = tile + name[name.index("{") :]
+            for hour in range((end - history) // TILE * TILE + TILE, end + 1, TILE):
+                # the tile at `hour` covers the hour before it, as max_over_time(x[1h]) does
+                peak = max((v for v, ts in points if hour - TILE <= ts <= hour), default=None)
+                if peak is not None:
+                    samples.append((tiled, peak, float(hour)))
+    samples.sort(key=lambda s: (s[0], s[2]))  # one series' samples together, in time order
     prometheus.backfill_openmetrics(prometheus.openmetrics(samples), data, work)
+
+
+def long_window(expr: str) -> bool:
+    """Whether a rule reads a range longer than a tile: the rules the history is for."""
+    return any(int(n) * UNIT[u] > TILE for n, u in WINDOW.findall(expr))
 
 
 def intervals(rules: dict[str, Any], default: float) -> dict[str, float]:
@@ -114,16 +145,19 @@ class Run(NamedTuple):
     rule_times: dict[str, list[float]]  # group/rule#position -> evaluation time at each read, seconds
     cpu: float  # the server's CPU seconds per second over the reads
     work: dict[str, tuple[int, int]]  # group -> (samples read, series recorded) in one evaluation
+    long_reads: dict[str, int]  # group/rule#position of a long-window rule -> samples it reads
 
 
-def measure(rules_path: Path, work: Path, interval: int, reads: int, nodes: int) -> Run:
+def measure(
+    rules_path: Path, work: Path, interval: int, reads: int, nodes: int, *, history: tuple[int, int]
+) -> Run:
     """Per-group last durations, ``reads`` times one interval apart, after every group ran at least once;
     at each read every rule's last evaluation time (the rules API), to say where a group spends it; the
     server's CPU seconds per second over the reads; and what each group reads and records."""
     data = work / "data"
     shutil.rmtree(data, ignore_errors=True)
     data.mkdir()
-    backfill(data, work, nodes)
+    backfill(data, work, nodes, *history)
     cfg = f"global:\n  evaluation_interval: {interval}s\nrule_files: [{rules_path}]\n"
     groups = yaml.safe_load(rules_path.read_text(encoding="utf-8"))["groups"]
     names = {g["name"] for g in groups}
@@ -151,20 +185,26 @@ def measure(rules_path: Path, work: Path, interval: int, reads: int, nodes: int)
             result = found.json()["data"]["result"]
             if not result or float(result[0]["value"][1]) != nodes * CARDS:
                 raise RuntimeError(f"{record} lacks series: the fixture no longer matches the rules")
-        done = {g["name"]: evaluation_work(srv.url, g["rules"]) for g in groups}
-    return Run(out, per_rule, cpu, done)
+        done: dict[str, tuple[int, int]] = {}
+        long_reads: dict[str, int] = {}
+        for g in groups:
+            read = recorded = 0
+            for i, rule in enumerate(g["rules"]):
+                r, w = evaluation_work(srv.url, rule)
+                read, recorded = read + r, recorded + w
+                if long_window(rule["expr"]):
+                    long_reads[f"{g['name']}/{rule.get('record') or rule['alert']}#{i}"] = r
+            done[g["name"]] = read, recorded
+    return Run(out, per_rule, cpu, done, long_reads)
 
 
-def evaluation_work(url: str, rules: list[dict[str, Any]]) -> tuple[int, int]:
-    """Samples the rules read (Prometheus's query statistics) and series the recording rules write, in one
-    evaluation: counts, steady where wall-clock and CPU figures are not."""
-    read = recorded = 0
-    for rule in rules:
-        params = {"query": f"count({rule['expr']})", "stats": "all"}
-        data = requests.get(f"{url}/api/v1/query", timeout=60, params=params).json()["data"]
-        read += int(data["stats"]["samples"]["totalQueryableSamples"])
-        if "record" in rule and data["result"]:
-            recorded += int(float(data["result"][0]["value"][1]))
+def evaluation_work(url: str, rule: dict[str, Any]) -> tuple[int, int]:
+    """Samples a rule reads (Prometheus's query statistics) and series it records, in one evaluation:
+    counts, steady where wall-clock and CPU figures are not."""
+    params = {"query": f"count({rule['expr']})", "stats": "all"}
+    data = requests.get(f"{url}/api/v1/query", timeout=120, params=params).json()["data"]
+    read = int(data["stats"]["samples"]["totalQueryableSamples"])
+    recorded = int(float(data["result"][0]["value"][1])) if "record" in rule and data["result"] else 0
     return read, recorded
 
 
@@ -198,6 +238,14 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=125, help=f"nodes of {CARDS} cards, one container each")
     parser.add_argument("--top", type=int, default=12, help="costliest rules printed per set")
     parser.add_argument(
+        "--history",
+        default="10m",
+        help="history of the series the day- and week-long windows read, a Prometheus duration (default 10m)",
+    )
+    parser.add_argument(
+        "--scrape-interval", default="30s", help="time between backfilled samples (default 30s)"
+    )
+    parser.add_argument(
         "--deployed-interval",
         type=int,
         default=15,
@@ -226,21 +274,25 @@ def main() -> None:
     cpu: dict[str, list[float]] = {name: [] for name in sets}
     rules: dict[str, dict[str, list[float]]] = {name: {} for name in sets}
     work_done: dict[str, dict[str, tuple[int, int]]] = {}
+    long_reads: dict[str, dict[str, int]] = {}
+    history = int(seconds(args.history)), int(seconds(args.scrape_interval))
     with tempfile.TemporaryDirectory(prefix="bench-rules-") as tmp:
         work = Path(tmp)
         for _ in range(args.rounds):
             for i, (name, data) in enumerate(sets.items()):
                 path = work / f"rules-{i}.yaml"
                 path.write_text(yaml.safe_dump(strip_intervals(data)), encoding="utf-8")
-                run = measure(path, work, args.interval, args.reads, args.nodes)
+                run = measure(path, work, args.interval, args.reads, args.nodes, history=history)
                 reads[name] += run.durations
                 cpu[name].append(run.cpu)
                 work_done[name] = run.work
+                long_reads[name] = run.long_reads
                 for rule, values in run.rule_times.items():
                     rules[name].setdefault(rule, []).extend(values)
     containers = args.nodes * CARDS
     print(
-        f"{containers} containers on {containers} cards, {POINTS} points {STEP}s apart backfilled; "
+        f"{containers} containers on {containers} cards, a sample every {args.scrape_interval} backfilled "
+        f"({args.history} of the series the long windows read, {min(history[0], SHORT)}s of the others); "
         f"every group every {args.interval}s; {args.rounds} x {args.reads} reads per rule set; shipped "
         f"intervals at evaluation_interval {args.deployed_interval}s"
     )
@@ -277,6 +329,11 @@ def main() -> None:
         print(f"  costliest rules (evaluationTime, median over reads; all rules: {every_rule * 1e3:.1f} ms):")
         for value, rule in costs[: args.top]:
             print(f"    {value * 1e3:7.1f} ms  {rule.split('#')[0]}")
+        if long_reads[name]:
+            print("  rules with a window over an hour (evaluationTime, median over reads; samples read):")
+        for rule, read in long_reads[name].items():
+            took = statistics.median(rules[name].get(rule, [float("nan")]))
+            print(f"    {took * 1e3:7.1f} ms  {read:9d} read  {rule.split('#')[0]}")
     print(f"target: the measured set within 1.10x of {next(iter(sets))} per evaluation (Σ last duration)")
 
 
