@@ -164,6 +164,18 @@ class Response:
 
     def read(self) -> bytes:
         """The whole (rest of the) body."""
+        conn = self._conn
+        if conn is not None and self._framing == _LENGTH:  # one buffered read, not a read1 per 8 KB
+            try:
+                data = conn.rfile.read(self._remaining)
+                if len(data) < self._remaining:
+                    raise IncompleteRead(data, self._remaining - len(data))
+            except BaseException:
+                self.close()
+                raise
+            self._remaining = 0
+            self._finish()
+            return data
         parts: list[bytes] = []
         while True:
             data = self.read1(_MAX_LINE)
