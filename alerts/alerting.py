@@ -1,4 +1,9 @@
-"""Alerting rules, each with severity, static summary, templated description and runbook URL."""
+"""Alerting rules, each with severity, static summary, templated description and runbook URL.
+
+An alert whose condition is a quantity the recording rules already compute reads the record, not the raw
+series again: the same value and labels, at most one evaluation interval older, and one raw read fewer per
+evaluation (rule evaluation cost is mostly reading series).
+"""
 
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ class AlertingRules(RuleBase):
         return [
             self.alert(
                 "HAMiGPUMemoryHigh",
-                f"hami_vgpu_memory_used_bytes{{{mon}}} / (hami_vgpu_memory_limit_bytes{{{mon}}} > 0)"
+                "namespace_pod_container:hami_vgpu_memory_used_per_limit:ratio"
                 f" > {t['vgpu_memory_used_ratio']}",
                 "vgpu_memory_high",
                 "warning",
@@ -64,7 +69,7 @@ class AlertingRules(RuleBase):
             ),
             self.alert(
                 "HAMiVGPUIdle",
-                f"hami_container_last_kernel_elapsed_seconds{{{mon}}} >= {t['idle_seconds']}",
+                "namespace_pod_container:hami_vgpu_idle_seconds:last_kernel",
                 "vgpu_idle",
                 "info",
                 summary="A container holds a vGPU but runs no kernel on it.",
@@ -102,10 +107,7 @@ class AlertingRules(RuleBase):
         return [
             self.alert(
                 "HAMiGPUMemoryAllocationHigh",
-                f"sum by (node) (max by (node, device_uuid) (hami_gpu_memory_allocated_bytes{{{sch}}}))\n"
-                f"  / (sum by (node) (max by (node, device_uuid) (hami_gpu_memory_limit_bytes{{{sch}}}))"
-                f" > 0)\n"
-                f"  > {t['allocation_ratio']}",
+                f"node:hami_gpu_memory_allocated_per_limit:ratio > {t['allocation_ratio']}",
                 "allocation_high",
                 "warning",
                 summary="GPU memory on a node is nearly all allocated.",
@@ -115,9 +117,7 @@ class AlertingRules(RuleBase):
             ),
             self.alert(
                 "HAMiGPUCoreAllocationHigh",
-                f"sum by (node) (max by (node, device_uuid) (hami_gpu_core_allocated_ratio{{{sch}}}))\n"
-                f"  / (sum by (node) (max by (node, device_uuid) (hami_gpu_core_limit_ratio{{{sch}}})) > 0)\n"
-                f"  > {t['allocation_ratio']}",
+                f"node:hami_gpu_core_allocated_per_limit:ratio > {t['allocation_ratio']}",
                 "allocation_high",
                 "warning",
                 summary="GPU cores on a node are nearly all allocated.",
@@ -127,8 +127,8 @@ class AlertingRules(RuleBase):
             ),
             self.alert(
                 "HAMiGPUPhysicalMemoryNearFull",
-                f"hami_host_gpu_memory_used_bytes{{{mon}}}\n  / on (node, device_uuid) group_left ()\n"
-                f"  (hami_host_gpu_memory_total_bytes{{{mon}}} > 0) > {t['physical_memory_used_ratio']}\n"
+                "node_device:hami_host_gpu_memory_used_per_total:ratio"
+                f" > {t['physical_memory_used_ratio']}\n"
                 f"and on (node, device_uuid)\n(\n"
                 f"  max by (node, device_uuid) (hami_gpu_memory_allocated_bytes{{{sch}}})\n"
                 f"  > on (node, device_uuid)\n"

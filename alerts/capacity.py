@@ -3,8 +3,7 @@ fragmentation.
 
 Fragmentation. A card's free slice (schedulable memory and cores nobody reserved, and a free split slot)
 is usable when it can host the median request of the last 24 hours; the ratio is the share of free
-memory that is not usable: 0 = every free slice can take a typical request, 1 = none can. The rule is
-named `gpu_model:hami_fragmentation:ratio` (level:metric:operation), not `..._fragmentation_ratio`.
+memory that is not usable: 0 = every free slice can take a typical request, 1 = none can.
 
 Over-commit. With deviceMemoryScaling > 1 the vGPU limits on a card add up to more than the card. Per
 card: the physical headroom (total - used), what its vGPUs may still claim (Σ limit - used), and the
@@ -46,13 +45,14 @@ class CapacityRules(RuleBase):
         cap: str,
         idle: str,
     ) -> list[dict[str, Any]]:
-        """Capacity per card; the tenants per pod on each card, the one record that the pod, namespace
-        and idle records read (the raw series are read and joined once); the idle remainder per card."""
+        """Capacity per card (``capacity`` is the whole expression, labelled by card and GPU model); the
+        tenants per pod on each card, the one record that the pod, namespace and idle records read (the
+        raw series are read and joined once); the idle remainder per card."""
         cap_rec = f"node_device:hami_gpu_{resource}_{cap}_{unit}:max"
         card = f"namespace_pod_node_device:hami_gpu_{resource}_{policy}_{unit}:sum"
         pod = f"namespace_pod:hami_gpu_{resource}_{policy}_{unit}:sum"
         return [
-            self.record(cap_rec, f"max by ({CARD}, device_type) ({capacity})"),
+            self.record(cap_rec, capacity),
             # `max by (keys)` folds scheduler replicas; the join keeps only cards with a capacity and
             # carries the GPU model, which prices a card-hour.
             self.record(
@@ -62,9 +62,11 @@ class CapacityRules(RuleBase):
             ),
             self.record(pod, f"sum by (namespace, pod, device_type) ({card})"),
             self.record(f"namespace:hami_gpu_{resource}_{policy}_{unit}:sum", f"sum by (namespace) ({pod})"),
+            # Capacity minus every tenant on the card (none: the capacity), reading each record once; the
+            # tenant series carry the card's labels, so the sum folds them onto their card.
             self.record(
                 f"node_device:hami_gpu_{resource}_{idle}_{unit}:sum",
-                f"{cap_rec}\n  - on ({CARD}) group_left ()\n  sum by ({CARD}) ({card})\nor\n  {cap_rec}",
+                f"sum by ({CARD}, device_type) (\n  {cap_rec}\n  or\n  -{card}\n)",
             ),
         ]
 
@@ -80,7 +82,7 @@ class CapacityRules(RuleBase):
                 "reserved",
                 tenants=f"hami_vgpu_memory_allocated_bytes{{{sch}}}",
                 keys=alloc,
-                capacity=f"hami_gpu_memory_limit_bytes{{{sch}}}",
+                capacity=f"max by ({CARD}, device_type) (hami_gpu_memory_limit_bytes{{{sch}}})",
                 cap="schedulable",
                 idle="unreserved",
             ),
@@ -90,7 +92,7 @@ class CapacityRules(RuleBase):
                 "reserved",
                 tenants=f"hami_vgpu_core_allocated_ratio{{{sch}}}",
                 keys=alloc,
-                capacity=f"hami_gpu_core_limit_ratio{{{sch}}}",
+                capacity=f"max by ({CARD}, device_type) (hami_gpu_core_limit_ratio{{{sch}}})",
                 cap="schedulable",
                 idle="unreserved",
             ),
@@ -100,18 +102,19 @@ class CapacityRules(RuleBase):
                 "used",
                 tenants=f"hami_vgpu_memory_used_bytes{{{mon}}}",
                 keys=used,
-                capacity=physical,
+                capacity=f"max by ({CARD}, device_type) ({physical})",
                 cap="physical",
                 idle="unused",
             ),
-            # Every physical card has 100 % of its SMs; the monitor's card series says which cards exist.
+            # Every physical card has 100 % of its SMs; the physical memory record (earlier in the group,
+            # so of this evaluation) says which cards exist.
             *self._split(
                 "core",
                 "percent",
                 "used",
                 tenants=f"hami_vgpu_core_used_percent{{{mon}}}",
                 keys=used,
-                capacity=f"0 * {physical} + 100",
+                capacity="0 * node_device:hami_gpu_memory_physical_bytes:max + 100",
                 cap="physical",
                 idle="unused",
             ),
@@ -197,17 +200,19 @@ class CapacityRules(RuleBase):
             self.record(
                 core_p50, f"quantile(0.5, max_over_time(hami_vgpu_core_allocated_ratio{{{sch}}}[{window}]))"
             ),
+            # scalar(): each median is one series (NaN, so no card, without requests), compared without
+            # a join.
             self.record(
                 usable,
-                f"{free} >= on () group_left () {mem_p50}\n"
+                f"{free} >= scalar({mem_p50})\n"
                 f"and on ({CARD})\n"
-                f"node_device:hami_gpu_core_unreserved_percent:sum >= on () group_left () {core_p50}\n"
+                f"node_device:hami_gpu_core_unreserved_percent:sum >= scalar({core_p50})\n"
                 f"and on ({CARD})\n"
                 f"(\n  max by ({CARD}) (hami_gpu_split_limit{{{sch}}})\n"
                 f"  - max by ({CARD}) (hami_gpu_shared_count{{{sch}}})\n) >= 1",
             ),
-            self.record("gpu_model:hami_fragmentation:ratio", ratio("device_type")),
-            self.record("node:hami_fragmentation:ratio", ratio("node")),
+            self.record("gpu_model:hami_fragmentation_ratio", ratio("device_type")),
+            self.record("node:hami_fragmentation_ratio", ratio("node")),
         ]
 
     def fragmentation_alerts(self) -> list[dict[str, Any]]:
@@ -235,7 +240,7 @@ class CapacityRules(RuleBase):
             "{{ . | first | value | humanize1024 }}B{{ end }}"
         )
         ratio = (
-            "{{ with printf `node:hami_fragmentation:ratio{node=%q}` $labels.node | query }}"
+            "{{ with printf `node:hami_fragmentation_ratio{node=%q}` $labels.node | query }}"
             "{{ . | first | value | humanizePercentage }}{{ else }}not known yet{{ end }}"
         )
         return [

@@ -1,19 +1,28 @@
-"""Rule evaluation cost in Debian's Prometheus: the shipped rules against the same rules without the
-capacity groups (chargeback, fragmentation, over-commit and the capacity alerts), on a backfilled
-history of 1,000 containers on 1,000 cards (125 nodes of 8).
+"""Rule evaluation cost in Debian's Prometheus: the shipped rules against a baseline (by default the same
+rules without the capacity groups: chargeback, fragmentation, over-commit and the capacity alerts; with
+--baseline, another rules file, such as the rules before the capacity work), on a backfilled history of
+1,000 containers on 1,000 cards (125 nodes of 8; --nodes for a smaller run).
 
 The rule sets run in one sitting, alternating servers (one at a time, each on the same history backfilled
 just before it starts, so that its last samples are fresh: older than the 5-minute lookback, the raw
 series would be stale and the rules would evaluate to nothing),
 every group at the same evaluation interval (a group's own `interval:` is dropped for the run, so each is
-read many times). Figures per set, each beside the set without the capacity groups: the median over all
-reads of Σ `prometheus_rule_group_last_duration_seconds` (what the issue budgets), Prometheus's own CPU
-per second (with nothing to scrape, nearly all of it rule evaluation; steadier than wall-clock durations
-on a shared machine), the evaluation load at the shipped group intervals (Σ median group duration / its
-interval, the global one being --deployed-interval), and the median per group.
-Target: within 1.10x of the rules without the capacity groups.
+read many times). Figures per set, each beside the baseline: the median over all reads of Σ
+`prometheus_rule_group_last_duration_seconds` (what the issue budgets), Prometheus's own CPU per second
+(with nothing to scrape, nearly all of it rule evaluation; steadier than wall-clock durations on a shared
+machine), the evaluation load at the shipped group intervals (Σ median group duration / its interval, the
+global one being --deployed-interval), the median per group, and the profile behind them: what one
+evaluation reads (samples, from Prometheus's query statistics) and records (series), counts that do not
+move with the machine's load, per group and at the shipped intervals; and the costliest rules (each
+rule's `evaluationTime` from the rules API, median over all reads).
+Target: the measured set within 1.10x of the baseline per evaluation. The history is 10 minutes, so a
+24-hour or 7-day window reads 20 samples a series here, far fewer than in a Prometheus that has scraped
+for that long: the figures understate the window rules.
 
-    PYTHONPATH=src python bench/bench_rules.py [--rounds 2] [--reads 8] [--also OLD-RULES.yaml]
+    PYTHONPATH=src python bench/bench_rules.py [--rounds 2] [--reads 8] [--nodes 125] \
+        [--baseline OLD-RULES.yaml] [--also OTHER-RULES.yaml]
+
+The rules before the capacity work: `git show 46f6499:alerts/hami-rules.yaml > OLD-RULES.yaml`.
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import requests
 import yaml
@@ -41,7 +50,7 @@ CAPACITY_GROUPS = {
     "hami-overcommit.rules",
     "hami-capacity.alerts",
 }
-NODES, CARDS = 125, 8
+CARDS = 8
 STEP, POINTS = 30, 20
 MON, SCH = 'job="hami-monitor"', 'job="hami-scheduler",instance="s:9395"'
 # One series per container (vGPU rules) and per pod (chargeback) when the rules saw fresh raw series.
@@ -51,9 +60,9 @@ CPU = re.compile(r"^process_cpu_seconds_total (\S+)$", re.M)
 LAST = re.compile(r'^prometheus_rule_group_last_duration_seconds\{rule_group="[^;]*;([^"]*)"\} (\S+)$', re.M)
 
 
-def series() -> Iterator[tuple[str, float, float]]:
+def series(nodes: int) -> Iterator[tuple[str, float, float]]:
     """(series, value, slope per step): every card half used and growing, one container per card."""
-    for n in range(NODES):
+    for n in range(nodes):
         mi = f'{MON},instance="n{n}:9394"'
         yield f'hami_inconsistency{{{mi},node="n{n}",kind="memory_outside_hami"}}', 0, 0
         for g in range(CARDS):
@@ -65,7 +74,6 @@ def series() -> Iterator[tuple[str, float, float]]:
                 ("hami_gpu_memory_allocated_bytes", 30e9),
                 ("hami_gpu_core_limit_ratio", 100),
                 ("hami_gpu_core_allocated_ratio", 50),
-                ("hami_gpu_split_count", 10),
                 ("hami_gpu_split_limit", 10),
                 ("hami_gpu_shared_count", 1),
             ):
@@ -87,11 +95,11 @@ def series() -> Iterator[tuple[str, float, float]]:
             yield f"hami_vgpu_core_allocated_ratio{{{alloc}}}", 50, 0
 
 
-def backfill(data: Path, work: Path) -> None:
+def backfill(data: Path, work: Path, nodes: int) -> None:
     end = int(time.time()) // STEP * STEP
     samples = [
         (name, value + slope * i, float(end - (POINTS - 1 - i) * STEP))
-        for name, value, slope in series()
+        for name, value, slope in series(nodes)
         for i in range(POINTS)
     ]
     prometheus.backfill_openmetrics(prometheus.openmetrics(samples), data, work)
@@ -101,24 +109,31 @@ def intervals(rules: dict[str, Any], default: float) -> dict[str, float]:
     return {g["name"]: seconds(g["interval"]) if "interval" in g else default for g in rules["groups"]}
 
 
-def measure(
-    rules_path: Path, work: Path, interval: int, reads: int, *, capacity: bool
-) -> tuple[list[dict[str, float]], dict[str, float], float]:
+class Run(NamedTuple):
+    durations: list[dict[str, float]]  # per read: group -> last duration, seconds
+    rule_times: dict[str, list[float]]  # group/rule#position -> evaluation time at each read, seconds
+    cpu: float  # the server's CPU seconds per second over the reads
+    work: dict[str, tuple[int, int]]  # group -> (samples read, series recorded) in one evaluation
+
+
+def measure(rules_path: Path, work: Path, interval: int, reads: int, nodes: int) -> Run:
     """Per-group last durations, ``reads`` times one interval apart, after every group ran at least once;
-    each rule's last evaluation time (the rules API), to say where a group spends it; and the server's
-    CPU seconds per second over the reads."""
+    at each read every rule's last evaluation time (the rules API), to say where a group spends it; the
+    server's CPU seconds per second over the reads; and what each group reads and records."""
     data = work / "data"
     shutil.rmtree(data, ignore_errors=True)
     data.mkdir()
-    backfill(data, work)
+    backfill(data, work, nodes)
     cfg = f"global:\n  evaluation_interval: {interval}s\nrule_files: [{rules_path}]\n"
+    groups = yaml.safe_load(rules_path.read_text(encoding="utf-8"))["groups"]
+    names = {g["name"] for g in groups}
     out: list[dict[str, float]] = []
+    per_rule: dict[str, list[float]] = {}
     with prometheus.PrometheusServer(data, config_text=cfg) as srv:
-        groups = len(yaml.safe_load(rules_path.read_text(encoding="utf-8"))["groups"])
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
             last = dict(LAST.findall(requests.get(f"{srv.url}/metrics", timeout=10).text))
-            if len(last) == groups and all(float(v) > 0 for v in last.values()):
+            if len(last) == len(names) and all(float(v) > 0 for v in last.values()):
                 break
             time.sleep(1)
         time.sleep(interval)
@@ -126,20 +141,41 @@ def measure(
         for _ in range(reads):
             body = requests.get(f"{srv.url}/metrics", timeout=10).text
             out.append({name: float(v) for name, v in LAST.findall(body)})
+            for rule, took in rule_times(srv.url).items():
+                per_rule.setdefault(rule, []).append(took)
             time.sleep(interval)
         cpu = (cpu_seconds(srv.url) - cpu0) / (time.monotonic() - t0)
-        for record in (VGPU_RECORD, CHARGEBACK_RECORD) if capacity else (VGPU_RECORD,):
+        checks = (VGPU_RECORD, CHARGEBACK_RECORD) if "hami-chargeback.rules" in names else (VGPU_RECORD,)
+        for record in checks:
             found = requests.get(f"{srv.url}/api/v1/query", timeout=30, params={"query": f"count({record})"})
             result = found.json()["data"]["result"]
-            if not result or float(result[0]["value"][1]) != NODES * CARDS:
+            if not result or float(result[0]["value"][1]) != nodes * CARDS:
                 raise RuntimeError(f"{record} lacks series: the fixture no longer matches the rules")
-        api = requests.get(f"{srv.url}/api/v1/rules", timeout=30).json()["data"]["groups"]
-    per_rule = {
+        done = {g["name"]: evaluation_work(srv.url, g["rules"]) for g in groups}
+    return Run(out, per_rule, cpu, done)
+
+
+def evaluation_work(url: str, rules: list[dict[str, Any]]) -> tuple[int, int]:
+    """Samples the rules read (Prometheus's query statistics) and series the recording rules write, in one
+    evaluation: counts, steady where wall-clock and CPU figures are not."""
+    read = recorded = 0
+    for rule in rules:
+        params = {"query": f"count({rule['expr']})", "stats": "all"}
+        data = requests.get(f"{url}/api/v1/query", timeout=60, params=params).json()["data"]
+        read += int(data["stats"]["samples"]["totalQueryableSamples"])
+        if "record" in rule and data["result"]:
+            recorded += int(float(data["result"][0]["value"][1]))
+    return read, recorded
+
+
+def rule_times(url: str) -> dict[str, float]:
+    """Each rule's last evaluation time, keyed group/name#position (a name may repeat in a group)."""
+    api = requests.get(f"{url}/api/v1/rules", timeout=30).json()["data"]["groups"]
+    return {
         f"{g['name']}/{r['name']}#{i}": float(r["evaluationTime"])
         for g in api
         for i, r in enumerate(g["rules"])
     }
-    return out, per_rule, cpu
 
 
 def cpu_seconds(url: str) -> float:
@@ -159,6 +195,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="servers per rule set, alternating")
     parser.add_argument("--reads", type=int, default=8, help="reads of the durations per server")
     parser.add_argument("--interval", type=int, default=5, help="evaluation interval of the run, seconds")
+    parser.add_argument("--nodes", type=int, default=125, help=f"nodes of {CARDS} cards, one container each")
+    parser.add_argument("--top", type=int, default=12, help="costliest rules printed per set")
     parser.add_argument(
         "--deployed-interval",
         type=int,
@@ -167,55 +205,79 @@ def main() -> None:
     )
     parser.add_argument("--rules", type=Path, default=RULES, help="the rules measured (default: shipped)")
     parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="the rules the others are compared with (default: measured ones without the capacity groups)",
+    )
+    parser.add_argument(
         "--also", type=Path, action="append", default=[], help="another rules file to measure beside them"
     )
     args = parser.parse_args()
     if not prometheus.available():
         raise SystemExit("needs Debian's prometheus and promtool (apt-get install prometheus)")
     shipped: dict[str, Any] = yaml.safe_load(args.rules.read_text(encoding="utf-8"))
-    sets = {"no capacity": {"groups": [g for g in shipped["groups"] if g["name"] not in CAPACITY_GROUPS]}}
+    sets: dict[str, dict[str, Any]] = {}
+    if args.baseline:
+        sets[f"baseline {args.baseline}"] = yaml.safe_load(args.baseline.read_text(encoding="utf-8"))
+    sets["no capacity"] = {"groups": [g for g in shipped["groups"] if g["name"] not in CAPACITY_GROUPS]}
     sets |= {str(p): yaml.safe_load(p.read_text(encoding="utf-8")) for p in args.also}
     sets["measured"] = shipped
     reads: dict[str, list[dict[str, float]]] = {name: [] for name in sets}
     cpu: dict[str, list[float]] = {name: [] for name in sets}
-    rules: dict[str, list[float]] = {}
+    rules: dict[str, dict[str, list[float]]] = {name: {} for name in sets}
+    work_done: dict[str, dict[str, tuple[int, int]]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-rules-") as tmp:
         work = Path(tmp)
         for _ in range(args.rounds):
             for i, (name, data) in enumerate(sets.items()):
                 path = work / f"rules-{i}.yaml"
                 path.write_text(yaml.safe_dump(strip_intervals(data)), encoding="utf-8")
-                got, per_rule, used = measure(
-                    path, work, args.interval, args.reads, capacity=name != "no capacity"
-                )
-                reads[name] += got
-                cpu[name].append(used)
-                for rule, value in per_rule.items() if name == "measured" else ():
-                    rules.setdefault(rule, []).append(value)
+                run = measure(path, work, args.interval, args.reads, args.nodes)
+                reads[name] += run.durations
+                cpu[name].append(run.cpu)
+                work_done[name] = run.work
+                for rule, values in run.rule_times.items():
+                    rules[name].setdefault(rule, []).extend(values)
+    containers = args.nodes * CARDS
     print(
-        f"{NODES * CARDS} containers on {NODES * CARDS} cards, {POINTS} points {STEP}s apart backfilled; "
+        f"{containers} containers on {containers} cards, {POINTS} points {STEP}s apart backfilled; "
         f"every group every {args.interval}s; {args.rounds} x {args.reads} reads per rule set; shipped "
         f"intervals at evaluation_interval {args.deployed_interval}s"
     )
-    base = {"sum": 0.0, "cpu": 0.0, "load": 0.0}
+    base: dict[str, float] = {}
     for name, rows in reads.items():
         every = intervals(sets[name], args.deployed_interval)
         groups = {g: statistics.median(r.get(g, 0.0) for r in rows) for g in rows[0]}
         total = statistics.median(sum(r.values()) for r in rows)
         used = statistics.median(cpu[name])
         load = sum(v / every[g] for g, v in groups.items())
-        base = base if base["sum"] else {"sum": total, "cpu": used, "load": load}
+        done = work_done[name]
+        read, recorded = sum(r for r, _ in done.values()), sum(w for _, w in done.values())
+        read_s = sum(r / every[g] for g, (r, _) in done.items())
+        recorded_s = sum(w / every[g] for g, (_, w) in done.items())
+        now = {"sum": total, "cpu": used, "load": load, "read": read, "recorded": recorded}
+        now |= {"read_s": read_s, "recorded_s": recorded_s}
+        base = base or now
+        x = {k: v / base[k] if base[k] else float("nan") for k, v in now.items()}
         print(
-            f"{name}: Σ last duration {total * 1e3:.1f} ms ({total / base['sum']:.2f}x); "
-            f"Prometheus CPU {used * 1e3:.0f} ms/s ({used / base['cpu']:.2f}x); at the shipped intervals: "
-            f"{load * 1e3:.1f} ms/s ({load / base['load']:.2f}x)"
+            f"{name}: Σ last duration {total * 1e3:.1f} ms ({x['sum']:.2f}x); "
+            f"Prometheus CPU {used * 1e3:.0f} ms/s ({x['cpu']:.2f}x); at the shipped intervals: "
+            f"{load * 1e3:.1f} ms/s ({x['load']:.2f}x)\n"
+            f"  one evaluation reads {read} samples ({x['read']:.2f}x) and records {recorded} series "
+            f"({x['recorded']:.2f}x); at the shipped intervals {read_s:.0f} samples/s ({x['read_s']:.2f}x) "
+            f"and {recorded_s:.0f} series/s ({x['recorded_s']:.2f}x)"
         )
         for group, value in sorted(groups.items(), key=lambda kv: -kv[1]):
-            print(f"    {group:<28} {value * 1e3:7.1f} ms  every {every[group]:g}s")
-    print("  the slowest rules of the measured set (last evaluation, median over servers):")
-    for value, rule in sorted(((statistics.median(v), r) for r, v in rules.items()), reverse=True)[:8]:
-        print(f"    {value * 1e3:7.1f} ms  {rule.split('#')[0]}")
-    print("target: each figure of the measured set within 1.10x of the rules without the capacity groups")
+            r, w = done[group]
+            print(
+                f"    {group:<28} {value * 1e3:7.1f} ms  {r:7d} read {w:6d} recorded  every {every[group]:g}s"
+            )
+        costs = sorted(((statistics.median(v), r) for r, v in rules[name].items()), reverse=True)
+        every_rule = sum(c for c, _ in costs)
+        print(f"  costliest rules (evaluationTime, median over reads; all rules: {every_rule * 1e3:.1f} ms):")
+        for value, rule in costs[: args.top]:
+            print(f"    {value * 1e3:7.1f} ms  {rule.split('#')[0]}")
+    print(f"target: the measured set within 1.10x of {next(iter(sets))} per evaluation (Σ last duration)")
 
 
 if __name__ == "__main__":

@@ -66,7 +66,7 @@ def capacity() -> Board:
     b.timeseries(
         "Fragmentation per GPU model",
         "percentunit",
-        [Q("gpu_model:hami_fragmentation:ratio", "{{device_type}}")],
+        [Q("gpu_model:hami_fragmentation_ratio", "{{device_type}}")],
         "Share of free GPU memory on cards that cannot take the median request of the last 24 hours "
         "(too little memory or SM left, or no split slot): 0 = every free slice is usable, 1 = none is.",
         minimum=0,
@@ -74,7 +74,7 @@ def capacity() -> Board:
     b.timeseries(
         "Fragmentation per node",
         "percentunit",
-        [Q(f"node:hami_fragmentation:ratio{{{NODE}}}", "{{node}}")],
+        [Q(f"node:hami_fragmentation_ratio{{{NODE}}}", "{{node}}")],
         "The same per node: a node near 1 holds free memory no typical request can use.",
         minimum=0,
     )

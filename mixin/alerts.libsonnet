@@ -28,7 +28,7 @@
             },
             "annotations": {
               "summary": "Pending GPU pods would fit a node's free GPU memory, but no single card of it.",
-              "description": "Node {{ $labels.node }} has {{ $value | humanize1024 }}B of GPU memory free, at most {{ with printf `max(node_device:hami_gpu_memory_unreserved_bytes:sum{node=%%q})` $labels.node | query }}{{ . | first | value | humanize1024 }}B{{ end }} on one card, while {{ range printf `bottomk(1, max by (namespace, pod, container) (kube_pod_container_resource_requests{%(kubeStateMetricsSelector)s, resource=\"nvidia_com_gpumem\", node=\"\"}) * 1048576 and on (namespace, pod) (max by (namespace, pod) (kube_pod_status_phase{%(kubeStateMetricsSelector)s, phase=\"Pending\"}) == 1))` | query }}{{ .Labels.namespace }}/{{ .Labels.pod }} asks for {{ .Value | humanize1024 }}B per card{{ end }} and stays Pending. Its fragmentation ratio (free memory that cannot take the median request) is {{ with printf `node:hami_fragmentation:ratio{node=%%q}` $labels.node | query }}{{ . | first | value | humanizePercentage }}{{ else }}not known yet{{ end }}. `hami-tune defrag` says which nodes to drain, in which order, to free whole cards." % $._config,
+              "description": "Node {{ $labels.node }} has {{ $value | humanize1024 }}B of GPU memory free, at most {{ with printf `max(node_device:hami_gpu_memory_unreserved_bytes:sum{node=%%q})` $labels.node | query }}{{ . | first | value | humanize1024 }}B{{ end }} on one card, while {{ range printf `bottomk(1, max by (namespace, pod, container) (kube_pod_container_resource_requests{%(kubeStateMetricsSelector)s, resource=\"nvidia_com_gpumem\", node=\"\"}) * 1048576 and on (namespace, pod) (max by (namespace, pod) (kube_pod_status_phase{%(kubeStateMetricsSelector)s, phase=\"Pending\"}) == 1))` | query }}{{ .Labels.namespace }}/{{ .Labels.pod }} asks for {{ .Value | humanize1024 }}B per card{{ end }} and stays Pending. Its fragmentation ratio (free memory that cannot take the median request) is {{ with printf `node:hami_fragmentation_ratio{node=%%q}` $labels.node | query }}{{ . | first | value | humanizePercentage }}{{ else }}not known yet{{ end }}. `hami-tune defrag` says which nodes to drain, in which order, to free whole cards." % $._config,
               "runbook_url": $._config.runbookURLPattern % "HAMiGPUFragmentationBlocksPods"
             }
           },
@@ -52,7 +52,7 @@
         "rules": [
           {
             "alert": "HAMiGPUMemoryHigh",
-            "expr": "hami_vgpu_memory_used_bytes{job=\"%(monitorJob)s\"} / (hami_vgpu_memory_limit_bytes{job=\"%(monitorJob)s\"} > 0) > %(vgpuMemoryUsedRatio)s" % $._config,
+            "expr": "namespace_pod_container:hami_vgpu_memory_used_per_limit:ratio > %(vgpuMemoryUsedRatio)s" % $._config,
             "for": "%(vgpuMemoryHighFor)s" % $._config,
             "labels": {
               "severity": "warning"
@@ -104,7 +104,7 @@
           },
           {
             "alert": "HAMiVGPUIdle",
-            "expr": "hami_container_last_kernel_elapsed_seconds{job=\"%(monitorJob)s\"} >= %(idleSeconds)s" % $._config,
+            "expr": "namespace_pod_container:hami_vgpu_idle_seconds:last_kernel",
             "for": "%(vgpuIdleFor)s" % $._config,
             "labels": {
               "severity": "info"
@@ -148,7 +148,7 @@
         "rules": [
           {
             "alert": "HAMiGPUMemoryAllocationHigh",
-            "expr": "sum by (node) (max by (node, device_uuid) (hami_gpu_memory_allocated_bytes{job=\"%(schedulerJob)s\"}))\n  / (sum by (node) (max by (node, device_uuid) (hami_gpu_memory_limit_bytes{job=\"%(schedulerJob)s\"})) > 0)\n  > %(allocationRatio)s" % $._config,
+            "expr": "node:hami_gpu_memory_allocated_per_limit:ratio > %(allocationRatio)s" % $._config,
             "for": "%(allocationHighFor)s" % $._config,
             "labels": {
               "severity": "warning"
@@ -161,7 +161,7 @@
           },
           {
             "alert": "HAMiGPUCoreAllocationHigh",
-            "expr": "sum by (node) (max by (node, device_uuid) (hami_gpu_core_allocated_ratio{job=\"%(schedulerJob)s\"}))\n  / (sum by (node) (max by (node, device_uuid) (hami_gpu_core_limit_ratio{job=\"%(schedulerJob)s\"})) > 0)\n  > %(allocationRatio)s" % $._config,
+            "expr": "node:hami_gpu_core_allocated_per_limit:ratio > %(allocationRatio)s" % $._config,
             "for": "%(allocationHighFor)s" % $._config,
             "labels": {
               "severity": "warning"
@@ -174,7 +174,7 @@
           },
           {
             "alert": "HAMiGPUPhysicalMemoryNearFull",
-            "expr": "hami_host_gpu_memory_used_bytes{job=\"%(monitorJob)s\"}\n  / on (node, device_uuid) group_left ()\n  (hami_host_gpu_memory_total_bytes{job=\"%(monitorJob)s\"} > 0) > %(physicalMemoryUsedRatio)s\nand on (node, device_uuid)\n(\n  max by (node, device_uuid) (hami_gpu_memory_allocated_bytes{job=\"%(schedulerJob)s\"})\n  > on (node, device_uuid)\n  max by (node, device_uuid) (hami_host_gpu_memory_total_bytes{job=\"%(monitorJob)s\"})\n)" % $._config,
+            "expr": "node_device:hami_host_gpu_memory_used_per_total:ratio > %(physicalMemoryUsedRatio)s\nand on (node, device_uuid)\n(\n  max by (node, device_uuid) (hami_gpu_memory_allocated_bytes{job=\"%(schedulerJob)s\"})\n  > on (node, device_uuid)\n  max by (node, device_uuid) (hami_host_gpu_memory_total_bytes{job=\"%(monitorJob)s\"})\n)" % $._config,
             "for": "%(physicalMemoryNearFullFor)s" % $._config,
             "labels": {
               "severity": "critical"

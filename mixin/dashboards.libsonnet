@@ -253,7 +253,7 @@
                 "type": "prometheus",
                 "uid": "${datasource}"
               },
-              "expr": "gpu_model:hami_fragmentation:ratio{%(clusterLabel)s=~\"$cluster\"}" % $._config,
+              "expr": "gpu_model:hami_fragmentation_ratio{%(clusterLabel)s=~\"$cluster\"}" % $._config,
               "instant": false,
               "legendFormat": "{{device_type}}",
               "range": true,
@@ -311,7 +311,7 @@
                 "type": "prometheus",
                 "uid": "${datasource}"
               },
-              "expr": "node:hami_fragmentation:ratio{%(clusterLabel)s=~\"$cluster\", node=~\"$node\"}" % $._config,
+              "expr": "node:hami_fragmentation_ratio{%(clusterLabel)s=~\"$cluster\", node=~\"$node\"}" % $._config,
               "instant": false,
               "legendFormat": "{{node}}",
               "range": true,

@@ -159,7 +159,7 @@
           },
           {
             "record": "node_device:hami_gpu_memory_unreserved_bytes:sum",
-            "expr": "node_device:hami_gpu_memory_schedulable_bytes:max\n  - on (node, device_uuid) group_left ()\n  sum by (node, device_uuid) (namespace_pod_node_device:hami_gpu_memory_reserved_bytes:sum)\nor\n  node_device:hami_gpu_memory_schedulable_bytes:max"
+            "expr": "sum by (node, device_uuid, device_type) (\n  node_device:hami_gpu_memory_schedulable_bytes:max\n  or\n  -namespace_pod_node_device:hami_gpu_memory_reserved_bytes:sum\n)"
           },
           {
             "record": "node_device:hami_gpu_core_schedulable_percent:max",
@@ -179,7 +179,7 @@
           },
           {
             "record": "node_device:hami_gpu_core_unreserved_percent:sum",
-            "expr": "node_device:hami_gpu_core_schedulable_percent:max\n  - on (node, device_uuid) group_left ()\n  sum by (node, device_uuid) (namespace_pod_node_device:hami_gpu_core_reserved_percent:sum)\nor\n  node_device:hami_gpu_core_schedulable_percent:max"
+            "expr": "sum by (node, device_uuid, device_type) (\n  node_device:hami_gpu_core_schedulable_percent:max\n  or\n  -namespace_pod_node_device:hami_gpu_core_reserved_percent:sum\n)"
           },
           {
             "record": "node_device:hami_gpu_memory_physical_bytes:max",
@@ -199,11 +199,11 @@
           },
           {
             "record": "node_device:hami_gpu_memory_unused_bytes:sum",
-            "expr": "node_device:hami_gpu_memory_physical_bytes:max\n  - on (node, device_uuid) group_left ()\n  sum by (node, device_uuid) (namespace_pod_node_device:hami_gpu_memory_used_bytes:sum)\nor\n  node_device:hami_gpu_memory_physical_bytes:max"
+            "expr": "sum by (node, device_uuid, device_type) (\n  node_device:hami_gpu_memory_physical_bytes:max\n  or\n  -namespace_pod_node_device:hami_gpu_memory_used_bytes:sum\n)"
           },
           {
             "record": "node_device:hami_gpu_core_physical_percent:max",
-            "expr": "max by (node, device_uuid, device_type) (0 * hami_host_gpu_memory_total_bytes{job=\"%(monitorJob)s\"} + 100)" % $._config
+            "expr": "0 * node_device:hami_gpu_memory_physical_bytes:max + 100"
           },
           {
             "record": "namespace_pod_node_device:hami_gpu_core_used_percent:sum",
@@ -219,7 +219,7 @@
           },
           {
             "record": "node_device:hami_gpu_core_unused_percent:sum",
-            "expr": "node_device:hami_gpu_core_physical_percent:max\n  - on (node, device_uuid) group_left ()\n  sum by (node, device_uuid) (namespace_pod_node_device:hami_gpu_core_used_percent:sum)\nor\n  node_device:hami_gpu_core_physical_percent:max"
+            "expr": "sum by (node, device_uuid, device_type) (\n  node_device:hami_gpu_core_physical_percent:max\n  or\n  -namespace_pod_node_device:hami_gpu_core_used_percent:sum\n)"
           }
         ]
       },
@@ -237,14 +237,14 @@
           },
           {
             "record": "node_device:hami_gpu_memory_usable_bytes:p50_%(requestsWindow)s" % $._config,
-            "expr": "node_device:hami_gpu_memory_unreserved_bytes:sum >= on () group_left () cluster:hami_vgpu_memory_request_bytes:p50_%(requestsWindow)s\nand on (node, device_uuid)\nnode_device:hami_gpu_core_unreserved_percent:sum >= on () group_left () cluster:hami_vgpu_core_request_percent:p50_%(requestsWindow)s\nand on (node, device_uuid)\n(\n  max by (node, device_uuid) (hami_gpu_split_limit{job=\"%(schedulerJob)s\"})\n  - max by (node, device_uuid) (hami_gpu_shared_count{job=\"%(schedulerJob)s\"})\n) >= 1" % $._config
+            "expr": "node_device:hami_gpu_memory_unreserved_bytes:sum >= scalar(cluster:hami_vgpu_memory_request_bytes:p50_%(requestsWindow)s)\nand on (node, device_uuid)\nnode_device:hami_gpu_core_unreserved_percent:sum >= scalar(cluster:hami_vgpu_core_request_percent:p50_%(requestsWindow)s)\nand on (node, device_uuid)\n(\n  max by (node, device_uuid) (hami_gpu_split_limit{job=\"%(schedulerJob)s\"})\n  - max by (node, device_uuid) (hami_gpu_shared_count{job=\"%(schedulerJob)s\"})\n) >= 1" % $._config
           },
           {
-            "record": "gpu_model:hami_fragmentation:ratio",
+            "record": "gpu_model:hami_fragmentation_ratio",
             "expr": "1 - (\n  sum by (device_type) (node_device:hami_gpu_memory_usable_bytes:p50_%(requestsWindow)s)\n  or sum by (device_type) (node_device:hami_gpu_memory_unreserved_bytes:sum) * 0\n)\n/ (sum by (device_type) (node_device:hami_gpu_memory_unreserved_bytes:sum) > 0)\nand on () cluster:hami_vgpu_memory_request_bytes:p50_%(requestsWindow)s" % $._config
           },
           {
-            "record": "node:hami_fragmentation:ratio",
+            "record": "node:hami_fragmentation_ratio",
             "expr": "1 - (\n  sum by (node) (node_device:hami_gpu_memory_usable_bytes:p50_%(requestsWindow)s)\n  or sum by (node) (node_device:hami_gpu_memory_unreserved_bytes:sum) * 0\n)\n/ (sum by (node) (node_device:hami_gpu_memory_unreserved_bytes:sum) > 0)\nand on () cluster:hami_vgpu_memory_request_bytes:p50_%(requestsWindow)s" % $._config
           }
         ]

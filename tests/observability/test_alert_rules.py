@@ -99,9 +99,19 @@ def test_alert_follows_mixin_conventions(alert: dict[str, Any]) -> None:
     assert "```promql" in text
 
 
+# level:metric:operations, or level:metric where the metric is a quantity the rules define (no operation
+# applies) and its name ends in its unit or _ratio.
+RECORD_NAME = re.compile(
+    r"[a-z_]+:[a-z0-9_]+:[a-z0-9_]+|[a-z_]+:[a-z0-9_]+_(?:ratio|bytes|seconds|percent|celsius|total)"
+)
+
+
 def test_recording_rules_follow_level_metric_operations() -> None:
     for rule in _records():
-        assert re.fullmatch(r"[a-z_]+:[a-z0-9_]+:[a-z0-9_]+", rule["record"]), rule["record"]
+        assert RECORD_NAME.fullmatch(rule["record"]), rule["record"]
+    assert RECORD_NAME.fullmatch("gpu_model:hami_fragmentation_ratio")
+    for bad in ("gpu_model:hami_fragmentation", "hami_fragmentation_ratio", "node:hami_gpu_memory:"):
+        assert not RECORD_NAME.fullmatch(bad), bad
 
 
 def _unit_tests() -> list[dict[str, Any]]:
