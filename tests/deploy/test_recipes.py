@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import requests
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from hami.core import names
 from hami.core.profiling.heap import DEFAULT_WINDOW_S
@@ -248,6 +249,14 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
                 "the device plugin's registration and the scheduler's handshake",
                 alive=procs.check_alive,
             )
+            # The handshake is written to unregistered nodes too: wait until the extender has
+            # decoded the plugin's registration, or the filter below may answer "node unregistered".
+            wait_until(
+                lambda: _schedulable(f"http://127.0.0.1:{metrics_port}", GPU_NODE),
+                60,
+                "the extender to see the GPU node registered",
+                alive=procs.check_alive,
+            )
             pending = api.store.put(
                 {
                     "apiVersion": "v1",
@@ -358,6 +367,17 @@ def _batch(done: Result, _env: Env) -> None:
     # on every node) is not a number to subtract, and bash stops there.
     assert f"--- 节点: {CPU_NODE} ---\n  [WARNING] GPU 未注册" in done.stdout, done.stdout
     assert "Requesting_" in done.stderr and "syntax error" in done.stderr, done.stderr
+
+
+def _schedulable(metrics_url: str, node: str) -> bool:
+    text = requests.get(f"{metrics_url}/metrics", timeout=30).text
+    return any(
+        s.name == "hami_scheduler_node_schedulable"
+        and s.labels == {"node": node, "reason": "ok"}
+        and s.value == 1
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    )
 
 
 def _pprof(kind: str) -> Callable[[Result, Env], None]:
