@@ -20,7 +20,7 @@ Component-facing API::
 `--profiling` costs nothing until a profile is asked for: CPU samples are taken only for the
 request's window, and `heap`/`allocs` trace allocations only for theirs (heap.py). Go's heap
 profile samples one allocation per 512 KiB from start-up at next to no cost; Python has no
-sampling allocator, and tracing every allocation costs the extender about 10x its CPU per pod, so
+sampling allocator, and tracing every allocation costs the extender about 11x its CPU per pod, so
 the view "everything alive since start-up" is the explicit opt-in `--profiling.heap-from-start`.
 `make_pprof_app()` is what `hami.core.serve` mounts; `mount_pprof(app)` puts it in front of another
 WSGI app (the extender's HTTPS listener).
@@ -51,7 +51,7 @@ PROFILING_HELP = ("serve /debug/pprof/ (profile, heap, allocs, goroutine); nothi
 HEAP_FROM_START_HELP = (
     "with --profiling: trace every Python allocation from start-up (tracemalloc, 32 frames), so "
     "/debug/pprof/heap shows all live memory by the stack that allocated it, as Go's does. Costs "
-    "about 10x the CPU of allocation-heavy work for the process's life (the extender's CPU per pod); "
+    "about 11x the CPU of allocation-heavy work for the process's life (the extender's CPU per pod); "
     "without it heap and allocs trace only their request's window (?seconds=N, default "
     f"{DEFAULT_WINDOW_S} s)"
 )
