@@ -178,9 +178,14 @@ def test_gzip_scrape_carries_the_collector_path_text_as_the_cluster_changes(
 
     same()
     same()  # everything from the texts kept by the first scrape
+    pending = b'hami_scheduler_pending_pods{namespace="default",reason="%s"} %s.0'
+    assert pending % (b"Bound", b"2") in same()  # p1 and m1: bound, still Pending
     pod = create_pod(kube_api, ext, gpu_pod("p2", mem=1000, cores=10))
+    wait_until(lambda: ext.state.get_pod("default", "p2") is not None, what="p2 in the cache")
+    assert pending % (b"NotFiltered", b"1") in same()  # counted from the pod's add event
     assert filter_pod(ext, pod, ["n1"])["NodeNames"] == ["n1"]  # one device's usage, a new reservation
-    assert b'pod="p2"' in same()
+    body = same()
+    assert b'pod="p2"' in body and pending % (b"WaitingForBind", b"1") in body
     lock = format_node_lock(NodeLock(frozen, "default", "p2"))
     _annotate(kube_api, ext, "n1", ann.NODE_LOCK, lock)  # held by a pod that exists: node_lock
     assert b'hami_scheduler_node_schedulable{node="n1",reason="node_lock"} 0.0' in same()
@@ -194,10 +199,12 @@ def test_gzip_scrape_carries_the_collector_path_text_as_the_cluster_changes(
     assert bind_pod(ext, pod, "n1") == ""  # the pod bound: its pending reason, the same usage
     wait_until(lambda: (ext.state.get_pod("default", "p2") or {}).get("spec", {}).get("nodeName"),
                what="p2 bound in the cache")
-    same()
+    assert pending % (b"Bound", b"3") in same()
     assert requests.delete(f"{kube_api.url}/api/v1/namespaces/default/pods/p2", timeout=10).ok
     wait_until(lambda: ext.state.usage.get(pod["metadata"]["uid"]) is None, what="p2's reservation gone")
-    assert b'pod="p2"' not in same()
+    body = same()
+    assert b'pod="p2"' not in body and pending % (b"Bound", b"2") in body
+    assert b'reason="WaitingForBind"' not in body and b'reason="NotFiltered"' not in body
     assert requests.delete(f"{kube_api.url}/api/v1/nodes/n2", timeout=10).ok
     wait_until(lambda: "n2" not in ext.state.nodes, what="n2 unregistered")
     assert b'node="n2"' not in same()

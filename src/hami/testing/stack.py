@@ -323,7 +323,9 @@ class Stack:
             "--interval", str(self.opts.schedule_every),
             "--churn-every", str(self.opts.churn_every),
         ]  # fmt: skip
-        self.procs.python("kube-scheduler", "hami.testing.kubesched", args)
+        child = self.procs.python("kube-scheduler", "hami.testing.kubesched", args)
+        # its SIGTERM handler is in place once it says so: a stop before that would kill it (-15)
+        self.procs.wait_for_log(child, r"kubesched: driving", self.opts.ready_timeout, "the stand-in's start")
 
     def fake_nvml_spec_path(self) -> Path:
         """The device plugin's fake NVML; its spec schedules the Xids simhost injects into the

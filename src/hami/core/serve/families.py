@@ -42,8 +42,9 @@ class Family:
     labels: Labels
     rows: list[Row] = field(default_factory=list)
     # Sample lines rendered ahead (``sample_lines``), written after ``rows`` by ``TextRenderer``
-    # only: a component that caches them keeps them for the rendered path alone.
-    text: list[str] = field(default_factory=list)
+    # only: a component that caches them keeps them for the rendered path alone. Bytes (UTF-8) go
+    # into the body as they are: text a component keeps encoded is not encoded again every scrape.
+    text: list[str | bytes] = field(default_factory=list)
 
     def add(self, values: Labels, value: float, names: Labels | None = None) -> None:
         """One series; ``names`` only where a row has its own label names (info families)."""
@@ -177,10 +178,10 @@ class TextRenderer:
             text = self._render(families, openmetrics)
         return pieces(text)
 
-    def _render(self, families: Iterable[Family], openmetrics: bool) -> list[str]:
+    def _render(self, families: Iterable[Family], openmetrics: bool) -> list[str | bytes]:
         previous, current = self._sets, dict[Labels, dict[Labels, str]]()
         headers: dict[tuple[str, Kind, str, bool], str] = {}
-        out: list[str] = []
+        out: list[str | bytes] = []
         for f in families:
             key = (f.name, f.kind, f.help, openmetrics)
             header = self._headers.get(key) or _header(f, openmetrics)
@@ -210,17 +211,25 @@ class TextRenderer:
 PIECE: Final = 1 << 16  # characters per piece of a rendered body
 
 
-def pieces(text: Sequence[str]) -> list[bytes]:
-    """``text`` joined and encoded in pieces of about ``PIECE`` characters. A body is megabytes: as
-    one buffer (twice: the str, then its bytes) it is fresh memory, page faults included, on every
-    scrape, which cost more than formatting the body."""
+def pieces(text: Sequence[str | bytes]) -> list[bytes]:
+    """``text`` joined and encoded in pieces of about ``PIECE`` characters; a bytes item is a piece
+    of its own. A body is megabytes: as one buffer (twice: the str, then its bytes) it is fresh
+    memory, page faults included, on every scrape, which cost more than formatting the body."""
     out: list[bytes] = []
-    start = size = 0
-    for i, chunk in enumerate(text):
+    run: list[str] = []
+    size = 0
+    for chunk in text:
+        if isinstance(chunk, bytes):
+            if run:
+                out.append("".join(run).encode("utf-8"))
+                run, size = [], 0
+            out.append(chunk)
+            continue
+        run.append(chunk)
         size += len(chunk)
         if size >= PIECE:
-            out.append("".join(text[start : i + 1]).encode("utf-8"))
-            start, size = i + 1, 0
-    if start < len(text):
-        out.append("".join(text[start:]).encode("utf-8"))
+            out.append("".join(run).encode("utf-8"))
+            run, size = [], 0
+    if run:
+        out.append("".join(run).encode("utf-8"))
     return out

@@ -10,11 +10,15 @@ The families (declared in ``.families``) are plain ``Family`` rows (``hami.core.
 GPUs is ~66k series, and the extender holds the GIL while it renders), ``collect()`` yields them as
 prometheus_client metrics for every other request; ``hami.core.serve`` picks between the two (its
 ``Exposition``). The rendered path also keeps each node's per-device lines and each pod's
-per-container lines as text between scrapes, redone only when that node's ``NodeState`` or usage,
-or that pod's reservation, changes, and each node's scheduler lines (handshake age, lock,
-schedulable) per node and reason: a warm scrape copies text instead of formatting every line (the
-cache holds about one body's worth of text). tests/scheduler/test_collector_exposition.py checks it
-byte for byte against prometheus_client as reservations come and go.
+per-container lines as UTF-8 between scrapes, redone when a reservation changes (the usage index
+tells the collector, under the state lock, from the first rendered scrape on) or the register pass
+replaces a node's ``NodeState``, and each node's scheduler lines (handshake age, lock,
+schedulable) per node and reason: a scrape, even right after a burst of binds, joins bytes instead
+of formatting lines (the cache holds about one body's worth). The pending pods and the node locks
+come kept up to date by the informer handlers (``ClusterState``). The cost moved into each change
+is about 65 µs of CPU per reservation (docs/design/extender-performance.md).
+tests/scheduler/test_collector_exposition.py checks it byte for byte against prometheus_client as
+reservations come and go.
 
 Section signs (§) refer to docs/design/scheduler.md.
 """
@@ -33,7 +37,6 @@ from hami.core import annotations as ann
 from hami.core.codec.nodelock import DEFAULT_TIMEOUT
 from hami.core.devices import DeviceInfo
 from hami.core.kube.metrics import kube_metrics
-from hami.core.objects import annotations_of, name_of
 from hami.core.serve import build_info, listener_metrics
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor, describe_families
 from hami.core.serve.families import (
@@ -59,10 +62,11 @@ from hami.scheduler.extender.families import (
 )
 from hami.scheduler.extender.metrics import SchedulerMetrics
 from hami.scheduler.extender.schedulable import SCHEDULABLE, devices_reason, node_reason
-from hami.scheduler.extender.state import NODE_STATES, ClusterState, NodeRecord, Obj
+from hami.scheduler.extender.state import NODE_STATES, ClusterState, NodeRecord
 
 Use = tuple[int, int, int]  # a device's (slots used, MiB used, cores used)
 _IDLE: Use = (0, 0, 0)
+_UNLOCKED: Mapping[str, str] = {}  # the annotations ``node_reason`` reads of a node without a lock
 _LOCKED = "\0locked"  # the key of a node's lock-held line among its reasons' (no reason has a NUL)
 
 
@@ -75,12 +79,12 @@ class _NodeText(NamedTuple):
     uses: tuple[Use, ...]  # per device of ``node.devices``
     heads: tuple[tuple[str, ...], ...]  # per device, per family ``name{labels} ``
     lines: tuple[tuple[str, ...], ...]  # per device, per family its line
-    text: tuple[str, ...]  # per family: every device's line
+    text: tuple[bytes, ...]  # per family: every device's line, encoded once
 
 
 class _PodText(NamedTuple):
     alloc: PodAllocation
-    text: tuple[str, ...]  # one chunk per ``_per_pod`` family
+    text: tuple[bytes, ...]  # one chunk per ``_per_pod`` family, encoded once
 
 
 class StateCollector(Collector):
@@ -106,9 +110,13 @@ class StateCollector(Collector):
         self._node_text: dict[str, _NodeText] = {}  # guarded by the state lock
         self._pod_text: dict[str, _PodText] = {}
         self._usage_seq = -1  # ``state.usage.seq`` when ``_node_text`` was last brought up to date
+        # Only the names and label names of these are read (``_node_lines``, ``_pod_lines``).
+        template, legacy_template = allocation_families()
+        self._device_families = self._per_device(template, legacy_template)
+        self._pod_families = self._per_pod(template, legacy_template)
+        state.usage.listeners.append(self._usage_changed)
         # Outside the state lock: two scrapes at once may each replace these with their own; every
         # entry is keyed by all its text depends on, so a race costs a re-render, never a wrong line.
-        self._listed: dict[int, tuple[Obj, str, Mapping[str, str]]] = {}  # id(node object) -> it, name, annos
         self._device_reasons: dict[int, tuple[NodeState, str]] = {}  # id(NodeState) -> it, devices_reason
         # ("", node) -> the age line's head; (reason or _LOCKED, node) -> the whole line
         self._node_heads: dict[tuple[str, str], str] = {}
@@ -155,9 +163,9 @@ class StateCollector(Collector):
                     handshakes.append((name, max((now - record.handshake).total_seconds(), 0.0)))
         for st, n in counts.items():
             states.add((st,), float(n))
-        annos = self._node_annotations()
-        verdicts = self.node_reasons(records, now, annos)
-        locked = [name for name, node_annos in annos.items() if ann.NODE_LOCK in node_annos]
+        locks = self.state.node_locks()
+        verdicts = self.node_reasons(records, now, locks)
+        locked = sorted(locks)
         if rendered:
             self._node_text_lines(
                 handshakes, verdicts, locked, ages=ages, schedulable=schedulable, held=held
@@ -170,21 +178,6 @@ class StateCollector(Collector):
             for name in locked:
                 held.add((name,), 1.0)
         return (leader, synced, pending, states, ages, held, schedulable, size)
-
-    def _node_annotations(self) -> dict[str, Mapping[str, str]]:
-        """Each listed node's annotations, by name. One listing for both uses (a lookup per node
-        takes the informer's lock 1,000 times a scrape), read again only from a node object the
-        informer replaced since the last scrape."""
-        known, listed = self._listed, dict[int, tuple[Obj, str, Mapping[str, str]]]()
-        out: dict[str, Mapping[str, str]] = {}
-        for node in self.state.node_informer.list():
-            held = known.get(id(node))
-            if held is None or held[0] is not node:  # a live object's id is its own
-                held = (node, name_of(node), annotations_of(node))
-            listed[id(node)] = held
-            out[held[1]] = held[2]
-        self._listed = listed  # only what is listed now: it cannot outgrow the informer
-        return out
 
     def _node_text_lines(
         self, handshakes: list[tuple[str, float]], verdicts: list[tuple[str, str]], locked: list[str],
@@ -216,10 +209,10 @@ class StateCollector(Collector):
         self._node_heads = lines
 
     def node_reasons(
-        self, records: dict[str, NodeRecord], now: datetime, annos: Mapping[str, Mapping[str, str]],
+        self, records: dict[str, NodeRecord], now: datetime, locks: Mapping[str, str],
     ) -> list[tuple[str, str]]:
-        """(reason, node) for every node the register pass has seen; ``annos``: each listed node's
-        annotations. A ``NodeState``'s device verdict is kept while the record holds that object."""
+        """(reason, node) for every node the register pass has seen; ``locks``: the listed nodes'
+        lock annotations. A ``NodeState``'s device verdict is kept while the record holds that object."""
         def pod_exists(namespace: str, name: str) -> bool:
             return self.state.get_pod(namespace, name) is not None
 
@@ -233,39 +226,37 @@ class StateCollector(Collector):
             return held[1]
 
         out = [
-            (node_reason(records[name], annos.get(name, {}), now, self.lock_timeout, pod_exists,
-                         devices=devices), name)
+            (node_reason(records[name], {ann.NODE_LOCK: locks[name]} if name in locks else _UNLOCKED, now,
+                         self.lock_timeout, pod_exists, devices=devices), name)
             for name in sorted(records)
         ]
         self._device_reasons = seen
         return out
 
     def _allocations(self, rendered: bool = False) -> list[Family]:
-        """HAMi's §7.1 families. ``rendered``: the per-device and per-pod series come as cached text,
-        re-rendered only for a device whose node's ``NodeState`` or whose usage changed, or a pod
-        whose reservation did (a scrape at 1,000 nodes × 8 GPUs would otherwise format ~66k lines)."""
+        """HAMi's §7.1 families. ``rendered``: the per-device and per-pod series come as the text
+        ``_usage_changed`` keeps, one bytes piece per family (a scrape at 1,000 nodes × 8 GPUs would
+        otherwise format ~66k lines); only a node with a new ``NodeState`` is rendered here."""
         # Integer values stay ints: they render as the same float text, and ``number`` caches it.
         f, legacy = allocation_families()
         per_device = self._per_device(f, legacy)
         nodes: dict[str, _NodeText] = {}
-        pods: dict[str, _PodText] = {}
         with self.state.lock:
             usage = self.state.usage
-            # Nodes whose usage changed since the last rendered scrape (None: all of them).
-            touched = usage.touched_since(self._usage_seq) if rendered and self._usage_seq >= 0 else None
-            changed = set(touched) if touched is not None else None
+            if rendered:
+                self._refresh_nodes()
             for name, node in self.state.nodes.items():
                 if not rendered:
                     self._device_rows(per_device, name, node, usage.node_usage(name))
                     continue
                 cached = self._node_text.get(name)
-                if cached is None or cached.node is not node or changed is None or name in changed:
-                    cached = self._node_lines(per_device, name, node, usage.node_usage(name), cached)
+                if cached is None or cached.node is not node:  # a new NodeState from the register pass
+                    cached = self._node_lines(name, node, usage.node_usage(name), cached)
                 nodes[name] = cached
-            if nodes:
+            if nodes:  # one piece per family, joined in C
                 columns = zip(*[n.text for n in nodes.values()], strict=True)
                 for family, chunks in zip(per_device, columns, strict=True):
-                    family.text.extend(chunks)
+                    family.text.append(b"".join(chunks))
             for ns, rname, entry in self.state.quotas.items():
                 limit = str(entry.limit) if entry.limit_set else "0"
                 f.q_used.add((ns, rname, limit, ZONE), entry.used)
@@ -274,20 +265,48 @@ class StateCollector(Collector):
                 if self.legacy:
                     legacy[7].add((ns, rname, limit, ZONE), entry.used)
             per_pod = self._per_pod(f, legacy)
+            pod_text, texts = self._pod_text, list[tuple[bytes, ...]]()
             for alloc in usage.pods():
-                self._mig_instances(alloc, f.mig_info, legacy[10])
+                if alloc.mig:
+                    self._mig_instances(alloc, f.mig_info, legacy[10])
                 if not rendered:
                     self._pod_rows(per_pod, alloc)
                     continue
-                held = self._pod_text.get(alloc.uid)
-                if held is None or held.alloc is not alloc:
-                    held = _PodText(alloc, self._pod_lines(per_pod, alloc))
-                pods[alloc.uid] = held
-                for family, text in zip(per_pod, held.text, strict=True):
-                    family.text.append(text)
-            if rendered:  # only what this scrape saw: the caches cannot outgrow the cluster
-                self._node_text, self._pod_text, self._usage_seq = nodes, pods, usage.seq
+                held = pod_text.get(alloc.uid)
+                if held is None or held.alloc is not alloc:  # before the first rendered scrape
+                    held = pod_text[alloc.uid] = _PodText(alloc, self._pod_lines(alloc))
+                texts.append(held.text)
+            if texts:
+                for family, chunks in zip(per_pod, zip(*texts, strict=True), strict=True):
+                    family.text.append(b"".join(chunks))
+            if rendered:  # only the nodes this scrape saw: the cache cannot outgrow the cluster
+                self._node_text = nodes
         return [*f, *legacy] if self.legacy else list(f)
+
+    def _usage_changed(self, old: PodAllocation | None, new: PodAllocation | None) -> None:
+        """A reservation added, replaced or removed (under the state lock): its pod's lines and
+        its nodes' device lines are redone now, so a scrape after a burst of binds only joins text.
+        Nothing until the first rendered scrape (a replica nobody scrapes pays nothing)."""
+        if self._usage_seq < 0:
+            return
+        if old is not None:
+            self._pod_text.pop(old.uid, None)
+        if new is not None:
+            self._pod_text[new.uid] = _PodText(new, self._pod_lines(new))
+        self._refresh_nodes()
+
+    def _refresh_nodes(self) -> None:
+        """Redo the device lines of every node whose usage changed since the last call (of all
+        nodes when the usage index's log no longer reaches back that far). Under the state lock."""
+        usage, nodes, text = self.state.usage, self.state.nodes, self._node_text
+        touched = usage.touched_since(self._usage_seq)
+        for name in nodes if touched is None else set(touched):
+            node = nodes.get(name)
+            if node is None:
+                text.pop(name, None)
+            else:
+                text[name] = self._node_lines(name, node, usage.node_usage(name), text.get(name))
+        self._usage_seq = usage.seq
 
     def _per_device(self, f: Allocation, legacy: list[Family]) -> tuple[Family, ...]:
         """The families with one series per device, in ``_device_series`` order."""
@@ -330,8 +349,7 @@ class StateCollector(Collector):
                     family.add(labels, value)
 
     def _node_lines(
-        self, families: Sequence[Family], name: str, node: NodeState, usage: dict[str, Use],
-        cached: _NodeText | None,
+        self, name: str, node: NodeState, usage: dict[str, Use], cached: _NodeText | None,
     ) -> _NodeText:
         """The node's per-device lines: a device's are redone only when its usage changed, and its
         label sets only with a new ``NodeState``."""
@@ -341,6 +359,7 @@ class StateCollector(Collector):
         uses = tuple([usage.get(d.id, _IDLE) for d in devices])
         if cached is not None and cached.uses == uses:
             return cached
+        families = self._device_families
         heads = cached.heads if cached is not None else tuple(
             tuple(
                 f"{sample_name(family)}{label_set(family.labels, labels)} "
@@ -353,7 +372,9 @@ class StateCollector(Collector):
         else:
             kept = zip(heads, devices, uses, cached.uses, cached.lines, strict=True)
             lines = [text if use == old else self._device_text(h, d, use) for h, d, use, old, text in kept]
-        chunks = tuple(map("".join, zip(*lines, strict=True))) if lines else ("",) * len(families)
+        chunks = tuple([
+            "".join(column).encode("utf-8") for column in zip(*lines, strict=True)
+        ]) if lines else (b"",) * len(families)
         return _NodeText(node, uses, heads, tuple(lines), chunks)
 
     def _device_text(self, heads: tuple[str, ...], d: DeviceInfo, use: Use) -> tuple[str, ...]:
@@ -377,9 +398,10 @@ class StateCollector(Collector):
             for family, value in zip(families, values, strict=True):
                 family.add(labels, value)
 
-    def _pod_lines(self, families: Sequence[Family], alloc: PodAllocation) -> tuple[str, ...]:
+    def _pod_lines(self, alloc: PodAllocation) -> tuple[bytes, ...]:
         """``_pod_rows`` as text, one chunk per family (families with the same label names share
         each label set)."""
+        families = self._pod_families
         lines: list[list[str]] = [[] for _ in families]
         for labels, values in self._pod_series(alloc):
             sets: dict[Labels, str] = {}
@@ -388,12 +410,10 @@ class StateCollector(Collector):
                 if text is None:
                     text = sets[family.labels] = label_set(family.labels, labels)
                 out.append(f"{sample_name(family)}{text} {number(value)}\n")
-        return tuple(map("".join, lines))
+        return tuple(["".join(out).encode("utf-8") for out in lines])
 
     def _mig_instances(self, alloc: PodAllocation, info: Family, legacy: Family) -> None:
         """One series per MIG reservation the device plugin realised (runtime identity set)."""
-        if not alloc.mig:
-            return
         node = self.state.nodes.get(alloc.node)
         if node is None:
             return

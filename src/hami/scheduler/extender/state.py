@@ -19,7 +19,7 @@ Section signs (§) refer to docs/design/scheduler.md.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -80,6 +80,33 @@ class Assignment:
     annotations: Mapping[str, str]
 
 
+UsageListener = Callable[[PodAllocation | None, PodAllocation | None], None]  # (old, new)
+
+
+class ObservedUsage(UsageIndex):
+    """The usage index, telling listeners of every reservation added, replaced or removed (under
+    the state lock, like every change): the scrape's text for a pod and its node is redone when the
+    change arrives, so a scrape after a burst only joins."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.listeners: list[UsageListener] = []
+
+    def add(self, alloc: PodAllocation) -> bool:
+        old = self.get(alloc.uid)
+        new = super().add(alloc)
+        for listener in self.listeners:
+            listener(old, alloc)
+        return new
+
+    def remove(self, uid: str) -> PodAllocation | None:
+        old = super().remove(uid)
+        if old is not None:
+            for listener in self.listeners:
+                listener(old, None)
+        return old
+
+
 def _register_inputs(node: Obj) -> tuple[dict[str, str], object]:
     """What of a node the register pass reads: its annotations but the node lock, and
     ``status.allocatable``."""
@@ -115,7 +142,7 @@ class ClusterState:
         self.lock = threading.RLock()
         self.nodes: dict[str, NodeState] = {}
         self.records: dict[str, NodeRecord] = {}
-        self.usage = UsageIndex()
+        self.usage = ObservedUsage()
         self.quotas = QuotaManager(nvidia)
         self.assignments: dict[str, Assignment] = {}  # pod UID -> the filter's choice, until bound
         self.synced = threading.Event()
@@ -125,14 +152,16 @@ class ClusterState:
         self._full = True  # a pass over every node is due (start, leadership gained)
         self._released: set[str] = set()  # pods whose init-container usage was shrunk
         self._logged: set[str] = set()
-        # uid -> (containers, whether they request HAMi resources, namespace)
-        self._requests: dict[str, tuple[object, bool, str]] = {}
-        # id(pod) -> (that pod, its uid, its entry if it is a Pending pod requesting HAMi resources)
-        self._pending: dict[int, tuple[Obj, str, PendingPod | None]] = {}
+        # Kept by the pod handlers (the informer's dispatch serialises them), read by scrapes.
+        # "namespace/name" -> (containers, whether they request HAMi resources), for Pending pods
+        self._requests: dict[str, tuple[object, bool]] = {}
+        self._pending: dict[str, PendingPod] = {}  # "namespace/name" -> the pod, while it counts
+        self._locks: dict[str, str] = {}  # node name -> its node lock's value, kept by the node handlers
+        self._scrape_lock = threading.Lock()  # scrapes copy the two above while handlers change them
         self.node_informer = Informer(api_client, ("", "v1", "nodes"), label_selector=node_label_selector)
         self.pod_informer = Informer(api_client, ("", "v1", "pods"))
         self.quota_informer = Informer(api_client, ("", "v1", "resourcequotas"))
-        self.node_informer.add_handler(self._node_event, self._node_update, self._node_event)
+        self.node_informer.add_handler(self._node_add, self._node_update, self._node_delete)
         self.pod_informer.add_handler(self._pod_add, self._pod_update, self._pod_delete)
         self.quota_informer.add_handler(self._quota_add, self._quota_update, self._quota_delete)
 
@@ -159,50 +188,44 @@ class ClusterState:
         return self.node_informer.get(name)
 
     def pending_gpu_pods(self) -> list[PendingPod]:
-        """Pods requesting HAMi resources that are still Pending.
+        """Pods requesting HAMi resources that are still Pending, as the pod handlers left them."""
+        with self._scrape_lock:
+            return list(self._pending.values())
 
-        Whether a pod requests them depends only on its containers; the answer (and the namespace)
-        is kept per pod with the containers it was read from, and reused while they are equal (a
-        bind or a status change leaves them as they were): every scrape asks, and decoding every
-        Pending pod's requests again was most of a scrape's cost. The same object as last time (the
-        informer replaces an object on every change) reuses the whole entry without reading the
-        pod at all. A wrong key (a pod without a uid) only costs a decode.
-        """
-        known, by_object = self._requests, self._pending
-        seen: dict[str, tuple[object, bool, str]] = {}
-        objects: dict[int, tuple[Obj, str, PendingPod | None]] = {}
-        out = []
-        for pod in self.pod_informer.list():
-            held = by_object.get(id(pod))
-            if held is not None and held[0] is pod:  # the object is alive, so its id is its own
-                _, uid, pending = held
-                if uid in known:
-                    seen[uid] = known[uid]
-                if pending is not None:
-                    out.append(pending)
-                objects[id(pod)] = held
-                continue
-            pending = None
-            uid = uid_of(pod)
-            if (pod.get("status") or {}).get("phase") == "Pending":
-                spec = pod.get("spec")
-                containers = (
-                    (spec.get("initContainers"), spec.get("containers")) if isinstance(spec, dict) else 0
-                )
-                entry = known.get(uid)
-                if entry is None or entry[0] != containers:
-                    entry = (containers, pod_request(pod, self.nvidia) is not None, namespace_of(pod))
-                # kept with this object's containers: the next compare finds the same lists, not
-                # equal ones (a deep compare of every container, once per new object only)
-                seen[uid] = entry = (containers, entry[1], entry[2])
-                if entry[1]:
-                    node = spec.get("nodeName") if isinstance(spec, dict) else None
-                    pending = PendingPod(pod, entry[2], node if isinstance(node, str) else "")
-                    out.append(pending)
-            objects[id(pod)] = (pod, uid, pending)
-        # only pods listed now: neither can outgrow the informer
-        self._requests, self._pending = seen, objects
-        return out
+    def node_locks(self) -> dict[str, str]:
+        """The listed nodes that carry a node lock, with its value, as the node handlers left them."""
+        with self._scrape_lock:
+            return dict(self._locks)
+
+    def _track_pending(self, pod: Obj) -> None:
+        """Keep ``pod``'s entry among the pending pods up to date (a pod event's O(1) share of
+        the scrape's pending count). Whether a pod requests HAMi resources depends only on its
+        containers: the answer is kept with the containers it was read from and reused while they
+        are equal (a bind or a status change leaves them as they were)."""
+        key = f"{namespace_of(pod)}/{name_of(pod)}"
+        spec = pod.get("spec")
+        if (pod.get("status") or {}).get("phase") != "Pending" or not isinstance(spec, dict):
+            self._forget_pending(key)
+            return
+        containers = (spec.get("initContainers"), spec.get("containers"))
+        known = self._requests.get(key)
+        requests = known[1] if known is not None and known[0] == containers else (
+            pod_request(pod, self.nvidia) is not None
+        )
+        # kept with this object's containers: the next compare meets the same lists when the
+        # informer hands the same object again
+        self._requests[key] = (containers, requests)
+        node = spec.get("nodeName")
+        with self._scrape_lock:
+            if requests:
+                self._pending[key] = PendingPod(pod, namespace_of(pod), node if isinstance(node, str) else "")
+            else:
+                self._pending.pop(key, None)
+
+    def _forget_pending(self, key: str) -> None:
+        self._requests.pop(key, None)
+        with self._scrape_lock:
+            self._pending.pop(key, None)
 
     def drop_reservation(self, uid: str) -> None:
         """Forget a pod's reservation, its assignment and its quota usage (a pod that is gone)."""
@@ -213,6 +236,22 @@ class ClusterState:
                 self.quotas.remove_usage(old.namespace, old.shares)
 
     # --- informer handlers ----------------------------------------------------------------
+
+    def _node_add(self, obj: Obj) -> None:
+        self._track_lock(obj, annotations_of(obj).get(ann.NODE_LOCK))
+        self._node_event(obj)
+
+    def _node_delete(self, obj: Obj) -> None:
+        self._track_lock(obj, None)
+        self._node_event(obj)
+
+    def _track_lock(self, node: Obj, value: str | None) -> None:
+        name = name_of(node)
+        with self._scrape_lock:
+            if value is None:
+                self._locks.pop(name, None)
+            else:
+                self._locks[name] = value
 
     def _node_event(self, obj: Obj) -> None:
         name = name_of(obj)
@@ -225,6 +264,7 @@ class ClusterState:
         # A bind sets and releases the node lock: two updates per pod that change nothing the
         # register pass reads (annotations other than the lock, allocatable); the kubelet's
         # status heartbeats neither. Such a node waits for the next full pass, as unchanged ones do.
+        self._track_lock(new, annotations_of(new).get(ann.NODE_LOCK))
         if _register_inputs(old) != _register_inputs(new):
             self._node_event(new)
 
@@ -299,6 +339,7 @@ class ClusterState:
         self._pod_update(pod, pod)
 
     def _pod_update(self, _old: Obj, pod: Obj) -> None:
+        self._track_pending(pod)
         uid = uid_of(pod)
         phase = (pod.get("status") or {}).get("phase")
         if phase in ("Succeeded", "Failed"):
@@ -321,6 +362,7 @@ class ClusterState:
             self.quotas.add_usage(alloc.namespace, alloc.shares)
 
     def _pod_delete(self, pod: Obj) -> None:
+        self._forget_pending(f"{namespace_of(pod)}/{name_of(pod)}")
         uid = uid_of(pod)
         self._released.discard(uid)
         self._logged.discard(uid)
