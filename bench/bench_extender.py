@@ -2,7 +2,8 @@
 calls one idle register tick costs, with the emulator and the extender in their own processes.
 
 Run: PYTHONPATH=src python bench/bench_extender.py [--nodes 1000] [--pods 400] [--clients 8] [--pipeline]
-     [--pprof SECONDS --pprof-out FILE] [--profiling] [--in-process: the older single-process variant]
+     [--pprof SECONDS --pprof-out FILE] [--profiling | --profiling-rounds N] [--heap-from-start]
+     [--in-process: the older single-process variant]
 
 The Kubernetes API emulator (``python -m hami.testing.kubeapi``) and the extender
 (``python -m hami.scheduler``) run as child processes; this process seeds ``--nodes`` nodes × 8 GPUs
@@ -20,10 +21,13 @@ percentiles seen by the clients, the extender's API requests per pod (its own
 calls per idle register tick (requests between two full register passes once every handshake is
 written), each process's CPU seconds per pod from /proc/<pid>/stat, and what one full /metrics
 scrape of the extender costs at this cluster size (its per-device series). With ``--pprof N`` the
-extender runs with ``--profiling`` but without its start-up heap tracing (which would multiply the
-CPU of every allocation, and so the profile's shape), and an N-second CPU profile is taken during
-the load (read it with ``go tool pprof -top FILE``); ``--profiling`` alone measures what heap
-tracing from start-up costs (compare with a run without it).
+extender runs with ``--profiling`` and an N-second CPU profile is taken during the load (read it
+with ``go tool pprof -top FILE``). ``--profiling`` runs the extender with it and takes no profile;
+``--profiling-rounds N`` runs N rounds alternating without and with ``--profiling`` (each on a
+freshly seeded cluster, the order flipped every round) and prints the extender CPU per pod of each
+and their ratio (target: within 5 % of off, since ``--profiling`` traces nothing until a profile is
+asked for). ``--heap-from-start`` adds ``--profiling.heap-from-start`` wherever ``--profiling`` is
+given, to measure the opt-in's price the same way.
 """
 
 from __future__ import annotations
@@ -52,12 +56,6 @@ from hami.testing.processes import ProcessGroup, cpu_seconds, cpu_times
 from hami.testing.wait import wait_until
 
 LOCK = "hami.io/mutex.lock"
-# The extender's entry point with /debug/pprof/ but no heap tracing from start-up: a CPU profile
-# of the extender as it runs without --profiling.
-CPU_PROFILED = (
-    "import sys; import hami.scheduler.extender.main as m; m.start_tracing = lambda: None; "
-    "sys.exit(m.main(sys.argv[1:]))"
-)
 
 
 def scrape(metrics_url: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
@@ -327,8 +325,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-ticks", type=int, default=1, help="idle register passes (15 s each)")
     parser.add_argument("--pprof", type=int, default=0, help="CPU profile seconds during the load")
     parser.add_argument("--pprof-out", type=Path, default=Path("extender.pprof"))
-    parser.add_argument("--profiling", action="store_true",
-                        help="the extender with --profiling (heap tracing from start-up), no profile")
+    parser.add_argument("--profiling", action="store_true", help="the extender with --profiling, no profile")
+    parser.add_argument("--profiling-rounds", type=int, default=0,
+                        help="rounds alternating without and with --profiling; prints the CPU ratio")
+    parser.add_argument("--heap-from-start", action="store_true",
+                        help="with --profiling, also --profiling.heap-from-start (tracing from start-up)")
     parser.add_argument("-v", type=int, default=0, help="the extender's log verbosity")
     parser.add_argument("--in-process", action="store_true", help="the single-process variant")
     args, rest = parser.parse_known_args(argv)
@@ -338,7 +339,34 @@ def main(argv: list[str] | None = None) -> int:
         return subprocess.call([sys.executable, str(script), *rest_argv])
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    if not args.profiling_rounds:
+        run(args, args.profiling or bool(args.pprof))
+        return 0
+    with_ = "--profiling" + (" --profiling.heap-from-start" if args.heap_from_start else "")
+    target = "" if args.heap_from_start else " (target <= 1.05x)"  # the opt-in's price has none
+    off: list[float] = []
+    on: list[float] = []
+    for i in range(args.profiling_rounds):
+        # ABBA: the order flips every round, so a drift over the sitting (other load, the cache
+        # warming) does not land on one side
+        for profiling in (False, True) if i % 2 == 0 else (True, False):
+            (on if profiling else off).append(run(args, profiling))
+    for i, (a, b) in enumerate(zip(off, on, strict=True), 1):
+        print(f"round {i}: extender CPU per pod {a:.2f} ms without {with_}, {b:.2f} ms with: "
+              f"{b / a:.3f}x{target}")
+    print(f"{with_} / off, extender CPU per pod over {len(off)} rounds: {sum(on) / sum(off):.3f}x{target}")
+    return 0
 
+
+def profiling_flags(args: argparse.Namespace, profiling: bool) -> list[str]:
+    if not profiling:
+        return []
+    return ["--profiling", *(["--profiling.heap-from-start"] if args.heap_from_start else [])]
+
+
+def run(args: argparse.Namespace, profiling: bool) -> float:
+    """One bench on a freshly seeded cluster; prints its figures, returns the extender's CPU ms
+    per pod."""
     with tempfile.TemporaryDirectory(prefix="bench-extender-") as tmp:
         workdir = Path(tmp)
         kubeconfig = workdir / "kubeconfig"
@@ -358,17 +386,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"--kubeconfig={kubeconfig}", "--http_bind=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0",
                 "--kube-qps=-1", f"--node-scheduler-policy={args.node_policy}", f"-v={args.v}",
             ]
-            # --profiling traces every allocation from start-up (the heap profile's price): compare a
-            # run with --profiling against one without
             started = time.monotonic()
-            if args.pprof:
-                extender = children.start(
-                    "extender", [sys.executable, "-u", "-c", CPU_PROFILED, *flags, "--profiling"]
-                )
-            else:
-                extender = children.python(
-                    "extender", "hami.scheduler", [*flags, *(["--profiling"] if args.profiling else [])]
-                )
+            extender = children.python(
+                "extender", "hami.scheduler", [*flags, *profiling_flags(args, profiling)]
+            )
             found = children.wait_for_log(extender, LISTENING, 120, "the extender")
             ext_url, metrics_url = found.group(1), found.group(2)
             wait_until(
@@ -387,8 +408,8 @@ def main(argv: list[str] | None = None) -> int:
             sys0 = cpu_times(extender.proc.pid)[1]
             finish = profile_in_background(metrics_url, args.pprof, args.pprof_out) if args.pprof else None
             t0 = time.monotonic()
-            run = load_pipelined if args.pipeline else load
-            filter_s, bind_s, retries = run(ext_url, api_url, names, pods, args.clients)
+            drive = load_pipelined if args.pipeline else load
+            filter_s, bind_s, retries = drive(ext_url, api_url, names, pods, args.clients)
             wall = time.monotonic() - t0
             bench_cpu = cpu_seconds(os.getpid()) - cpu0["bench"]
             quiet(extender.proc.pid)
@@ -407,10 +428,10 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             children.stop()
 
-    n = args.pods
+    n: int = args.pods
     print(f"end-to-end: {n / wall:.0f} pods/s (target >= 200; {n} pods in {wall:.2f}s, "
           f"{args.clients} clients, node policy {args.node_policy}), {retries} lock retries"
-          + (", extender with --profiling" if args.profiling else "")
+          + (f", extender with {' '.join(profiling_flags(args, profiling))}" if profiling else "")
           + (", extender CPU-profiled" if args.pprof else ""))
     print(f"filter latency ms: p50 {pct(filter_s, 0.5):.1f} p99 {pct(filter_s, 0.99):.1f}; "
           f"bind latency ms: p50 {pct(bind_s, 0.5):.1f} p99 {pct(bind_s, 0.99):.1f}")
@@ -443,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
           f"(gzip, decoded by the client), extender CPU {scrape_cpu * 1000:.0f} ms (target <= 30 ms at 1,000 "
           f"nodes x 8 GPUs: {scrape_cpu * 1000 / 30:.2f}x of target), "
           f"{scrape_cpu / max(series, 1) * 1e6:.2f} us/sample")
-    return 0
+    return cpu["extender"] / n * 1000
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import http.client
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -222,6 +223,52 @@ def test_broken_responses_raise_and_drop_the_connection(
     try:
         with pytest.raises(error):
             transport.request("GET", "/", {}, None, 5.0).read()
+        assert transport._idle == []
+    finally:
+        transport.close()
+
+
+HEAD = b"HTTP/1.1 201 Created\r\nContent-Length: 4\r\nX-Dup: a\r\nx-dup: b\r\n\r\n"
+
+
+@pytest.mark.parametrize("parts", [
+    [HEAD + b'{"a"', b":1}"],  # the whole head in the first read
+    [HEAD[:20], HEAD[20:] + b'{"a":1}'],  # split: read line by line
+    [HEAD.replace(b"\r\n", b"\n") + b'{"a":1}\r\n\r\n'],  # bare LF lines, a CRLF CRLF in the body
+], ids=["buffered", "split", "bare-lf"])
+def test_a_response_head_parses_the_same_however_it_arrives(
+    serve: Callable[..., Scripted], parts: list[bytes],
+) -> None:
+    def script(rfile: Any, conn: socket.socket) -> None:
+        read_request(rfile)
+        for part in parts:
+            conn.sendall(part)
+            time.sleep(0.05)
+
+    transport = HttpTransport(config(serve(script).url))
+    try:
+        response = transport.request("GET", "/", {}, None, 5.0)
+        assert (response.status, response.reason) == (201, "Created")
+        assert response.headers == {"content-length": "4", "x-dup": "a, b"}
+        assert response.read() == b'{"a"'
+    finally:
+        transport.close()
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["buffered", "split"])
+def test_a_response_with_too_many_headers_is_refused(serve: Callable[..., Scripted], split: bool) -> None:
+    head = b"HTTP/1.1 200 OK\r\n" + b"X: y\r\n" * 101 + b"Content-Length: 0\r\n\r\n"
+
+    def script(rfile: Any, conn: socket.socket) -> None:
+        read_request(rfile)
+        for part in (head[:10], head[10:]) if split else (head,):
+            conn.sendall(part)
+            time.sleep(0.05)
+
+    transport = HttpTransport(config(serve(script).url))
+    try:
+        with pytest.raises(http.client.LineTooLong):
+            transport.request("GET", "/", {}, None, 5.0)
         assert transport._idle == []
     finally:
         transport.close()

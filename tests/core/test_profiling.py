@@ -11,7 +11,12 @@ import pytest
 import requests
 from prometheus_client import CollectorRegistry
 
-from hami.core.profiling import add_profiling_flag
+from hami.core.profiling import (
+    add_heap_from_start_flag,
+    add_profiling_flag,
+    check_profiling_flags,
+    start_tracing,
+)
 from hami.core.profiling.pprof_proto import Frame, ProfileBuilder, _varint
 from hami.core.serve import Server, serve_metrics
 
@@ -55,14 +60,44 @@ def test_heap_window_traces_only_while_profiling() -> None:
             kept.append(bytearray(1 << 20))
 
         kept: list[bytearray] = []
-        data = heap.heap_profile("inuse_space", wait=wait)
+        data, window = heap.heap_profile("inuse_space", wait=wait)
         assert windows == [heap.DEFAULT_WINDOW_S]
+        assert window.startswith(f"{heap.DEFAULT_WINDOW_S}s: allocations traced during the window")
         assert gzip.decompress(data)
         assert not tracemalloc.is_tracing()
         heap.heap_profile("inuse_space", seconds=2, wait=wait)
         assert windows[-1] == 2 and not tracemalloc.is_tracing()
     finally:
         srv.stop()
+
+
+def kept_before_the_request(kept: list[bytearray]) -> None:
+    kept.append(bytearray(1 << 20))
+
+
+def test_heap_from_start_shows_what_was_allocated_before_the_request() -> None:
+    """--profiling.heap-from-start: what start_tracing saw before the request is in a plain heap
+    profile; a window (tracing started by the request) cannot see it."""
+    from hami.core.profiling import heap
+
+    if tracemalloc.is_tracing():
+        pytest.skip("tracemalloc already running in this process (PYTHONTRACEMALLOC)")
+    kept: list[bytearray] = []
+    kept_before_the_request(kept)
+    data, _ = heap.heap_profile("inuse_space", seconds=1, wait=lambda _s: None)
+    assert b"kept_before_the_request" not in gzip.decompress(data)
+    start_tracing()
+    try:
+        kept_before_the_request(kept)
+        assert "since start-up" in heap.tracing_state()
+        data, window = heap.heap_profile("inuse_space", wait=lambda _s: None)
+        assert window == "since start-up: every block still alive"
+        assert b"test_profiling.kept_before_the_request" in gzip.decompress(data)
+        _, window = heap.heap_profile("inuse_space", seconds=3, wait=lambda _s: None)
+        assert window.startswith("3s: growth over the window")
+    finally:
+        tracemalloc.stop()
+    assert heap.tracing_state().startswith("not tracing")
 
 
 def test_heap_windows_do_not_nest() -> None:
@@ -212,6 +247,7 @@ def test_goroutine_text(server: Server) -> None:
 def test_index_and_errors(server: Server) -> None:
     index = requests.get(f"{server.url}/debug/pprof/", timeout=30)
     assert index.status_code == 200 and 'href="profile"' in index.text and 'href="heap"' in index.text
+    assert "heap: not tracing" in index.text or tracemalloc.is_tracing()
     assert requests.get(f"{server.url}/debug/pprof", timeout=30).status_code == 200
     bad = requests.get(f"{server.url}/debug/pprof/profile?seconds=abc", timeout=30)
     assert bad.status_code == 400 and "seconds='abc'" in bad.text
@@ -237,6 +273,7 @@ def test_one_cpu_profile_at_a_time(server: Server) -> None:
 def test_profile_answer_is_gzipped_proto(server: Server) -> None:
     r = requests.get(f"{server.url}/debug/pprof/heap?seconds=1", timeout=60)
     assert r.headers["Content-Type"] == "application/octet-stream"
+    assert r.headers["X-Heap-Window"].startswith("1s: allocations traced during the window and still alive")
     # requests does not undo Content-Encoding we never set: the body itself is gzip (magic 1f 8b).
     assert r.content[:2] == b"\x1f\x8b"
     assert gzip.decompress(r.content)
@@ -261,5 +298,12 @@ def test_profiling_flag() -> None:
 
     parser = argparse.ArgumentParser()
     add_profiling_flag(parser)
+    add_heap_from_start_flag(parser)
     assert parser.parse_args([]).profiling is False
     assert parser.parse_args(["--profiling"]).profiling is True
+    args = parser.parse_args(["--profiling", "--profiling.heap-from-start"])
+    assert args.profiling_heap_from_start is True
+    check_profiling_flags(parser, args)
+    check_profiling_flags(parser, parser.parse_args(["--profiling"]))
+    with pytest.raises(SystemExit):
+        check_profiling_flags(parser, parser.parse_args(["--profiling.heap-from-start"]))

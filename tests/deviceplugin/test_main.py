@@ -9,12 +9,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import requests
 import yaml
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
 from hami.core import annotations as ann
+from hami.deviceplugin.main import build_parser, main
 from hami.deviceplugin.metrics import describe
 from hami.testing.kubeapi import KubeAPIServer
 from hami.testing.kubelet import FakeKubelet
@@ -165,3 +167,15 @@ def test_a_server_that_keeps_crashing_ends_the_process_as_hami_does(
     finally:
         logs.stop(grace=0)
         kubelet.stop()
+
+
+def test_profiling_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    args = build_parser().parse_args(["--profiling"])
+    assert (args.profiling, args.profiling_heap_from_start) == (True, False)
+    args = build_parser().parse_args(["--profiling", "--profiling.heap-from-start"])
+    assert (args.profiling, args.profiling_heap_from_start) == (True, True)
+    # Tracing that no endpoint could read is refused before the plugin starts anything.
+    with pytest.raises(SystemExit) as exited:
+        main(["--profiling.heap-from-start"])
+    assert exited.value.code == 2
+    assert "--profiling.heap-from-start needs --profiling" in capsys.readouterr().err

@@ -44,6 +44,21 @@ def test_flags_and_env() -> None:
     assert (default.bind, default.resync_s, default.legacy_metrics) == (":9394", 300.0, False)
 
 
+def test_profiling_flags() -> None:
+    env = {"HOOK_PATH": "/h", "NODE_NAME": "n"}
+    cheap = load_config(["--profiling"], env)
+    assert (cheap.profiling, cheap.profiling_heap_from_start) == (True, False)
+    traced = load_config(["--profiling", "--profiling.heap-from-start"], env)
+    assert (traced.profiling, traced.profiling_heap_from_start) == (True, True)
+
+
+def test_heap_from_start_without_profiling_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        load_config(["--profiling.heap-from-start"], {"HOOK_PATH": "/h", "NODE_NAME": "n"})
+    assert exited.value.code == 2
+    assert "--profiling.heap-from-start needs --profiling" in capsys.readouterr().err
+
+
 def test_invalid_resync_keeps_5m_with_warning() -> None:
     cfg = load_config([], {"HOOK_PATH": "/h", "NODE_NAME": "n", "HAMI_RESYNC_INTERVAL": "5 minutes"})
     assert cfg.resync_s == 300.0 and len(cfg.warnings) == 1

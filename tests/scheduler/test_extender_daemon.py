@@ -4,11 +4,13 @@ from its stderr."""
 
 from __future__ import annotations
 
+import gzip
 import os
 import re
 import socket
 import ssl
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -177,3 +179,37 @@ def test_tls_on_http_bind_with_certificate_reload(
             what="reload log",
             timeout=30,
         )
+
+
+def test_profiling_traces_nothing_until_a_heap_profile_is_asked_for(
+    kube_api: KubeAPIServer, kube_config_file: Path
+) -> None:
+    """--profiling alone mounts pprof and traces nothing (its price is nil until used); a heap
+    request traces for its window only; --profiling.heap-from-start traces from start-up, so the
+    caches built before the request show under the code that built them."""
+    pod = _seed_cluster(kube_api)
+    with daemon(kube_config_file, "--profiling") as d:
+        assert _filter(d, pod, ["gpu-node-02"])["NodeNames"] == ["gpu-node-02"]
+        index = d.metrics_url + "/debug/pprof/"
+        assert "heap: not tracing" in requests.get(index, timeout=30).text
+        heap = requests.get(d.metrics_url + "/debug/pprof/heap?seconds=1", timeout=120)
+        assert heap.status_code == 200
+        assert heap.headers["X-Heap-Window"].startswith("1s: allocations traced during the window")
+        assert b"hami.scheduler.extender.daemon.Extender.start" not in gzip.decompress(heap.content)
+        assert "heap: not tracing" in requests.get(index, timeout=30).text  # the window closed
+    with daemon(kube_config_file, "--profiling", "--profiling.heap-from-start") as d:
+        index = d.metrics_url + "/debug/pprof/"
+        assert "heap: tracing every allocation since start-up" in requests.get(index, timeout=30).text
+        heap = requests.get(d.metrics_url + "/debug/pprof/heap", timeout=120)
+        assert heap.status_code == 200 and heap.headers["X-Heap-Window"].startswith("since start-up")
+        assert b"hami.scheduler.extender.daemon.Extender.start" in gzip.decompress(heap.content)
+
+
+def test_heap_from_start_without_profiling_is_a_usage_error(kube_config_file: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "hami.scheduler", f"--kubeconfig={kube_config_file}",
+         "--profiling.heap-from-start"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert done.returncode == 2
+    assert "--profiling.heap-from-start needs --profiling" in done.stderr.splitlines()[-1]

@@ -30,7 +30,12 @@ from hami.core.kube.informer import Informer
 from hami.core.kube.options import add_kube_flags, from_args
 from hami.core.lifecycle import stop_within, wait_for_stop, wait_unless_stopped
 from hami.core.nvml import Nvml, NvmlError, open_nvml
-from hami.core.profiling import start_tracing
+from hami.core.profiling import (
+    add_heap_from_start_flag,
+    add_profiling_flag,
+    check_profiling_flags,
+    start_tracing,
+)
 from hami.core.serve import WebConfigError, add_web_flags, build_info, serve_metrics
 from hami.deviceplugin.cdi import ANNOTATION_PREFIX, ENVVAR, parse_strategies
 from hami.deviceplugin.config import ConfigError, PluginConfig, load_config
@@ -163,7 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--vgpu-lock-dir", default="/tmp/vgpulock", help="host directory mounted at /tmp/vgpulock")
     a("--mig-apply-lock", default=str(DEFAULT_MIG_APPLY_LOCK))
     a("--metrics-bind-address", default=":9396")
-    a("--profiling", action="store_true", help="serve /debug/pprof/ on the metrics listener")
+    add_profiling_flag(p)  # /debug/pprof/ on the metrics listener
+    add_heap_from_start_flag(p)
     a(
         "--nvml",
         default="auto",
@@ -338,9 +344,11 @@ def _close(pods: Informer, nvml: Nvml, api_client: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_profiling_flags(parser, args)
     klog.setup(args.v)
-    if args.profiling:
+    if args.profiling_heap_from_start:
         start_tracing()  # the heap profile shows what was allocated before the request
     stop = threading.Event()
     holder: dict[str, Manager] = {}

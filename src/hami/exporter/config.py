@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from hami.core import klog
 from hami.core.duration import DurationError, parse_duration
 from hami.core.kube.options import KubeOptions, add_kube_flags, from_args
+from hami.core.profiling import add_heap_from_start_flag, add_profiling_flag, check_profiling_flags
 from hami.core.serve import add_web_flags
 from hami.core.serve.listener import DEFAULT_MAX_CONNECTIONS
 
@@ -34,6 +35,7 @@ class Config:
     resync_s: float = DEFAULT_RESYNC_S
     legacy_metrics: bool = False
     profiling: bool = False
+    profiling_heap_from_start: bool = False
     verbosity: int = 0
     web_config_file: str | None = None
     max_connections: int = DEFAULT_MAX_CONNECTIONS
@@ -47,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hami-monitor", description="HAMi vGPU monitor (metrics on :9394)")
     p.add_argument("--metrics-bind-address", default=DEFAULT_BIND, help="address to serve /metrics on")
     p.add_argument("--legacy-metrics", action="store_true", help="also emit the pre-2.9 metric names")
-    p.add_argument("--profiling", action="store_true", help="serve /debug/pprof/")
+    add_profiling_flag(p)
+    add_heap_from_start_flag(p)
     p.add_argument(
         "--pod-labels-allowlist",
         default="",
@@ -66,7 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def load_config(argv: Sequence[str], env: Mapping[str, str]) -> Config:
     """Flags from ``argv``, settings from ``env``; raises ``ConfigError`` on a missing requirement."""
-    args = build_parser().parse_args(list(argv))
+    parser = build_parser()
+    args = parser.parse_args(list(argv))
+    check_profiling_flags(parser, args)
     hook_path = env.get("HOOK_PATH", "")
     if not hook_path:
         raise ConfigError(
@@ -95,6 +100,7 @@ def load_config(argv: Sequence[str], env: Mapping[str, str]) -> Config:
         resync_s=resync,
         legacy_metrics=args.legacy_metrics,
         profiling=args.profiling,
+        profiling_heap_from_start=args.profiling_heap_from_start,
         verbosity=args.v,
         web_config_file=args.web_config_file,
         max_connections=args.web_max_connections,

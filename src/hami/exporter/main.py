@@ -180,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hami-monitor: {err}", file=sys.stderr)
         return 1
     klog.setup(cfg.verbosity)
-    if cfg.profiling:
+    if cfg.profiling_heap_from_start:
         start_tracing()  # the heap profile shows what was allocated before the request
     for warning in cfg.warnings:
         log.warning("%s", warning)

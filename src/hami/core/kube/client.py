@@ -13,11 +13,10 @@ is one HTTP attempt, and a timeout is not silently multiplied (client-go does no
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
@@ -70,6 +69,7 @@ class LimitedRESTClient(rest.RESTClientObject):  # type: ignore[misc]
         self.timeout = timeout
         self._log_lock = threading.Lock()
         self._last_extra_long_log = float("-inf")
+        self._by_verb: dict[tuple[str, str], _Series] = {}
 
     def request(
         self,
@@ -82,58 +82,62 @@ class LimitedRESTClient(rest.RESTClientObject):  # type: ignore[misc]
     ) -> Any:
         """The generated client's REST call (typed APIs), over urllib3."""
         timeout = self.timeout if _request_timeout is None else _request_timeout
-        with self._measured(method.upper(), urlsplit(url).netloc, url) as outcome:
+        series = self._series(method.upper(), urlsplit(url).netloc)
+        start = self._throttle(series, url)
+        status = ERROR_CODE
+        try:
             response = super().request(
                 method, url, headers=headers, body=body, post_params=post_params,
                 _request_timeout=timeout,
             )
-            outcome.append(response.status)
+            status = str(response.status)
             return response
+        finally:
+            series.done(status, self.clock.monotonic() - start)
 
     def send(self, method: str, target: str, headers: Mapping[str, str], body: bytes | None,
              timeout: Timeout = None) -> Response:
         """One request over the lean transport (``raw`` uses it): ``target`` is the path and query."""
         assert self.transport is not None, "send() needs the lean transport"
-        with self._measured(method, self._netloc, self._base_url + target) as outcome:
+        series = self._series(method, self._netloc)
+        start = self._throttle(series, self._base_url + target)
+        status = ERROR_CODE
+        try:
             response = self.transport.request(
                 method, target, headers, body, self.timeout if timeout is None else timeout
             )
-            outcome.append(response.status)
+            status = str(response.status)
             return response
+        finally:
+            series.done(status, self.clock.monotonic() - start)
 
     def close(self) -> None:
         super().close()
         if self.transport is not None:
             self.transport.close()
 
-    @contextlib.contextmanager
-    def _measured(self, verb: str, host: str, url: str) -> Iterator[list[int]]:
-        """Throttle, then time and count one request; the body appends the status it got."""
-        # As in client-go, the request latency includes the limiter wait; it ends at the
-        # response headers (the body is read later, by the caller; a watch is a long body).
-        start = self.clock.monotonic()
-        self._throttle(verb, host, url)
-        outcome: list[int] = []
-        try:
-            yield outcome
-        finally:
-            code = str(outcome[0]) if outcome else ERROR_CODE
-            self.metrics.request_duration.labels(verb, host).observe(self.clock.monotonic() - start)
-            self.metrics.requests.labels(code, verb, host).inc()
+    def _series(self, verb: str, host: str) -> _Series:
+        series = self._by_verb.get((verb, host))
+        if series is None:  # a race only builds the same children twice
+            series = self._by_verb[(verb, host)] = _Series(self.metrics, verb, host)
+        return series
 
-    def _throttle(self, verb: str, host: str, url: str) -> None:
-        if self.limiter is None:
-            self.metrics.rate_limiter_duration.labels(verb, host).observe(0.0)
-            return
+    def _throttle(self, series: _Series, url: str) -> float:
+        """Wait for a token; returns when the call started. As in client-go, the request latency
+        includes the limiter wait, and it ends at the response headers (the body is read later,
+        by the caller; a watch is a long body)."""
         start = self.clock.monotonic()
+        if self.limiter is None:
+            series.limiter.observe(0.0)
+            return start
         self.limiter.wait()
         waited = self.clock.monotonic() - start
-        self.metrics.rate_limiter_duration.labels(verb, host).observe(waited)
+        series.limiter.observe(waited)
         if waited <= LONG_THROTTLE:
-            return
+            return start
         message = (
             f"Waited for {_go_duration(waited)} due to client-side throttling, "
-            f"not priority and fairness, request: {verb}:{url}"
+            f"not priority and fairness, request: {series.verb}:{url}"
         )
         log.v(3).info("%s", message)
         if waited > EXTRA_LONG_THROTTLE:
@@ -141,9 +145,31 @@ class LimitedRESTClient(rest.RESTClientObject):  # type: ignore[misc]
             with self._log_lock:
                 now = self.clock.monotonic()
                 if now - self._last_extra_long_log < interval:
-                    return
+                    return start
                 self._last_extra_long_log = now
             log.info("%s", message)
+        return start
+
+
+class _Series:
+    """The labelled series one verb and host write to, looked up once: ``labels()`` takes a lock
+    and builds a key on every call, three times per request."""
+
+    def __init__(self, metrics: KubeMetrics, verb: str, host: str) -> None:
+        self.verb = verb
+        self._host = host
+        self._requests = metrics.requests
+        self._duration = metrics.request_duration.labels(verb, host)
+        self.limiter = metrics.rate_limiter_duration.labels(verb, host)
+        self._by_code: dict[str, Any] = {}
+
+    def done(self, code: str, seconds: float) -> None:
+        """Count one attempt that ended with ``code`` (a status, or ``<error>``) after ``seconds``."""
+        self._duration.observe(seconds)
+        counter = self._by_code.get(code)
+        if counter is None:
+            counter = self._by_code[code] = self._requests.labels(code, self.verb, self._host)
+        counter.inc()
 
 
 def _go_duration(seconds: float) -> str:

@@ -69,6 +69,41 @@ def _readline(rfile: BufferedReader) -> bytes:
     return line
 
 
+def _head(rfile: BufferedReader) -> list[str]:
+    """The status line and header lines of one response, without line ends, through the blank line.
+
+    A head already in the read buffer (the usual case: a few hundred bytes, read with the body's
+    start) is taken in one read and one split instead of a ``readline`` per line."""
+    buffered = rfile.peek(1)
+    end = buffered.find(b"\r\n\r\n")
+    # Only a head of CRLF lines: a bare-LF head would end before that CRLF CRLF (in the body).
+    if end >= 0 and buffered.count(b"\n", 0, end) == buffered.count(b"\r\n", 0, end):
+        lines = rfile.read(end + 4)[:end].decode("latin-1").split("\r\n")
+        if len(lines) > _MAX_HEADERS + 1:
+            raise LineTooLong(f"more than {_MAX_HEADERS} headers")
+        return lines
+    first = _readline(rfile)
+    if not first:
+        raise RemoteDisconnected("the server closed the connection without a response")
+    lines = [first.decode("latin-1").rstrip("\r\n")]
+    for _ in range(_MAX_HEADERS):
+        line = _readline(rfile)
+        if line in (b"\r\n", b"\n", b""):
+            return lines
+        lines.append(line.decode("latin-1").rstrip("\r\n"))
+    raise LineTooLong(f"more than {_MAX_HEADERS} headers")
+
+
+def _headers(fields: list[str]) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for field in fields:
+        name, _, value = field.partition(":")
+        key = name.strip().lower()
+        value = value.strip()
+        headers[key] = f"{headers[key]}, {value}" if key in headers else value
+    return headers
+
+
 class _Connection:
     """One socket to the server and its buffered reader."""
 
@@ -96,15 +131,13 @@ class Response:
         self._conn: _Connection | None = conn
         rfile = conn.rfile
         while True:
-            line = _readline(rfile)
-            if not line:
-                raise RemoteDisconnected("the server closed the connection without a response")
-            version, _, rest = line.decode("latin-1").rstrip("\r\n").partition(" ")
+            status_line, *fields = _head(rfile)
+            version, _, rest = status_line.partition(" ")
             code, _, reason = rest.partition(" ")
             if not version.startswith("HTTP/") or len(code) != 3 or not code.isdigit():
-                raise BadStatusLine(line.decode("latin-1"))
+                raise BadStatusLine(status_line)
             self.status, self.reason = int(code), reason.strip()
-            self.headers = self._read_headers(rfile)
+            self.headers = _headers(fields)
             if self.status != 100:
                 break
         connection = self.headers.get("connection", "").lower()
@@ -126,24 +159,23 @@ class Response:
         if self._framing == _NONE or (self._framing == _LENGTH and self._remaining == 0):
             self._finish()
 
-    @staticmethod
-    def _read_headers(rfile: BufferedReader) -> dict[str, str]:
-        headers: dict[str, str] = {}
-        for _ in range(_MAX_HEADERS):
-            line = _readline(rfile)
-            if line in (b"\r\n", b"\n", b""):
-                return headers
-            name, _, value = line.decode("latin-1").partition(":")
-            key = name.strip().lower()
-            value = value.strip()
-            headers[key] = f"{headers[key]}, {value}" if key in headers else value
-        raise LineTooLong(f"more than {_MAX_HEADERS} headers")
-
     def getheader(self, name: str, default: str | None = None) -> str | None:
         return self.headers.get(name.lower(), default)
 
     def read(self) -> bytes:
         """The whole (rest of the) body."""
+        conn = self._conn
+        if conn is not None and self._framing == _LENGTH:  # one buffered read, not a read1 per 8 KB
+            try:
+                data = conn.rfile.read(self._remaining)
+                if len(data) < self._remaining:
+                    raise IncompleteRead(data, self._remaining - len(data))
+            except BaseException:
+                self.close()
+                raise
+            self._remaining = 0
+            self._finish()
+            return data
         parts: list[bytes] = []
         while True:
             data = self.read1(_MAX_LINE)

@@ -10,7 +10,7 @@ from urllib.parse import parse_qs
 
 from hami.core import klog
 from hami.core.profiling.cpu import ProfilerBusy, cpu_profile
-from hami.core.profiling.heap import heap_profile
+from hami.core.profiling.heap import DEFAULT_WINDOW_S, heap_profile, tracing_state
 from hami.core.profiling.threads import goroutine_profile, goroutine_text
 
 log = klog.get_logger(__name__)
@@ -24,10 +24,12 @@ StartResponse = Callable[..., Any]
 WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
 
 PROFILES = {
-    "allocs": "Python allocations by stack, traced for ?seconds=N (default 10) (tracemalloc)",
+    "allocs": f"Python allocations by stack, traced for ?seconds=N (default {DEFAULT_WINDOW_S}) "
+              "(tracemalloc)",
     "cmdline": "The command line of the running program",
     "goroutine": "Stack traces of all threads (?debug=1 grouped text, ?debug=2 every thread)",
-    "heap": "Live Python memory allocated during ?seconds=N (default 10), by stack (tracemalloc)",
+    "heap": f"Live Python memory allocated during ?seconds=N (default {DEFAULT_WINDOW_S}), by stack "
+            "(tracemalloc; everything alive with --profiling.heap-from-start)",
     "profile": "CPU profile; ?seconds=N (default 30), then `go tool pprof` it",
 }
 
@@ -49,12 +51,14 @@ def _int_param(query: dict[str, list[str]], name: str, default: int, maximum: in
     return value
 
 
-def _proto(start_response: StartResponse, name: str, body: bytes) -> list[bytes]:
+def _proto(start_response: StartResponse, name: str, body: bytes,
+           extra: tuple[tuple[str, str], ...] = ()) -> list[bytes]:
     start_response("200 OK", [
         ("Content-Type", "application/octet-stream"),
         ("Content-Disposition", f'attachment; filename="{name}"'),
         ("X-Content-Type-Options", "nosniff"),
         ("Content-Length", str(len(body))),
+        *extra,
     ])
     return [body]
 
@@ -77,7 +81,7 @@ def _index() -> str:
     )
     return (f"<html><head><title>/debug/pprof/</title></head><body>/debug/pprof/<br><br>"
             f"<table>{rows}</table><br><a href=\"goroutine?debug=2\">full goroutine stack dump</a>"
-            f"</body></html>\n")
+            f"<br><br>heap: {html.escape(tracing_state())}</body></html>\n")
 
 
 def is_pprof_path(path: str) -> bool:
@@ -110,7 +114,8 @@ def make_pprof_app() -> WSGIApp:
             if name in ("heap", "allocs"):
                 seconds = _int_param(query, "seconds", 0, MAX_SECONDS)
                 default = "inuse_space" if name == "heap" else "alloc_space"
-                return _proto(start_response, name, heap_profile(default, seconds))
+                body, window = heap_profile(default, seconds)
+                return _proto(start_response, name, body, (("X-Heap-Window", window),))
             if name == "goroutine":
                 debug = _int_param(query, "debug", 0, 2)
                 if debug:

@@ -1,17 +1,20 @@
-"""Heap profiles from tracemalloc: every live Python allocation, by allocating stack.
+"""Heap profiles from tracemalloc: live Python allocations, by allocating stack.
 
 Sample types, as Go's heap profile: `alloc_objects/count`, `alloc_space/bytes`,
 `inuse_objects/count`, `inuse_space/bytes`. tracemalloc keeps only blocks that are still alive, so
 alloc_* equals inuse_* (`heap` shows inuse_space, `allocs` alloc_space by default).
 
-Tracing starts when profiling is enabled (the daemons call `start_tracing` at start-up with
-`--profiling`), as Go's heap profile records from the start: a plain request is then a snapshot of
-every block still alive, whenever it was allocated, so a cache that is never freed shows up under
-the code that filled it. `?seconds=N` answers the growth over N seconds instead (negative growth
-dropped); for growth between two arbitrary points use `go tool pprof -base old.pb.gz new.pb.gz`.
-Python has no sampling allocator, so tracing is the price of `--profiling` (see
-bench/bench_extender.py --profiling). Where nothing traces (pprof mounted in a test process), a
-request traces for its own window (default `DEFAULT_WINDOW_S`).
+Go samples one allocation per 512 KiB from start-up, which costs next to nothing, so its heap
+profile is on whenever pprof is mounted. Python has no sampling allocator: tracemalloc records the
+stack of every allocation, which costs the extender about 11x its CPU per pod. So by default
+nothing traces until a heap or allocs request comes: the request traces for its window
+(`?seconds=N`, default `DEFAULT_WINDOW_S`) and answers the blocks allocated in it and still alive
+at its end. A daemon run with `--profiling.heap-from-start` calls `start_tracing` at start-up, as
+Go records from the start: a plain request is then a snapshot of every block still alive,
+whenever it was allocated (a cache that is never freed shows under the code that filled it), and
+`?seconds=N` the growth over N seconds (negative growth dropped). For growth between two arbitrary
+points use `go tool pprof -base old.pb.gz new.pb.gz`. Each answer says which it is in its
+`X-Heap-Window` header and in the profile's duration.
 
 The snapshot is taken here; grouping, naming and encoding run in a child process
 (`heap_encode`), because every allocation made while tracemalloc traces costs a stack capture,
@@ -45,13 +48,23 @@ def start_tracing() -> None:
         tracemalloc.start(TRACE_FRAMES)
 
 
+def tracing_state() -> str:
+    """What tracemalloc is doing now, for the pprof index: the price an operator pays."""
+    if _window.locked():
+        return "tracing for a heap or allocs request's window"
+    if tracemalloc.is_tracing():
+        return "tracing every allocation since start-up (--profiling.heap-from-start)"
+    return "not tracing (heap and allocs trace only for their request's window)"
+
+
 class HeapProfileBusy(RuntimeError):
     """Another heap/allocs window is open; tracing windows do not nest."""
 
 
 def heap_profile(default_sample_type: str, seconds: float = 0,
-                 wait: Callable[[float], None] = time.sleep) -> bytes:
-    """Gzipped profile.proto of the allocations of a traced window (see the module docstring)."""
+                 wait: Callable[[float], None] = time.sleep) -> tuple[bytes, str]:
+    """Gzipped profile.proto of the allocations of a traced window (see the module docstring),
+    and a line saying what the window was."""
     if not _window.acquire(blocking=False):
         raise HeapProfileBusy("a heap or allocs profile is already being taken")
     try:
@@ -60,10 +73,18 @@ def heap_profile(default_sample_type: str, seconds: float = 0,
         _window.release()
 
 
-def _profile(default_sample_type: str, seconds: float, wait: Callable[[float], None]) -> bytes:
+def _profile(default_sample_type: str, seconds: float,
+             wait: Callable[[float], None]) -> tuple[bytes, str]:
     time_nanos = time.time_ns()
     started_here = not tracemalloc.is_tracing()
     window = (seconds or DEFAULT_WINDOW_S) if started_here else seconds
+    if started_here:
+        what = (f"{window:g}s: allocations traced during the window and still alive at its end "
+                f"(--profiling.heap-from-start traces from start-up)")
+    elif window:
+        what = f"{window:g}s: growth over the window (traced since start-up)"
+    else:
+        what = "since start-up: every block still alive"
     with tempfile.TemporaryDirectory(prefix="hami-heap-") as tmp:
         if started_here:
             tracemalloc.start(TRACE_FRAMES)
@@ -89,4 +110,4 @@ def _profile(default_sample_type: str, seconds: float, wait: Callable[[float], N
         )
     if done.returncode != 0:
         raise RuntimeError(f"heap profile encoding failed: {done.stderr.decode(errors='replace')[-500:]}")
-    return done.stdout
+    return done.stdout, what

@@ -20,7 +20,7 @@ from hami.core.duration import duration_flag, format_duration
 from hami.core.kube.client import KubeConfigError
 from hami.core.kube.options import add_kube_flags, from_args
 from hami.core.lifecycle import stop_within, wait_for_stop
-from hami.core.profiling import start_tracing
+from hami.core.profiling import PROFILING_HELP, add_heap_from_start_flag, check_profiling_flags, start_tracing
 from hami.core.serve import WebConfigError, add_web_flags
 from hami.scheduler.engine.decision import FilterConfig
 from hami.scheduler.engine.device_config import DeviceConfigError, load_nvidia_config
@@ -74,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--metrics-bind-address", default=":9395", help="metrics listener")
     p.add_argument("--node-label-selector", default="", help="k=v,k2=v2: nodes the register pass considers")
-    p.add_argument("--profiling", nargs="?", const=True, default=False, type=_bool, help="/debug/pprof/")
+    p.add_argument("--profiling", nargs="?", const=True, default=False, type=_bool, help=PROFILING_HELP)
+    add_heap_from_start_flag(p)
     # Go durations as in HAMi, except that a negative one is refused: HAMi would take it and treat
     # every lock as expired (or give up the PodGroup retry at once).
     p.add_argument(
@@ -163,9 +164,11 @@ def options(args: argparse.Namespace) -> Options:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_profiling_flags(parser, args)
     klog.setup(args.v)
-    if args.profiling:
+    if args.profiling_heap_from_start:
         start_tracing()  # before the caches fill, so the heap profile shows what holds them
     try:
         opts = options(args)
