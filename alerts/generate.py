@@ -51,18 +51,18 @@ def build(cfg: dict[str, Any]) -> dict[str, Any]:
                 "rules": r.fragmentation_rules(),
             },
             {"name": "hami-overcommit.rules", "interval": every["overcommit"], "rules": r.overcommit_rules()},
-            {
-                "name": "hami-capacity.alerts",
-                "interval": every["capacity_alerts"],
-                "rules": [*r.overcommit_alerts(), *r.fragmentation_alerts(), *r.reconciler_alerts()],
-            },
             # Hourly maxima that the day- and week-long windows read instead of raw samples (tiled_max).
-            # Last, so that in a promtool test, where every group runs at each step, the records of the
-            # other groups at a step read the tiles of the hour before, as they may in a live Prometheus.
+            # After the groups that read them, so that in a promtool test, where every group runs at each
+            # step, their records at a step read the tiles of the hour before, as in a live Prometheus.
             {
                 "name": "hami-tiles.rules",
                 "interval": TILE,
                 "rules": [*r.vgpu_tiles(), *r.fragmentation_tiles()],
+            },
+            {
+                "name": "hami-capacity.alerts",
+                "interval": every["capacity_alerts"],
+                "rules": [*r.overcommit_alerts(), *r.fragmentation_alerts(), *r.reconciler_alerts()],
             },
             {"name": "hami-workload.alerts", "rules": r.workload_alerts()},
             {"name": "hami-device.alerts", "rules": r.device_alerts()},
