@@ -63,12 +63,13 @@ class RuleBase:
 
         It covers the window and up to one TILE more at its old end: the oldest tile read may have
         started before the window did, so a peak leaves the result up to an hour after it leaves a raw
-        `[window]`, never before (exact when the rule runs on a tile boundary, as the promtool test
-        shows). A tile evaluation Prometheus skipped (down across it) loses that hour's raw samples from
-        the result until they age out; `promtool tsdb create-blocks-from rules` refills the tile.
-        The tile is an instant vector only for 5 minutes after each hourly evaluation (staleness), so it is
-        read here with a range function and nowhere as an instant vector. The label `part` keeps the two
-        operands apart for `or`, since both carry the raw series' labels, and goes with the max.
+        `[window]`, never before (Prometheus 2's ranges include their start, so even on a tile boundary
+        the tile that ends where the window starts is read; the promtool test shows it). A tile
+        evaluation Prometheus skipped (down across it) loses that hour's raw samples from the result
+        until they age out; `promtool tsdb create-blocks-from rules` refills the tile. The tile is an
+        instant vector only for 5 minutes after each hourly evaluation (staleness), so it is read here
+        with a range function and nowhere as an instant vector. The label `part` keeps the two operands
+        apart for `or`, since both carry the raw series' labels, and goes with the max.
         """
         return (
             f"max without (part) (\n"
