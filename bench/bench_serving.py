@@ -46,8 +46,8 @@ def _serve(kind: str) -> None:
     from hypercorn.utils import wrap_app
 
     from hami.core.serve import serve_wsgi
+    from hami.core.serve.guard import Guard, Workers
     from hami.core.serve.listener import ConnectionLimit, listen
-    from hami.core.serve.server import Guard, Workers
 
     def app(_environ: object, start_response: object) -> list[bytes]:
         raise AssertionError("only the direct route is benchmarked")

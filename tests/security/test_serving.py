@@ -16,7 +16,7 @@ import requests
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from hami.core.serve import WebConfig, serve_metrics, serve_wsgi
+from hami.core.serve import WebConfig, guard, serve_metrics, serve_wsgi
 from hami.core.serve import server as serving
 from hami.core.serve.server import Server
 from hami.core.serve.webconfig import TLSConfig
@@ -132,7 +132,7 @@ def test_an_idle_connection_is_closed_after_the_idle_timeout(
 def test_a_body_that_never_arrives_is_answered_408(
     monkeypatch: pytest.MonkeyPatch, extender: Extender, attackers: list[socket.socket]
 ) -> None:
-    monkeypatch.setattr(serving, "BODY_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(guard, "BODY_TIMEOUT_S", 1.0)
     assert extender.http is not None
     attackers += connections(
         extender.http, 1, b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"Pod\":"

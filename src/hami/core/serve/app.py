@@ -14,8 +14,9 @@ from prometheus_client.openmetrics import exposition as openmetrics
 
 from hami.core import klog
 from hami.core.profiling import is_pprof_path, make_pprof_app
+from hami.core.serve.guard import Environ, StartResponse, WSGIApp
 from hami.core.serve.listener import DEFAULT_MAX_CONNECTIONS
-from hami.core.serve.server import Environ, Server, StartResponse, WSGIApp, serve_wsgi
+from hami.core.serve.server import Server, serve_wsgi
 from hami.core.serve.webconfig import WebConfig
 
 log = klog.get_logger(__name__)

@@ -25,7 +25,7 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
 from hami.core import klog
-from hami.core.serve.server import Direct, Environ, StartResponse, WSGIApp
+from hami.core.serve.guard import Direct, Environ, StartResponse, WSGIApp
 from hami.scheduler.engine.admission import AdmissionError, WebhookConfig, admit
 from hami.scheduler.engine.requests import pod_problems
 from hami.scheduler.extender import bodies
