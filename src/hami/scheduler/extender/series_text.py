@@ -1,0 +1,230 @@
+"""The extender's per-device, per-pod and per-node series: their labels and values, and their text
+kept between scrapes.
+
+``StateCollector`` (``.collector``) reads the layout here on both paths: as ``Family`` rows for
+``collect()``, and through ``SeriesText`` for a rendered scrape. ``SeriesText`` keeps each node's
+per-device lines and each pod's per-container lines as UTF-8, redone when a reservation changes
+(the usage index tells it, under the state lock, from the first rendered scrape on) or the register
+pass replaces a node's ``NodeState``, and each node's scheduler lines (handshake age, lock,
+schedulable) per node and reason: a scrape, even right after a burst of binds, joins bytes instead
+of formatting lines (the cache holds about one body's worth). The cost moved into each change is
+about 65 µs of CPU per reservation (docs/design/extender-performance.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import NamedTuple
+
+from hami.core.devices import DeviceInfo
+from hami.core.serve.families import Family, Labels, label_set, number, sample_name
+from hami.scheduler.engine.nodes import NodeState
+from hami.scheduler.engine.usage import PodAllocation
+from hami.scheduler.extender.families import MIB, ZONE, Allocation, allocation_families
+from hami.scheduler.extender.schedulable import SCHEDULABLE
+from hami.scheduler.extender.state import ClusterState
+
+Use = tuple[int, int, int]  # a device's (slots used, MiB used, cores used)
+IDLE: Use = (0, 0, 0)
+_LOCKED = "\0locked"  # the key of a node's lock-held line among its reasons' (no reason has a NUL)
+
+
+def per_device(f: Allocation, legacy: list[Family], with_legacy: bool) -> tuple[Family, ...]:
+    """The families with one series per device, in ``device_labels`` order."""
+    current = (f.split, f.mem_limit, f.core_limit, f.mem_alloc, f.shared, f.core_alloc, f.overview,
+               f.mem_ratio)
+    return (*current, *legacy[:7]) if with_legacy else current
+
+
+def per_pod(f: Allocation, legacy: list[Family], with_legacy: bool) -> tuple[Family, ...]:
+    """The families with one series per reserved device of a pod, in ``pod_series`` order."""
+    return (f.v_mem, f.v_core, legacy[8], legacy[9]) if with_legacy else (f.v_mem, f.v_core)
+
+
+def device_labels(name: str, d: DeviceInfo, with_legacy: bool) -> tuple[Labels, ...]:
+    """One device's label values in each ``per_device`` family."""
+    idx = str(d.index)
+    base = (name, d.id, idx, d.type, ZONE)
+    cores = (name, d.id, idx, str(d.devcore), d.type, ZONE)
+    overview = (name, d.id, idx, str(d.devcore), str(d.devmem), d.type, ZONE)
+    out: tuple[Labels, ...] = (base, base, base, cores, base, base, overview, base)
+    if with_legacy:
+        out += (base, base, cores, base, base, overview, (name, d.id, idx, ZONE))
+    return out
+
+
+def device_values(d: DeviceInfo, use: Use, with_legacy: bool) -> tuple[float | None, ...]:
+    """One device's value in each ``per_device`` family; None where it has no series."""
+    used, umem, ucores = use
+    mem, amem = d.devmem * MIB, umem * MIB
+    ratio = umem / d.devmem if d.devmem > 0 else None
+    out: tuple[float | None, ...] = (d.count, mem, d.devcore, amem, used, ucores, amem, ratio)
+    if with_legacy:
+        out += (mem, d.devcore, amem, used, ucores, amem, ratio)
+    return out
+
+
+def pod_series(alloc: PodAllocation, with_legacy: bool) -> Iterator[tuple[Labels, tuple[int, ...]]]:
+    """Per reserved device of the pod: its labels, and its value in each ``per_pod`` family."""
+    for share in alloc.shares:
+        if share.uuid:
+            values = (share.usedmem * MIB, share.usedcores)
+            yield (alloc.namespace, alloc.node, alloc.name, "0", share.uuid, ZONE), (
+                values * 2 if with_legacy else values
+            )
+
+
+class NodeText(NamedTuple):
+    """A node's per-device lines between scrapes. Plain tuples of strings and ints, not an object
+    per device: the cyclic GC untracks such tuples after one pass, so 8,000 devices' text does not
+    add to every later young-generation pass."""
+
+    node: NodeState
+    uses: tuple[Use, ...]  # per device of ``node.devices``
+    heads: tuple[tuple[str, ...], ...]  # per device, per family ``name{labels} ``
+    lines: tuple[tuple[str, ...], ...]  # per device, per family its line
+    text: tuple[bytes, ...]  # per family: every device's line, encoded once
+
+
+class PodText(NamedTuple):
+    alloc: PodAllocation
+    text: tuple[bytes, ...]  # one chunk per ``per_pod`` family, encoded once
+
+
+class SeriesText:
+    """The rendered path's text, kept between scrapes."""
+
+    def __init__(self, state: ClusterState, legacy: bool) -> None:
+        self.state = state
+        self.legacy = legacy
+        self.nodes: dict[str, NodeText] = {}  # guarded by the state lock
+        self._pods: dict[str, PodText] = {}
+        self._usage_seq = -1  # ``state.usage.seq`` when ``nodes`` was last brought up to date
+        # Only the names and label names of these are read (``_node_lines``, ``_pod_lines``).
+        template, legacy_template = allocation_families()
+        self._device_families = per_device(template, legacy_template, legacy)
+        self._pod_families = per_pod(template, legacy_template, legacy)
+        state.usage.listeners.append(self._usage_changed)
+        # Outside the state lock: two scrapes at once may each replace this with their own; every
+        # entry is keyed by all its text depends on, so a race costs a re-render, never a wrong line.
+        # ("", node) -> the age line's head; (reason or _LOCKED, node) -> the whole line
+        self._node_heads: dict[tuple[str, str], str] = {}
+
+    def node_series(
+        self, handshakes: list[tuple[str, float]], verdicts: list[tuple[str, str]], locked: list[str],
+        *, ages: Family, schedulable: Family, held: Family,
+    ) -> None:
+        """The per-node families as text: each line's ``name{labels} `` (and the whole line where
+        the value is fixed) kept per node and reason while the node is listed."""
+        known, lines = self._node_heads, dict[tuple[str, str], str]()
+        age_name, verdict_name, held_name = sample_name(ages), sample_name(schedulable), sample_name(held)
+        for name, age in handshakes:
+            head = known.get(("", name))
+            if head is None:
+                head = f"{age_name}{label_set(ages.labels, (name,))} "
+            lines["", name] = head
+            ages.text.append(f"{head}{number(age)}\n")
+        for reason, name in verdicts:
+            line = known.get((reason, name))
+            if line is None:
+                value = number(1.0 if reason == SCHEDULABLE else 0.0)
+                line = f"{verdict_name}{label_set(schedulable.labels, (name, reason))} {value}\n"
+            lines[reason, name] = line
+            schedulable.text.append(line)
+        for name in locked:
+            line = known.get((_LOCKED, name))
+            if line is None:
+                line = f"{held_name}{label_set(held.labels, (name,))} {number(1.0)}\n"
+            lines[_LOCKED, name] = line
+            held.text.append(line)
+        self._node_heads = lines
+
+    def node(self, name: str, node: NodeState) -> NodeText:
+        """The node's per-device lines, rendered here only for a new ``NodeState`` from the
+        register pass. Under the state lock."""
+        cached = self.nodes.get(name)
+        if cached is None or cached.node is not node:
+            cached = self._node_lines(name, node, self.state.usage.node_usage(name), cached)
+        return cached
+
+    def pod(self, alloc: PodAllocation) -> tuple[bytes, ...]:
+        """The pod's lines, one chunk per ``per_pod`` family. Under the state lock."""
+        held = self._pods.get(alloc.uid)
+        if held is None or held.alloc is not alloc:  # before the first rendered scrape
+            held = self._pods[alloc.uid] = PodText(alloc, self._pod_lines(alloc))
+        return held.text
+
+    def _usage_changed(self, old: PodAllocation | None, new: PodAllocation | None) -> None:
+        """A reservation added, replaced or removed (under the state lock): its pod's lines and
+        its nodes' device lines are redone now, so a scrape after a burst of binds only joins text.
+        Nothing until the first rendered scrape (a replica nobody scrapes pays nothing)."""
+        if self._usage_seq < 0:
+            return
+        if old is not None:
+            self._pods.pop(old.uid, None)
+        if new is not None:
+            self._pods[new.uid] = PodText(new, self._pod_lines(new))
+        self.refresh_nodes()
+
+    def refresh_nodes(self) -> None:
+        """Redo the device lines of every node whose usage changed since the last call (of all
+        nodes when the usage index's log no longer reaches back that far). Under the state lock."""
+        usage, nodes, text = self.state.usage, self.state.nodes, self.nodes
+        touched = usage.touched_since(self._usage_seq)
+        for name in nodes if touched is None else set(touched):
+            node = nodes.get(name)
+            if node is None:
+                text.pop(name, None)
+            else:
+                text[name] = self._node_lines(name, node, usage.node_usage(name), text.get(name))
+        self._usage_seq = usage.seq
+
+    def _node_lines(
+        self, name: str, node: NodeState, usage: dict[str, Use], cached: NodeText | None,
+    ) -> NodeText:
+        """The node's per-device lines: a device's are redone only when its usage changed, and its
+        label sets only with a new ``NodeState``."""
+        if cached is not None and cached.node is not node:
+            cached = None
+        devices = node.devices
+        uses = tuple([usage.get(d.id, IDLE) for d in devices])
+        if cached is not None and cached.uses == uses:
+            return cached
+        families = self._device_families
+        heads = cached.heads if cached is not None else tuple(
+            tuple(
+                f"{sample_name(family)}{label_set(family.labels, labels)} "
+                for family, labels in zip(families, device_labels(name, d, self.legacy), strict=True)
+            )
+            for d in devices
+        )
+        if cached is None:
+            lines = [self._device_text(h, d, u) for h, d, u in zip(heads, devices, uses, strict=True)]
+        else:
+            kept = zip(heads, devices, uses, cached.uses, cached.lines, strict=True)
+            lines = [text if use == old else self._device_text(h, d, use) for h, d, use, old, text in kept]
+        chunks = tuple([
+            "".join(column).encode("utf-8") for column in zip(*lines, strict=True)
+        ]) if lines else (b"",) * len(families)
+        return NodeText(node, uses, heads, tuple(lines), chunks)
+
+    def _device_text(self, heads: tuple[str, ...], d: DeviceInfo, use: Use) -> tuple[str, ...]:
+        """One device's line in each ``per_device`` family (``""`` where it has no series)."""
+        return tuple([
+            "" if value is None else f"{head}{number(value)}\n"
+            for head, value in zip(heads, device_values(d, use, self.legacy), strict=True)
+        ])
+
+    def _pod_lines(self, alloc: PodAllocation) -> tuple[bytes, ...]:
+        """``pod_series`` as text, one chunk per family (families with the same label names share
+        each label set)."""
+        families = self._pod_families
+        lines: list[list[str]] = [[] for _ in families]
+        for labels, values in pod_series(alloc, self.legacy):
+            sets: dict[Labels, str] = {}
+            for out, family, value in zip(lines, families, values, strict=True):
+                text = sets.get(family.labels)
+                if text is None:
+                    text = sets[family.labels] = label_set(family.labels, labels)
+                out.append(f"{sample_name(family)}{text} {number(value)}\n")
+        return tuple(["".join(out).encode("utf-8") for out in lines])
