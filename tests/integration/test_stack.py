@@ -29,13 +29,11 @@ from hami.core import thresholds
 from hami.doctor.findings import EXIT_BROKEN, EXIT_OK, EXIT_WARNING
 from hami.doctor.main import main as doctor_main
 from hami.testing import cluster, dashqueries, demo, promconfig
+from hami.testing.monitoring import ALERTMANAGER, DASHBOARDS, RULES
 from hami.testing.prometheus import PROMETHEUS, PROMTOOL
 from hami.testing.stack import (
-    ALERTMANAGER,
-    DASHBOARDS,
     DEVICE_PLUGIN,
     MONITOR,
-    RULES,
     SCHEDULER,
     Ports,
     Stack,

@@ -19,9 +19,9 @@ from hami.core.codec.node_devices import decode_node_devices
 from hami.core.codec.nodelock import parse_node_lock
 from hami.core.codec.pod_devices import decode_pod_devices
 from hami.testing import alertsink, chart, cluster, dashqueries, demo, ksm, kubesched, promconfig
+from hami.testing.monitoring import ALERTMANAGER_CONFIG, DASHBOARDS, RULES
 from hami.testing.processes import port_problem
 from hami.testing.prometheus import PROMTOOL
-from hami.testing.stack import ALERTMANAGER_CONFIG, DASHBOARDS, RULES
 
 AMTOOL = "/usr/bin/amtool"
 

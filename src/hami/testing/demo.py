@@ -22,9 +22,9 @@ from pathlib import Path
 from hami.core import names
 from hami.core.duration import prometheus_duration_flag
 from hami.testing import chart, cluster
+from hami.testing.monitoring import DASHBOARDS
 from hami.testing.processes import StartError
 from hami.testing.stack import (
-    DASHBOARDS,
     DEVICE_PLUGIN,
     MODULES,
     MONITOR,

@@ -3,40 +3,31 @@
 Start order: Kubernetes API emulator (seeded with ``hami.testing.cluster``), kube-state-metrics
 stand-in, simulated GPU node with the vGPU monitor, device plugin, scheduler extender, Alertmanager,
 Prometheus. ``stop()`` ends them in reverse order. Every wait has a deadline; a child that exits
-early fails the start with the tail of its log.
+early fails the start with the tail of its log. Prometheus's and Alertmanager's configuration is
+``hami.testing.monitoring``'s; fragmented-node's plugin registration, ``hami.testing.registration``'s.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import requests
 import yaml
 
-from hami.core import annotations as ann
 from hami.core import names
-from hami.core.codec.handshake import REPORTED, Handshake, format_handshake
-from hami.testing import chart, cluster, dashqueries, install, promconfig
+from hami.testing import chart, cluster, dashqueries, install, monitoring, promconfig
 from hami.testing.kubeapi import SERVING
 from hami.testing.kubeapi.logs import log_path
+from hami.testing.monitoring import ALERTMANAGER, RULES
 from hami.testing.processes import ProcessGroup, StartError, free_port, http_ok, port_problem
 from hami.testing.prometheus import PROMETHEUS
+from hami.testing.registration import HandshakeReporter
 from hami.testing.wait import wait_until
-
-ROOT = Path(__file__).resolve().parents[3]
-RULES = ROOT / "alerts" / "hami-rules.yaml"
-ALERTMANAGER_CONFIG = ROOT / "alerts" / "alertmanager.yaml"
-DASHBOARDS = ROOT / "dashboards"
-ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
-REPORT_EVERY, REPORT_TIMEOUT = 30.0, 5.0  # the device plugin's register interval; one PATCH's limit
 
 # Daemons and the module that marks each as present in this checkout.
 MONITOR, SCHEDULER, DEVICE_PLUGIN = "monitor", "scheduler", "deviceplugin"
@@ -104,8 +95,7 @@ class Stack:
         self.hook_path = self.work / "hook"
         self.proc_root = self.work / "proc"
         self.chart = install.Installed()
-        self._stopping = threading.Event()
-        self._reporter: threading.Thread | None = None
+        self._reporter: HandshakeReporter | None = None
 
     # ---- addresses ----
 
@@ -126,15 +116,8 @@ class Stack:
         return self.url("kubeapi")
 
     def prometheus_page(self, page: str) -> str:
-        """The URL of a Prometheus UI page that answers on this build: Debian's 2.42 ships only the
-        classic UI, under ``/classic/``; upstream builds serve ``/<page>``."""
-        base = self.url("prometheus")
-        try:
-            if requests.get(f"{base}/{page}", timeout=5, allow_redirects=False).status_code == 200:
-                return f"{base}/{page}"
-        except requests.RequestException:
-            pass
-        return f"{base}/classic/{page}"
+        """The URL of a Prometheus UI page that answers on this build."""
+        return monitoring.prometheus_page(self.url("prometheus"), page)
 
     def metrics_targets(self) -> dict[str, str]:
         """Scrape job -> address of every running daemon."""
@@ -195,9 +178,8 @@ class Stack:
 
     def stop(self) -> dict[str, int]:
         self.running.clear()
-        self._stopping.set()
         if self._reporter is not None:
-            self._reporter.join(REPORT_TIMEOUT + 1)
+            self._reporter.stop()
         return self.procs.stop()
 
     def _wait(self, check_url: str, what: str) -> None:
@@ -229,19 +211,9 @@ class Stack:
         cluster.seed(self.kube_url, seeded)
         self._install_chart([o for o in seeded if o["kind"] == "Node"])
         if self.opts.scenarios:
-            self._reporter = threading.Thread(target=self._report_handshakes, name="handshakes", daemon=True)
+            # fragmented-node runs no device plugin process: its registration is stood in for
+            self._reporter = HandshakeReporter(self.kube_url, cluster.FRAG_NODE)
             self._reporter.start()
-
-    def _report_handshakes(self) -> None:
-        """fragmented-node runs no device plugin process: this answers the scheduler's handshake for it,
-        as its plugin's registration would, every REPORT_EVERY seconds."""
-        url = f"{self.kube_url}/api/v1/nodes/{cluster.FRAG_NODE}"
-        headers = {"Content-Type": "application/merge-patch+json"}
-        while not self._stopping.wait(REPORT_EVERY):
-            value = format_handshake(Handshake(REPORTED, datetime.now().astimezone()))
-            body = {"metadata": {"annotations": {ann.NODE_HANDSHAKE: value}}}
-            with contextlib.suppress(requests.RequestException):  # the API is stopping; the next try says
-                requests.patch(url, json=body, headers=headers, timeout=REPORT_TIMEOUT)
 
     def _install_chart(self, nodes: list[dict[str, Any]]) -> None:
         """The Helm chart, rendered with the production template, installed in the emulator, its
@@ -384,23 +356,13 @@ class Stack:
             ["--bind", self.addr("alertsink"), "--out", str(self.notifications)],
         )
         self._wait_for(self.notifications.exists, "the alert sink")
-        config = self.work / "alertmanager.yml"
-        config.write_text(
-            promconfig.alertmanager_config(
-                ALERTMANAGER_CONFIG.read_text(encoding="utf-8"),
-                self.url("alertsink") + "/",
-                group_wait="1s" if self.fast else "10s",
-            )
+        argv = monitoring.alertmanager_argv(
+            self.work,
+            self.addr("alertmanager"),
+            self.url("alertmanager"),
+            self.url("alertsink") + "/",
+            self.fast,
         )
-        argv = [
-            ALERTMANAGER,
-            f"--config.file={config}",
-            f"--storage.path={self.work / 'alertmanager-data'}",
-            f"--web.listen-address={self.addr('alertmanager')}",
-            # links in notifications and the UI point here, not at this machine's hostname
-            f"--web.external-url={self.url('alertmanager')}",
-            "--cluster.listen-address=",  # no HA gossip port: one instance, nothing else to bind
-        ]
         self.procs.start("alertmanager", argv)
         self._wait(self.url("alertmanager") + "/-/ready", "Alertmanager")
 
@@ -409,24 +371,15 @@ class Stack:
         return promconfig.seconds(self.opts.scrape_interval) < 5
 
     def _start_prometheus(self) -> None:
-        config = self.work / "prometheus.yml"
-        config.write_text(
-            promconfig.prometheus_config(
-                self.metrics_targets(),
-                [self.opts.rules],
-                self.reach("alertmanager"),
-                self.opts.scrape_interval,
-                self.opts.evaluation_interval,
-            )
+        argv = monitoring.prometheus_argv(
+            self.work,
+            self.addr("prometheus"),
+            self.url("prometheus"),
+            targets=self.metrics_targets(),
+            rules=self.opts.rules,
+            alertmanager=self.reach("alertmanager"),
+            scrape_interval=self.opts.scrape_interval,
+            evaluation_interval=self.opts.evaluation_interval,
         )
-        argv = [
-            PROMETHEUS,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={self.work / 'prometheus-data'}",
-            f"--web.listen-address={self.addr('prometheus')}",
-            # alerts' generator links (and Alertmanager's "Source") point here
-            f"--web.external-url={self.url('prometheus')}",
-            "--web.enable-lifecycle",
-        ]
         self.procs.start("prometheus", argv)
         self._wait(self.url("prometheus") + "/-/ready", "Prometheus")
