@@ -1,4 +1,5 @@
 import os
+import re
 import socket
 import ssl
 from collections.abc import Callable, Iterable, Iterator
@@ -11,6 +12,7 @@ import requests
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.parser import text_string_to_metric_families
 
+import hami
 from hami.core.serve import (
     Server,
     WebConfigError,
@@ -282,3 +284,40 @@ def test_empty_web_config_serves_plain_http(tmp_path: Path, servers: list[Server
     srv = serve_wsgi("127.0.0.1:0", app, web_config_file=config)
     servers.append(srv)
     assert requests.get(f"{srv.url}/x", timeout=10).text == "hello"
+
+
+def _hrefs(page: str) -> list[str]:
+    return re.findall(r'<a href="([^"]+)"', page)
+
+
+def test_root_is_a_landing_page_whose_every_link_opens(registry: CollectorRegistry, servers: list[Server]) -> None:
+    """A person who opens a daemon's bare address sees its name, version and endpoints (the
+    exporter-toolkit's landing page), and every link on it answers."""
+    srv = serve_metrics(
+        "127.0.0.1:0", registry, name="hami-test", profiling=True, extra_app=_path_app,
+        extra_links=[("/debug/decisions", "Scheduling decisions")],
+    )
+    servers.append(srv)
+    got = requests.get(srv.url + "/", timeout=10)
+    assert got.status_code == 200 and got.headers["Content-Type"] == "text/html; charset=utf-8"
+    assert "<h1>hami-test</h1>" in got.text and f"version {hami.__version__}" in got.text
+    links = _hrefs(got.text)
+    assert links == ["/metrics", "/healthz", "/readyz", "/debug/pprof/", "/debug/decisions"]
+    for link in links:
+        assert requests.get(srv.url + link, timeout=10).status_code == 200, link
+    head = requests.head(srv.url + "/", timeout=10)
+    assert head.status_code == 200 and head.content == b""
+    # without profiling, no link to it
+    plain = serve_metrics("127.0.0.1:0", registry)
+    servers.append(plain)
+    assert _hrefs(requests.get(plain.url, timeout=10).text) == ["/metrics", "/healthz", "/readyz"]
+
+
+def test_basic_auth_guards_the_landing_page(tmp_path: Path, registry: CollectorRegistry,
+                                            servers: list[Server], password_hash: str) -> None:
+    cfg = tmp_path / "web.yml"
+    cfg.write_text(f"basic_auth_users: {{alice: '{password_hash}'}}\n")
+    srv = serve_metrics("127.0.0.1:0", registry, web_config_file=str(cfg))
+    servers.append(srv)
+    assert requests.get(srv.url + "/", timeout=10).status_code == 401
+    assert requests.get(srv.url + "/", auth=("alice", "s3cret"), timeout=10).status_code == 200

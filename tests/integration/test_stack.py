@@ -19,6 +19,7 @@ import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import pytest
 import requests
@@ -379,17 +380,19 @@ def test_healthy_things_do_not_alert(stack: Stack) -> None:
 
 
 def test_every_url_the_banner_prints_answers(stack: Stack) -> None:
+    """Every address in the banner opens, the bare ones too: the tools' --scheduler-url and
+    --prometheus-url (a daemon's landing page, Prometheus's UI) and the Kubernetes API (its paths)."""
     text = demo.banner(stack, [])
-    # the Kubernetes API emulator's root is not a page: it answers API paths only
-    # pages only: the tools' base addresses (--scheduler-url, --prometheus-url) are checked by the
-    # doctor/tune tests, and the Kubernetes API emulator's root answers API paths only
-    pages = "\n".join(line for line in text.splitlines() if not re.search(r"hami-(doctor|tune)", line))
-    urls = [u.rstrip(",.") for u in re.findall(r"https?://\S+", pages)]
-    urls = [u for u in urls if u != stack.kube_url]
+    urls = sorted({u.rstrip(",.") for u in re.findall(r"https?://[^\s)]+", text)})
+    bare = [u for u in urls if urlsplit(u).path in ("", "/")]
+    assert stack.kube_url in urls and stack.url(SCHEDULER) in bare, bare
     assert any("/alerts" in u for u in urls) and any(u.startswith(stack.url("alertmanager")) for u in urls)
     for url in urls:
         got = requests.get(url, timeout=10)
         assert got.status_code == 200, (url, got.status_code)
+    for c in stack.running:  # every daemon's bare address is its landing page
+        assert '<a href="/metrics">' in requests.get(stack.url(c), timeout=10).text, c
+    assert requests.get(stack.kube_url, timeout=10).json()["paths"]
     assert str(stack.notifications) in text
     assert f"pod scenarios/{cluster.PENDING}" in text
 

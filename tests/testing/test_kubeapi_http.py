@@ -7,6 +7,7 @@ import socket
 from collections.abc import Iterator
 
 import pytest
+import requests
 
 from hami.testing.kubeapi import KubeAPIServer
 
@@ -127,3 +128,14 @@ def test_unreadable_requests_are_refused_and_the_connection_closed(
     assert reply.headers["connection"] == "close"
     assert closed(conn)
     assert len(kube_api.requests) == 0  # never reached the API, so not in the request log
+
+
+def test_root_lists_the_paths_as_a_kube_apiserver_does(kube_api: KubeAPIServer) -> None:
+    """``/`` answers ``{"paths": [...]}``, and every path listed answers too."""
+    got = requests.get(kube_api.url + "/", timeout=10)
+    assert got.status_code == 200
+    paths = got.json()["paths"]
+    assert {"/api", "/api/v1", "/apis", "/version", "/healthz", "/openapi/v3"} <= set(paths)
+    assert paths == sorted(paths) and any(p.startswith("/apis/apps/") for p in paths)
+    for path in paths:
+        assert requests.get(kube_api.url + path, timeout=10).status_code == 200, path

@@ -22,7 +22,7 @@ Component-facing API::
     # A component app on its own port (e.g. the extender's /filter, /bind, /webhook over TLS):
     serve_wsgi(":443", flask_app, web_config=WebConfig(tls=TLSConfig(cert_file=..., key_file=...)))
 
-Endpoints: `/metrics` (prometheus_client exposition; OpenMetrics when the scraper's Accept asks
+Endpoints: `/` (a landing page: the daemon's name, version and links to its endpoints), `/metrics` (prometheus_client exposition; OpenMetrics when the scraper's Accept asks
 for it; gzip when accepted; with `exposition`, a plain text-0.0.4 scrape takes the component's own
 rendering of its families and every other request the same families as metrics), `/healthz`
 (200 while the server answers), `/readyz` (200, or 503 with `not ready: <reason>`; a check that

@@ -15,6 +15,7 @@ from prometheus_client.openmetrics import exposition as openmetrics
 from hami.core import klog
 from hami.core.profiling import is_pprof_path, make_pprof_app
 from hami.core.serve.guard import Environ, StartResponse, WSGIApp
+from hami.core.serve.landing import Link, links, make_landing
 from hami.core.serve.listener import DEFAULT_MAX_CONNECTIONS
 from hami.core.serve.server import Server, serve_wsgi
 from hami.core.serve.webconfig import WebConfig
@@ -65,18 +66,25 @@ def make_app(
     profiling: bool = False,
     extra_app: WSGIApp | None = None,
     exposition: Exposition | None = None,
+    name: str = "hami",
+    extra_links: Sequence[Link] = (),
 ) -> WSGIApp:
-    """/metrics, /healthz, /readyz, /debug/pprof/* (if `profiling`); anything else -> `extra_app`.
+    """/ (a landing page titled `name` linking the endpoints and `extra_links`, the paths
+    `extra_app` serves), /metrics, /healthz, /readyz, /debug/pprof/* (if `profiling`); anything
+    else -> `extra_app`.
 
     With `exposition`, /metrics serves it together with `registry` (see `Exposition`).
     """
     metrics: WSGIApp = make_wsgi_app(registry) if exposition is None else _metrics_app(registry, exposition)
     pprof = make_pprof_app() if profiling else None
+    landing = make_landing(name, links(profiling, extra_links))
 
     def app(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
         if path == "/metrics":
             return metrics(environ, start_response)
+        if path == "/":
+            return landing(environ, start_response)
         if path == "/healthz":
             start_response("200 OK", _TEXT)
             return [b"ok\n"]
@@ -168,10 +176,11 @@ def serve_metrics(
     name: str = "hami",
     exposition: Exposition | None = None,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    extra_links: Sequence[Link] = (),
 ) -> Server:
     """Start the daemon's HTTP server (see the package docstring); its listener's connection
-    figures go on ``registry``."""
-    app = make_app(registry, ready, profiling, extra_app, exposition)
+    figures go on ``registry``; its landing page is titled ``name``."""
+    app = make_app(registry, ready, profiling, extra_app, exposition, name, extra_links)
     return serve_wsgi(
         bind, app, web_config=web_config, web_config_file=web_config_file, name=name,
         max_connections=max_connections, registry=registry,

@@ -20,6 +20,7 @@ from hami.scheduler.engine.decision import FilterConfig
 from hami.scheduler.extender.bind import Binder
 from hami.scheduler.extender.collector import StateCollector
 from hami.scheduler.extender.decisions import DEFAULT_CAPACITY, DecisionStore, Recorder
+from hami.scheduler.extender.decisions import PREFIX as DECISIONS_PREFIX
 from hami.scheduler.extender.decisions import make_app as decisions_app
 from hami.scheduler.extender.events import PodEvents
 from hami.scheduler.extender.filter_service import FilterService
@@ -191,6 +192,7 @@ class Extender:
             exposition=self.collector,
             max_connections=self.opts.max_connections,
             extra_app=decisions_app(self.decisions, self.opts.node_lock_timeout),
+            extra_links=[(DECISIONS_PREFIX, "Scheduling decisions")],
         )
 
     def stop(self) -> None:

@@ -43,6 +43,8 @@ def discovery(segments: list[str], server_address: str) -> dict[str, Any] | byte
     """The discovery document at this path (an object, or bytes already encoded), or None when the
     path is not a discovery path."""
     match segments:
+        case []:
+            return root_paths()
         case ["openapi", "v3"]:
             return openapi.root_document()
         case ["openapi", "v3", "api", version]:
@@ -65,6 +67,15 @@ def discovery(segments: list[str], server_address: str) -> dict[str, Any] | byte
         case ["apis", group, version]:
             return resources.resource_list(group, version) or _missing("/".join(segments))
     return None
+
+
+def root_paths() -> dict[str, Any]:
+    """``/``: the paths the server answers, as a kube-apiserver lists them (``{"paths": [...]}``)."""
+    versions = sorted({(r.group, r.version) for r in resources.RESOURCES})
+    paths = {"/api", "/apis", "/healthz", "/livez", "/readyz", "/openapi/v3", "/version"}
+    for group, version in versions:
+        paths.update((f"/apis/{group}", f"/apis/{group}/{version}") if group else (f"/api/{version}",))
+    return {"paths": sorted(paths)}
 
 
 def _missing(path: str) -> dict[str, Any]:
