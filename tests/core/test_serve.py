@@ -290,7 +290,9 @@ def _hrefs(page: str) -> list[str]:
     return re.findall(r'<a href="([^"]+)"', page)
 
 
-def test_root_is_a_landing_page_whose_every_link_opens(registry: CollectorRegistry, servers: list[Server]) -> None:
+def test_root_is_a_landing_page_whose_every_link_opens(
+    registry: CollectorRegistry, servers: list[Server]
+) -> None:
     """A person who opens a daemon's bare address sees its name, version and endpoints (the
     exporter-toolkit's landing page), and every link on it answers."""
     srv = serve_metrics(

@@ -52,12 +52,12 @@ def code_spans(text: str) -> list[str]:
         if not fenced:
             out += re.findall(r"`([^`]+)`", line)
             continue
-        line = f"{pending} {line.strip()}" if pending else line.strip()
-        if line.endswith("\\"):
-            pending = line[:-1].rstrip()
+        joined = f"{pending} {line.strip()}" if pending else line.strip()
+        if joined.endswith("\\"):
+            pending = joined[:-1].rstrip()
             continue
         pending = ""
-        out.append(line)
+        out.append(joined)
     return out
 
 
@@ -72,6 +72,10 @@ def _placeholder(value: str) -> bool:
     return bool(PLACEHOLDER.search(value)) or value.startswith("$")
 
 
+def _names(objs: list[dict[str, str]]) -> list[str]:
+    return [o["name"] for o in objs]
+
+
 class Chart:
     """What the rendered chart installs, as a command can name it."""
 
@@ -80,7 +84,7 @@ class Chart:
         self.containers = {c.spec["name"] for c in m.containers()}
         self.pod_labels = [c.pod_labels for c in m.containers()]
         self.workload_containers = {
-            (w["kind"], w["metadata"]["name"]): [c["name"] for c in w["spec"]["template"]["spec"]["containers"]]
+            (w["kind"], w["metadata"]["name"]): _names(w["spec"]["template"]["spec"]["containers"])
             for w in m.objects()
             if w["kind"] in ("Deployment", "DaemonSet")
         }
@@ -132,7 +136,8 @@ class Chart:
 def repo_path_problems(span: str) -> list[str]:
     out = []
     for path in REPO_PATH.findall(span):
-        if re.search(r"\b(?:deploy|ds|daemonset|deployment)/[a-z]", path) and "." not in path.rsplit("/", 1)[-1]:
+        resource = re.search(r"\b(?:deploy|ds|daemonset|deployment)/[a-z]", path)
+        if resource and "." not in path.rsplit("/", 1)[-1]:
             continue  # deploy/NAME is a kubectl resource reference, not a file
         pattern = re.sub(r"<[^>]*>", "*", path)
         if not (any(m.ROOT.glob(pattern)) if "*" in pattern else (m.ROOT / pattern).exists()):
@@ -171,11 +176,11 @@ def test_every_repository_file_the_docs_name_exists() -> None:
         ("kubectl -n hami-system logs deploy/hami-scheduler -c extender", "namespace hami-system"),
         ("kubectl -n kube-system logs deploy/hami-scheduler -c extender", "no container extender"),
         ("kubectl -n kube-system get pods -l app.kubernetes.io/name=hami-scheduler", "selects no pod"),
-        ("kubectl -n kube-system get configmap hami-device-config -o yaml", "no ConfigMap hami-device-config"),
+        ("kubectl -n kube-system get configmap hami-device-config", "no ConfigMap hami-device-config"),
         ("kubectl logs -l app=hami-scheduler --tail=100", "without -n kube-system"),
         (
             "kubectl -n kube-system patch deployment hami-scheduler --type=json "
-            "-p='[{\"op\": \"add\", \"path\": \"/spec/template/spec/containers/2/args/-\", \"value\": \"-v=5\"}]'",
+            "-p='[{\"op\": \"add\", \"path\": \"/spec/template/spec/containers/2/args/-\", \"value\": 1}]'",
             "has no container 2",
         ),
     ],

@@ -22,11 +22,12 @@ Component-facing API::
     # A component app on its own port (e.g. the extender's /filter, /bind, /webhook over TLS):
     serve_wsgi(":443", flask_app, web_config=WebConfig(tls=TLSConfig(cert_file=..., key_file=...)))
 
-Endpoints: `/` (a landing page: the daemon's name, version and links to its endpoints), `/metrics` (prometheus_client exposition; OpenMetrics when the scraper's Accept asks
-for it; gzip when accepted; with `exposition`, a plain text-0.0.4 scrape takes the component's own
-rendering of its families and every other request the same families as metrics), `/healthz`
-(200 while the server answers), `/readyz` (200, or 503 with `not ready: <reason>`; a check that
-raises counts as not ready). Basic auth, when configured, guards every path except /healthz and
+Endpoints: `/` (a landing page: the daemon's name, version and links to its endpoints), `/metrics`
+(prometheus_client exposition; OpenMetrics when the scraper's Accept asks for it; gzip when
+accepted; with `exposition`, a plain text-0.0.4 scrape takes the component's own rendering of its
+families and every other request the same families as metrics), `/healthz` (200 while the server
+answers), `/readyz` (200, or 503 with `not ready: <reason>`; a check that raises counts as not
+ready). Basic auth, when configured, guards every path except /healthz and
 /readyz so kubelet probes need no credentials. `bind` is `HOST:PORT`; an empty host listens on
 all addresses; port 0 picks a free port (`server.port`, `server.url`). TLS certificates are
 re-read when their files change. Slow, idle and flooding clients are bounded as `server` says;

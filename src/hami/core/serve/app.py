@@ -66,6 +66,7 @@ def make_app(
     profiling: bool = False,
     extra_app: WSGIApp | None = None,
     exposition: Exposition | None = None,
+    *,
     name: str = "hami",
     extra_links: Sequence[Link] = (),
 ) -> WSGIApp:
@@ -180,7 +181,7 @@ def serve_metrics(
 ) -> Server:
     """Start the daemon's HTTP server (see the package docstring); its listener's connection
     figures go on ``registry``; its landing page is titled ``name``."""
-    app = make_app(registry, ready, profiling, extra_app, exposition, name, extra_links)
+    app = make_app(registry, ready, profiling, extra_app, exposition, name=name, extra_links=extra_links)
     return serve_wsgi(
         bind, app, web_config=web_config, web_config_file=web_config_file, name=name,
         max_connections=max_connections, registry=registry,
