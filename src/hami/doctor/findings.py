@@ -6,13 +6,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-Severity = Literal["ok", "warning", "broken"]
+Severity = Literal["ok", "info", "warning", "broken"]
 
 OK: Severity = "ok"
+# Worth knowing, nothing to act on now: shown with its evidence and fix, but a report of only ok and
+# info findings is ok (exit 0), as no alert fires for it.
+INFO: Severity = "info"
 WARNING: Severity = "warning"
 BROKEN: Severity = "broken"
 
-_RANK: dict[Severity, int] = {OK: 0, WARNING: 1, BROKEN: 2}
+_RANK: dict[Severity, int] = {OK: 0, INFO: 0, WARNING: 1, BROKEN: 2}
 
 # Exit status of hami-doctor (documented in the package docstring and --help).
 EXIT_OK = 0
@@ -74,7 +77,7 @@ def worst(severities: Iterable[Severity]) -> Severity:
 
 
 def exit_code(severity: Severity) -> int:
-    return {OK: EXIT_OK, WARNING: EXIT_WARNING, BROKEN: EXIT_BROKEN}[severity]
+    return {OK: EXIT_OK, INFO: EXIT_OK, WARNING: EXIT_WARNING, BROKEN: EXIT_BROKEN}[severity]
 
 
 def is_broken(findings: Iterable[Finding]) -> bool:

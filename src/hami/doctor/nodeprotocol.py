@@ -12,7 +12,7 @@ from hami.core.codec.nodelock import NodeLock, is_expired, parse_node_lock
 from hami.core.codec.quantity import parse_quantity
 from hami.core.duration import format_duration
 from hami.core.objects import annotations_of, name_of
-from hami.doctor.findings import BROKEN, OK, WARNING, Finding, Remedy
+from hami.doctor.findings import BROKEN, INFO, OK, WARNING, Finding, Remedy
 from hami.doctor.settings import Settings
 
 Obj = dict[str, Any]
@@ -167,26 +167,35 @@ def check_node_lock(
     evidence.append(
         f"owner {owner}, age {age(lock.time, now)}, timeout {format_duration(s.node_lock_timeout)}"
     )
+    # One semantics with the scheduler and HAMiNodeLockHeldTooLong: a lock matters while it holds
+    # the node, i.e. while a bind of another pod would fail on it (the scheduler's
+    # hami_scheduler_node_schedulable reason node_lock, which the alert reads). An expired lock, or
+    # one whose owner is gone, holds nothing: the next bind takes it over, and the scheduler counts
+    # the takeover (HAMiNodeLockExpired, severity info). Left in place it costs no pod anything, so
+    # it is info here too (exit 0), not a warning the alert would never confirm; that a bind
+    # crashed is worth knowing, so it is still shown, with --fix to clear it.
     if is_expired(lock, now, s.node_lock_timeout):
         return [
             Finding(
-                WARNING,
+                INFO,
                 "node.lock.expired",
-                f"node lock held by {owner} for {age(lock.time, now)}: expired, the next bind takes it "
-                "over; whoever set it did not release it",
+                f"node lock held by {owner} for {age(lock.time, now)}: expired "
+                f"(> {format_duration(s.node_lock_timeout)}), so it no longer holds the node; the next "
+                "bind takes it over. Whoever set it did not release it",
                 tuple(evidence),
-                "check the device plugin's Allocate on this node; or clear the lock now",
+                "if it recurs, check the device plugin's Allocate on this node; or clear the lock now",
                 clear,
             )
         ], lock
     if lock.name and owner_exists is False:
         return [
             Finding(
-                WARNING,
+                INFO,
                 "node.lock.dangling",
-                f"node lock held by {owner}, which no longer exists",
+                f"node lock held by {owner}, which no longer exists, so it no longer holds the node; "
+                "the next bind takes it over",
                 tuple(evidence),
-                "the scheduler releases it at the next bind; or clear it now",
+                "nothing to do; or clear it now",
                 clear,
             )
         ], lock

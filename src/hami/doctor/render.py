@@ -8,7 +8,7 @@ from typing import Any
 
 from hami.doctor.findings import BROKEN, Finding, Section, Severity, Table, exit_code, worst
 
-_TAG = {"ok": "[ok]     ", "warning": "[warning]", "broken": "[BROKEN] "}
+_TAG = {"ok": "[ok]     ", "info": "[info]   ", "warning": "[warning]", "broken": "[BROKEN] "}
 _INDENT = " " * 10
 
 
