@@ -16,7 +16,9 @@ import json
 import re
 import shlex
 import subprocess
+import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -26,7 +28,9 @@ import requests
 import yaml
 from dashboards import generate
 
+from hami.core import annotations as ann
 from hami.core import thresholds
+from hami.core.codec.nodelock import NodeLock, format_node_lock
 from hami.doctor.findings import EXIT_BROKEN, EXIT_OK, EXIT_WARNING
 from hami.doctor.main import main as doctor_main
 from hami.testing import cluster, dashqueries, demo, promconfig
@@ -57,6 +61,7 @@ LAST_GPU = cluster.gpu_uuid(0, 3)
 HOT_GPU = cluster.gpu_uuid(0, 2)
 OVERCOMMITTED_GPU = cluster.gpu_uuid(0, cluster.OVERCOMMIT_GPU)
 CAPACITY_BOARD = DASHBOARDS / "hami-capacity.json"
+LOCK_TIMEOUT = timedelta(minutes=30)  # the scheduler's --node-lock-timeout in this module
 
 def poll(check: Callable[[], T | None], what: str, timeout: float = WAIT_S) -> T:
     return wait_until(check, timeout, what, interval=0.5)
@@ -79,8 +84,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         schedule_every=1.0,
         components=COMPONENTS,
         # the lock the pinned pod takes over (its crashed owner is gone) holds locked-node for the
-        # whole module, not only for the default 5m
-        node_lock_timeout="30m",
+        # whole module, not only for the default 5m (the last test re-dates it to see it expire)
+        node_lock_timeout=f"{int(LOCK_TIMEOUT.total_seconds() // 60)}m",
     )
     s = Stack(opts)
     s.start()
@@ -539,3 +544,63 @@ def test_every_rule_evaluates_without_error_and_reports_its_cost(
     durations = {g: float(v) for g, v in LAST_DURATION.findall(own)}
     assert set(durations) == names
     record_property("rule_group_last_duration_seconds_sum", round(sum(durations.values()), 6))
+
+
+LOCK_ALERT = "HAMiNodeLockHeldTooLong"
+LOCK_LEFT = timedelta(seconds=40)  # how long the re-dated lock still holds locked-node
+
+
+def _lock_signals(stack: Stack) -> tuple[bool, int, tuple[str, str]]:
+    """The lock alert firing for locked-node; the doctor's exit code and its lock finding."""
+    firing = _alert_fires(stack, LOCK_ALERT, {"node": cluster.LOCKED_NODE})()
+    code, doc = _doctor(stack, "node", cluster.LOCKED_NODE)
+    findings = doc["sections"][0]["findings"]
+    (lock,) = [(f["code"], f["severity"]) for f in findings if f["code"].startswith("node.lock.")]
+    others = {f["severity"] for f in findings if not f["code"].startswith("node.lock.")}
+    assert others <= {"ok", "info"}, findings  # so that the exit code is the lock's
+    return firing, code, lock
+
+
+def test_the_doctor_and_the_lock_alert_follow_a_lock_through_its_life(stack: Stack) -> None:
+    """One semantics (docs/runbooks/HAMiNodeLockHeldTooLong.md): while a lock holds the node, the alert
+    fires and the doctor warns; once it expired, the alert resolves and the doctor says info (exit 0).
+
+    The pinned pod's lock holds locked-node for the whole module (LOCK_TIMEOUT); here it is re-dated,
+    same owner, to expire LOCK_LEFT from now, and both signals are sampled across the expiry: they must
+    agree at every sample except within Prometheus's lag after the expiry (a scrape and an evaluation).
+    A lock younger than the alert's ``for:`` is not compared: this module's rules divide ``for:`` by 60,
+    the doctor's threshold (thresholds.yaml) is not. Runs last: locked-node's lock stays expired."""
+    need(SCHEDULER)
+    node_url = f"{stack.kube_url}/api/v1/nodes/{cluster.LOCKED_NODE}"
+    owner = f",scenarios,{cluster.PINNED}"
+
+    def lock_value() -> str:
+        annotations = requests.get(node_url, timeout=10).json()["metadata"].get("annotations") or {}
+        return str(annotations.get(ann.NODE_LOCK, ""))
+
+    poll(lambda: lock_value().endswith(owner), "the pinned pod's lock on locked-node")
+    poll(_alert_fires(stack, LOCK_ALERT, {"node": cluster.LOCKED_NODE}), "the lock alert")
+    expires = datetime.now(UTC).replace(microsecond=0) + LOCK_LEFT
+    value = format_node_lock(NodeLock(expires - LOCK_TIMEOUT, "scenarios", cluster.PINNED))
+    requests.patch(
+        node_url, json={"metadata": {"annotations": {ann.NODE_LOCK: value}}}, timeout=10,
+        headers={"Content-Type": "application/merge-patch+json"},
+    ).raise_for_status()
+
+    held = 0
+    while datetime.now(UTC) < expires - timedelta(seconds=5):  # the doctor's run may take seconds
+        firing, code, lock = _lock_signals(stack)
+        assert (firing, code, lock) == (True, EXIT_WARNING, ("node.lock.stuck", "warning")), "held"
+        held += 1
+        time.sleep(1.0)
+    assert held >= 3, "too few samples while the lock held the node"
+
+    # after the expiry: the scheduler stops counting the lock, the alert resolves within its lag
+    poll(lambda: datetime.now(UTC) > expires + timedelta(seconds=1) or None, "the lock to expire")
+    schedulable = f'hami_scheduler_node_schedulable{{node="{cluster.LOCKED_NODE}"}} == 1'
+    poll(lambda: prometheus(stack).query(schedulable), "the scheduler to count locked-node schedulable")
+    poll(lambda: not _alert_fires(stack, LOCK_ALERT, {"node": cluster.LOCKED_NODE})(), "the alert to resolve")
+    for _ in range(5):
+        firing, code, lock = _lock_signals(stack)
+        assert (firing, code, lock) == (False, EXIT_OK, ("node.lock.expired", "info")), "expired"
+        time.sleep(1.0)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from datetime import timedelta
 from typing import Any
 
 import requests
@@ -138,6 +140,27 @@ def pod_cluster(
 # decision record is served on.
 SCHEDULER_SERVICE_SELECTOR = "hami.io/job=hami-scheduler"
 DECISIONS = "/debug/decisions"
+LOCK_TIMEOUT_METRIC = "hami_scheduler_node_lock_timeout_seconds"
+_LOCK_TIMEOUT_SAMPLE = re.compile(rf"^{LOCK_TIMEOUT_METRIC}(?:{{[^}}]*}})? ([0-9.e+]+)$", re.M)
+
+
+def lock_timeout_from_url(url: str, timeout: float = 10.0) -> timedelta | None:
+    """The scheduler's own ``--node-lock-timeout``, from its metrics at ``url`` (None: not readable).
+
+    The doctor judges a lock by the scheduler's expiry, so that it calls a lock expired exactly when
+    the scheduler (and the alerts that read it) stop counting it as holding the node."""
+    try:
+        got = requests.get(f"{url.rstrip('/')}/metrics", params={"name[]": LOCK_TIMEOUT_METRIC}, timeout=timeout)
+    except requests.RequestException:
+        return None
+    found = _LOCK_TIMEOUT_SAMPLE.search(got.text) if got.status_code == 200 else None
+    if found is None:
+        return None
+    try:
+        seconds = float(found.group(1))
+    except ValueError:
+        return None
+    return timedelta(seconds=seconds) if 0 < seconds < 10**9 else None
 
 
 def decision_from_url(url: str, namespace: str, name: str, timeout: float = 10.0) -> tuple[Obj | None, str]:

@@ -110,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--node-lock-timeout",
         type=_duration,
         default=None,
-        help="the scheduler's --node-lock-timeout (default 5m; snapshot: read from the scheduler's pods)",
+        help="the scheduler's --node-lock-timeout (default: read from --scheduler-url's metrics, else 5m; "
+        "snapshot: read from the scheduler's pods)",
     )
     # The checks' own thresholds and remedies (pod, nodes, node).
     cluster = _Parser(add_help=False, parents=[access])
@@ -205,6 +206,11 @@ def _api(args: argparse.Namespace) -> Any:
 
 def _cluster_sections(args: argparse.Namespace, api: Any, now: datetime) -> list[Section]:
     s = _settings(args)
+    if args.scheduler_url and args.node_lock_timeout is None:
+        # the scheduler's own expiry, so that an expired lock here is one it no longer enforces
+        found = fetch.lock_timeout_from_url(args.scheduler_url)
+        if found is not None:
+            s = replace(s, node_lock_timeout=found, bind_timeout=args.bind_timeout or found)
     if args.command == "pod":
         namespace, sep, name = args.target.partition("/")
         if not sep or not namespace or not name:
