@@ -62,7 +62,9 @@ def test_unreachable_scheduler_falls_back_to_events(kube_api: KubeAPIServer, tmp
     assert code == 2  # no scheduler pod, no record, no event: the tree stops at the scheduler
 
 
-def test_the_doctor_judges_a_lock_by_the_schedulers_own_expiry(kube_api: KubeAPIServer, tmp_path: Path) -> None:
+def test_the_doctor_judges_a_lock_by_the_schedulers_own_expiry(
+    kube_api: KubeAPIServer, tmp_path: Path
+) -> None:
     """With --scheduler-url the doctor reads the scheduler's --node-lock-timeout from its metrics: a
     lock 10 minutes old holds the node under a 30m expiry (a warning, as HAMiNodeLockHeldTooLong fires),
     and holds nothing under the default 5m (info: the next bind takes it over)."""

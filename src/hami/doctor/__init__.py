@@ -7,6 +7,7 @@ plus the register checks of the device-plugin guide (§4.2); ``hami-doctor logs 
 known log lines (both guides' tables, HAMi's own lines and this project's) to their meaning and action.
 
 Checks are pure functions over objects fetched once (GET/LIST only); ``--fix`` is the only path that
-writes, and it asks first. Exit status: 0 healthy (info findings included), 1 warning, 2 broken, 3 usage error (bad
-arguments, unknown pod or node, unreadable log), 4 the cluster could not be reached or read.
+writes, and it asks first. Exit status: 0 healthy (info findings included), 1 warning, 2 broken,
+3 usage error (bad arguments, unknown pod or node, unreadable log), 4 the cluster could not be
+reached or read.
 """

@@ -150,7 +150,9 @@ def lock_timeout_from_url(url: str, timeout: float = 10.0) -> timedelta | None:
     The doctor judges a lock by the scheduler's expiry, so that it calls a lock expired exactly when
     the scheduler (and the alerts that read it) stop counting it as holding the node."""
     try:
-        got = requests.get(f"{url.rstrip('/')}/metrics", params={"name[]": LOCK_TIMEOUT_METRIC}, timeout=timeout)
+        got = requests.get(
+            f"{url.rstrip('/')}/metrics", params={"name[]": LOCK_TIMEOUT_METRIC}, timeout=timeout
+        )
     except requests.RequestException:
         return None
     found = _LOCK_TIMEOUT_SAMPLE.search(got.text) if got.status_code == 200 else None

@@ -13,9 +13,9 @@ Reads only (GET/LIST). --fix applies the guides' remedies the report offers (cle
 dangling or malformed node lock; drop a handshake the scheduler will not refresh) after asking;
 --yes skips the question.
 
-Exit status: 0 healthy (info findings included), 1 warning, 2 broken, 3 usage error (bad arguments, unknown pod or node,
-unreadable log), 4 the cluster (or, for idle and a history snapshot, Prometheus) could not be reached
-or read. ``snapshot`` exits 0 once the file is written.
+Exit status: 0 healthy (info findings included), 1 warning, 2 broken, 3 usage error (bad arguments,
+unknown pod or node, unreadable log), 4 the cluster (or, for idle and a history snapshot,
+Prometheus) could not be reached or read. ``snapshot`` exits 0 once the file is written.
 """
 
 from __future__ import annotations
