@@ -208,9 +208,9 @@ def _cluster_sections(args: argparse.Namespace, api: Any, now: datetime) -> list
     s = _settings(args)
     if args.scheduler_url and args.node_lock_timeout is None:
         # the scheduler's own expiry, so that an expired lock here is one it no longer enforces
-        found = fetch.lock_timeout_from_url(args.scheduler_url)
-        if found is not None:
-            s = replace(s, node_lock_timeout=found, bind_timeout=args.bind_timeout or found)
+        expiry = fetch.lock_timeout_from_url(args.scheduler_url)
+        if expiry is not None:
+            s = replace(s, node_lock_timeout=expiry, bind_timeout=args.bind_timeout or expiry)
     if args.command == "pod":
         namespace, sep, name = args.target.partition("/")
         if not sep or not namespace or not name:
