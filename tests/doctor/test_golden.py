@@ -6,10 +6,13 @@ Regenerate after an intended change with HAMI_DOCTOR_GOLDEN=update and review th
 from __future__ import annotations
 
 import os
+from datetime import datetime
 from pathlib import Path
 
+from hami.testing import cluster
 from hami.testing.builders import event
-from hami.testing.doctorcluster import OLD_HANDSHAKE, hami_node, hami_pod, run_doctor, scheduler_pod
+from hami.testing.doctorcluster import NOW, OLD_HANDSHAKE, hami_node, hami_pod, run_doctor, scheduler_pod
+from hami.testing.extender import filter_pod, running
 from hami.testing.kubeapi import KubeAPIServer
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -92,3 +95,27 @@ def test_golden_logs() -> None:
     code, out = run_doctor(None, "logs", "-", stdin=log)
     assert code == 2
     _check("logs.txt", out)
+
+
+def test_golden_demo_pending_pod(kube_api: KubeAPIServer, kube_config_file: Path) -> None:
+    """`hami-doctor pod scenarios/pending-gpu --scheduler-url ...` on the demo's cluster, as the banner
+    prints it: sizes as people write them (1.5 GiB, not 1.49414 GiB), durations in Go's form, and each
+    finding with its own nodes' evidence only. The real extender filters the pod over the demo's nodes;
+    its decision record is read at NOW, as the doctor is. (``kube_api``, not ``api``: the extender
+    writes events and handshakes beside the doctor's reads.)"""
+    api = kube_api
+    at = datetime.fromisoformat(NOW.replace("Z", "+00:00"))
+    objects = cluster.objects(4, at, scenarios=True)
+    for obj in (*objects, scheduler_pod()):
+        api.store.put(obj)
+    pending = next(o for o in objects if o["metadata"]["name"] == cluster.PENDING)
+    nodes = [o["metadata"]["name"] for o in objects if o["kind"] == "Node"]
+    with running(api) as ext:
+        assert ext.metrics_server is not None and ext.filters.recorder is not None
+        ext.filters.recorder.now = lambda: at  # the record's lock ages at the doctor's NOW
+        assert filter_pod(ext, pending, nodes)["NodeNames"] is None
+        url = ext.metrics_server.url
+        target = f"scenarios/{cluster.PENDING}"
+        code, out = run_doctor(kube_config_file, "pod", target, "--scheduler-url", url)
+    assert code == 2
+    _check("demo_pending_pod.txt", out.replace(url, "http://127.0.0.1:9395"))

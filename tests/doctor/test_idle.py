@@ -66,12 +66,12 @@ def _run(*args: str) -> tuple[int, str]:
 def test_reclaim_table_most_memory_first(prom_url: str) -> None:
     code, text = _run("--prometheus-url", prom_url)
     assert code == 1
-    assert "2 pods hold 14.0 GiB of vGPU memory and ran no kernel for 1h0m0s or more  (idle.pods)" in text
+    assert "2 pods hold 14 GiB of vGPU memory and ran no kernel for 1h0m0s or more  (idle.pods)" in text
     rows = [line.split() for line in text.splitlines() if line.startswith("  ns")]
     since = lambda s: format_rfc3339(datetime.fromtimestamp(END - s, UTC))  # noqa: E731
     assert rows == [
-        ["ns1", "train", "n1", "12.0", "GiB", since(5000), "1h23m20s", "0%"],
-        ["ns3", "notebook", "n2", "2.0", "GiB", since(4000), "1h6m40s", "3%"],
+        ["ns1", "train", "n1", "12", "GiB", since(5000), "1h23m20s", "0%"],
+        ["ns3", "notebook", "n2", "2", "GiB", since(4000), "1h6m40s", "3%"],
     ]
 
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from hami.core import readable
 from hami.core.codec.nodelock import format_rfc3339
 from hami.core.promapi import QueryFn
 from hami.doctor.findings import OK, WARNING, Finding, Section, Table
 from hami.doctor.nodeprotocol import age
-
-GIB = 1024**3
 
 
 @dataclass(frozen=True)
@@ -81,7 +80,7 @@ def idle_section(pods: list[IdlePod] | None, monitor_job: str, idle_for: timedel
         Finding(
             WARNING,
             "idle.pods",
-            f"{len(pods)} pods hold {held / GIB:.1f} GiB of vGPU memory and ran no kernel for {limit} "
+            f"{len(pods)} pods hold {readable.size_bytes(held)} of vGPU memory and ran no kernel for {limit} "
             "or more",
             fix="ask the owners to release them (scale the workload down or delete the pod); the "
             "HAMiVGPUIdle alert fires on the same condition",
@@ -96,10 +95,10 @@ def idle_section(pods: list[IdlePod] | None, monitor_job: str, idle_for: timedel
                     p.namespace,
                     p.pod,
                     p.node,
-                    f"{p.memory_bytes / GIB:.1f} GiB",
+                    readable.size_bytes(p.memory_bytes),
                     format_rfc3339(now - timedelta(seconds=p.idle_seconds)),
                     age(now - timedelta(seconds=p.idle_seconds), now),
-                    "-" if p.sm_peak_percent is None else f"{p.sm_peak_percent:g}%",
+                    "-" if p.sm_peak_percent is None else readable.percent(p.sm_peak_percent),
                 )
                 for p in pods
             ),

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from hami.core import readable
 from hami.core.duration import format_duration
 from hami.doctor import reasons
 from hami.doctor.findings import BROKEN, OK, WARNING, Finding
@@ -28,11 +29,6 @@ UNSCHEDULABLE_FIX = {
     "unhealthy": "every GPU of the node is unhealthy or cordoned: nvidia-smi -q -d HEALTH on the node",
     "node_lock": "a node lock holds the node (hami-doctor node NAME shows the holder)",
 }
-
-
-def size(mib: float) -> str:
-    """MiB as people read them: ``40 GiB``, ``1.5 GiB``, ``512 MiB``."""
-    return f"{mib / 1024:g} GiB" if mib >= 1024 else f"{mib:g} MiB"
 
 
 def _request(rec: Obj) -> Obj:
@@ -54,27 +50,36 @@ def _memory(rec: Obj, nodes: list[Obj]) -> str:
     req = _request(rec)
     free, where = _best(nodes, "largest_free_memory_mib")
     pct = req.get("memory_percent")
-    asked = f"{pct}% of a card" if pct else size(req.get("memory_mib", 0))
-    return f"requests {asked} per card; the largest free on any node is {size(free)} ({where or 'none'})"
+    asked = f"{readable.percent(pct)} of a card" if pct else readable.mib(req.get("memory_mib", 0))
+    return (
+        f"requests {asked} per card; the largest free on any node is {readable.mib(free)} "
+        f"({where or 'none'})"
+    )
 
 
 def _cores(rec: Obj, nodes: list[Obj]) -> str:
     free, where = _best(nodes, "largest_free_cores")
     return (
-        f"requests {_request(rec).get('cores', 0)}% of a card's cores; the most free on any node is "
-        f"{free:g}% ({where or 'none'})"
+        f"requests {readable.percent(_request(rec).get('cores', 0))} of a card's cores; the most free on "
+        f"any node is {readable.percent(free)} ({where or 'none'})"
     )
 
 
 def _devices(rec: Obj, nodes: list[Obj]) -> str:
     cards, where = _best(nodes, "cards")
     gpus = _request(rec).get("gpus", 0)
-    return f"requests {gpus} GPUs in one container; the most on any node is {cards:g} ({where})"
+    return (
+        f"requests {readable.number(gpus)} GPUs in one container; the most on any node is "
+        f"{readable.number(cards)} ({where})"
+    )
 
 
 def _slots(_rec: Obj, nodes: list[Obj]) -> str:
     free, where = _best(nodes, "free_slots")
-    return f"every split slot is taken: the most free slots on any node is {free:g} ({where or 'none'})"
+    return (
+        f"every split slot is taken: the most free slots on any node is {readable.number(free)} "
+        f"({where or 'none'})"
+    )
 
 
 def _quota(rec: Obj, _nodes: list[Obj]) -> str:
@@ -82,10 +87,11 @@ def _quota(rec: Obj, _nodes: list[Obj]) -> str:
     req = _request(rec)
     parts = []
     if "memory_mib_left" in left:
-        asked = size(req.get("memory_mib", 0))
-        parts.append(f"{size(left['memory_mib_left'])} memory left (requests {asked})")
+        asked = readable.mib(req.get("memory_mib", 0))
+        parts.append(f"{readable.mib(left['memory_mib_left'])} memory left (requests {asked})")
     if "cores_left" in left:
-        parts.append(f"{left['cores_left']} cores left (requests {req.get('cores', 0)})")
+        cores = f"{readable.number(left['cores_left'])} cores left"
+        parts.append(f"{cores} (requests {readable.number(req.get('cores', 0))})")
     return f"namespace quota: {', '.join(parts) or 'no HAMi limit found'}"
 
 
@@ -102,27 +108,46 @@ NUMBERS: dict[str, Callable[[Obj, list[Obj]], str]] = {
 }
 
 
-def _evidence(node: Obj) -> str:
+def _evidence(node: Obj, lock_timeout: timedelta) -> str:
     line = f"{node.get('node')}: {node.get('reason')}"
     if "largest_free_memory_mib" in node:
         cards = f"{node.get('healthy_cards', 0)}/{node.get('cards', 0)}"
         line += (
-            f"; largest free {size(node['largest_free_memory_mib'])}, {node.get('largest_free_cores', 0)}% "
-            f"cores, {node.get('free_slots', 0)} free slots on {cards} healthy cards"
+            f"; largest free {readable.mib(node['largest_free_memory_mib'])}, "
+            f"{readable.percent(node.get('largest_free_cores', 0))} cores, "
+            f"{readable.number(node.get('free_slots', 0))} free slots on {cards} healthy cards"
         )
     if node.get("schedulable", "ok") != "ok":
         line += f"; scheduler: {node['schedulable']}"
     lock = node.get("lock")
     if lock:
-        line += f"; lock held by {lock.get('holder') or '?'} for {lock.get('age_seconds', '?')}s"
+        held = timedelta(seconds=round(float(lock.get("age_seconds") or 0)))
+        holder = lock.get("holder") or "?"
+        if held >= lock_timeout:  # the scheduler takes it over: it holds nothing
+            line += (
+                f"; an expired lock of {holder} ({format_duration(held)} old, timeout "
+                f"{format_duration(lock_timeout)})"
+            )
+        else:
+            line += f"; lock held by {holder} for {format_duration(held)}"
     return line
 
 
-def unschedulable(rec: Obj) -> list[Finding]:
-    nodes = rec.get("nodes") or []
-    evidence = tuple(_evidence(n) for n in nodes) + tuple(
-        f"{count} more nodes: {code}" for code, count in sorted((rec.get("other_nodes") or {}).items())
+def _timeout(rec: Obj) -> timedelta:
+    return timedelta(seconds=float(rec.get("node_lock_timeout_seconds") or 300))
+
+
+def _more(rec: Obj, code: str | None) -> tuple[str, ...]:
+    """The record's count of further nodes (not listed one by one) with ``code``, or with any."""
+    other = rec.get("other_nodes") or {}
+    return tuple(
+        f"{readable.number(n)} more nodes: {c}" for c, n in sorted(other.items()) if code in (None, c)
     )
+
+
+def unschedulable(rec: Obj) -> list[Finding]:
+    """One finding per reason, each with the evidence of its own nodes only."""
+    nodes, timeout = rec.get("nodes") or [], _timeout(rec)
     codes: dict[str, int] = {}
     for n in nodes:
         for code in n.get("codes") or {}:
@@ -133,6 +158,7 @@ def unschedulable(rec: Obj) -> list[Finding]:
         meaning, fix = reasons.explain(code)
         numbers = NUMBERS.get(code, _on)
         summary = f"{code}: {numbers(rec, with_code)} ({meaning})"
+        evidence = (*(_evidence(n, timeout) for n in with_code), *_more(rec, code))
         out.append(Finding(BROKEN, f"pod.decision.{code}", summary, evidence, fix))
     dropped = [n for n in nodes if not n.get("codes")]
     for n in dropped:
@@ -142,13 +168,16 @@ def unschedulable(rec: Obj) -> list[Finding]:
                 BROKEN,
                 f"pod.decision.node-{why}",
                 f"{n.get('node')}: the scheduler places no GPU pod there ({why}; {n.get('reason')})",
-                evidence,
+                (_evidence(n, timeout),),
                 UNSCHEDULABLE_FIX.get(why, "hami-doctor node " + str(n.get("node"))),
             )
         )
     if not out:
         out.append(
-            Finding(BROKEN, "pod.decision.unschedulable", "no node fits the pod", evidence, "read the record")
+            Finding(
+                BROKEN, "pod.decision.unschedulable", "no node fits the pod",
+                (*(_evidence(n, timeout) for n in nodes), *_more(rec, None)), "read the record",
+            )
         )
     return out
 
@@ -175,7 +204,7 @@ def findings(rec: Obj, source: str) -> list[Finding]:
         ]
     if phase == "bind_failed":
         lock = rec.get("lock") or {}
-        timeout = timedelta(seconds=float(rec.get("node_lock_timeout_seconds") or 300))
+        timeout = _timeout(rec)
         detail = ""
         if lock:
             age = timedelta(seconds=float(lock.get("age_seconds") or 0))
