@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hami.core import annotations as ann
+from hami.core import readable
 from hami.core.codec import CodecError
 from hami.core.codec.pod_devices import decode_pod_devices
 from hami.core.hamicore import DISABLE_CONTROL_ENV, HostLayout, control_disabled
@@ -107,7 +108,7 @@ def check_container(container: Obj, files: NodeFiles | None, layout: HostLayout,
                 f"{layout.hook_path}",
             )
         ]
-    libraries = [f"{path} ({size} bytes)" for path, size in files.libraries]
+    libraries = [f"{path} ({readable.number(size)} bytes)" for path, size in files.libraries]
     if not any(size > 0 for _, size in files.libraries):
         return [
             Finding(
