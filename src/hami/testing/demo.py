@@ -140,7 +140,9 @@ def banner(stack: Stack, skipped: list[str]) -> str:
         "Scenarios (alerts fire once their `for:` durations, 0-15 minutes, have passed; over-commit needs"
         " a few minutes of growth more):",
         f"  node {cluster.STALE_NODE}: expired handshake and no allocatable GPU (the scheduler drops it)",
-        f"  node {cluster.LOCKED_NODE}: expired lock of a crashed bind, broken and held again",
+        f"  node {cluster.LOCKED_NODE}: expired lock of a crashed bind, broken and held again until"
+        f" --node-lock-timeout ({stack.opts.node_lock_timeout or '5m'}): HAMiNodeLockHeldTooLong fires,"
+        " then resolves as the lock expires (the doctor's warning turns to info)",
         f"  pod scenarios/{cluster.PENDING}: stays Pending",
         f"  node {cluster.FRAG_NODE}: {cluster.FRAG_GPUS} L4s with 1.5 GiB free each; pod"
         f" scenarios/{cluster.FRAG_PENDING} asks for an L4 with {cluster.FRAG_REQUEST_MIB // 1024} GiB and"
