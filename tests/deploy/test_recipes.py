@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from hami.core import names
+from hami.core.codec.handshake import format_requesting
 from hami.core.profiling.heap import DEFAULT_WINDOW_S
 from hami.testing import certs, chart, cluster, install
 from hami.testing.kubeapi import KubeAPIServer
@@ -362,11 +364,21 @@ def _restarted(done: Result, env: Env) -> None:
     assert "kubectl.kubernetes.io/restartedAt" in deploy["spec"]["template"]["metadata"]["annotations"]
 
 
+# bash's two words for `Requesting_<date> <time>` in `$((...))`: a field of 08 or 09 (month, day,
+# hour) is a bad octal number, any other time a syntax error; which one depends on the clock.
+_ARITHMETIC_ERRORS = ("syntax error", "value too great for base")
+
+
+def _handshake_arithmetic_failed(done: Result) -> bool:
+    return "Requesting_" in done.stderr and any(e in done.stderr for e in _ARITHMETIC_ERRORS)
+
+
 def _batch(done: Result, _env: Env) -> None:
     # The registration line matches; v2.10's `Requesting_<time>` handshake (the scheduler writes it
     # on every node) is not a number to subtract, and bash stops there.
     assert f"--- 节点: {CPU_NODE} ---\n  [WARNING] GPU 未注册" in done.stdout, done.stdout
-    assert "Requesting_" in done.stderr and "syntax error" in done.stderr, done.stderr
+    assert _handshake_arithmetic_failed(done), done.stderr
+    assert "握手正常" not in done.stdout and "握手超时" not in done.stdout, done.stdout
 
 
 def _schedulable(metrics_url: str, node: str) -> bool:
@@ -490,6 +502,48 @@ def test_recipe(rid: str, env: Env) -> None:
         script.write_text(batch_script(), encoding="utf-8")
         command = command.replace("check-node-annotations.sh", str(script))
     CHECKS[rid](env.run(command, stdin=HEAP_STDIN if CHECKS[rid] is _heap else "top\n"), env)
+
+
+@pytest.mark.parametrize(
+    "when",
+    [
+        datetime(2025, 6, 13, 7, 7, 40),  # syntax error
+        datetime(2025, 6, 13, 8, 30, 0),  # hour 08: octal
+        datetime(2025, 6, 13, 9, 59, 59),  # hour 09
+        datetime(2025, 8, 13, 12, 0, 0),  # month 08
+        datetime(2025, 9, 9, 23, 59, 59),  # month and day 09
+        datetime(2025, 12, 31, 23, 59, 59),  # the year's last second
+        datetime(2026, 1, 1, 0, 0, 0),
+    ],
+)
+def test_batch_check_holds_at_any_time(when: datetime, tmp_path: Path) -> None:
+    """The 000-batch check, on the guide's script with the handshake written at chosen times: the
+    scheduler writes its local time, so which bash error the row sees depends on the clock."""
+    handshake = format_requesting(when.replace(tzinfo=UTC), UTC)  # as written, in any zone
+    kubectl = tmp_path / "kubectl"  # answers the script's three reads for one node
+    kubectl.write_text(
+        "#!/bin/bash\n"
+        'case "$*" in\n'
+        f"  *items*) echo {GPU_NODE} ;;\n"
+        '  *register*) echo \'[{"id":"GPU-0"}]\' ;;\n'
+        f"  *handshake*) echo '{handshake}' ;;\n"
+        "esac\n",
+        encoding="utf-8",
+    )
+    kubectl.chmod(0o755)
+    script = tmp_path / "check-node-annotations.sh"
+    script.write_text(batch_script(), encoding="utf-8")
+    done = subprocess.run(
+        ["bash", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PATH": f"{tmp_path}:{os.environ['PATH']}", "LANG": "C.UTF-8"},
+        check=False,
+    )
+    assert f"--- 节点: {GPU_NODE} ---\n  [OK] GPU 已注册" in done.stdout, done.stdout
+    assert _handshake_arithmetic_failed(done), done.stderr
+    assert "握手正常" not in done.stdout and "握手超时" not in done.stdout, done.stdout
 
 
 def test_pprof_behind_mutual_tls(env: Env) -> None:
