@@ -68,6 +68,9 @@ OWN_PATTERNS: tuple[LogPattern, ...] = (
     _p("cores-clamped", r"GPUCoresClamped", SCHED, "Warning",
        "a pod asked for more than 100 gpucores and is placed as a whole card, as HAMi does",
        "ask for nvidia.com/gpucores 100 or less"),
+    _p("pod-label-failed", r"failed to label the pod", SCHED, "Warning",
+       "--vgpu-node-label: a bound pod did not get its hami.io/vgpu-node label; HAMi's vGPU monitor "
+       "will not see it", _API + " (patch pods)"),
     _p("binding-failed", r"BindingFailed|\bbind \S+/\S+(?: to \S+ failed)?: ", SCHED, "Error",
        "a bind failed; kube-scheduler retries the pod", "hami-doctor pod NS/NAME"),
     _p("lock-not-released", r"failed to release (?:the )?(?:node )?lock of", ANY, "Warning",

@@ -157,7 +157,8 @@ class SchedulerMetrics:
         )
         self.api_errors = Counter(
             "hami_scheduler_api_errors_total",
-            "API-server writes that failed, by operation (handshake, pod_patch, binding, node_lock) "
+            "API-server writes that failed, by operation (handshake, pod_patch, pod_label, binding, "
+            "node_lock) "
             "and reason (conflict, not_found, timeout, status_<code>).",
             ["operation", "reason"],
             registry=registry,
