@@ -15,12 +15,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from hami.core import annotations as ann
 from hami.core import names
 from hami.core.codec.handshake import format_requesting
 from hami.core.profiling.heap import DEFAULT_WINDOW_S
@@ -175,8 +177,9 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         )
         assert applied.returncode == 0, applied.stderr
         pods = install.run_workloads(api.store, [GPU_NODE, CPU_NODE]).pods
-        # the replica the guide's `.items[0]` names (lists are ordered by name)
-        scheduler_pod = min(pods[names.SCHEDULER_DEPLOYMENT], key=lambda p: str(p["metadata"]["name"]))
+        # The extender runs as the replica listed second (lists are ordered by name), and labels itself
+        # the leader: the guide's `.items[0]` of app=hami-scheduler alone names the follower.
+        scheduler_pod = max(pods[names.SCHEDULER_DEPLOYMENT], key=lambda p: str(p["metadata"]["name"]))
         plugin_pod = pods[names.DEVICE_PLUGIN_DAEMONSET][0]
 
         device_config = api.store.get("configmaps", names.DEVICE_CONFIGMAP, names.NAMESPACE)
@@ -502,6 +505,27 @@ def test_recipe(rid: str, env: Env) -> None:
         script.write_text(batch_script(), encoding="utf-8")
         command = command.replace("check-node-annotations.sh", str(script))
     CHECKS[rid](env.run(command, stdin=HEAP_STDIN if CHECKS[rid] is _heap else "top\n"), env)
+
+
+def test_scheduler_pod_recipe_names_the_leader_of_two_replicas(env: Env) -> None:
+    """Production runs two scheduler replicas; only the leader filters and logs. The recipe selects it
+    by its role label, where the guide's `.items[0]` of app=hami-scheduler names the follower here."""
+    role = ann.SCHEDULER_ROLE_LABEL
+
+    def replicas() -> list[dict[str, Any]]:
+        pods = env.api.store.list("pods", names.NAMESPACE)
+        mine = [p for p in pods if p["metadata"].get("labels", {}).get("app") == names.SCHEDULER_APP]
+        return sorted(mine, key=lambda p: str(p["metadata"]["name"]))
+
+    assert len(replicas()) == 2
+    wait_until(lambda: all(role in p["metadata"]["labels"] for p in replicas()), 60, "the role labels")
+    first, second = (p["metadata"]["name"] for p in replicas())
+    recipe = next(r for r in recipes() if r.id == "000-scheduler-pod").command
+    leader = env.run(f'{recipe}; echo "$SCHEDULER_POD"')
+    assert leader.stdout.strip() == second, leader.stdout + leader.stderr
+    as_the_guide = env.run(recipe.replace(f",{role}=leader", "") + '; echo "$SCHEDULER_POD"')
+    assert as_the_guide.stdout.strip() == first  # the follower, whose log has no filter lines
+    assert "FilteringFailed" not in env.run(f"kubectl logs {first} -n kube-system").stdout
 
 
 @pytest.mark.parametrize(
