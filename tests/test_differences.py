@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "design" / "differences.md"
+DOC = Path(__file__).resolve().parents[1] / "docs/design/differences.md"
 
 
 def rows() -> list[list[str]]:
