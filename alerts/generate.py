@@ -17,6 +17,7 @@ import yaml
 
 from alerts.alerting import AlertingRules
 from alerts.capacity import CapacityRules
+from alerts.contract import OPTIONAL_GROUP, ContractRules
 from alerts.recording import RecordingRules
 from alerts.routing import alertmanager_config
 from alerts.rulebase import TILE
@@ -31,7 +32,7 @@ def load_config(path: Path = thresholds.PATH) -> dict[str, Any]:
     return thresholds.load(path)
 
 
-class _Rules(RecordingRules, AlertingRules, CapacityRules):
+class _Rules(RecordingRules, AlertingRules, CapacityRules, ContractRules):
     pass
 
 
@@ -68,6 +69,10 @@ def build(cfg: dict[str, Any]) -> dict[str, Any]:
             {"name": "hami-device.alerts", "rules": r.device_alerts()},
             {"name": "hami-scheduler.alerts", "rules": r.scheduler_alerts()},
             {"name": "hami-absent.alerts", "rules": r.absent_alerts()},
+            {"name": "hami-contract.alerts", "rules": r.contract_alerts()},
+            # Off by default (HAMi's proposal): the chart renders this group only with
+            # prometheusRule.optionalAlerts.
+            {"name": OPTIONAL_GROUP, "rules": r.optional_alerts()},
         ]
     }
 

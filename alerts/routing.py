@@ -2,8 +2,9 @@
 
 An over-limit container matches three rules (its memory is above its limit, so also above 90 % of it,
 and the monitor clamps the reading); an unhealthy GPU usually got there through the XID that is also
-alerting. The more specific alert inhibits the others for the same object. Receivers are the
-operator's: the one here has no integration (the demo sends it to a file).
+alerting. The more specific alert inhibits the others for the same object. HAMi's proposed alert
+names (alerts/contract.py) overlap four of ours; of each pair, the one that fires first notifies.
+Receivers are the operator's: the one here has no integration (the demo sends it to a file).
 """
 
 from __future__ import annotations
@@ -26,6 +27,13 @@ def inhibit_rules(cluster: str) -> list[dict[str, Any]]:
             "HAMiVGPUMemoryOverLimit", "HAMiMonitorRegionSkips", [cluster, "node"], reason="usage_over_limit"
         ),
         _inhibit("HAMiGPUDeviceUnhealthy", "HAMiGPUXidErrors", [cluster, "node", "device_uuid"]),
+        # HAMi's proposed names (alerts/contract.py) and ours that say the same: the one that fires
+        # first, under the weaker condition, notifies.
+        _inhibit("HAMiGPUMemoryNearlyExhausted", "HAMiGPUMemoryAllocationHigh", [cluster, "node"]),
+        _inhibit("HAMiGPUCoresNearlyExhausted", "HAMiGPUCoreAllocationHigh", [cluster, "node"]),
+        _inhibit("HAMiGPUMemoryHigh", "HAMivGPUMemoryNearLimit", container),
+        _inhibit("HAMiVGPUMemoryOverLimit", "HAMivGPUMemoryNearLimit", container),
+        _inhibit("HAMiSchedulerDown", "HAMiSchedulerMetricsAbsent", [cluster, "job"]),
     ]
 
 

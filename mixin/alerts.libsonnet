@@ -391,6 +391,68 @@
             }
           }
         ]
+      },
+      {
+        "name": "hami-contract.alerts",
+        "rules": [
+          {
+            "alert": "HAMiGPUMemoryNearlyExhausted",
+            "expr": "100 * node:hami_gpu_memory_allocated_per_limit:ratio > %(gpuMemoryNearlyExhaustedPercent)s" % $._config,
+            "for": "%(gpuMemoryNearlyExhaustedFor)s" % $._config,
+            "labels": {
+              "severity": "warning"
+            },
+            "annotations": {
+              "summary": "GPU memory on a node is nearly exhausted by allocations.",
+              "description": "Node {{ $labels.node }} has {{ printf \"%.1f\" $value }}% of its schedulable GPU memory allocated: new GPU pods will be filtered with CardInsufficientMemory.",
+              "runbook_url": $._config.runbookURLPattern % "HAMiGPUMemoryNearlyExhausted"
+            }
+          },
+          {
+            "alert": "HAMiGPUCoresNearlyExhausted",
+            "expr": "100 * max by (node, device_uuid) (hami_gpu_core_allocated_ratio{job=\"%(schedulerJob)s\"})\n  / (max by (node, device_uuid) (hami_gpu_core_limit_ratio{job=\"%(schedulerJob)s\"}) > 0)\n> %(gpuCoresNearlyExhaustedPercent)s" % $._config,
+            "for": "%(gpuCoresNearlyExhaustedFor)s" % $._config,
+            "labels": {
+              "severity": "warning"
+            },
+            "annotations": {
+              "summary": "GPU cores of a card are nearly exhausted by allocations.",
+              "description": "Device {{ $labels.device_uuid }} on node {{ $labels.node }} has {{ printf \"%.1f\" $value }}% of its cores allocated: new GPU pods that ask for cores will be filtered with CardInsufficientCore.",
+              "runbook_url": $._config.runbookURLPattern % "HAMiGPUCoresNearlyExhausted"
+            }
+          },
+          {
+            "alert": "HAMivGPUMemoryNearLimit",
+            "expr": "100 * namespace_pod_container:hami_vgpu_memory_used_per_limit:ratio > %(vgpuMemoryNearLimitPercent)s" % $._config,
+            "for": "%(vgpuMemoryNearLimitFor)s" % $._config,
+            "labels": {
+              "severity": "warning"
+            },
+            "annotations": {
+              "summary": "A container is about to reach its vGPU memory limit.",
+              "description": "{{ $labels.namespace }}/{{ $labels.pod }} container {{ $labels.container }} uses {{ printf \"%.1f\" $value }}% of its vGPU memory limit on device {{ $labels.device_uuid }} (node {{ $labels.node }}): its next allocations will fail.",
+              "runbook_url": $._config.runbookURLPattern % "HAMivGPUMemoryNearLimit"
+            }
+          }
+        ]
+      },
+      {
+        "name": "hami-optional.alerts",
+        "rules": [
+          {
+            "alert": "HAMiSchedulerMetricsAbsent",
+            "expr": "label_replace(absent(up{job=\"%(schedulerJob)s\"} == 1), \"job\", \"%(schedulerJob)s\", \"\", \"\")" % $._config,
+            "for": "%(schedulerMetricsAbsentFor)s" % $._config,
+            "labels": {
+              "severity": "critical"
+            },
+            "annotations": {
+              "summary": "Prometheus scrapes no metrics from the HAMi scheduler.",
+              "description": "No target of job \"{{ $labels.job }}\" has answered a scrape for %(schedulerMetricsAbsentFor)s: scheduling metrics, and the alerts built on them, are blind." % $._config,
+              "runbook_url": $._config.runbookURLPattern % "HAMiSchedulerMetricsAbsent"
+            }
+          }
+        ]
       }
     ],
   },

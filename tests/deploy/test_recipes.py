@@ -13,14 +13,18 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from hami.core import annotations as ann
 from hami.core import names
+from hami.core.codec.handshake import format_requesting
 from hami.core.profiling.heap import DEFAULT_WINDOW_S
 from hami.testing import certs, chart, cluster, install
 from hami.testing.kubeapi import KubeAPIServer
@@ -173,8 +177,9 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         )
         assert applied.returncode == 0, applied.stderr
         pods = install.run_workloads(api.store, [GPU_NODE, CPU_NODE]).pods
-        # the replica the guide's `.items[0]` names (lists are ordered by name)
-        scheduler_pod = min(pods[names.SCHEDULER_DEPLOYMENT], key=lambda p: str(p["metadata"]["name"]))
+        # The extender runs as the replica listed second (lists are ordered by name), and labels itself
+        # the leader: the guide's `.items[0]` of app=hami-scheduler alone names the follower.
+        scheduler_pod = max(pods[names.SCHEDULER_DEPLOYMENT], key=lambda p: str(p["metadata"]["name"]))
         plugin_pod = pods[names.DEVICE_PLUGIN_DAEMONSET][0]
 
         device_config = api.store.get("configmaps", names.DEVICE_CONFIGMAP, names.NAMESPACE)
@@ -362,11 +367,21 @@ def _restarted(done: Result, env: Env) -> None:
     assert "kubectl.kubernetes.io/restartedAt" in deploy["spec"]["template"]["metadata"]["annotations"]
 
 
+# bash's two words for `Requesting_<date> <time>` in `$((...))`: a field of 08 or 09 (month, day,
+# hour) is a bad octal number, any other time a syntax error; which one depends on the clock.
+_ARITHMETIC_ERRORS = ("syntax error", "value too great for base")
+
+
+def _handshake_arithmetic_failed(done: Result) -> bool:
+    return "Requesting_" in done.stderr and any(e in done.stderr for e in _ARITHMETIC_ERRORS)
+
+
 def _batch(done: Result, _env: Env) -> None:
     # The registration line matches; v2.10's `Requesting_<time>` handshake (the scheduler writes it
     # on every node) is not a number to subtract, and bash stops there.
     assert f"--- 节点: {CPU_NODE} ---\n  [WARNING] GPU 未注册" in done.stdout, done.stdout
-    assert "Requesting_" in done.stderr and "syntax error" in done.stderr, done.stderr
+    assert _handshake_arithmetic_failed(done), done.stderr
+    assert "握手正常" not in done.stdout and "握手超时" not in done.stdout, done.stdout
 
 
 def _schedulable(metrics_url: str, node: str) -> bool:
@@ -490,6 +505,69 @@ def test_recipe(rid: str, env: Env) -> None:
         script.write_text(batch_script(), encoding="utf-8")
         command = command.replace("check-node-annotations.sh", str(script))
     CHECKS[rid](env.run(command, stdin=HEAP_STDIN if CHECKS[rid] is _heap else "top\n"), env)
+
+
+def test_scheduler_pod_recipe_names_the_leader_of_two_replicas(env: Env) -> None:
+    """Production runs two scheduler replicas; only the leader filters and logs. The recipe selects it
+    by its role label, where the guide's `.items[0]` of app=hami-scheduler names the follower here."""
+    role = ann.SCHEDULER_ROLE_LABEL
+
+    def replicas() -> list[dict[str, Any]]:
+        pods = env.api.store.list("pods", names.NAMESPACE)
+        mine = [p for p in pods if p["metadata"].get("labels", {}).get("app") == names.SCHEDULER_APP]
+        return sorted(mine, key=lambda p: str(p["metadata"]["name"]))
+
+    assert len(replicas()) == 2
+    wait_until(lambda: all(role in p["metadata"]["labels"] for p in replicas()), 60, "the role labels")
+    first, second = (p["metadata"]["name"] for p in replicas())
+    recipe = next(r for r in recipes() if r.id == "000-scheduler-pod").command
+    leader = env.run(f'{recipe}; echo "$SCHEDULER_POD"')
+    assert leader.stdout.strip() == second, leader.stdout + leader.stderr
+    as_the_guide = env.run(recipe.replace(f",{role}=leader", "") + '; echo "$SCHEDULER_POD"')
+    assert as_the_guide.stdout.strip() == first  # the follower, whose log has no filter lines
+    assert "FilteringFailed" not in env.run(f"kubectl logs {first} -n kube-system").stdout
+
+
+@pytest.mark.parametrize(
+    "when",
+    [
+        datetime(2025, 6, 13, 7, 7, 40),  # syntax error
+        datetime(2025, 6, 13, 8, 30, 0),  # hour 08: octal
+        datetime(2025, 6, 13, 9, 59, 59),  # hour 09
+        datetime(2025, 8, 13, 12, 0, 0),  # month 08
+        datetime(2025, 9, 9, 23, 59, 59),  # month and day 09
+        datetime(2025, 12, 31, 23, 59, 59),  # the year's last second
+        datetime(2026, 1, 1, 0, 0, 0),
+    ],
+)
+def test_batch_check_holds_at_any_time(when: datetime, tmp_path: Path) -> None:
+    """The 000-batch check, on the guide's script with the handshake written at chosen times: the
+    scheduler writes its local time, so which bash error the row sees depends on the clock."""
+    handshake = format_requesting(when.replace(tzinfo=UTC), UTC)  # as written, in any zone
+    kubectl = tmp_path / "kubectl"  # answers the script's three reads for one node
+    kubectl.write_text(
+        "#!/bin/bash\n"
+        'case "$*" in\n'
+        f"  *items*) echo {GPU_NODE} ;;\n"
+        '  *register*) echo \'[{"id":"GPU-0"}]\' ;;\n'
+        f"  *handshake*) echo '{handshake}' ;;\n"
+        "esac\n",
+        encoding="utf-8",
+    )
+    kubectl.chmod(0o755)
+    script = tmp_path / "check-node-annotations.sh"
+    script.write_text(batch_script(), encoding="utf-8")
+    done = subprocess.run(
+        ["bash", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PATH": f"{tmp_path}:{os.environ['PATH']}", "LANG": "C.UTF-8"},
+        check=False,
+    )
+    assert f"--- 节点: {GPU_NODE} ---\n  [OK] GPU 已注册" in done.stdout, done.stdout
+    assert _handshake_arithmetic_failed(done), done.stderr
+    assert "握手正常" not in done.stdout and "握手超时" not in done.stdout, done.stdout
 
 
 def test_pprof_behind_mutual_tls(env: Env) -> None:

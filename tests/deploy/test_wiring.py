@@ -12,11 +12,13 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from alerts.contract import OPTIONAL_GROUP
 from scripts import gen_deploy
 
 from hami.core import names, thresholds
 from hami.scheduler.engine.admission import WebhookConfig, admit
 from hami.scheduler.engine.device_config import load_nvidia_config
+from hami.testing import chart
 from hami.testing import manifests as m
 
 
@@ -174,8 +176,20 @@ def test_service_monitors_scrape_each_daemon_under_its_alerting_job_name() -> No
 
 
 def test_prometheus_rule_is_the_alert_rules() -> None:
+    """All groups but the optional one (HAMiSchedulerMetricsAbsent, off by default as HAMi proposes)."""
     rules = yaml.safe_load((m.ROOT / "alerts" / "hami-rules.yaml").read_text(encoding="utf-8"))
-    assert m.find("PrometheusRule", "hami")["spec"]["groups"] == rules["groups"]
+    shipped = [g for g in rules["groups"] if g["name"] != OPTIONAL_GROUP]
+    assert len(shipped) == len(rules["groups"]) - 1
+    assert m.find("PrometheusRule", "hami")["spec"]["groups"] == shipped
+
+
+def test_optional_alerts_render_only_when_asked() -> None:
+    rules = yaml.safe_load((m.ROOT / "alerts" / "hami-rules.yaml").read_text(encoding="utf-8"))
+    asked = chart.render(sets=["prometheusRule.enabled=true", "prometheusRule.optionalAlerts=true"])
+    (rule,) = [o for o in asked if o["kind"] == "PrometheusRule"]
+    assert rule["spec"]["groups"] == rules["groups"]
+    names = {r.get("alert") for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert "HAMiSchedulerMetricsAbsent" in names
 
 
 def test_generated_files_are_current() -> None:

@@ -101,7 +101,10 @@ def test_named_type_errors_are_400s_naming_the_field(
 
 @pytest.mark.parametrize(("limits", "reason"), [
     ({"nvidia.com/gpucores": "-50"}, "nvidia.com/gpucores -50 is negative"),
-    ({"nvidia.com/gpucores": "150"}, "nvidia.com/gpucores 150 is more than 100"),
+    # gpucores above 100 is no problem: HAMi clamps it (tests/scheduler/test_core_clamp.py).
+    ({"nvidia.com/gpucores": "5000000000"}, "nvidia.com/gpucores 5000000000 overflows int32"),
+    ({"nvidia.com/gpucores": "lots"}, "nvidia.com/gpucores 'lots' is not a quantity"),
+    ({"nvidia.com/gpu": "1e30"}, "nvidia.com/gpu 1e30 overflows int64"),
     ({"nvidia.com/gpumem": "-1"}, "nvidia.com/gpumem -1 is negative"),
     ({"nvidia.com/gpumem": "99999999999"}, "nvidia.com/gpumem 99999999999 is more than"),
     ({"nvidia.com/gpu": "-2"}, "nvidia.com/gpu -2 is negative"),

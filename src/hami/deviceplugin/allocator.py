@@ -211,7 +211,7 @@ class Allocator:
         except AllocateError as err:
             self._metrics.allocate_errors.labels(self.node, err.reason).inc()
             self._metrics.allocate_duration.labels(self.node, "failure").observe(time.perf_counter() - start)
-            log.error("%s", err.message)
+            log.error("Allocate failed: %s", err.message)
             if pod is not None:
                 self._mark_failed(pod, node_obj)
             raise

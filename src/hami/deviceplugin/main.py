@@ -255,7 +255,7 @@ def run(args: argparse.Namespace, stop: threading.Event, running: dict[str, Mana
         policy = parse_xid_policy(disable, _env("DP_ENABLE_HEALTHCHECKS", ""))
         checks = parse_health_checks(args.health_checks, disable)
     except (ConfigError, ValueError) as exc:
-        log.error("%s", exc)
+        log.error("hami-device-plugin: %s", exc)
         return 1
     settings = settings_from(args)
     registry = CollectorRegistry()
@@ -274,7 +274,7 @@ def run(args: argparse.Namespace, stop: threading.Event, running: dict[str, Mana
     try:
         api_client = new_api_client(from_args(args, user_agent="hami-device-plugin"), registry)
     except (KubeConfigError, ValueError) as exc:
-        log.error("%s", exc)
+        log.error("hami-device-plugin: %s", exc)
         nvml.close()
         return 1
     pods = Informer(
@@ -333,7 +333,7 @@ def run(args: argparse.Namespace, stop: threading.Event, running: dict[str, Mana
     finally:
         stop_within(shutdown, "hami-device-plugin")
     if fatal:
-        log.fatal("%s", fatal[0])  # klog.Fatalf: exit 255, as HAMi
+        log.fatal("hami-device-plugin: %s", fatal[0])  # klog.Fatalf: exit 255, as HAMi
     return 0
 
 

@@ -54,7 +54,7 @@ class Manager:
         health_wait_ms: int = 500,
         health_poll_s: float = 5.0,
         watch_interval: float = 0.5,
-        on_fatal: Callable[[str], None] = lambda message: log.error("%s", message),
+        on_fatal: Callable[[str], None] = lambda message: log.error("plugin fatal: %s", message),
     ) -> None:
         self.settings = settings
         self.cfg = cfg

@@ -78,7 +78,7 @@ class DevicePlugin:
         metrics: PluginMetrics,
         events: EventRecorder | None = None,
         scores: PairScores | None = None,
-        on_fatal: Callable[[str], None] = lambda message: log.error("%s", message),
+        on_fatal: Callable[[str], None] = lambda message: log.error("plugin fatal: %s", message),
         mig: MigPartitioner | None = None,
     ) -> None:
         self.settings = settings

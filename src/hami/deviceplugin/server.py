@@ -203,7 +203,7 @@ class PluginServer:
         *,
         on_restart: Callable[[], None] = lambda: None,
         on_crash: Callable[[], None] = lambda: None,
-        on_give_up: Callable[[str], None] = lambda message: log.error("%s", message),
+        on_give_up: Callable[[str], None] = lambda message: log.error("plugin fatal: %s", message),
         probe_s: float = 5.0,
         backoff_s: float = 0.5,
         clock: Callable[[], float] = time.monotonic,

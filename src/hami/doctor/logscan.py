@@ -2,33 +2,21 @@
 
 The lines are those docs/guides/device-plugin-debugging.md (§1.3, §4.3, §4.4, §7) and
 docs/guides/scheduler-debugging.md quote from HAMi, and this project's own wording of the same
-events. ``scan`` counts each pattern and keeps its first occurrence."""
+events; then this project's own warning and error lines (``logcatalog``). ``scan`` counts each
+pattern and keeps its first occurrence."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from hami.doctor import reasons
 from hami.doctor.findings import BROKEN, OK, WARNING, Finding, Section, Severity, Table
+from hami.doctor.logcatalog import OWN_PATTERNS
+from hami.doctor.logpattern import LogPattern
 
 # The guide's severity column (§7) and what it means for the exit status.
 LEVELS: dict[str, Severity] = {"Fatal": BROKEN, "Error": BROKEN, "Warning": WARNING, "Info": OK}
-
-
-@dataclass(frozen=True)
-class LogPattern:
-    key: str
-    pattern: str  # a regular expression, searched in each line
-    component: str  # "device-plugin" or "scheduler"
-    level: str  # a key of LEVELS
-    meaning: str
-    action: str
-    regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "regex", re.compile(self.pattern))
 
 
 _p = LogPattern
@@ -135,7 +123,8 @@ PATTERNS: tuple[LogPattern, ...] = (
     ),
     _p(
         "grpc-crashed",
-        r"GRPC server has repeatedly crashed",
+        # the guide's wording, and the real line, which names the resource
+        r"GRPC server (?:for '\S+' )?has repeatedly crashed",
         DP,
         "Fatal",
         "the device plugin gRPC server keeps crashing",
@@ -269,6 +258,7 @@ PATTERNS: tuple[LogPattern, ...] = (
         "read the reason codes (hami-doctor pod NS/NAME)",
     ),
     _p("filtering-node", r"Filtering node \S+ for pod \S+", SCHED, "Info", "V(4) Filter trace", "none"),
+    *OWN_PATTERNS,
 )
 
 

@@ -167,7 +167,7 @@ class MonitorCollector(Collector):
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:
             self._warned.add(key)
-            log.warning("%s", message)
+            log.warning("collection: %s", message)
 
     def _decode_failed(self, pod: Mapping[str, Any], err: Exception) -> None:
         self._pod_error(pod, f"failed to decode pod devices: {err}")

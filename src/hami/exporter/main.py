@@ -183,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if cfg.profiling_heap_from_start:
         start_tracing()  # the heap profile shows what was allocated before the request
     for warning in cfg.warnings:
-        log.warning("%s", warning)
+        log.warning("config: %s", warning)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -219,7 +219,7 @@ class EventRecorder:
             log.v(4).info("%s", message)
         else:
             self._logged.add(reason)
-            log.warning("%s", message)
+            log.warning("event recorder: %s", message)
 
     def _ok(self) -> None:
         if self._logged:

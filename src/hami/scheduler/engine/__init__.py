@@ -28,8 +28,9 @@ Decisions on the quirks of §4.9 and other divergences from HAMi v2.10:
   exceeds the card count (HAMi can print ``3/1 AllocatedCardsInsufficientRequest``). Unchanged
   for ``hami-core`` cards, which are never revisited.
 - ``Coresreq > 100`` clamp persisting for later cards — REPRODUCED (it is harmless: every card
-  would clamp the same way). Topology requests never decrement Nums — REPRODUCED (it is how
-  topology-aware collects every candidate).
+  would clamp the same way); ``container_request`` already clamps, so the webhook's quota
+  pre-check and the device score see the 100 that Fit places. Topology requests never decrement
+  Nums — REPRODUCED (it is how topology-aware collects every candidate).
 - Node ties — DETERMINISTIC: HAMi's tie order depends on goroutine timing; here the node listed
   first in the request wins among equal scores. Device ties follow HAMi (Go's sort of ≤ 12
   elements is an insertion sort, i.e. stable, like Python's).

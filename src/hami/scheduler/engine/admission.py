@@ -7,9 +7,10 @@ env (every container, GPU or not, when ``gpuCorePolicy`` is not ``default``), ``
 exclusive-core defaulting, the pod's ``runtimeClassName``, and ``NVIDIA_VISIBLE_DEVICES=none`` for
 containers without HAMi resources when ``overwriteEnv`` is on. Then negative or impossible HAMi
 resource values are refused (not in HAMi, which admits ``gpucores: -50``: see
-``container_problems``), privileged containers are denied, the scheduler name is set and the quota
-is pre-checked. Env entries are appended like HAMi does (a user's entry of the same name stays; the
-last definition wins in the container).
+``container_problems``); a ``gpucores`` above 100 is admitted as HAMi does, with an admission
+warning that the scheduler takes it as 100 (``core_clamps``); privileged containers are denied,
+the scheduler name is set and the quota is pre-checked. Env entries are appended like HAMi does
+(a user's entry of the same name stays; the last definition wins in the container).
 
 Section signs (§) refer to docs/design/scheduler.md.
 """
@@ -28,6 +29,7 @@ from hami.scheduler.engine.device_config import DEFAULT_CORE_POLICY, NvidiaConfi
 from hami.scheduler.engine.quota import QuotaManager
 from hami.scheduler.engine.requests import (
     container_problems,
+    core_clamps,
     int_quantity,
     pod_quota_demand,
     pod_requests,
@@ -133,7 +135,9 @@ def _response(
     allowed: bool,
     message: str = "",
     code: int = 200,
+    *,
     patch: list[Obj] | None = None,
+    warnings: list[str] | None = None,
 ) -> Obj:
     """controller-runtime's response: ``status`` always present (``Complete`` defaults the code to
     200), reason ``Forbidden`` on a denial, and the request's AdmissionReview version echoed (the
@@ -145,6 +149,8 @@ def _response(
         status["message"] = message
     request = review.get("request") or {}
     response: Obj = {"uid": str(request.get("uid", "")), "allowed": allowed, "status": status}
+    if warnings:  # kubectl prints each as "Warning: ..." (admission warnings, Kubernetes 1.19)
+        response["warnings"] = warnings
     if patch:
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
@@ -205,4 +211,5 @@ def admit(review: Any, cfg: WebhookConfig, quotas: QuotaManager | None) -> Obj:
         namespace = namespace_of(pod) or str(request.get("namespace") or "")
         if (mem or cores) and not quotas.fits(namespace, mem, cores):
             return _response(review, False, "exceeding resource quota", 403)
-    return _response(review, True, patch=json_patch(dict(pod), mutated))
+    clamps = [p for c in everything for p in core_clamps(c, nvidia)]
+    return _response(review, True, patch=json_patch(dict(pod), mutated), warnings=clamps)

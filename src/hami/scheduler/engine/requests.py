@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Final
 
 from hami.core import annotations as ann
@@ -27,6 +28,7 @@ _MAX_INT32: Final = 2**31 - 1
 _TRUE: Final = frozenset({"1", "t", "T", "TRUE", "true", "True"})  # Go strconv.ParseBool
 _INT64_MIN: Final = -(2**63)
 _INT64_MAX: Final = 2**63 - 1
+CORES_MAX: Final = 100  # gpucores: a whole card
 
 
 def int_quantity(value: object) -> int | None:
@@ -144,45 +146,93 @@ def container_request(container: object, cfg: NvidiaConfig) -> ContainerRequest 
     cores = cfg.default_cores
     raw_cores = int_quantity(_resource(resources, cfg.resource_core_name))
     if raw_cores is not None:
-        cores = raw_cores
+        # HAMi clamps in Fit, after the checks that do not read cores; clamped here so the webhook's
+        # quota pre-check, the score and the allocation see the same 100 (docs/design/differences.md).
+        cores = min(raw_cores, CORES_MAX)
     return ContainerRequest(nums=nums, memreq=memnum, mem_percentage=percentage, coresreq=cores)
 
 
-def container_problems(container: Mapping[str, Any], cfg: NvidiaConfig) -> list[str]:
-    """Negative or impossible HAMi resource values of one container, as messages.
+def _quantity(value: object) -> Decimal | None:
+    """The quantity's exact value (a JSON number or Kubernetes text), None when it is not one."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return Decimal(value) if Decimal(value).is_finite() else None
+    if not isinstance(value, str):
+        return None
+    try:
+        return parse_quantity(value)
+    except CodecError:
+        return None
 
-    HAMi takes ``gpucores: -50`` as asked and drops a too large ``gpumem`` silently (the pod is
-    then scheduled as if it asked for no GPU); both are refused here instead, with a reason. A
-    value that is not an exact integer is left to HAMi's rule (it does not count).
+
+def container_problems(container: Mapping[str, Any], cfg: NvidiaConfig) -> list[str]:
+    """HAMi resource values of one container that cannot mean anything, as messages.
+
+    Refused: text that is not a quantity (HAMi's decoder fails on the whole request), a negative
+    value (HAMi takes ``gpucores: -50`` as asked), a value past int64 or, for the count and the
+    cores, past int32 (HAMi wraps it into another number), a ``gpumem`` too large for int32 (HAMi
+    silently schedules the pod as asking for no GPU) and a ``gpumem-percentage`` above 100 (HAMi's
+    webhook refuses it). ``gpucores`` above 100 is not a problem: HAMi clamps it (``core_clamps``).
+    A fraction is left to HAMi's rule (it does not count).
     """
     resources = container.get("resources")
     if not isinstance(resources, Mapping):
         return []
     bounds = (
-        (cfg.resource_count_name, None),
-        (cfg.resource_memory_name, _MAX_INT32 // cfg.factor),
-        (cfg.resource_memory_percentage_name, 100),
-        (cfg.resource_core_name, 100),
+        (cfg.resource_count_name, _MAX_INT32, "overflows int32"),
+        (cfg.resource_memory_name, _MAX_INT32 // cfg.factor, "is more than {most}"),
+        (cfg.resource_memory_percentage_name, 100, "is more than {most}"),
+        (cfg.resource_core_name, _MAX_INT32, "overflows int32"),
     )
     problems = []
-    for name, most in bounds:
-        value = int_quantity(_resource(resources, name)) if name else None
-        if value is None:
+    who = f"container {container.get('name', '')}"
+    for name, most, too_large in bounds:
+        raw = _resource(resources, name) if name else None
+        if raw is None:
             continue
-        if value < 0:
-            problems.append(f"container {container.get('name', '')}: {name} {value} is negative")
-        elif most is not None and value > most:
-            problems.append(f"container {container.get('name', '')}: {name} {value} is more than {most}")
+        value = _quantity(raw)
+        if value is None:
+            problems.append(f"{who}: {name} {str(raw)[:64]!r} is not a quantity")
+        elif value < 0:
+            problems.append(f"{who}: {name} {raw} is negative")
+        elif value > _INT64_MAX:
+            problems.append(f"{who}: {name} {raw} overflows int64")
+        elif value > most and value == value.to_integral_value():
+            problems.append(f"{who}: {name} {raw} " + too_large.format(most=most))
     return problems
+
+
+def core_clamps(container: Mapping[str, Any], cfg: NvidiaConfig) -> list[str]:
+    """``gpucores`` above 100 that the scheduler takes as 100, as HAMi's Fit does, as messages."""
+    resources = container.get("resources")
+    if not isinstance(resources, Mapping) or not cfg.resource_core_name:
+        return []
+    cores = int_quantity(_resource(resources, cfg.resource_core_name))
+    if cores is None or not CORES_MAX < cores <= _MAX_INT32:
+        return []
+    return [
+        f"container {container.get('name', '')}: {cfg.resource_core_name} {cores} is more than "
+        f"{CORES_MAX}, taken as {CORES_MAX} (a whole card), as HAMi does"
+    ]
+
+
+def pod_clamps(pod: Mapping[str, Any], cfg: NvidiaConfig) -> list[str]:
+    """``core_clamps`` of every container, init containers first."""
+    return [p for c in _every_container(pod) for p in core_clamps(c, cfg)]
 
 
 def pod_problems(pod: Mapping[str, Any], cfg: NvidiaConfig) -> list[str]:
     """``container_problems`` of every container, init containers first."""
+    return [p for c in _every_container(pod) for p in container_problems(c, cfg)]
+
+
+def _every_container(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     spec = pod.get("spec")
     if not isinstance(spec, Mapping):
         return []
     every = (*_containers(spec, "initContainers"), *_containers(spec, "containers"))
-    return [p for c in every if isinstance(c, Mapping) for p in container_problems(c, cfg)]
+    return [c for c in every if isinstance(c, Mapping)]
 
 
 def _containers(spec: Mapping[str, Any], key: str) -> Sequence[object]:

@@ -28,6 +28,7 @@ from hami.core.codec.nodelock import CONTENTION, parse_rfc3339
 from hami.core.duration import format_duration
 from hami.core.kube import errors, raw
 from hami.core.kube.events import ObjectRef
+from hami.core.kube.patches import patch_pod_metadata
 from hami.core.objects import labels_of, meta_field
 from hami.scheduler.engine.requests import pod_request
 from hami.scheduler.extender.decisions import Recorder
@@ -82,6 +83,7 @@ class Binder:
         is_leader: Callable[[], bool] = lambda: True,
         lock_retry_timeout: float = 28.0,
         recorder: Recorder | None = None,
+        label_pods: bool = False,
     ) -> None:
         self.state = state
         self.api = api_client
@@ -91,6 +93,7 @@ class Binder:
         self.lock_retry_timeout = lock_retry_timeout
         self.metrics = state.metrics
         self.recorder = recorder
+        self.label_pods = label_pods
 
     def bind(self, args: BindArgs) -> str:
         """Bind the pod; returns the ExtenderBindingResult ``Error`` ("" on success)."""
@@ -185,6 +188,8 @@ class Binder:
         self.events.binding_succeed(ref, args.node)
         if gpus:
             self._bound(args, pod)
+            if self.label_pods:
+                self._label(args)
         log.v(4).info("bound %s/%s to %s", args.pod_namespace, args.pod_name, args.node)
         return ""
 
@@ -197,6 +202,18 @@ class Binder:
         except CodecError:
             return  # no creation time to measure from
         self.metrics.pod_creation_to_bind.observe(max(since, 0.0))
+
+    def _label(self, args: BindArgs) -> None:
+        """``hami.io/vgpu-node`` on the bound pod: HAMi's filter patch sets it and a Binding cannot.
+        A failure is logged and counted; the pod stays bound."""
+        try:
+            patch_pod_metadata(
+                self.api, args.pod_namespace, args.pod_name, labels={ann.POD_VGPU_NODE: args.node}
+            )
+        except errors.ApiError as err:
+            self.metrics.api_errors.labels("pod_label", errors.error_reason(err)).inc()
+            log.warning("bind %s/%s: failed to label the pod %s: %s", args.pod_namespace, args.pod_name,
+                        ann.POD_VGPU_NODE, err)
 
     def _lock(self, args: BindArgs, pod: Mapping[str, Any]) -> None:
         started = time.monotonic()

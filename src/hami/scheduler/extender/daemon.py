@@ -60,6 +60,9 @@ class Options:
     leader_elect_resource_namespace: str = ""
     leader_identity: str = ""
     legacy_metrics: bool = False
+    # Label each bound pod hami.io/vgpu-node (one pod patch a bind): for HAMi's device plugin and
+    # vGPU monitor, which list pods by that label. Ours sets it on its Allocate patch.
+    vgpu_node_label: bool = False
     pod_name: str = ""  # $POD_NAME / $POD_NAMESPACE: this replica, for the role labels
     pod_namespace: str = ""
     register_tick: float = TICK_SECONDS
@@ -117,6 +120,7 @@ class Extender:
             is_leader=self.leader.is_leader,
             lock_retry_timeout=opts.node_lock_retry_timeout,
             recorder=decided,
+            label_pods=opts.vgpu_node_label,
         )
         # not registered: /metrics renders it itself (serve's ``exposition``), beside the registry
         self.collector = StateCollector(

@@ -22,6 +22,8 @@ FILTERING_FAILED: Final = "FilteringFailed"
 FILTERING_SUCCEED: Final = "FilteringSucceed"
 BINDING_FAILED: Final = "BindingFailed"
 BINDING_SUCCEED: Final = "BindingSucceed"
+# Not HAMi's (it only logs the clamp): says on the pod what the filter changed in its request.
+REQUEST_CLAMPED: Final = "GPUCoresClamped"
 MAX_NODES_LISTED: Final = 5
 
 log = klog.get_logger(__name__)
@@ -68,6 +70,12 @@ class PodEvents:
         if failed:
             for message in guide_failure_messages(failed):
                 self.record(ref, WARNING, FILTERING_FAILED, message)
+
+    def clamped(self, pod: Mapping[str, Any], messages: list[str]) -> None:
+        ref = ObjectRef.from_object(dict(pod), kind="Pod")
+        for message in messages:
+            self.metrics.cores_clamped.inc()
+            self.record(ref, WARNING, REQUEST_CLAMPED, message)
 
     def binding_failed(self, ref: ObjectRef, message: str) -> None:
         self.record(ref, WARNING, BINDING_FAILED, message)

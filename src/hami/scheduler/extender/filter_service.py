@@ -47,6 +47,8 @@ from hami.scheduler.extender.metrics import SIMULATED, failure_codes
 from hami.scheduler.extender.state import Assignment, ClusterState
 
 log = klog.get_logger(__name__)
+# Failures that come before any device is tried: HAMi logs no NodeUnfitPod for them.
+_NOT_FITTED = frozenset({r.NODE_UNREGISTERED, r.NODE_USAGE_UNAVAILABLE})
 
 Obj = dict[str, Any]
 NOT_SYNCED = "context cancelled"
@@ -245,3 +247,6 @@ class FilterService:
             # The line names the reason codes without HAMi's "<n>/<m>" card counts.
             codes = ", ".join(r.parse_reason(reason)) or reason
             log.info("Node %s filtered out: %s%s", node, codes, detail)
+            if reason not in _NOT_FITTED:  # HAMi's V(4) line where a registered node's devices do not fit
+                log.info('"%s" pod="%s/%s" node="%s" reason="%s"', r.NODE_UNFIT_POD,
+                         request.namespace, request.name, node, reason)

@@ -114,6 +114,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=_bool,
         help="also export HAMi's pre-2.9 CamelCase metric names",
     )
+    p.add_argument(
+        "--vgpu-node-label",
+        nargs="?",
+        const=True,
+        default=False,
+        type=_bool,
+        help="label each bound pod hami.io/vgpu-node (one pod patch per bind), for HAMi's own device "
+        "plugin and vGPU monitor, which list pods by it; this project's device plugin sets it itself",
+    )
     p.add_argument("--debug", nargs="?", const=True, default=False, type=_bool, help="accepted, no effect")
     p.add_argument(
         "--decision-records",
@@ -157,6 +166,7 @@ def options(args: argparse.Namespace) -> Options:
         leader_elect_resource_namespace=args.leader_elect_resource_namespace,
         leader_identity=args.leader_elect_identity,
         legacy_metrics=args.legacy_metrics,
+        vgpu_node_label=args.vgpu_node_label,
         pod_name=os.environ.get("POD_NAME", ""),
         pod_namespace=os.environ.get("POD_NAMESPACE", ""),
         decision_records=args.decision_records,

@@ -58,7 +58,9 @@ SIMULATED_FILTER_RESULTS: Final = tuple(SIMULATED + result for result in FILTER_
 BIND_RESULTS: Final = ("success", "error", "not_leader")
 BIND_PHASES: Final = ("node_lock", "bind")
 FAILURE_REASONS: Final = (*sorted(KNOWN_CODES), *_PLAIN_REASONS.values(), "Other")
-EVENT_REASONS: Final = ("FilteringFailed", "FilteringSucceed", "BindingFailed", "BindingSucceed")
+EVENT_REASONS: Final = (
+    "FilteringFailed", "FilteringSucceed", "BindingFailed", "BindingSucceed", "GPUCoresClamped"
+)
 LOCK_EXPIRY_CAUSES: Final = ("expired", "owner_gone")
 DECODE_SOURCES: Final = (
     "node_register",
@@ -118,8 +120,14 @@ class SchedulerMetrics:
         self.events = Counter(
             "hami_scheduler_events_total",
             "Pod events recorded by the extender, by reason (FilteringFailed, FilteringSucceed, "
-            "BindingFailed, BindingSucceed).",
+            "BindingFailed, BindingSucceed, GPUCoresClamped).",
             ["reason"],
+            registry=registry,
+        )
+        self.cores_clamped = Counter(
+            "hami_scheduler_gpucores_clamped_total",
+            "Containers whose nvidia.com/gpucores above 100 a /filter call took as 100, as HAMi does "
+            "(one count per container and call; dry runs not counted).",
             registry=registry,
         )
         self.node_lock_wait = Histogram(
@@ -149,7 +157,8 @@ class SchedulerMetrics:
         )
         self.api_errors = Counter(
             "hami_scheduler_api_errors_total",
-            "API-server writes that failed, by operation (handshake, pod_patch, binding, node_lock) "
+            "API-server writes that failed, by operation (handshake, pod_patch, pod_label, binding, "
+            "node_lock) "
             "and reason (conflict, not_found, timeout, status_<code>).",
             ["operation", "reason"],
             registry=registry,

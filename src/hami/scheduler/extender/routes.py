@@ -8,7 +8,8 @@ case-insensitively like Go's decoder. A missing, undecodable, too deeply nested 
 body (``bodies``) is answered 400 with a message, and one over 1 MiB 413 by the server before the
 app sees it (HAMi truncates and answers 200 with ``Error``; kube-scheduler treats any of them as
 an extender error). Errors from scheduling are HTTP 200 with ``Error``; so is a pod with negative
-or impossible HAMi resource values, which HAMi would schedule (``container_problems``).
+or impossible HAMi resource values, which HAMi would schedule (``container_problems``). A
+``gpucores`` above 100 is placed as 100, as HAMi does, with a Warning event (``pod_clamps``).
 
 Section signs (§) refer to docs/design/scheduler.md.
 """
@@ -27,7 +28,7 @@ from werkzeug.exceptions import HTTPException
 from hami.core import klog
 from hami.core.serve.guard import Direct, Environ, StartResponse, WSGIApp
 from hami.scheduler.engine.admission import AdmissionError, WebhookConfig, admit
-from hami.scheduler.engine.requests import pod_problems
+from hami.scheduler.engine.requests import pod_clamps, pod_problems
 from hami.scheduler.extender import bodies
 from hami.scheduler.extender.bind import BindArgs, Binder
 from hami.scheduler.extender.filter_service import FilterService, node_items
@@ -136,6 +137,9 @@ def filter_reply(filters: FilterService, args: Any) -> Reply:
         if items is None:  # a dry run writes nothing, events included
             filters.events.filtering(pod, [("Warning", message)])
         return 200, {"Error": message}
+    clamps = pod_clamps(pod, filters.config.nvidia)
+    if clamps and items is None:
+        filters.events.clamped(pod, clamps)
     return 200, filters.filter(pod, names, items)
 
 

@@ -1,0 +1,61 @@
+"""``nvidia.com/gpucores`` above 100, as HAMi takes it: the webhook admits the pod, the filter places
+it as a whole card (HAMi's Fit clamps to 100: its test "fit success: but core limit can't exceed
+100"), with a Warning event on the pod that says what changed and a counter. Values that cannot
+mean anything are still refused (tests/security/test_bad_input.py)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import requests
+
+from hami.core import annotations as ann
+from hami.core.codec.pod_devices import decode_pod_devices
+from hami.scheduler.extender import events
+from hami.testing.builders import gpu_node, gpu_pod
+from hami.testing.extender import bind_pod, create_pod, events_for, filter_pod, metrics_text, running, url
+from hami.testing.kubeapi import KubeAPIServer
+from hami.testing.wait import wait_until
+
+CLAMPED = "container c0: nvidia.com/gpucores 120 is more than 100, taken as 100 (a whole card), as HAMi does"
+
+
+def _counter(text: str) -> float:
+    line = next(x for x in text.splitlines() if x.startswith("hami_scheduler_gpucores_clamped_total "))
+    return float(line.split()[1])
+
+
+def test_gpucores_above_100_is_placed_as_a_whole_card_with_a_warning_and_a_count(
+    kube_api: KubeAPIServer,
+) -> None:
+    kube_api.store.put(gpu_node("n1", gpus=1))
+    with running(kube_api) as ext:
+        assert _counter(metrics_text(ext)) == 0
+        pod = create_pod(kube_api, ext, gpu_pod("big", mem=1000, cores=120))
+        assert filter_pod(ext, pod, ["n1"])["NodeNames"] == ["n1"]
+        assert bind_pod(ext, pod, "n1") == ""
+        wait_until(lambda: (events.REQUEST_CLAMPED, CLAMPED) in events_for(kube_api, "big"), what="the event")
+        assert _counter(metrics_text(ext)) == 1
+        # The same card is now exclusive: a second pod does not fit beside it.
+        other = create_pod(kube_api, ext, gpu_pod("small", mem=1000, cores=10))
+        assert not filter_pod(ext, other, ["n1"]).get("NodeNames")
+    bound = kube_api.store.get("pods", "big", "default")
+    assert bound is not None
+    container = decode_pod_devices(bound["metadata"]["annotations"][ann.POD_DEVICES_ALLOCATED])[0]
+    assert [d.usedcores for d in container] == [100]  # what the device plugin turns into the SM limit
+
+
+def test_webhook_admits_gpucores_above_100_with_a_warning(kube_api: KubeAPIServer) -> None:
+    pod = gpu_pod("big", mem=1000, cores=120)
+    review: dict[str, Any] = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {"uid": "r1", "namespace": "default", "operation": "CREATE", "object": pod},
+    }
+    with running(kube_api, scheduler_name="hami-scheduler") as ext:
+        answer = requests.post(url(ext, "/webhook"), json=review, timeout=30).json()["response"]
+    assert answer["allowed"] is True and answer["warnings"] == [CLAMPED]
+    patch = json.loads(base64.b64decode(answer["patch"]))
+    assert not any("gpucores" in op["path"] for op in patch)  # the pod keeps what it asked, as in HAMi
