@@ -46,6 +46,7 @@ class HostDevice:
     migs: tuple[MigIdentity, ...] = ()
     process_memory: int | None = None  # Σ of NVML's compute processes; None: unread or not available
     pids: tuple[int, ...] = ()  # host PIDs of the compute processes NVML lists on the GPU
+    pci_bus_id: str = ""  # NVML's "00000000:3B:00.0"; "" when unread (names the GPU's dmem region)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,246 @@
+"""The driver as a second source of truth: each container's device memory as the driver accounts it.
+
+Two ways, each where the node has it (§B.7):
+
+* ``nvml``: ``nvmlDeviceGetMemoryLimits_v1`` on the container's cgroup path, per GPU: soft limit, hard
+  limit (``MEMORY_LIMIT_MAX`` = none) and the memory in use;
+* ``dmem``: the cgroup v2 ``dmem`` controller's ``dmem.min`` (soft), ``dmem.max`` (hard) and
+  ``dmem.current`` of the region whose PCI bus id is the GPU's.
+
+A container is found from its pod and container (``hami.exporter.cgroupfs``), its devices from the
+container's view (its region, or its allocation when it has none). Limits are exported with HAMi's
+convention, 0 = no limit. A source the node lacks (no NVML, a driver or a kernel before it) is
+reported once with its reason and stays out of the way; a refused cgroup is counted by reason, as
+regions are, and hides no other container.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hami.core import klog
+from hami.core.nvml import MEMORY_LIMIT_MAX, Nvml, NvmlError
+from hami.core.objects import name_of, namespace_of, uid_of
+from hami.exporter import cgroupfs
+from hami.exporter.attribution import ContainerView
+from hami.exporter.cgroups import container_id
+from hami.exporter.dmem import bus_id, region_bus_id
+from hami.exporter.region import reasons
+from hami.exporter.view import HostDevice
+
+log = klog.get_logger(__name__)
+NVML = "nvml"
+DMEM = "dmem"
+SOURCES = (NVML, DMEM)
+AVAILABLE = "available"
+# Why the nvml source is absent (the dmem ones are cgroupfs's).
+NO_NVML = "no_nvml"  # NVML did not initialise
+DRIVER_TOO_OLD = "driver_too_old"  # FUNCTION_NOT_FOUND: a driver before nvmlDeviceGetMemoryLimits_v1
+NOT_SUPPORTED = "not_supported"  # every GPU answers NOT_SUPPORTED (MIG handles, unsupported products)
+NO_GPU = "no_gpu"  # no GPU to ask yet (asked again at the next scrape)
+GET_LIMITS = "nvmlDeviceGetMemoryLimits_v1"
+
+CtrKey = tuple[str, str, str]  # (namespace, pod, container), as the views name a container
+
+
+@dataclass(frozen=True)
+class DriverUsage:
+    """One container device as one driver source accounts it; bytes, limits 0 = none."""
+
+    namespace: str
+    pod: str
+    container: str
+    vdevice_index: int
+    device_uuid: str  # as the container's view exports it
+    source: str
+    soft_limit: int
+    hard_limit: int
+    used: int
+
+
+@dataclass(frozen=True)
+class DriverView:
+    usage: tuple[DriverUsage, ...] = ()
+    sources: Mapping[str, str] | None = None  # source -> AVAILABLE or why it is absent
+    skipped: Mapping[str, int] | None = None  # refusal reason -> cgroups meeting it now
+    refused: Mapping[str, frozenset[str]] | None = None  # cgroup -> reasons, for onsets and logs
+
+    def limited(self) -> set[CtrKey]:
+        """The containers a driver limit (soft or hard) applies to."""
+        return {(u.namespace, u.pod, u.container) for u in self.usage if u.hard_limit or u.soft_limit}
+
+
+def cgroups_by_container(
+    pods: Iterable[Mapping[str, Any]], cgroups: Iterable[cgroupfs.ContainerCgroup]
+) -> dict[CtrKey, cgroupfs.ContainerCgroup]:
+    """Each found cgroup under its pod container's name, by pod UID and the status's container ID."""
+    by_id = {(c.pod_uid, c.container_id): c for c in cgroups}
+    out: dict[CtrKey, cgroupfs.ContainerCgroup] = {}
+    for pod in pods:
+        uid = uid_of(pod)
+        for s in (pod.get("status") or {}).get("containerStatuses") or []:
+            if not isinstance(s, Mapping):
+                continue
+            cg = by_id.get((uid, container_id(str(s.get("containerID", "")))))
+            if cg is not None:
+                out[(namespace_of(pod), name_of(pod), str(s.get("name", "")))] = cg
+    return out
+
+
+def limit(value: int | None, none: int | None) -> int:
+    """A limit in HAMi's convention: 0 when there is none (``none`` is the source's encoding of it)."""
+    return 0 if value is None or value == none else value
+
+
+def dmem_usage(
+    c: ContainerView, cg: cgroupfs.ContainerCgroup, hosts: Sequence[HostDevice]
+) -> list[DriverUsage]:
+    """The container's devices as its dmem files account them (a device without a region: no row)."""
+    if cg.dmem is None:
+        return []
+    current = cg.dmem["current"].values
+    by_bus = {b: r for r in current if (b := region_bus_id(r)) is not None}
+    out = []
+    for d in c.devices:
+        host = _host(hosts, d.uuid)
+        region = None if host is None or not host.pci_bus_id else by_bus.get(bus_id(host.pci_bus_id))
+        if region is None:
+            continue
+        out.append(
+            DriverUsage(
+                c.namespace,
+                c.pod,
+                c.container,
+                d.index,
+                d.uuid,
+                DMEM,
+                limit(cg.dmem["min"].values.get(region), 0),
+                limit(cg.dmem["max"].values.get(region), None),
+                current[region] or 0,
+            )
+        )
+    return out
+
+
+def _host(hosts: Sequence[HostDevice], uuid: str) -> HostDevice | None:
+    # Regions carry the uuid as HAMi exports it (possibly truncated): match on that prefix.
+    return next((h for h in hosts if uuid and h.uuid.startswith(uuid)), None)
+
+
+class DriverReader:
+    """Reads both sources at each scrape; ``nvml`` is None when NVML did not initialise."""
+
+    def __init__(
+        self, nvml: Nvml | None, cgroup_root: str, on_nvml_error: Callable[[list[str]], None]
+    ) -> None:
+        self._nvml = nvml
+        self._root = cgroup_root
+        self._on_nvml_error = on_nvml_error
+        self._nvml_state: str | None = None  # known once a GPU answered the probe
+        self._reported: dict[str, str] = {}
+
+    def read(
+        self,
+        pods: Sequence[Mapping[str, Any]],
+        containers: Sequence[ContainerView],
+        hosts: Sequence[HostDevice],
+    ) -> DriverView:
+        dmem_reason = cgroupfs.dmem_absent(self._root)
+        nvml_state = self._nvml_state or self._probe(hosts)
+        if nvml_state != NO_GPU:
+            self._nvml_state = nvml_state  # the driver does not change under a running monitor
+        sources = {NVML: nvml_state, DMEM: dmem_reason or AVAILABLE}
+        usage: list[DriverUsage] = []
+        scan = cgroupfs.scan(self._root, dmem_reason is None, self._scan_error)
+        if nvml_state == AVAILABLE or dmem_reason is None:
+            found = cgroups_by_container(pods, scan.containers)
+            errors: list[str] = []
+            for c in containers:
+                cg = found.get((c.namespace, c.pod, c.container))
+                if cg is None:
+                    continue
+                if nvml_state == AVAILABLE:
+                    usage += self._nvml_usage(c, cg, hosts, scan, errors)
+                usage += dmem_usage(c, cg, hosts)
+            if errors:
+                self._on_nvml_error(errors)
+        self._report(sources)
+        skipped: dict[str, int] = {}
+        for met in scan.refused.values():
+            for r in met:
+                skipped[r] = skipped.get(r, 0) + 1
+        return DriverView(tuple(usage), sources, skipped, scan.refused)
+
+    def _probe(self, hosts: Sequence[HostDevice]) -> str:
+        """Whether the driver has the call: any answer but FUNCTION_NOT_FOUND or NOT_SUPPORTED says so
+        (the root cgroup need not be one it accounts to)."""
+        if self._nvml is None:
+            return NO_NVML
+        unsupported = False
+        for h in hosts:
+            try:
+                self._nvml.device(h.index).memory_limits(self._root)
+            except NvmlError as err:
+                if err.code == "FUNCTION_NOT_FOUND":
+                    return DRIVER_TOO_OLD
+                if err.code == "NOT_SUPPORTED":
+                    unsupported = True
+                    continue
+            return AVAILABLE
+        return NOT_SUPPORTED if unsupported else NO_GPU
+
+    def _nvml_usage(
+        self,
+        c: ContainerView,
+        cg: cgroupfs.ContainerCgroup,
+        hosts: Sequence[HostDevice],
+        scan: cgroupfs.CgroupScan,
+        errors: list[str],
+    ) -> list[DriverUsage]:
+        assert self._nvml is not None
+        out = []
+        for d in c.devices:
+            host = _host(hosts, d.uuid)
+            if host is None or host.migs:  # MIG handles are not supported
+                continue
+            try:
+                got = self._nvml.device(host.index).memory_limits(cg.path)
+            except NvmlError as err:
+                if err.code == "NOT_FOUND":  # the cgroup went away since the walk
+                    rel = cg.path[len(self._root) :].lstrip("/")
+                    scan.refused[rel] = scan.refused.get(rel, frozenset()) | {reasons.CGROUP_VANISHED}
+                elif err.code != "NOT_SUPPORTED":
+                    errors.append(err.call)
+                continue
+            out.append(
+                DriverUsage(
+                    c.namespace,
+                    c.pod,
+                    c.container,
+                    d.index,
+                    d.uuid,
+                    NVML,
+                    limit(got.soft, 0),
+                    limit(got.hard, MEMORY_LIMIT_MAX),
+                    got.used,
+                )
+            )
+        return out
+
+    def _scan_error(self, rel: str, err: OSError) -> None:
+        log.v(4).info("Skipping cgroup %s: %s", rel or self._root, err)
+
+    def _report(self, sources: Mapping[str, str]) -> None:
+        """Log each source's state once, and again only when it changes."""
+        for source, state in sources.items():
+            if self._reported.get(source) == state:
+                continue
+            self._reported[source] = state
+            if state == AVAILABLE:
+                log.info("Reading the driver's per-container memory accounting through %s", source)
+            else:
+                log.warning(
+                    "The driver's per-container memory accounting through %s is absent: %s", source, state
+                )
