@@ -161,9 +161,8 @@ def plan(
 def view_of(p: Planned, snap: RegionSnapshot | None) -> ContainerView:
     """The container's view: from ``snap``, its region's snapshot, when it has a region."""
     if snap is not None:
-        return ContainerView(
-            p.namespace, p.pod, p.container, snap.devices, snap.processes, snap.last_kernel_time, True
-        )
+        return ContainerView(p.namespace, p.pod, p.container, snap.devices, snap.processes,
+                             snap.last_kernel_time, True)
     return ContainerView(p.namespace, p.pod, p.container, p.allocated or (), 0, 0, False)
 
 

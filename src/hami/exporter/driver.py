@@ -17,7 +17,6 @@ regions are, and hides no other container.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from hami.core import klog
@@ -28,7 +27,7 @@ from hami.exporter.attribution import ContainerView
 from hami.exporter.cgroups import container_id
 from hami.exporter.dmem import bus_id, region_bus_id
 from hami.exporter.region import reasons
-from hami.exporter.view import HostDevice
+from hami.exporter.view import CtrKey, DriverUsage, DriverView, HostDevice
 
 log = klog.get_logger(__name__)
 NVML = "nvml"
@@ -41,35 +40,6 @@ DRIVER_TOO_OLD = "driver_too_old"  # FUNCTION_NOT_FOUND: a driver before nvmlDev
 NOT_SUPPORTED = "not_supported"  # every GPU answers NOT_SUPPORTED (MIG handles, unsupported products)
 NO_GPU = "no_gpu"  # no GPU to ask yet (asked again at the next scrape)
 GET_LIMITS = "nvmlDeviceGetMemoryLimits_v1"
-
-CtrKey = tuple[str, str, str]  # (namespace, pod, container), as the views name a container
-
-
-@dataclass(frozen=True)
-class DriverUsage:
-    """One container device as one driver source accounts it; bytes, limits 0 = none."""
-
-    namespace: str
-    pod: str
-    container: str
-    vdevice_index: int
-    device_uuid: str  # as the container's view exports it
-    source: str
-    soft_limit: int
-    hard_limit: int
-    used: int
-
-
-@dataclass(frozen=True)
-class DriverView:
-    usage: tuple[DriverUsage, ...] = ()
-    sources: Mapping[str, str] | None = None  # source -> AVAILABLE or why it is absent
-    skipped: Mapping[str, int] | None = None  # refusal reason -> cgroups meeting it now
-    refused: Mapping[str, frozenset[str]] | None = None  # cgroup -> reasons, for onsets and logs
-
-    def limited(self) -> set[CtrKey]:
-        """The containers a driver limit (soft or hard) applies to."""
-        return {(u.namespace, u.pod, u.container) for u in self.usage if u.hard_limit or u.soft_limit}
 
 
 def cgroups_by_container(

@@ -30,6 +30,7 @@ from hami.core.serve import Server, WebConfigError, build_info, serve_metrics
 from hami.exporter.collector import MonitorCollector, Tally
 from hami.exporter.config import Config, ConfigError, load_config
 from hami.exporter.discovery import ContainerLister
+from hami.exporter.driver import DriverReader
 from hami.exporter.feedback import MIG_APPLY_LOCK, FeedbackLoop
 from hami.exporter.host import HostReader
 
@@ -76,6 +77,7 @@ class Monitor:
             labels_allowlist=cfg.pod_labels_allowlist,
             registry=self.registry,
             proc_root=cfg.proc_root,
+            driver=DriverReader(nvml, cfg.cgroup_root, self.nvml_errors.add),
         )
         # not registered: /metrics renders it itself (serve's ``exposition``), beside the registry
         build_info("monitor", self.registry)

@@ -185,14 +185,8 @@ class RegionFile:
         if steady and last is not None and tail == last.tail and key == last.key:
             return last.snapshot
         snap = parse_region(
-            data,
-            self.size,
-            tail=tail,
-            tail_base=base,
-            layout=layout,
-            before=before,
-            after=after,
-            reread=self._reread,
+            data, self.size, tail=tail, tail_base=base, layout=layout,
+            before=before, after=after, reread=self._reread,
         )
         # Only a snapshot that is a function of ``data`` and ``tail`` alone is kept: no reread, no issue.
         if steady and isinstance(snap, RegionSnapshot) and not snap.issues and len(key) <= _KEEP_MAX:
