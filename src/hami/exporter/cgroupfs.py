@@ -10,7 +10,7 @@ joined (``under_root``). A cgroup removed while it is read (its container exited
 ``cgroup_vanished``; a malformed ``dmem`` line is ``dmem_malformed``, and the other lines are kept.
 None of these hides another container.
 
-Section signs (§) refer to docs/design/node-agent.md (§B.7).
+Section signs (§) refer to docs/design/node-agent.md (§B.6).
 """
 
 from __future__ import annotations

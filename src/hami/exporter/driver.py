@@ -1,6 +1,6 @@
 """The driver as a second source of truth: each container's device memory as the driver accounts it.
 
-Two ways, each where the node has it (§B.7):
+Two ways, each where the node has it (§B.6):
 
 * ``nvml``: ``nvmlDeviceGetMemoryLimits_v1`` on the container's cgroup path, per GPU: soft limit, hard
   limit (``MEMORY_LIMIT_MAX`` = none) and the memory in use;
@@ -12,6 +12,8 @@ container's view (its region, or its allocation when it has none). Limits are ex
 convention, 0 = no limit. A source the node lacks (no NVML, a driver or a kernel before it) is
 reported once with its reason and stays out of the way; a refused cgroup is counted by reason, as
 regions are, and hides no other container.
+
+Section signs (§) refer to docs/design/node-agent.md.
 """
 
 from __future__ import annotations
