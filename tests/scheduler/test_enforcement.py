@@ -16,8 +16,21 @@ from hami.testing.builders import dev, pod, res
 from hami.testing.enginestate import node_state
 
 # HAMi v2.10's DeviceInfo JSON keys (pkg/device/devices.go): what its json.Unmarshal can fill.
-HAMI_KEYS = {"id", "index", "count", "devmem", "devcore", "type", "numa", "mode", "migProfiles",
-             "migtemplate", "health", "devicevendor", "custominfo"}
+HAMI_KEYS = {
+    "id",
+    "index",
+    "count",
+    "devmem",
+    "devcore",
+    "type",
+    "numa",
+    "mode",
+    "migProfiles",
+    "migtemplate",
+    "health",
+    "devicevendor",
+    "custominfo",
+}
 
 
 def decode(the_pod: dict[str, Any]) -> PodRequest:
@@ -54,7 +67,10 @@ def test_fit_by_enforcement() -> None:
     only_core = [nodes[0]]
     refused = filter_pod(
         decode(pod(res(1, 1000), annotations={"hami.io/memory-enforcement": "driver"})),
-        only_core, UsageIndex(), None, FilterConfig(),
+        only_core,
+        UsageIndex(),
+        None,
+        FilterConfig(),
     )
     assert refused.node is None and refused.failed == {"core-node": "1/1 CardTypeMismatch"}
     either = filter_pod(decode(pod(res(1, 1000))), nodes[1:], UsageIndex(), None, FilterConfig())
