@@ -35,7 +35,7 @@ from hami.exporter.discovery import ContainerLister
 from hami.exporter.driver import SOURCES, DriverReader
 from hami.exporter.host import NVML_CALLS
 from hami.exporter.podjoin import PodJoin
-from hami.exporter.reconcile import KINDS, counts, driver_only, memory_findings
+from hami.exporter.reconcile import KINDS, counts, driver_limited, driver_only, memory_findings
 from hami.exporter.region import reasons
 from hami.exporter.region.parse import RegionRejected, RegionSnapshot
 from hami.exporter.source_families import source_families
@@ -210,7 +210,11 @@ class MonitorCollector(Collector):
             unlimited=tuple(unlimited),
             containers=containers,
             inconsistencies=counts(
-                [*side.findings, *memory_findings(read.found, hosts, driver_only(containers, driver.usage))]
+                [
+                    # a container the driver limits has no region by design
+                    *(f for f in side.findings if not driver_limited(f, limited)),
+                    *memory_findings(read.found, hosts, driver_only(containers, driver.usage)),
+                ]
             ),
             pod_labels=side.pod_labels,
             migs=side.migs,

@@ -146,6 +146,12 @@ def accounting_gaps(
     return out
 
 
+def driver_limited(finding: Inconsistency, limited: Collection[tuple[str, str, str]]) -> bool:
+    """An ``allocation_without_region`` of a container the driver limits (its limits need no region)."""
+    where = tuple(finding.subject.split("/", 2))
+    return finding.kind == "allocation_without_region" and len(where) == 3 and where in limited
+
+
 def driver_only(containers: Iterable[ContainerView], usage: Iterable[DriverUsage]) -> dict[str, int]:
     """Bytes per device uuid that the driver accounts to containers without a region (driver
     enforcement), one source per container device (nvml before dmem: they count the same memory)."""
