@@ -71,11 +71,12 @@ def test_scan_finds_both_layouts_and_refuses_what_points_outside(tmp_path: Path)
     link = tmp_path / "cg" / CgroupTree.container_rel(UID_OTHER, CID_OTHER)
     link.parent.mkdir(parents=True)
     link.symlink_to(outside, target_is_directory=True)
-    scan = cgroupfs.scan(str(tmp_path / "cg"), with_dmem=True)
+    scan = cgroupfs.scan(str(tmp_path / "cg"))
     found = {(c.pod_uid, c.container_id): c for c in scan.containers}
     assert set(found) == {(UID_CORE, CID_CORE), (UID_DRV, CID_DRV)}
-    assert found[(UID_CORE, CID_CORE)].dmem is not None
-    assert found[(UID_CORE, CID_CORE)].dmem["current"].values == {region_of(BUS0): 5 * MIB}
+    dmem, refused = cgroupfs.CgroupIndex(str(tmp_path / "cg")).read_dmem(found[(UID_CORE, CID_CORE)])
+    assert refused is None and dmem is not None
+    assert dmem["current"].values == {region_of(BUS0): 5 * MIB}
     assert found[(UID_DRV, CID_DRV)].path == str(
         tmp_path / "cg" / CgroupTree.container_rel(UID_DRV, CID_DRV, systemd=False)
     )
@@ -141,6 +142,8 @@ class Node:
             ],
         }
         self.nvml = FakeNvml(spec)
+        self.now = [0.0]
+        self.index = cgroupfs.CgroupIndex(str(self.cg), clock=lambda: self.now[0])
         hook = tmp_path / "hook"
         self.writers = []
         for uid, gpu, used in ((UID_CORE, GPU0, 1024), (UID_OTHER, GPU1, 100)):
@@ -162,7 +165,7 @@ class Node:
             self.lister,
             lambda: self.pods,
             decode_pod_devices,
-            driver=DriverReader(self.nvml, str(self.cg), lambda calls: None),
+            driver=DriverReader(self.nvml, str(self.cg), lambda calls: None, self.index),
         )
         self.collector.hosts = HostReader(self.nvml, self.collector.nvml_errors.add).read
 
@@ -170,6 +173,7 @@ class Node:
         return {f.name: f for f in self.collector.families()}
 
     def close(self) -> None:
+        self.index.close()
         self.lister.close()
         for w in self.writers:
             w.close()
@@ -240,6 +244,10 @@ def test_bad_input_is_counted_and_hides_no_other_container(node: Node) -> None:
     link = node.cg / CgroupTree.container_rel("0a1b2c3d-0000-4000-8000-00000000000f", "f" * 64)
     link.parent.mkdir(parents=True)
     link.symlink_to("/", target_is_directory=True)
+    fams = node.families()
+    # the walk is kept: a new directory is seen at the next walk, a minute after the last
+    assert {v[0]: x for _, v, x in fams["hami_monitor_region_skips"].rows}[reasons.CGROUP_OUTSIDE_ROOT] == 0
+    node.now[0] += cgroupfs.REWALK_S
     for _ in range(2):  # a cgroup that stays broken counts once
         fams = node.families()
     skips = {v[0]: x for _, v, x in fams["hami_monitor_region_skips"].rows}
@@ -283,3 +291,24 @@ def test_driver_limited_container_is_not_unlimited(node: Node) -> None:
     node.tree.set_dmem(node.paths["drv"], {BUS0: Limits(used=1024 * MIB)})
     rows = node.families()["hami_vgpu_unlimited_processes"].rows
     assert [(dict(zip(n, v, strict=True))["pod"], x) for n, v, x in rows] == [("driver-limited", 1)]
+
+
+def test_the_walk_is_kept_and_done_again_for_a_container_it_does_not_know(tmp_path: Path) -> None:
+    tree = CgroupTree(tmp_path)
+    tree.add_container(UID_CORE, CID_CORE, {BUS0: Limits(used=1)})
+    now = [0.0]
+    index = cgroupfs.CgroupIndex(str(tmp_path), clock=lambda: now[0])
+    assert set(index.lookup({(UID_CORE, CID_CORE)})[0]) == {(UID_CORE, CID_CORE)}
+    tree.add_container(UID_DRV, CID_DRV, {BUS0: Limits(used=2)})  # a container starts
+    assert index.lookup({(UID_DRV, CID_DRV)})[0] == {}  # within MISS_REWALK_S of the last walk
+    now[0] += cgroupfs.MISS_REWALK_S
+    found, _ = index.lookup({(UID_CORE, CID_CORE), (UID_DRV, CID_DRV)})
+    assert set(found) == {(UID_CORE, CID_CORE), (UID_DRV, CID_DRV)}
+    # the directory is swapped for a symlink after the walk: the read refuses it, the index forgets it
+    cg = found[(UID_DRV, CID_DRV)]
+    tree.remove(Path(cg.path))
+    Path(cg.path).symlink_to(tmp_path / "kubepods.slice", target_is_directory=True)
+    assert index.read_dmem(cg) == (None, reasons.CGROUP_OUTSIDE_ROOT)
+    Path(cg.path).unlink()
+    assert index.read_dmem(cg) == (None, reasons.CGROUP_VANISHED)
+    assert index.read_dmem(found[(UID_CORE, CID_CORE)])[1] is None

@@ -50,11 +50,12 @@ def test_the_monitor_reads_the_simulated_drivers_accounting(tmp_path: Path) -> N
         lambda: pods,
         decode_pod_devices,
         proc_root=str(tmp_path / "proc"),
-        driver=DriverReader(node.nvml, str(tmp_path / "cgroup"), lambda calls: None),
+        driver=(driver := DriverReader(node.nvml, str(tmp_path / "cgroup"), lambda calls: None)),
     )
     collector.hosts = HostReader(node.nvml, collector.nvml_errors.add).read
     fams = {f.name: f for f in collector.families()}
     lister.close()
+    driver.close()
     node.stop()
 
     limits = _by(fams["hami_vgpu_source_memory_limit_bytes"], "pod", "source", "limit")

@@ -8,7 +8,8 @@ is followed: directories are opened by descriptor with ``O_NOFOLLOW``, a symlink
 point anywhere, ``cgroup_outside_root``), and a path component that is empty, ``.`` or ``..`` is never
 joined (``under_root``). A cgroup removed while it is read (its container exited) is
 ``cgroup_vanished``; a malformed ``dmem`` line is ``dmem_malformed``, and the other lines are kept.
-None of these hides another container.
+None of these hides another container. The walk is kept between scrapes (``CgroupIndex``); a
+container's directory is opened again, component by component, for each read.
 
 Section signs (§) refer to docs/design/node-agent.md (§B.6).
 """
@@ -17,7 +18,8 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from hami.exporter.cgroups import parse_cgroup
@@ -29,6 +31,8 @@ _FILE = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
 _MAX_DEPTH = 5  # kubepods.slice/<qos>.slice/<pod>.slice/<container>.scope is 4 deep; cgroupfs is 4 too
 _MAX_FILE = 64 << 10  # one line per region: a few hundred bytes on any real node
 _VANISHED = (errno.ENOENT, errno.ENODEV, errno.ESTALE)
+# what opening a symlink (or a ``..``) with O_NOFOLLOW | O_DIRECTORY answers: Linux says ENOTDIR or ELOOP
+_LINK = (errno.ELOOP, errno.ENOTDIR, errno.EXDEV)
 DMEM_FILES = ("current", "min", "max")
 
 # Why the dmem source is absent on this node (hami_monitor_driver_source_available{reason}).
@@ -42,7 +46,7 @@ class ContainerCgroup:
     pod_uid: str
     container_id: str
     path: str  # the directory's full path under the cgroup root, as NVML names a cgroup
-    dmem: dict[str, DmemFile] | None = None  # "current"/"min"/"max"; None: not read (no controller)
+    rel: str  # the path relative to the root
 
 
 @dataclass
@@ -108,13 +112,11 @@ def _gone(dir_fd: int) -> bool:
         return True
 
 
-def scan(
-    root: str, with_dmem: bool, on_error: Callable[[str, OSError], None] = lambda rel, err: None
-) -> CgroupScan:
-    """Every pod container cgroup under ``root``'s ``kubepods*`` trees, with its dmem files when
-    ``with_dmem``. A root that cannot be opened gives an empty scan (``dmem_absent`` says why);
-    ``on_error`` hears of any other failure, which skips that directory alone."""
-    walker = _Walker(root, with_dmem, on_error)
+def scan(root: str, on_error: Callable[[str, OSError], None] = lambda rel, err: None) -> CgroupScan:
+    """Every pod container cgroup under ``root``'s ``kubepods*`` trees. A root that cannot be opened
+    gives an empty scan (``dmem_absent`` says why); ``on_error`` hears of any other failure, which
+    skips that directory alone."""
+    walker = _Walker(root, on_error)
     try:
         fd = os.open(root, _DIR)
     except OSError as err:
@@ -128,9 +130,8 @@ def scan(
 
 
 class _Walker:
-    def __init__(self, root: str, with_dmem: bool, on_error: Callable[[str, OSError], None]) -> None:
+    def __init__(self, root: str, on_error: Callable[[str, OSError], None]) -> None:
         self.root = root
-        self.with_dmem = with_dmem
         self.on_error = on_error
         self.out = CgroupScan()
 
@@ -160,7 +161,7 @@ class _Walker:
             try:
                 cfd = os.open(name, _DIR, dir_fd=fd)
             except OSError as err:
-                if err.errno == errno.ELOOP:  # replaced by a symlink since the listing
+                if err.errno in _LINK:  # replaced by a symlink since the listing
                     self.refuse(child, reasons.CGROUP_OUTSIDE_ROOT)
                 elif err.errno in _VANISHED:
                     self.refuse(child, reasons.CGROUP_VANISHED)
@@ -171,25 +172,123 @@ class _Walker:
                 if owner is None:
                     self.walk(cfd, child, depth + 1)
                 else:
-                    self.container(cfd, child, owner)
+                    self.container(child, owner)
             finally:
                 os.close(cfd)
 
-    def container(self, fd: int, rel: str, owner: tuple[str, str]) -> None:
+    def container(self, rel: str, owner: tuple[str, str]) -> None:
         path = under_root(self.root, rel)
         if path is None:  # a listing never yields such a name; refused all the same
             self.refuse(rel, reasons.CGROUP_OUTSIDE_ROOT)
             return
-        dmem: dict[str, DmemFile] | None = None
-        if self.with_dmem:
+        self.out.containers.append(ContainerCgroup(owner[0], owner[1], path, rel))
+
+
+def open_under(root_fd: int, rel: str) -> int:
+    """The directory ``rel`` under ``root_fd``, opened one component at a time without following a
+    symlink (``ELOOP``/``ENOTDIR``) nor a ``..`` (``EXDEV``)."""
+    if under_root("/", rel) is None:
+        raise OSError(errno.EXDEV, f"not a plain path under the root: {rel!r}")
+    fd = os.dup(root_fd)
+    try:
+        for part in rel.split("/"):
+            nxt = os.open(part, _DIR, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+Key = tuple[str, str]  # (pod UID, container ID)
+REWALK_S = 60.0  # the walk's age at which it is done again, to drop the cgroups of exited containers
+MISS_REWALK_S = 5.0  # how soon a container the index does not know yet makes it walk again
+
+
+class CgroupIndex:
+    """The container cgroups under the root, kept between scrapes: a walk costs a directory listing
+    per pod and QoS slice, so it runs again only when a container is asked for that it does not know
+    (at most every ``miss_rewalk_s``), or when the last walk is ``rewalk_s`` old. A container's
+    directory, once opened (component by component, never following a link), stays open until it
+    leaves the index: its files are read through that descriptor, and a directory swapped for a
+    symlink later is not the one read. What a walk refused stays reported until the next walk."""
+
+    def __init__(
+        self,
+        root: str,
+        *,
+        rewalk_s: float = REWALK_S,
+        miss_rewalk_s: float = MISS_REWALK_S,
+        clock: Callable[[], float] = time.monotonic,
+        on_error: Callable[[str, OSError], None] = lambda rel, err: None,
+    ) -> None:
+        self.root = root
+        self._rewalk_s, self._miss_rewalk_s = rewalk_s, miss_rewalk_s
+        self._clock = clock
+        self._on_error = on_error
+        self._known: dict[Key, ContainerCgroup] = {}
+        self._fds: dict[Key, int] = {}
+        self._refused: dict[str, frozenset[str]] = {}
+        self._walked: float | None = None
+
+    def lookup(self, wanted: Collection[Key]) -> tuple[dict[Key, ContainerCgroup], dict[str, frozenset[str]]]:
+        """The cgroups of ``wanted`` that exist, and what the last walk refused."""
+        now = self._clock()
+        age = None if self._walked is None else now - self._walked
+        missing = any(k not in self._known for k in wanted)
+        if age is None or age >= self._rewalk_s or (missing and age >= self._miss_rewalk_s):
+            found = scan(self.root, self._on_error)
+            known = {(c.pod_uid, c.container_id): c for c in found.containers}
+            for key in [k for k, cg in self._known.items() if known.get(k) != cg]:
+                self.forget(self._known[key])
+            self._known, self._refused, self._walked = known, found.refused, now
+        return {k: self._known[k] for k in wanted if k in self._known}, dict(self._refused)
+
+    def read_dmem(self, cg: ContainerCgroup) -> tuple[dict[str, DmemFile] | None, str | None]:
+        """The container's dmem files, or None and why it was refused (it then leaves the index)."""
+        key = (cg.pod_uid, cg.container_id)
+        fd = self._fds.get(key)
+        if fd is None:
             try:
-                dmem, vanished = read_dmem(fd)
+                root_fd = os.open(self.root, _DIR)
             except OSError as err:
-                self.on_error(rel, err)
-                return
-            if vanished:
-                self.refuse(rel, reasons.CGROUP_VANISHED)
-                return
-            if any(f.malformed for f in dmem.values()):
-                self.refuse(rel, reasons.DMEM_MALFORMED)
-        self.out.containers.append(ContainerCgroup(owner[0], owner[1], path, dmem))
+                self._on_error("", err)
+                return None, None
+            try:
+                fd = self._fds[key] = open_under(root_fd, cg.rel)
+            except OSError as err:
+                return None, self._refuse(cg, err)
+            finally:
+                os.close(root_fd)
+        try:
+            dmem, vanished = read_dmem(fd)
+        except OSError as err:
+            self._on_error(cg.rel, err)
+            return None, None
+        if vanished:
+            self.forget(cg)
+            return None, reasons.CGROUP_VANISHED
+        return dmem, reasons.DMEM_MALFORMED if any(f.malformed for f in dmem.values()) else None
+
+    def _refuse(self, cg: ContainerCgroup, err: OSError) -> str | None:
+        if err.errno in _VANISHED or err.errno in _LINK:
+            self.forget(cg)
+        if err.errno in _VANISHED:
+            return reasons.CGROUP_VANISHED
+        if err.errno in _LINK:  # swapped for a symlink since the walk
+            return reasons.CGROUP_OUTSIDE_ROOT
+        self._on_error(cg.rel, err)
+        return None
+
+    def forget(self, cg: ContainerCgroup) -> None:
+        """A cgroup that is gone (or NVML no longer finds): walk again before it is asked for."""
+        key = (cg.pod_uid, cg.container_id)
+        self._known.pop(key, None)
+        fd = self._fds.pop(key, None)
+        if fd is not None:
+            os.close(fd)
+
+    def close(self) -> None:
+        for cg in list(self._known.values()):
+            self.forget(cg)

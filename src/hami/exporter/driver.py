@@ -27,7 +27,7 @@ from hami.core.objects import name_of, namespace_of, uid_of
 from hami.exporter import cgroupfs
 from hami.exporter.attribution import ContainerView
 from hami.exporter.cgroups import container_id
-from hami.exporter.dmem import bus_id, region_bus_id
+from hami.exporter.dmem import DmemFile, bus_id, region_bus_id
 from hami.exporter.region import reasons
 from hami.exporter.view import CtrKey, DriverUsage, DriverView, HostDevice
 
@@ -44,20 +44,15 @@ NO_GPU = "no_gpu"  # no GPU to ask yet (asked again at the next scrape)
 GET_LIMITS = "nvmlDeviceGetMemoryLimits_v1"
 
 
-def cgroups_by_container(
-    pods: Iterable[Mapping[str, Any]], cgroups: Iterable[cgroupfs.ContainerCgroup]
-) -> dict[CtrKey, cgroupfs.ContainerCgroup]:
-    """Each found cgroup under its pod container's name, by pod UID and the status's container ID."""
-    by_id = {(c.pod_uid, c.container_id): c for c in cgroups}
-    out: dict[CtrKey, cgroupfs.ContainerCgroup] = {}
+def container_keys(pods: Iterable[Mapping[str, Any]]) -> dict[CtrKey, cgroupfs.Key]:
+    """Each pod container the runtime has named: (namespace, pod, container) -> (pod UID, container ID),
+    as its cgroup path names it (``hami.exporter.cgroups``)."""
+    out: dict[CtrKey, cgroupfs.Key] = {}
     for pod in pods:
         uid = uid_of(pod)
         for s in (pod.get("status") or {}).get("containerStatuses") or []:
-            if not isinstance(s, Mapping):
-                continue
-            cg = by_id.get((uid, container_id(str(s.get("containerID", "")))))
-            if cg is not None:
-                out[(namespace_of(pod), name_of(pod), str(s.get("name", "")))] = cg
+            if isinstance(s, Mapping) and (cid := container_id(str(s.get("containerID", "")))):
+                out[(namespace_of(pod), name_of(pod), str(s.get("name", "")))] = (uid, cid)
     return out
 
 
@@ -67,12 +62,10 @@ def limit(value: int | None, none: int | None) -> int:
 
 
 def dmem_usage(
-    c: ContainerView, cg: cgroupfs.ContainerCgroup, hosts: Sequence[HostDevice]
+    c: ContainerView, dmem: Mapping[str, DmemFile], hosts: Sequence[HostDevice]
 ) -> list[DriverUsage]:
     """The container's devices as its dmem files account them (a device without a region: no row)."""
-    if cg.dmem is None:
-        return []
-    current = cg.dmem["current"].values
+    current = dmem["current"].values
     by_bus = {b: r for r in current if (b := region_bus_id(r)) is not None}
     out = []
     for d in c.devices:
@@ -88,8 +81,8 @@ def dmem_usage(
                 d.index,
                 d.uuid,
                 DMEM,
-                limit(cg.dmem["min"].values.get(region), 0),
-                limit(cg.dmem["max"].values.get(region), None),
+                limit(dmem["min"].values.get(region), 0),
+                limit(dmem["max"].values.get(region), None),
                 current[region] or 0,
             )
         )
@@ -105,10 +98,15 @@ class DriverReader:
     """Reads both sources at each scrape; ``nvml`` is None when NVML did not initialise."""
 
     def __init__(
-        self, nvml: Nvml | None, cgroup_root: str, on_nvml_error: Callable[[list[str]], None]
+        self,
+        nvml: Nvml | None,
+        cgroup_root: str,
+        on_nvml_error: Callable[[list[str]], None],
+        index: cgroupfs.CgroupIndex | None = None,
     ) -> None:
         self._nvml = nvml
         self._root = cgroup_root
+        self._index = index or cgroupfs.CgroupIndex(cgroup_root, on_error=self._scan_error)
         self._on_nvml_error = on_nvml_error
         self._nvml_state: str | None = None  # known once a GPU answered the probe
         self._reported: dict[str, str] = {}
@@ -125,25 +123,36 @@ class DriverReader:
             self._nvml_state = nvml_state  # the driver does not change under a running monitor
         sources = {NVML: nvml_state, DMEM: dmem_reason or AVAILABLE}
         usage: list[DriverUsage] = []
-        scan = cgroupfs.scan(self._root, dmem_reason is None, self._scan_error)
+        refused: dict[str, frozenset[str]] = {}
         if nvml_state == AVAILABLE or dmem_reason is None:
-            found = cgroups_by_container(pods, scan.containers)
+            keys = container_keys(pods)
+            names = ((v.namespace, v.pod, v.container) for v in containers)
+            wanted = {k: keys[k] for k in names if k in keys}
+            found, refused = self._index.lookup(set(wanted.values()))
             errors: list[str] = []
             for c in containers:
-                cg = found.get((c.namespace, c.pod, c.container))
+                cg = found.get(wanted.get((c.namespace, c.pod, c.container), ("", "")))
                 if cg is None:
                     continue
                 if nvml_state == AVAILABLE:
-                    usage += self._nvml_usage(c, cg, hosts, scan, errors)
-                usage += dmem_usage(c, cg, hosts)
+                    usage += self._nvml_usage(c, cg, hosts, refused, errors)
+                if dmem_reason is None:
+                    dmem, reason = self._index.read_dmem(cg)
+                    if reason is not None:
+                        refused[cg.rel] = refused.get(cg.rel, frozenset()) | {reason}
+                    if dmem is not None:
+                        usage += dmem_usage(c, dmem, hosts)
             if errors:
                 self._on_nvml_error(errors)
         self._report(sources)
         skipped: dict[str, int] = {}
-        for met in scan.refused.values():
+        for met in refused.values():
             for r in met:
                 skipped[r] = skipped.get(r, 0) + 1
-        return DriverView(tuple(usage), sources, skipped, scan.refused)
+        return DriverView(tuple(usage), sources, skipped, refused)
+
+    def close(self) -> None:
+        self._index.close()
 
     def _probe(self, hosts: Sequence[HostDevice]) -> str:
         """Whether the driver has the call: any answer but FUNCTION_NOT_FOUND or NOT_SUPPORTED says so
@@ -168,7 +177,7 @@ class DriverReader:
         c: ContainerView,
         cg: cgroupfs.ContainerCgroup,
         hosts: Sequence[HostDevice],
-        scan: cgroupfs.CgroupScan,
+        refused: dict[str, frozenset[str]],
         errors: list[str],
     ) -> list[DriverUsage]:
         assert self._nvml is not None
@@ -181,8 +190,8 @@ class DriverReader:
                 got = self._nvml.device(host.index).memory_limits(cg.path)
             except NvmlError as err:
                 if err.code == "NOT_FOUND":  # the cgroup went away since the walk
-                    rel = cg.path[len(self._root) :].lstrip("/")
-                    scan.refused[rel] = scan.refused.get(rel, frozenset()) | {reasons.CGROUP_VANISHED}
+                    refused[cg.rel] = refused.get(cg.rel, frozenset()) | {reasons.CGROUP_VANISHED}
+                    self._index.forget(cg)
                 elif err.code != "NOT_SUPPORTED":
                     errors.append(err.call)
                 continue

@@ -65,6 +65,7 @@ class Monitor:
         self.skips = Tally()
         self.nvml_errors = nvml_errors or Tally()
         self.host = None if nvml is None else HostReader(nvml, self.nvml_errors.add)
+        self.driver = DriverReader(nvml, cfg.cgroup_root, self.nvml_errors.add)
         self.collector = MonitorCollector(
             cfg.node_name,
             self.lister,
@@ -77,7 +78,7 @@ class Monitor:
             labels_allowlist=cfg.pod_labels_allowlist,
             registry=self.registry,
             proc_root=cfg.proc_root,
-            driver=DriverReader(nvml, cfg.cgroup_root, self.nvml_errors.add),
+            driver=self.driver,
         )
         # not registered: /metrics renders it itself (serve's ``exposition``), beside the registry
         build_info("monitor", self.registry)
@@ -112,6 +113,7 @@ class Monitor:
         if self.host is not None:
             self.host.stop()
         self.lister.close()
+        self.driver.close()
 
 
 def _open_nvml(errors: Tally) -> Nvml | None:
