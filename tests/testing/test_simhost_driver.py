@@ -77,4 +77,4 @@ def test_the_monitor_reads_the_simulated_drivers_accounting(tmp_path: Path) -> N
     avail = _by(fams["hami_monitor_driver_source_available"], "source", "reason")
     assert avail == {("nvml", "available"): 1, ("dmem", "available"): 1}
     kinds = _by(fams["hami_inconsistency"], "kind")
-    assert kinds[("allocation_without_region",)] == 1  # the unlimited container; the driver-limited needs none
+    assert kinds[("allocation_without_region",)] == 1  # the unlimited one; the driver-limited needs none
