@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +15,16 @@ from hami.core.codec.pod_devices import decode_pod_devices
 from hami.core.nvml.fake import FakeNvml
 from hami.core.serve.families import Family
 from hami.exporter import cgroupfs
+from hami.exporter.attribution import ContainerView
 from hami.exporter.collector import MonitorCollector
 from hami.exporter.discovery import ContainerLister
 from hami.exporter.dmem import bus_id, parse_dmem, region_bus_id
 from hami.exporter.driver import DriverReader
 from hami.exporter.host import HostReader
+from hami.exporter.reconcile import accounting_gaps
 from hami.exporter.region import reasons
+from hami.exporter.region.parse import DeviceUsage
+from hami.exporter.view import DriverUsage
 from hami.testing import builders
 from hami.testing.cgrouptree import CgroupTree, Limits, region_of
 from hami.testing.regions import MEM_DATA, RegionWriter
@@ -312,3 +317,13 @@ def test_the_walk_is_kept_and_done_again_for_a_container_it_does_not_know(tmp_pa
     Path(cg.path).unlink()
     assert index.read_dmem(cg) == (None, reasons.CGROUP_VANISHED)
     assert index.read_dmem(found[(UID_CORE, CID_CORE)])[1] is None
+
+
+def test_no_gap_for_a_device_over_its_limit() -> None:
+    dev = DeviceUsage(0, GPU0, 1 << 30, 100, 1 << 30, 0, 0, 0, 0, 0)
+    view = ContainerView("ns", "p", "c", (dev,), 1, 0, True)
+    reading = DriverUsage("ns", "p", "c", 0, GPU0, "nvml", 0, 0, 3 << 30)
+    assert accounting_gaps([view], [reading]) == [(reading, 2 << 30)]
+    clamped = replace(view, devices=(replace(dev, over_limit=True),))
+    assert accounting_gaps([clamped], [reading]) == []
+    assert accounting_gaps([replace(view, started=False)], [reading]) == []  # no region, no self-report

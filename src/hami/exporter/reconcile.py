@@ -131,12 +131,15 @@ def accounting_gaps(
     containers: Iterable[ContainerView], usage: Iterable[DriverUsage]
 ) -> list[tuple[DriverUsage, int]]:
     """Each driver reading of a container that HAMi-core runs in (it has a region), with the driver's
-    use minus HAMi-core's for the same device: > 0 when the shim under-reports."""
+    use minus HAMi-core's for the same device: > 0 when the shim under-reports. A device over its limit
+    is left out: its use is exported clamped to the limit, not as the shim reports it (and
+    HAMiVGPUMemoryOverLimit speaks for it)."""
     core = {
         (c.namespace, c.pod, c.container, d.index): d.used_bytes
         for c in containers
         if c.started
         for d in c.devices
+        if not d.over_limit
     }
     out = []
     for u in usage:
