@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,16 +15,54 @@ from hami.doctor.accounting import Reading, findings
 from hami.testing import prometheus
 from hami.testing.doctorcluster import NOW, hami_node, run_json, scheduler_pod
 from hami.testing.kubeapi import KubeAPIServer
-from tests.doctor.test_gpu_limit import GPU, node_files, running_pod
 
 END = int(datetime.timestamp(parse_rfc3339(NOW)))
 MIB = 1 << 20
 GIB = 1 << 30
+GPU = "GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec"
 REGISTER = (
     f'[{{"id":"{GPU}","count":10,"devmem":32768,"devcore":100,"type":"NVIDIA-Tesla V100-PCIE-32GB",'
     '"health":true%s}]'
 )
 KEY = ("main", "0", GPU)
+
+
+def running_pod() -> dict[str, Any]:
+    """ml/trainer on gpu-node-01, one vGPU container ``main``."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "trainer",
+            "namespace": "ml",
+            "uid": "7c1e7f0a-3b2d-4c5e-8f90-a1b2c3d4e5f6",
+            "annotations": {
+                "hami.io/vgpu-node": "gpu-node-01",
+                "hami.io/bind-phase": "success",
+                "hami.io/vgpu-devices-allocated": f"{GPU},NVIDIA,4000,30:;",
+            },
+        },
+        "spec": {
+            "schedulerName": "hami-scheduler",
+            "nodeName": "gpu-node-01",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "cuda",
+                    "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000"}},
+                }
+            ],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def hami_core_files(hook: Path) -> None:
+    """HAMi-core's files on the node, without the container's region yet."""
+    vgpu = hook / "vgpu"
+    (vgpu / "containers" / "7c1e7f0a-3b2d-4c5e-8f90-a1b2c3d4e5f6_main").mkdir(parents=True)
+    (vgpu / "libvgpu.so").write_bytes(b"\x7fELF")
+    (vgpu / "ld.so.preload").write_text(f"{vgpu}/libvgpu.so\n")
 
 
 def test_findings_compare_the_sources() -> None:
@@ -80,7 +119,7 @@ def prom_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def test_pod_shows_both_numbers(
     mode: str, api: KubeAPIServer, kube_config_file: Path, tmp_path: Path, prom_url: str
 ) -> None:
-    node_files(tmp_path / "hook", region=False)
+    hami_core_files(tmp_path / "hook")
     extra = ',"memoryEnforcement":"driver"' if mode == "driver" else ""
     for obj in (scheduler_pod(), hami_node("gpu-node-01", register=REGISTER % extra), running_pod()):
         api.store.put(obj)
