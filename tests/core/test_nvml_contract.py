@@ -63,20 +63,10 @@ SPEC: dict[str, Any] = {
             "mig": {
                 "enabled": True,
                 "profiles": [
-                    {
-                        "id": 19,
-                        "name": "1g.5gb",
-                        "slices": 1,
-                        "memory_mib": 4864,
-                        "placements": [[s, 1] for s in range(7)],
-                    },
-                    {
-                        "id": 14,
-                        "name": "2g.10gb",
-                        "slices": 2,
-                        "memory_mib": 9856,
-                        "placements": [[0, 2], [2, 2], [4, 2]],
-                    },
+                    {"id": 19, "name": "1g.5gb", "slices": 1, "memory_mib": 4864,
+                     "placements": [[s, 1] for s in range(7)]},
+                    {"id": 14, "name": "2g.10gb", "slices": 2, "memory_mib": 9856,
+                     "placements": [[0, 2], [2, 2], [4, 2]]},
                 ],
                 "instances": [
                     {
@@ -245,10 +235,7 @@ def test_mig_instances_are_created_and_destroyed(nvml: Nvml) -> None:
         assert made.uuid.startswith("MIG-")
         (listed,) = [g for g in dev.gpu_instances() if g.id == gi]
         assert (listed.profile_id, listed.start, listed.size, listed.compute_instances) == (
-            profile.id,
-            start,
-            size,
-            (ci,),
+            profile.id, start, size, (ci,)
         )
         with pytest.raises(NvmlError) as info:  # not while a compute instance lives in it
             dev.destroy_gpu_instance(gi)
