@@ -164,10 +164,8 @@ def run(cfg: Config, stop: threading.Event, registry: CollectorRegistry | None =
         monitor.start()
     except (OSError, WebConfigError) as err:
         # fail fast and say what to change: the kubelet restarts the pod, and the log says why
-        log.error(
-            "hami-monitor: cannot start: %s (check --metrics-bind-address, --web.config.file and HOOK_PATH)",
-            err,
-        )
+        log.error("hami-monitor: cannot start: %s (check --metrics-bind-address, --web.config.file "
+                  "and HOOK_PATH)", err)
         stop_within(shutdown, "hami-monitor")
         return 1
     if wait_unless_stopped(informer.wait_for_sync, stop, 60):
