@@ -368,3 +368,40 @@ def test_cgroup_memory_limits_mig_and_old_driver() -> None:
     assert info.value.code == "FUNCTION_NOT_FOUND"
     with pytest.raises(FakeSpecError, match="soft <= hard"):
         FakeNvml({"devices": [{"memory_mib": 1, "cgroup_memory": {CG: {"soft_mib": 2, "hard_mib": 1}}}]})
+
+
+def test_real_memory_limits_through_the_library_symbol_when_the_binding_lacks_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An nvidia-ml-py before the call: the documented struct goes to the library's symbol by ctypes;
+    a driver without the symbol answers FUNCTION_NOT_FOUND by name."""
+    lib = _StandIn()
+    monkeypatch.setattr(pynvml, "nvmlInit", lib.init)
+    monkeypatch.setattr(pynvml, "nvmlShutdown", lib.shutdown)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetHandleByIndex", lambda index: object())
+    for name in ("nvmlDeviceGetMemoryLimits_v1", "c_nvmlGetMemoryLimits_v1_t"):
+        monkeypatch.delattr(pynvml, name, raising=False)
+    seen: list[bytes] = []
+
+    def symbol(name: str) -> Any:
+        if name != "nvmlDeviceGetMemoryLimits_v1":
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+
+        def call(handle: Any, ref: Any) -> int:
+            limits = ref._obj  # the structure behind ctypes.byref
+            seen.append(limits.nameSpace)
+            limits.softLimit, limits.hardLimit, limits.currentUsed = 0, MEMORY_LIMIT_MAX, 123
+            return 0
+
+        return call
+
+    monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer", symbol)
+    nvml = RealNvml()
+    got = nvml.device(0).memory_limits(CG)
+    assert (got.soft, got.hard, got.used, got.limited) == (0, MEMORY_LIMIT_MAX, 123, False)
+    assert seen == [CG.encode()]
+    monkeypatch.delattr(pynvml, "nvmlDeviceSetMemoryLimits_v1", raising=False)
+    with pytest.raises(NvmlError) as info:
+        nvml.device(0).set_memory_limits(CG, 0, 1 << 30)
+    assert (info.value.call, info.value.code) == ("nvmlDeviceSetMemoryLimits_v1", "FUNCTION_NOT_FOUND")
+    nvml.close()
