@@ -88,6 +88,19 @@ class AlertingRules(RuleBase):
                 "without HAMi-core ({{ $labels.reason }}): its vGPU memory and core limits are not "
                 "enforced and it can take the whole GPU from the pods sharing it.",
             ),
+            # The driver accounts every allocation of the container's cgroup, the shim only those it
+            # intercepts: a lasting gap is memory its limit does not see (hami.exporter.driver).
+            self.alert(
+                "HAMiVGPUShimUnderReports",
+                f"max by (node, namespace, pod, container, vdevice_index, device_uuid) "
+                f"(hami_vgpu_memory_accounting_gap_bytes{{{mon}}}) > {t['shim_underreport_bytes']}",
+                "shim_underreport",
+                "warning",
+                summary="HAMi-core reports less GPU memory for a container than the driver accounts to it.",
+                description=f"The driver accounts {{{{ $value | humanize1024 }}}}B more on device "
+                f"{{{{ $labels.device_uuid }}}} to {who} (node {{{{ $labels.node }}}}) than HAMi-core "
+                "reports: allocations that bypass the shim are outside its vGPU memory limit.",
+            ),
             self.alert(
                 "HAMiVGPUCoreOverLimit",
                 f"hami_vgpu_core_used_percent{{{mon}}}\n  > on ({CONTAINER_KEYS}, device_uuid) "

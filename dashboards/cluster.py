@@ -282,6 +282,36 @@ def container_workloads() -> Board:
         ],
         stack=True,
     )
+    b.timeseries(
+        "Memory by accounting source",
+        "bytes",
+        [
+            Q(
+                f"max by (namespace, pod, container, source) (hami_vgpu_source_memory_used_bytes{{{sel}}})",
+                "used {{source}} {{namespace}}/{{pod}}/{{container}}",
+            ),
+            Q(
+                "max by (namespace, pod, container, source) "
+                f'(hami_vgpu_source_memory_limit_bytes{{{sel}, limit="hard"}} > 0)',
+                "limit {{source}} {{namespace}}/{{pod}}/{{container}}",
+            ),
+        ],
+        "Each container's device memory as HAMi-core reports it and as the driver accounts it (nvml, "
+        "dmem), whoever limits it; a container both account shows both.",
+    )
+    b.timeseries(
+        "Driver minus HAMi-core memory",
+        "bytes",
+        [
+            Q(
+                f"max by (namespace, pod, container) (hami_vgpu_memory_accounting_gap_bytes{{{sel}}})",
+                "{{namespace}}/{{pod}}/{{container}}",
+            )
+        ],
+        "What the driver accounts to a HAMi-core container beyond what its shim reports; above the line "
+        "for long, HAMiVGPUShimUnderReports fires.",
+        lines=[Line(alert_thresholds()["shim_underreport_bytes"], "red")],
+    )
     b.row("Compute")
     b.timeseries(
         "SM used vs limit",

@@ -178,6 +178,18 @@ def device_plugin() -> Board:
             Q(f"max by (node) (hami_device_core_scaling{{{NODE}}})", "core scaling {{node}}"),
         ],
     )
+    b.timeseries(
+        "Memory enforcement",
+        "none",
+        [
+            Q(
+                f"max by (node, enforcement) (hami_device_memory_enforcement{{{NODE}}}) == 1",
+                "{{node}} {{enforcement}}",
+            )
+        ],
+        "Who enforces vGPU memory limits on each node's cards: hami-core (HAMi's shim) or driver (the "
+        "driver's per-cgroup limits, --memory-enforcement=driver).",
+    )
     b.row("vGPU monitor")
     b.timeseries("Collection latency", "s", _quantiles("hami_monitor_collect_duration_seconds", "node", NODE))
     b.timeseries(
@@ -195,5 +207,17 @@ def device_plugin() -> Board:
         "NVML errors by call",
         "ops",
         [Q(f"sum by (call) (rate(hami_monitor_nvml_errors_total{{{NODE}}}[{RI}]))", "{{call}}")],
+    )
+    b.timeseries(
+        "Driver accounting sources",
+        "none",
+        [
+            Q(
+                f"max by (node, source, reason) (hami_monitor_driver_source_available{{{NODE}}})",
+                "{{node}} {{source}} {{reason}}",
+            )
+        ],
+        "1 where the monitor reads the driver's per-container memory accounting through the source, 0 "
+        "with the reason it is absent (an older driver or kernel, no cgroup v2 root).",
     )
     return b

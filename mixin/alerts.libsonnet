@@ -129,6 +129,19 @@
             }
           },
           {
+            "alert": "HAMiVGPUShimUnderReports",
+            "expr": "max by (node, namespace, pod, container, vdevice_index, device_uuid) (hami_vgpu_memory_accounting_gap_bytes{job=\"%(monitorJob)s\"}) > %(shimUnderreportBytes)s" % $._config,
+            "for": "%(shimUnderreportFor)s" % $._config,
+            "labels": {
+              "severity": "warning"
+            },
+            "annotations": {
+              "summary": "HAMi-core reports less GPU memory for a container than the driver accounts to it.",
+              "description": "The driver accounts {{ $value | humanize1024 }}B more on device {{ $labels.device_uuid }} to {{ $labels.namespace }}/{{ $labels.pod }} container {{ $labels.container }} (node {{ $labels.node }}) than HAMi-core reports: allocations that bypass the shim are outside its vGPU memory limit.",
+              "runbook_url": $._config.runbookURLPattern % "HAMiVGPUShimUnderReports"
+            }
+          },
+          {
             "alert": "HAMiVGPUCoreOverLimit",
             "expr": "hami_vgpu_core_used_percent{job=\"%(monitorJob)s\"}\n  > on (namespace, pod, container, vdevice_index, device_uuid) group_left ()\n  (hami_vgpu_core_limit_percent{job=\"%(monitorJob)s\"} < 100) + %(vgpuCoreOverLimitPoints)s" % $._config,
             "for": "%(vgpuCoreOverLimitFor)s" % $._config,

@@ -48,6 +48,8 @@
     schedulerMetricsAbsentFor: "15m",
     schedulerPendingPods: 0,
     schedulerPendingPodsFor: "15m",
+    shimUnderreportBytes: 536870912,
+    shimUnderreportFor: "10m",
     smUseWindow: "1h",
     temperatureHighFor: "5m",
     temperatureMarginCelsius: 5,

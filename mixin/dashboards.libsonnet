@@ -2367,14 +2367,155 @@
           "type": "timeseries"
         },
         {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}"
+          },
+          "description": "Each container's device memory as HAMi-core reports it and as the driver accounts it (nvml, dmem), whoever limits it; a container both account shows both.",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+                "lineWidth": 1
+              },
+              "unit": "bytes"
+            },
+            "overrides": []
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 12,
+            "x": 0,
+            "y": 17
+          },
+          "id": 6,
+          "options": {
+            "legend": {
+              "calcs": [
+                "lastNotNull",
+                "max"
+              ],
+              "displayMode": "table",
+              "placement": "bottom",
+              "showLegend": true
+            },
+            "tooltip": {
+              "mode": "multi",
+              "sort": "asc"
+            }
+          },
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "expr": "max by (namespace, pod, container, source) (hami_vgpu_source_memory_used_bytes{%(clusterLabel)s=~\"$cluster\", node=~\"$node\", namespace=~\"$namespace\"})" % $._config,
+              "instant": false,
+              "legendFormat": "used {{source}} {{namespace}}/{{pod}}/{{container}}",
+              "range": true,
+              "refId": "A"
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "expr": "max by (namespace, pod, container, source) (hami_vgpu_source_memory_limit_bytes{%(clusterLabel)s=~\"$cluster\", node=~\"$node\", namespace=~\"$namespace\", limit=\"hard\"} > 0)" % $._config,
+              "instant": false,
+              "legendFormat": "limit {{source}} {{namespace}}/{{pod}}/{{container}}",
+              "range": true,
+              "refId": "B"
+            }
+          ],
+          "title": "Memory by accounting source",
+          "transformations": [],
+          "transparent": false,
+          "type": "timeseries"
+        },
+        {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}"
+          },
+          "description": "What the driver accounts to a HAMi-core container beyond what its shim reports; above the line for long, HAMiVGPUShimUnderReports fires.",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+                "lineWidth": 1,
+                "thresholdsStyle": {
+                  "mode": "dashed"
+                }
+              },
+              "thresholds": {
+                "mode": "absolute",
+                "steps": [
+                  {
+                    "color": "green",
+                    "value": null
+                  },
+                  {
+                    "color": "red",
+                    "value": 536870912
+                  }
+                ]
+              },
+              "unit": "bytes"
+            },
+            "overrides": []
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 12,
+            "x": 12,
+            "y": 17
+          },
+          "id": 7,
+          "options": {
+            "legend": {
+              "calcs": [
+                "lastNotNull",
+                "max"
+              ],
+              "displayMode": "table",
+              "placement": "bottom",
+              "showLegend": true
+            },
+            "tooltip": {
+              "mode": "multi",
+              "sort": "asc"
+            }
+          },
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "expr": "max by (namespace, pod, container) (hami_vgpu_memory_accounting_gap_bytes{%(clusterLabel)s=~\"$cluster\", node=~\"$node\", namespace=~\"$namespace\"})" % $._config,
+              "instant": false,
+              "legendFormat": "{{namespace}}/{{pod}}/{{container}}",
+              "range": true,
+              "refId": "A"
+            }
+          ],
+          "title": "Driver minus HAMi-core memory",
+          "transformations": [],
+          "transparent": false,
+          "type": "timeseries"
+        },
+        {
           "collapsed": false,
           "gridPos": {
             "h": 1,
             "w": 24,
             "x": 0,
-            "y": 17
+            "y": 25
           },
-          "id": 6,
+          "id": 8,
           "panels": [],
           "title": "Compute",
           "type": "row"
@@ -2400,9 +2541,9 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 18
+            "y": 26
           },
-          "id": 7,
+          "id": 9,
           "options": {
             "legend": {
               "calcs": [
@@ -2484,9 +2625,9 @@
             "h": 8,
             "w": 12,
             "x": 12,
-            "y": 18
+            "y": 26
           },
-          "id": 8,
+          "id": 10,
           "options": {
             "legend": {
               "calcs": [
@@ -2542,9 +2683,9 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 26
+            "y": 34
           },
-          "id": 9,
+          "id": 11,
           "options": {
             "legend": {
               "calcs": [
@@ -2600,9 +2741,9 @@
             "h": 8,
             "w": 12,
             "x": 12,
-            "y": 26
+            "y": 34
           },
-          "id": 10,
+          "id": 12,
           "options": {
             "legend": {
               "calcs": [
@@ -2658,9 +2799,9 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 34
+            "y": 42
           },
-          "id": 11,
+          "id": 13,
           "options": {
             "legend": {
               "calcs": [
@@ -2711,9 +2852,9 @@
             "h": 8,
             "w": 24,
             "x": 12,
-            "y": 34
+            "y": 42
           },
-          "id": 12,
+          "id": 14,
           "options": null,
           "repeatDirection": "h",
           "targets": [
@@ -3329,6 +3470,63 @@
           "type": "timeseries"
         },
         {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}"
+          },
+          "description": "Who enforces vGPU memory limits on each node's cards: hami-core (HAMi's shim) or driver (the driver's per-cgroup limits, --memory-enforcement=driver).",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+                "lineWidth": 1
+              },
+              "unit": "none"
+            },
+            "overrides": []
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 12,
+            "x": 12,
+            "y": 25
+          },
+          "id": 9,
+          "options": {
+            "legend": {
+              "calcs": [
+                "lastNotNull",
+                "max"
+              ],
+              "displayMode": "table",
+              "placement": "bottom",
+              "showLegend": true
+            },
+            "tooltip": {
+              "mode": "multi",
+              "sort": "asc"
+            }
+          },
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "expr": "max by (node, enforcement) (hami_device_memory_enforcement{%(clusterLabel)s=~\"$cluster\", node=~\"$node\"}) == 1" % $._config,
+              "instant": false,
+              "legendFormat": "{{node}} {{enforcement}}",
+              "range": true,
+              "refId": "A"
+            }
+          ],
+          "title": "Memory enforcement",
+          "transformations": [],
+          "transparent": false,
+          "type": "timeseries"
+        },
+        {
           "collapsed": false,
           "gridPos": {
             "h": 1,
@@ -3336,7 +3534,7 @@
             "x": 0,
             "y": 33
           },
-          "id": 9,
+          "id": 10,
           "panels": [],
           "title": "vGPU monitor",
           "type": "row"
@@ -3363,7 +3561,7 @@
             "x": 0,
             "y": 34
           },
-          "id": 10,
+          "id": 11,
           "options": {
             "legend": {
               "calcs": [
@@ -3434,7 +3632,7 @@
             "x": 12,
             "y": 34
           },
-          "id": 11,
+          "id": 12,
           "options": {
             "legend": {
               "calcs": [
@@ -3491,7 +3689,7 @@
             "x": 0,
             "y": 42
           },
-          "id": 12,
+          "id": 13,
           "options": {
             "legend": {
               "calcs": [
@@ -3548,7 +3746,7 @@
             "x": 12,
             "y": 42
           },
-          "id": 13,
+          "id": 14,
           "options": {
             "legend": {
               "calcs": [
@@ -3579,6 +3777,63 @@
             }
           ],
           "title": "NVML errors by call",
+          "transformations": [],
+          "transparent": false,
+          "type": "timeseries"
+        },
+        {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}"
+          },
+          "description": "1 where the monitor reads the driver's per-container memory accounting through the source, 0 with the reason it is absent (an older driver or kernel, no cgroup v2 root).",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+                "lineWidth": 1
+              },
+              "unit": "none"
+            },
+            "overrides": []
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 12,
+            "x": 0,
+            "y": 50
+          },
+          "id": 15,
+          "options": {
+            "legend": {
+              "calcs": [
+                "lastNotNull",
+                "max"
+              ],
+              "displayMode": "table",
+              "placement": "bottom",
+              "showLegend": true
+            },
+            "tooltip": {
+              "mode": "multi",
+              "sort": "asc"
+            }
+          },
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "expr": "max by (node, source, reason) (hami_monitor_driver_source_available{%(clusterLabel)s=~\"$cluster\", node=~\"$node\"})" % $._config,
+              "instant": false,
+              "legendFormat": "{{node}} {{source}} {{reason}}",
+              "range": true,
+              "refId": "A"
+            }
+          ],
+          "title": "Driver accounting sources",
           "transformations": [],
           "transparent": false,
           "type": "timeseries"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from hami.core.nvml import (
     CLOCK_EVENT_REASONS,
     EVENT_XID_CRITICAL,
     HEALTH_EVENTS,
+    MEMORY_LIMIT_MAX,
     GpuInstanceProfile,
     Nvml,
     NvmlError,
@@ -22,8 +24,22 @@ from hami.core.nvml.api import TOPOLOGY_LEVELS
 from hami.core.nvml.fake import FakeNvml
 from hami.core.nvml.real import RealNvml
 
+
+def _own_cgroup() -> str:
+    """This process's cgroup v2 directory as NVML names cgroups (its full sysfs path)."""
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        lines = []
+    rel = next((line[3:] for line in lines if line.startswith("0::")), "/")
+    return os.path.normpath("/sys/fs/cgroup/" + rel.lstrip("/"))
+
+
+OWN_CGROUP = _own_cgroup()
 SPEC: dict[str, Any] = {
     "driver_version": "550.54.15",
+    "cgroups": [OWN_CGROUP],
     "devices": [
         {
             "uuid": "GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec",
@@ -316,3 +332,27 @@ def test_open_nvml_selects_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         open_nvml().close()
     except NvmlError as exc:
         assert exc.call == "nvmlInit"
+
+
+def test_cgroup_memory_limits(nvml: Nvml) -> None:
+    """nvmlDeviceGetMemoryLimits_v1 on this process's cgroup, where nobody set a limit: soft 0 and hard
+    NVML_DEVICE_MEMORY_LIMIT_MAX; NOT_SUPPORTED on MIG; a driver without the call says so by name."""
+    answered = 0
+    for i in _devices(nvml):
+        dev = nvml.device(i)
+        try:
+            limits = dev.memory_limits(OWN_CGROUP)
+        except NvmlError as exc:
+            assert exc.call == "nvmlDeviceGetMemoryLimits_v1"
+            assert exc.code in ("NOT_SUPPORTED", "FUNCTION_NOT_FOUND"), exc
+            if exc.code == "NOT_SUPPORTED" and isinstance(nvml, FakeNvml):
+                assert _or_unsupported(dev.mig_mode)[0], "the fake refuses MIG GPUs only"
+            continue
+        answered += 1
+        assert (limits.soft, limits.hard) == (0, MEMORY_LIMIT_MAX) and not limits.limited
+        assert limits.used >= 0
+        with pytest.raises(NvmlError) as info:
+            dev.memory_limits("not/a/sysfs/path")
+        assert info.value.call == "nvmlDeviceGetMemoryLimits_v1"  # which code is the driver's own
+    if isinstance(nvml, FakeNvml):
+        assert answered == 1  # the V100; the A100 runs MIG

@@ -10,7 +10,14 @@ from typing import Any
 import pynvml
 import pytest
 
-from hami.core.nvml import EVENT_DOUBLE_BIT_ECC, EVENT_XID_CRITICAL, HEALTH_EVENTS, NO_INSTANCE, NvmlError
+from hami.core.nvml import (
+    EVENT_DOUBLE_BIT_ECC,
+    EVENT_XID_CRITICAL,
+    HEALTH_EVENTS,
+    MEMORY_LIMIT_MAX,
+    NO_INSTANCE,
+    NvmlError,
+)
 from hami.core.nvml.fake import FakeNvml
 from hami.core.nvml.fake_spec import FakeSpecError
 from hami.core.nvml.real import RealNvml
@@ -320,3 +327,81 @@ def test_real_inits_once_and_maps_errors(monkeypatch: pytest.MonkeyPatch) -> Non
     assert (lib.inits, lib.shutdowns) == (1, 1)
     with pytest.raises(NvmlError, match="UNINITIALIZED"):
         nvml.device_count()
+
+
+CG = "/sys/fs/cgroup/kubepods.slice/pod-a/ctr-1"
+
+
+def test_cgroup_memory_limits_set_get_clear_and_vanish() -> None:
+    fake = FakeNvml({"devices": [{"memory_mib": 8192}], "cgroups": [CG]})
+    dev = fake.device(0)
+    assert (dev.memory_limits(CG).soft, dev.memory_limits(CG).hard) == (0, MEMORY_LIMIT_MAX)
+    dev.set_memory_limits(CG, 1 << 30, 2 << 30)
+    fake.set_cgroup_usage(0, CG, 512 << 20)
+    got = dev.memory_limits(CG)
+    assert (got.soft, got.hard, got.used, got.limited) == (1 << 30, 2 << 30, 512 << 20, True)
+    for soft, hard in ((3 << 30, 2 << 30), (-1, 1 << 30), (0, MEMORY_LIMIT_MAX + 1)):
+        with pytest.raises(NvmlError) as info:
+            dev.set_memory_limits(CG, soft, hard)
+        assert (info.value.call, info.value.code) == ("nvmlDeviceSetMemoryLimits_v1", "INVALID_ARGUMENT")
+    dev.set_memory_limits(CG, 0, MEMORY_LIMIT_MAX)  # the documented way to clear them
+    cleared = dev.memory_limits(CG)
+    assert not cleared.limited and cleared.used == 512 << 20
+    fake.remove_cgroup(CG)
+    with pytest.raises(NvmlError) as info:
+        dev.memory_limits(CG)
+    assert info.value.code == "NOT_FOUND"
+
+
+def test_cgroup_memory_limits_mig_and_old_driver() -> None:
+    mig = {"memory_mib": 40960, "mig": {"enabled": True}, "cgroup_memory": {CG: {"hard_mib": 1024}}}
+    fake = FakeNvml({"devices": [mig]})
+    with pytest.raises(NvmlError) as info:
+        fake.device(0).memory_limits(CG)
+    assert (info.value.call, info.value.code) == ("nvmlDeviceGetMemoryLimits_v1", "NOT_SUPPORTED")
+    old = FakeNvml({"memory_limits": False, "devices": [{"memory_mib": 1024}], "cgroups": [CG]})
+    with pytest.raises(NvmlError) as info:
+        old.device(0).memory_limits(CG)
+    assert info.value.code == "FUNCTION_NOT_FOUND"
+    with pytest.raises(NvmlError) as info:
+        old.device(0).set_memory_limits(CG, 0, 1)
+    assert info.value.code == "FUNCTION_NOT_FOUND"
+    with pytest.raises(FakeSpecError, match="soft <= hard"):
+        FakeNvml({"devices": [{"memory_mib": 1, "cgroup_memory": {CG: {"soft_mib": 2, "hard_mib": 1}}}]})
+
+
+def test_real_memory_limits_through_the_library_symbol_when_the_binding_lacks_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An nvidia-ml-py before the call: the documented struct goes to the library's symbol by ctypes;
+    a driver without the symbol answers FUNCTION_NOT_FOUND by name."""
+    lib = _StandIn()
+    monkeypatch.setattr(pynvml, "nvmlInit", lib.init)
+    monkeypatch.setattr(pynvml, "nvmlShutdown", lib.shutdown)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetHandleByIndex", lambda index: object())
+    for name in ("nvmlDeviceGetMemoryLimits_v1", "c_nvmlGetMemoryLimits_v1_t"):
+        monkeypatch.delattr(pynvml, name, raising=False)
+    seen: list[bytes] = []
+
+    def symbol(name: str) -> Any:
+        if name != "nvmlDeviceGetMemoryLimits_v1":
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+
+        def call(handle: Any, ref: Any) -> int:
+            limits = ref._obj  # the structure behind ctypes.byref
+            seen.append(limits.nameSpace)
+            limits.softLimit, limits.hardLimit, limits.currentUsed = 0, MEMORY_LIMIT_MAX, 123
+            return 0
+
+        return call
+
+    monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer", symbol)
+    nvml = RealNvml()
+    got = nvml.device(0).memory_limits(CG)
+    assert (got.soft, got.hard, got.used, got.limited) == (0, MEMORY_LIMIT_MAX, 123, False)
+    assert seen == [CG.encode()]
+    monkeypatch.delattr(pynvml, "nvmlDeviceSetMemoryLimits_v1", raising=False)
+    with pytest.raises(NvmlError) as info:
+        nvml.device(0).set_memory_limits(CG, 0, 1 << 30)
+    assert (info.value.call, info.value.code) == ("nvmlDeviceSetMemoryLimits_v1", "FUNCTION_NOT_FOUND")
+    nvml.close()

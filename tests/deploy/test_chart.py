@@ -157,7 +157,11 @@ GUIDE_VALUES = [
     ("devicePlugin.deviceMemoryScaling=1.5", _scaling, 1.5),
     ("scheduler.extender.extraArgs={--profiling}", _args, None),
     ("scheduler.extraArgs={-v=4}", _args, None),
-    ("devicePlugin.monitor.extraArgs={-v=4}", _monitor_args, ["--metrics-bind-address=:9394", "-v=4"]),
+    (
+        "devicePlugin.monitor.extraArgs={-v=4}",
+        _monitor_args,
+        ["--metrics-bind-address=:9394", "--cgroup-root=/sys/fs/cgroup", "-v=4"],
+    ),
     ("scheduler.extender.resources.limits.memory=2Gi", _extender_memory, "2Gi"),
     ("scheduler.nodeLockExpire=3m", _lock_timeout, 180.0),
     (

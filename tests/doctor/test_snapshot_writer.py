@@ -148,7 +148,7 @@ def test_the_demo_cluster_as_a_snapshot(
     )
     assert len(s.notes) == 1 and "deviceMemoryScaling not given" in s.notes[0]
     err = capsys.readouterr().err
-    assert "snapshot: 4 nodes, 23 GPU pods (20 placed, 1 finished), 1 quotas, 1 held locks" in err
+    assert "snapshot: 4 nodes, 25 GPU pods (22 placed, 1 finished), 1 quotas, 1 held locks" in err
     assert "note: deviceMemoryScaling not given" in err
     # The doctor only read: a GET for every list, nothing else.
     assert {r.method for r in seeded.requests.records} == {"GET"}
@@ -196,7 +196,7 @@ def test_stdout_and_the_replay_read_the_same_file(
     argv = ["snapshot", "-o", "-", "--kubeconfig", str(kube_config_file), "--now", "2026-03-02T12:00:00Z"]
     assert main(argv, stdout=stdout) == 0
     s = snapread.loads(stdout.getvalue())
-    assert len(s.pods) == 23  # the demo cluster's and the three of this module
+    assert len(s.pods) == 25  # the demo cluster's and the three of this module
 
 
 @pytest.mark.parametrize(

@@ -546,6 +546,24 @@ def test_every_rule_evaluates_without_error_and_reports_its_cost(
     record_property("rule_group_last_duration_seconds_sum", round(sum(durations.values()), 6))
 
 
+def test_the_driver_limits_one_container_and_catches_the_shim_that_under_reports(stack: Stack) -> None:
+    """The demo's driver accounting: scenarios/shim-underreports fires HAMiVGPUShimUnderReports; the
+    container the driver limits shows its limits by source and is not "not limited"."""
+    need(MONITOR)
+    shim, limited = cluster.SHIM_UNDERREPORTS.name, cluster.DRIVER_LIMITED.name
+    poll(_alert_fires(stack, "HAMiVGPUShimUnderReports", {"pod": shim}), "HAMiVGPUShimUnderReports")
+    prom = prometheus(stack)
+    firing = [a["labels"] for a in prom.alerts() if a["labels"]["alertname"] == "HAMiVGPUShimUnderReports"]
+    assert {a.get("pod") for a in firing} == {shim}
+    limits = prom.query(f'hami_vgpu_source_memory_limit_bytes{{pod="{limited}", limit="hard"}}')
+    assert {s["metric"]["source"]: float(s["value"][1]) for s in limits} == {
+        "nvml": cluster.DRIVER_LIMITED.mem_mib * 2**20,
+        "dmem": cluster.DRIVER_LIMITED.mem_mib * 2**20,
+    }
+    assert not prom.query(f'hami_vgpu_unlimited_processes{{pod="{limited}"}}')
+    assert not [a for a in prom.alerts() if a["labels"].get("pod") == limited]
+
+
 LOCK_ALERT = "HAMiNodeLockHeldTooLong"
 LOCK_LEFT = timedelta(seconds=40)  # how long the re-dated lock still holds locked-node
 

@@ -35,6 +35,8 @@ POD_USE_GPUUUID: Final = "nvidia.com/use-gpuuuid"
 POD_NOUSE_GPUUUID: Final = "nvidia.com/nouse-gpuuuid"
 POD_NUMA_BIND: Final = "nvidia.com/numa-bind"
 POD_VGPU_MODE: Final = "nvidia.com/vgpu-mode"
+# Ours: the memory enforcement a pod's cards must run (hami-core or driver; absent = either).
+POD_MEMORY_ENFORCEMENT: Final = "hami.io/memory-enforcement"
 POD_GROUP_LABEL: Final = "scheduling.x-k8s.io/pod-group"
 
 # Resource names (defaults; HAMi's device config can rename them).

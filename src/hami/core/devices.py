@@ -10,6 +10,12 @@ from dataclasses import dataclass, field
 MODE_HAMI_CORE = "hami-core"
 MODE_MIG = "mig"
 MODE_MPS = "mps"
+# Who enforces a card's vGPU memory limits (the device plugin's --memory-enforcement): HAMi-core's shim,
+# or the driver's per-cgroup limits through the container toolkit's hook. Registered per device as
+# ``memoryEnforcement`` (omitted for hami-core), a key HAMi's decoder ignores.
+ENFORCE_HAMI_CORE = "hami-core"
+ENFORCE_DRIVER = "driver"
+ENFORCEMENTS = (ENFORCE_HAMI_CORE, ENFORCE_DRIVER)
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,7 @@ class DeviceInfo:
     health: bool = False
     mig_profiles: tuple[MigProfile, ...] = ()
     device_vendor: str = ""
+    enforcement: str = ""  # "" = ENFORCE_HAMI_CORE (not written); ENFORCE_DRIVER
     pair_score: dict[str, int] = field(default_factory=dict, compare=False, hash=False)
 
 

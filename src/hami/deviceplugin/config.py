@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from hami.core.devices import MODE_HAMI_CORE, MODE_MIG, MODE_MPS
+from hami.core.devices import ENFORCE_HAMI_CORE, ENFORCEMENTS, MODE_HAMI_CORE, MODE_MIG, MODE_MPS
 
 MODES = frozenset({MODE_HAMI_CORE, MODE_MIG, MODE_MPS})
 
@@ -63,6 +63,8 @@ class PluginConfig:
     fail_requests_greater_than_one: bool = False
     # migProfileAllowlist: (model substrings, profile names) pairs; empty lets every profile through.
     mig_profile_allowlist: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ()
+    # Ours: who enforces vGPU memory limits on this node's cards (§C.11): HAMi-core, or the driver.
+    memory_enforcement: str = ENFORCE_HAMI_CORE
 
     def allowed_mig_profiles(self, model: str) -> frozenset[str] | None:
         """The MIG profile names allowed on a GPU of ``model``; None when every one is."""
@@ -91,6 +93,7 @@ _YAML_FIELDS: dict[str, str] = {
     "enableNumaTopology": "enable_numa_topology",
     "disableCoreLimit": "disable_core_limit",
     "resourceCountName": "resource_name",
+    "memoryEnforcement": "memory_enforcement",
 }
 
 # Node JSON keys (encoding/json: case-insensitive) that merge over the defaults when non-zero.
@@ -101,6 +104,7 @@ _JSON_FIELDS: dict[str, str] = {
     "preconfigureddevicememory": "pre_configured_device_memory",
     "libcudaloglevel": "lib_cuda_log_level",
     "enablenumatopology": "enable_numa_topology",
+    "memoryenforcement": "memory_enforcement",
 }
 
 _TYPES: dict[str, type] = {
@@ -112,6 +116,7 @@ _TYPES: dict[str, type] = {
     "enable_numa_topology": bool,
     "disable_core_limit": bool,
     "resource_name": str,
+    "memory_enforcement": str,
 }
 
 
@@ -138,6 +143,10 @@ def _validate(cfg: PluginConfig, where: str) -> PluginConfig:
         raise ConfigError(f"{where}: deviceMemoryScaling and deviceCoreScaling must be > 0")
     if cfg.pre_configured_device_memory < 0:
         raise ConfigError(f"{where}: preConfiguredDeviceMemory must be >= 0")
+    if cfg.memory_enforcement not in ENFORCEMENTS:
+        raise ConfigError(
+            f"{where}: memoryEnforcement {cfg.memory_enforcement!r} is not one of {', '.join(ENFORCEMENTS)}"
+        )
     return cfg
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from hami.core.devices import MODE_MIG, ContainerDevice, ContainerDevices, PodDevices
+from hami.core.devices import ENFORCE_DRIVER, MODE_MIG, ContainerDevice, ContainerDevices, PodDevices
 from hami.core.hamicore import CONTAINER_LOCK_DIR, HostLayout, control_disabled
 from hami.deviceplugin.cdi import ANNOTATION_PREFIX, ENVVAR, device_list_edits
 from hami.deviceplugin.config import PluginConfig
@@ -243,8 +243,11 @@ def build_container_allocation(
     if cfg.operating_mode == MODE_MIG:
         return base
     envs = base.envs
-    for i, dev in enumerate(devreq):
-        envs[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{dev.usedmem}m"
+    if cfg.memory_enforcement == ENFORCE_DRIVER:
+        envs.update(driver_memory_envs(devreq))
+    else:
+        for i, dev in enumerate(devreq):
+            envs[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{dev.usedmem}m"
     envs["CUDA_DEVICE_SM_LIMIT"] = str(devreq[0].usedcores)  # the first device only, as HAMi
     envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = f"{layout.vgpu_dir}/{cache_id}.cache"
     if cfg.device_memory_scaling > 1:
@@ -266,6 +269,19 @@ def build_container_allocation(
         mounts.append(MountSpec("/tmp/license", layout.license_path, True))
         mounts.append(MountSpec("/usr/bin/vgpuvalidator", f"{layout.vgpu_dir}/vgpuvalidator", True))
     return replace(base, mounts=tuple(mounts), cache_dir=cache_dir)
+
+
+def driver_memory_envs(devreq: ContainerDevices) -> dict[str, str]:
+    """``NVIDIA_GPU_MEMORY_LIMIT`` and ``NVIDIA_GPU_MEMORY_REQUEST`` for the container toolkit's hook
+    (§C.11): one value in whole MiB for every GPU of the container. HAMi gives a container the same
+    memory on each of its GPUs unless it asks in percent of differing cards; then the smallest is the
+    only one that holds on every card. The scheduler reserves that memory for the container, so it is
+    also what the container is guaranteed: its request. A container without a memory figure (whole
+    cards) gets neither."""
+    mem = min((d.usedmem for d in devreq if d.usedmem > 0), default=0)
+    if mem <= 0:
+        return {}
+    return {"NVIDIA_GPU_MEMORY_LIMIT": str(mem), "NVIDIA_GPU_MEMORY_REQUEST": str(mem)}
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from hami.core.devices import MODE_MIG, DeviceInfo, MigProfile
+from hami.core.devices import ENFORCE_HAMI_CORE, MODE_MIG, DeviceInfo, MigProfile
 from hami.deviceplugin.config import PluginConfig
 
 MIB = 1 << 20
@@ -96,6 +96,10 @@ def build_register_devices(
                 mode=cfg.operating_mode,
                 health=health.get(gpu.uuid, True),
                 mig_profiles=gpu.mig_profiles if mig else (),
+                # not written for HAMi-core (HAMi's bytes unchanged), nor in MIG mode (no shim to replace)
+                enforcement=cfg.memory_enforcement
+                if cfg.memory_enforcement != ENFORCE_HAMI_CORE and not mig
+                else "",
             )
         )
     return devices, skipped

@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 
 import hami
 from hami.core import klog
+from hami.core.devices import ENFORCE_HAMI_CORE, ENFORCEMENTS
 from hami.core.duration import duration_flag
 from hami.core.hamicore import HostLayout
 from hami.core.kube.client import KubeConfigError, new_api_client
@@ -150,6 +151,14 @@ def build_parser() -> argparse.ArgumentParser:
     a("--device-memory-scaling", type=float, default=float(_env("DEVICE_MEMORY_SCALING", "1.0")))
     a("--device-cores-scaling", type=float, default=float(_env("DEVICE_CORES_SCALING", "1.0")))
     a("--disable-core-limit", type=_bool, default=_bool(_env("DISABLE_CORE_LIMIT", "false")))
+    a(
+        "--memory-enforcement",
+        choices=ENFORCEMENTS,
+        default=_env("MEMORY_ENFORCEMENT", ENFORCE_HAMI_CORE),
+        help="who enforces vGPU memory limits on this node: hami-core (CUDA_DEVICE_MEMORY_LIMIT_*) or "
+        "driver (NVIDIA_GPU_MEMORY_LIMIT for the container toolkit's hook); the device config's "
+        "memoryEnforcement overrides it",
+    )
     a("--resource-name", default=_env("RESOURCE_NAME", "nvidia.com/gpu"))
     a(
         "--enable-topology-score",
@@ -228,6 +237,7 @@ def config_from(args: argparse.Namespace) -> PluginConfig:
         device_memory_scaling=args.device_memory_scaling,
         device_core_scaling=args.device_cores_scaling,
         resource_name=args.resource_name,
+        memory_enforcement=args.memory_enforcement,
     )
     device_file = Path(args.config_file) if args.config_file else None
     node_file = Path(args.node_config_file) if args.node_config_file else None

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from hami.core.devices import DeviceInfo
+from hami.core.devices import ENFORCEMENTS, DeviceInfo
 from hami.core.kube.metrics import kube_metrics
 from hami.core.serve import build_info, listener_metrics
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor
@@ -120,6 +120,12 @@ class PluginMetrics:
             ["node"],
             registry=registry,
         )
+        self.memory_enforcement = Gauge(
+            "hami_device_memory_enforcement",
+            "1 for who enforces vGPU memory limits on this node's cards (hami-core or driver), else 0",
+            ["node", "enforcement"],
+            registry=registry,
+        )
         # every bounded label value at 0 from the start, so that increase() sees the first event
         for result in ALLOCATE_RESULTS:
             self.allocate_duration.labels(node, result)
@@ -134,6 +140,8 @@ class PluginMetrics:
         self.split_count.labels(self.node).set(cfg.device_split_count)
         self.memory_scaling.labels(self.node).set(cfg.device_memory_scaling)
         self.core_scaling.labels(self.node).set(cfg.device_core_scaling)
+        for mode in ENFORCEMENTS:
+            self.memory_enforcement.labels(self.node, mode).set(1 if cfg.memory_enforcement == mode else 0)
 
     def set_devices(self, devices: Sequence[DeviceInfo]) -> None:
         """Replaces the per-device health series so removed GPUs disappear; a device's health-event

@@ -9,18 +9,24 @@ at its first broken step.
 Those files live on the pod's node under the device plugin's HOOK_PATH, so the walk reads them where
 ``--hook-path`` is visible (on the node, or inside the device plugin's pod there); elsewhere it says so
 and checks only what the API shows. ``read_node_files`` is the I/O, ``check_container`` the decision.
+
+On a node whose device plugin runs ``--memory-enforcement=driver`` (its cards register
+``memoryEnforcement: driver``), the driver holds each container's memory limit and HAMi-core its core
+limit only: the walk says so first, and a HAMi-core step that fails no longer means the memory is
+unlimited (``hami-doctor pod --prometheus-url`` shows whether the driver limits it).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hami.core import annotations as ann
 from hami.core import readable
 from hami.core.codec import CodecError
 from hami.core.codec.pod_devices import decode_pod_devices
+from hami.core.devices import ENFORCE_DRIVER, ENFORCE_HAMI_CORE
 from hami.core.hamicore import DISABLE_CONTROL_ENV, HostLayout, control_disabled
 from hami.doctor.findings import BROKEN, OK, WARNING, Finding, Section
 
@@ -178,7 +184,19 @@ def check_container(container: Obj, files: NodeFiles | None, layout: HostLayout,
     return out
 
 
-def diagnose(pod: Obj, layout: HostLayout) -> Section | None:
+def driver_finding(container: Obj) -> Finding:
+    name = str(container.get("name", ""))
+    return Finding(
+        OK,
+        "gpulimit.memory.driver",
+        f"container {name}: its node's cards are enforced by the driver: Allocate gives it "
+        "NVIDIA_GPU_MEMORY_LIMIT for the container toolkit's hook, and HAMi-core limits its cores only",
+        ("node register annotation: memoryEnforcement=driver",),
+        "hami-doctor pod <namespace>/<pod> --prometheus-url <url> shows whether the driver holds the limit",
+    )
+
+
+def diagnose(pod: Obj, layout: HostLayout, enforcement: str = ENFORCE_HAMI_CORE) -> Section | None:
     """The walk for every vGPU container of a running pod; None when there is nothing to walk."""
     if (pod.get("status") or {}).get("phase") != "Running":
         return None
@@ -190,5 +208,10 @@ def diagnose(pod: Obj, layout: HostLayout) -> Section | None:
     section = Section(f"pod {meta.get('namespace', '')}/{meta.get('name', '')}: GPU limits")
     for container in containers:
         files = read_node_files(layout, str(meta.get("uid", "")), str(container.get("name", "")))
-        section.findings += check_container(container, files, layout, node)
+        walk = check_container(container, files, layout, node)
+        if enforcement == ENFORCE_DRIVER:
+            # HAMi-core's steps now decide the core limit alone: a broken one is a warning
+            softened = (replace(f, severity=WARNING) if f.severity == BROKEN else f for f in walk)
+            walk = [driver_finding(container), *softened]
+        section.findings += walk
     return section

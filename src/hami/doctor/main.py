@@ -40,9 +40,9 @@ from hami.core.kube.client import KubeConfigError, new_api_client
 from hami.core.kube.options import add_kube_flags, from_args
 from hami.core.objects import annotations_of, name_of
 from hami.core.promapi import PrometheusClient, PrometheusError
-from hami.doctor import fetch, fix, gpulimit, idle, logscan, nodecheck, podtree, render, truth
+from hami.doctor import accounting, fetch, fix, gpulimit, idle, logscan, nodecheck, podtree, render, truth
 from hami.doctor import snapshot as snapshot_cmd
-from hami.doctor.findings import EXIT_CLUSTER, EXIT_USAGE, Section, exit_code
+from hami.doctor.findings import EXIT_CLUSTER, EXIT_USAGE, Finding, Section, exit_code
 from hami.doctor.settings import DEFAULT_SCHEDULER_NAME, Settings
 
 
@@ -156,11 +156,12 @@ def build_parser() -> argparse.ArgumentParser:
     nodes.add_argument("--selector", default="", help="label selector for the nodes")
     node = sub.add_parser("node", parents=[common, cluster], help="check one node's HAMi annotations")
     node.add_argument("target", metavar="NAME")
-    for p_ in (nodes, node):
+    for p_ in (nodes, node, pod):
         p_.add_argument(
             "--prometheus-url",
             default=None,
-            help="also show the vGPU monitor's reconciler findings (hami_inconsistency) from this Prometheus",
+            help="also show the vGPU monitor's reconciler findings (hami_inconsistency; for a running pod, "
+            "its memory as HAMi-core and the driver account it) from this Prometheus",
         )
         p_.add_argument("--monitor-job", default="hami-monitor", help="the monitor's scrape job")
     logs = sub.add_parser("logs", parents=[common], help="explain scheduler/device-plugin log lines")
@@ -226,7 +227,10 @@ def _cluster_sections(args: argparse.Namespace, api: Any, now: datetime) -> list
             )
         except errors.NotFound:
             raise UsageError(f"pod {args.target} not found") from None
-        limits = gpulimit.diagnose(cluster.pod, HostLayout(args.hook_path.rstrip("/") or "/"))
+        mode = accounting.enforcement(cluster.pod, cluster.nodes)
+        limits = gpulimit.diagnose(cluster.pod, HostLayout(args.hook_path.rstrip("/") or "/"), mode)
+        if limits is not None and args.prometheus_url:
+            limits.findings += _accounting(args, now, namespace, name, mode)
         return [podtree.diagnose_pod(cluster, s, now), *([limits] if limits is not None else [])]
     if args.command == "node":
         try:
@@ -246,6 +250,17 @@ def _cluster_sections(args: argparse.Namespace, api: Any, now: datetime) -> list
         section.findings.extend(truth.findings(found.get(name_of(n), {})))
         sections.append(section)
     return sections
+
+
+def _accounting(
+    args: argparse.Namespace, now: datetime, namespace: str, name: str, mode: str
+) -> list[Finding]:
+    client = PrometheusClient(args.prometheus_url, timeout=30.0, at=now.timestamp())
+    try:
+        readings = accounting.read(client.query, args.monitor_job, namespace, name)
+    finally:
+        client.close()
+    return accounting.findings(readings, mode, thresholds.load()["thresholds"]["shim_underreport_bytes"])
 
 
 def _truth(args: argparse.Namespace, now: datetime) -> dict[str, dict[str, int]]:

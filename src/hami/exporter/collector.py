@@ -28,16 +28,18 @@ from hami.core.serve import build_info, listener_metrics
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor
 from hami.core.serve.families import Family, TextRenderer, declared_metric, to_metric
 from hami.exporter import families
-from hami.exporter.attribution import unlimited_containers
+from hami.exporter.attribution import ContainerView, unlimited_containers
 from hami.exporter.cgroups import owner_of
 from hami.exporter.container_text import ContainerText
 from hami.exporter.discovery import ContainerLister
+from hami.exporter.driver import SOURCES, DriverReader
 from hami.exporter.host import NVML_CALLS
 from hami.exporter.podjoin import PodJoin
-from hami.exporter.reconcile import KINDS, counts, memory_findings
+from hami.exporter.reconcile import KINDS, counts, driver_limited, driver_only, memory_findings
 from hami.exporter.region import reasons
 from hami.exporter.region.parse import RegionRejected, RegionSnapshot
-from hami.exporter.view import Counters, HostDevice, NodeView
+from hami.exporter.source_families import source_families
+from hami.exporter.view import Counters, DriverView, HostDevice, NodeView
 
 log = klog.get_logger(__name__)
 # kube-scheduler style exponential buckets: the collection of 1,000 containers stays under 50 ms.
@@ -112,6 +114,7 @@ class MonitorCollector(Collector):
         clock: Callable[[], float] = time.time,
         decode_mig: Callable[[str], list[MigAllocation]] = decode_mig_allocations,
         proc_root: str = "/proc",
+        driver: DriverReader | None = None,
     ) -> None:
         self.node = node
         self.skips = skips or Tally()
@@ -131,6 +134,8 @@ class MonitorCollector(Collector):
         self._container_text = ContainerText()
         self._render_lock = threading.Lock()
         self._onsets = Onsets()
+        self._driver = driver
+        self._cgroup_onsets = Onsets()  # the driver reader's refused cgroups, counted as regions are
 
     def read_regions(self) -> RegionRead:
         """Snapshot every loaded region; count states, skip reasons met now, and their onsets."""
@@ -183,8 +188,15 @@ class MonitorCollector(Collector):
         pods = list(self._pods())
         hosts = tuple(self.hosts())
         side = self._pod_join.side(pods, read.found, read.unreadable)
+        containers = self._pod_join.containers(side, read.found)
+        driver = self._read_driver(pods, containers, hosts)
         owners = [o for h in hosts for pid in h.pids if (o := owner_of(pid, self._proc_root)) is not None]
-        unlimited = unlimited_containers(pods, owners, region_files, self._decode)
+        limited = driver.limited()  # the driver enforces their limits: not "unlimited"
+        unlimited = [
+            u
+            for u in unlimited_containers(pods, owners, region_files, self._decode)
+            if (u.namespace, u.pod, u.container) not in limited
+        ]
         for u in unlimited:
             self._warn_once(
                 f"unlimited {u.namespace}/{u.pod}/{u.container}",
@@ -196,13 +208,36 @@ class MonitorCollector(Collector):
             now=self._clock(),
             hosts=hosts,
             unlimited=tuple(unlimited),
-            containers=self._pod_join.containers(side, read.found),
-            inconsistencies=counts([*side.findings, *memory_findings(read.found, hosts)]),
+            containers=containers,
+            inconsistencies=counts(
+                [
+                    # a container the driver limits has no region by design
+                    *(f for f in side.findings if not driver_limited(f, limited)),
+                    *memory_findings(read.found, hosts, driver_only(containers, driver.usage)),
+                ]
+            ),
             pod_labels=side.pod_labels,
             migs=side.migs,
             regions=read.states,
-            skipped=read.skipped,
+            skipped=dict(Counter(read.skipped) + Counter(driver.skipped or {})),
+            driver=driver,
         )
+
+    def _read_driver(
+        self,
+        pods: Sequence[Mapping[str, Any]],
+        containers: Sequence[ContainerView],
+        hosts: Sequence[HostDevice],
+    ) -> DriverView:
+        """The driver's accounting, its refused cgroups counted once each and logged once."""
+        if self._driver is None:
+            return DriverView()
+        driver = self._driver.read(pods, containers, hosts)
+        refused = driver.refused or {}
+        self.skips.add(self._cgroup_onsets.update(refused))
+        for rel, met in refused.items():
+            self._warn_once(f"cgroup {rel}", f"Cgroup {rel}: refused ({', '.join(sorted(met))})")
+        return driver
 
     def families(self, rendered: bool = False) -> list[Family]:
         """This scrape's families; ``rendered``: the container ones as text (``ContainerText``),
@@ -225,6 +260,7 @@ class MonitorCollector(Collector):
             *families.pod_label_families(view),
             *families.self_families(view, counters, reasons.ALL, NVML_CALLS),
             *families.inconsistency_families(view, KINDS),
+            *source_families(view, SOURCES),
         ]
 
     @staticmethod
@@ -288,6 +324,7 @@ class MonitorCollector(Collector):
 
     def describe(self) -> Iterator[Metric]:
         declared = families.describe(self._legacy, pod_labels=bool(self._allowlist))
+        declared += source_families(NodeView(node="", now=0.0), ())
         return iter(declared_metric(f) for f in declared)
 
 

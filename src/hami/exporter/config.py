@@ -41,6 +41,7 @@ class Config:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     pod_labels_allowlist: tuple[str, ...] = ()
     proc_root: str = "/proc"
+    cgroup_root: str = "/sys/fs/cgroup"
     kube: KubeOptions = field(default_factory=KubeOptions)
     warnings: tuple[str, ...] = ()
 
@@ -60,6 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--proc-root",
         default="/proc",
         help="the host's /proc (the monitor runs with hostPID), to find the pod of each GPU process",
+    )
+    p.add_argument(
+        "--cgroup-root",
+        default="/sys/fs/cgroup",
+        help="the host's cgroup v2 root, where the driver's per-container memory accounting is read "
+        "(dmem files; NVML is given each container cgroup's path under it)",
     )
     klog.add_log_flags(p)
     add_kube_flags(p)
@@ -106,6 +113,7 @@ def load_config(argv: Sequence[str], env: Mapping[str, str]) -> Config:
         max_connections=args.web_max_connections,
         pod_labels_allowlist=tuple(k.strip() for k in args.pod_labels_allowlist.split(",") if k.strip()),
         proc_root=args.proc_root,
+        cgroup_root=args.cgroup_root,
         kube=kube,
         warnings=tuple(warnings),
     )

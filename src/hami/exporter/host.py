@@ -22,15 +22,16 @@ from hami.exporter.view import HostDevice, MigIdentity, registered_type
 log = klog.get_logger(__name__)
 IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})  # application errors, never a GPU fault
 T = TypeVar("T")
-# Every NVML call the monitor makes (its own and through ``hami.core.nvml``'s MIG walk): the bounded
-# label set of hami_monitor_nvml_errors_total{call}, exported at 0 from the start so that increase()
-# sees a first failure.
+# Every NVML call the monitor makes (its own, the driver reader's and through ``hami.core.nvml``'s MIG
+# walk): the bounded label set of hami_monitor_nvml_errors_total{call}, exported at 0 from the start so
+# that increase() sees a first failure.
 NVML_CALLS = (
     "nvmlInit",
     "nvmlDeviceGetCount",
     "nvmlDeviceGetHandleByIndex",
     "nvmlDeviceGetUUID",
     "nvmlDeviceGetName",
+    "nvmlDeviceGetPciInfo",
     "nvmlDeviceGetMemoryInfo",
     "nvmlDeviceGetUtilizationRates",
     "nvmlDeviceGetPowerUsage",
@@ -49,6 +50,7 @@ NVML_CALLS = (
     "nvmlEventSetCreate",
     "nvmlDeviceRegisterEvents",
     "nvmlEventSetWait",
+    "nvmlDeviceGetMemoryLimits_v1",  # the driver's per-container accounting (hami.exporter.driver)
 )
 
 
@@ -100,6 +102,7 @@ class HostReader:
         power = self._try(errors, dev.power_usage)
         migs = self._try(errors, dev.mig_devices) or []
         procs = self._try(errors, dev.compute_running_processes)
+        pci = self._try(errors, dev.pci_bus_id)
         with self._lock:
             xids, healthy = self._xids[uuid], uuid not in self._unhealthy
         return HostDevice(
@@ -129,6 +132,7 @@ class HostReader:
             process_memory=None
             if procs is None or any(p.used_memory is None for p in procs)
             else sum(p.used_memory or 0 for p in procs),
+            pci_bus_id=pci or "",
         )
 
     def start_xid_watch(self) -> None:

@@ -30,6 +30,7 @@ from hami.core.serve import Server, WebConfigError, build_info, serve_metrics
 from hami.exporter.collector import MonitorCollector, Tally
 from hami.exporter.config import Config, ConfigError, load_config
 from hami.exporter.discovery import ContainerLister
+from hami.exporter.driver import DriverReader
 from hami.exporter.feedback import MIG_APPLY_LOCK, FeedbackLoop
 from hami.exporter.host import HostReader
 
@@ -64,6 +65,7 @@ class Monitor:
         self.skips = Tally()
         self.nvml_errors = nvml_errors or Tally()
         self.host = None if nvml is None else HostReader(nvml, self.nvml_errors.add)
+        self.driver = DriverReader(nvml, cfg.cgroup_root, self.nvml_errors.add)
         self.collector = MonitorCollector(
             cfg.node_name,
             self.lister,
@@ -76,6 +78,7 @@ class Monitor:
             labels_allowlist=cfg.pod_labels_allowlist,
             registry=self.registry,
             proc_root=cfg.proc_root,
+            driver=self.driver,
         )
         # not registered: /metrics renders it itself (serve's ``exposition``), beside the registry
         build_info("monitor", self.registry)
@@ -110,6 +113,7 @@ class Monitor:
         if self.host is not None:
             self.host.stop()
         self.lister.close()
+        self.driver.close()
 
 
 def _open_nvml(errors: Tally) -> Nvml | None:

@@ -9,7 +9,13 @@ Per node, at every scrape (pure: data in, findings out):
 * ``region_unreadable``: a pod with an allocation has a region the monitor cannot read (bad layout or
   version, unreadable file): its use is not measured.
 * ``memory_outside_hami``: a GPU whose processes hold more memory (NVML) than HAMi-core accounts for on
-  it, by more than ``OUTSIDE_TOLERANCE_BYTES``: something runs on the card without HAMi's limits.
+  it, by more than ``OUTSIDE_TOLERANCE_BYTES``: something runs on the card without HAMi's limits. The
+  driver's accounting of a container that HAMi-core does not run in (driver enforcement) counts as
+  HAMi's.
+
+And per container device, where the driver accounts it too (``accounting_gaps``): the driver's use
+minus HAMi-core's self-reported use, positive when the shim under-reports (allocations that bypass it,
+contexts it estimates low). The alert on it is HAMiVGPUShimUnderReports.
 """
 
 from __future__ import annotations
@@ -20,9 +26,9 @@ from typing import Any
 
 from hami.core.devices import PodDevices
 from hami.core.objects import name_of, namespace_of, uid_of
-from hami.exporter.attribution import allocated_devices, container_names
+from hami.exporter.attribution import ContainerView, allocated_devices, container_names
 from hami.exporter.region.parse import RegionSnapshot
-from hami.exporter.view import HostDevice
+from hami.exporter.view import DriverUsage, HostDevice
 
 KINDS = ("allocation_without_region", "region_without_pod", "region_unreadable", "memory_outside_hami")
 # NVML counts a process's CUDA context and the driver's own reservations that HAMi-core's region may not
@@ -92,12 +98,15 @@ def pod_findings(
 
 
 def memory_findings(
-    regions: Mapping[ContainerKey, RegionSnapshot], hosts: Iterable[HostDevice]
+    regions: Mapping[ContainerKey, RegionSnapshot],
+    hosts: Iterable[HostDevice],
+    driver_accounted: Mapping[str, int] | None = None,
 ) -> list[Inconsistency]:
-    """GPUs whose processes hold more memory than HAMi-core's regions account for on them."""
+    """GPUs whose processes hold more memory than HAMi-core's regions (and ``driver_accounted``:
+    device uuid -> bytes the driver accounts to containers it limits without HAMi-core) account for."""
     out: list[Inconsistency] = []
     # Every readable region counts as HAMi's, with or without a pod (pod_findings reports that one).
-    accounted: dict[str, int] = {}
+    accounted: dict[str, int] = dict(driver_accounted or {})
     for snap in regions.values():
         for d in snap.devices:
             accounted[d.uuid] = accounted.get(d.uuid, 0) + d.used_bytes
@@ -115,6 +124,49 @@ def memory_findings(
                     f"processes hold {h.process_memory >> 20} MiB, HAMi-core accounts for {hami >> 20} MiB",
                 )
             )
+    return out
+
+
+def accounting_gaps(
+    containers: Iterable[ContainerView], usage: Iterable[DriverUsage]
+) -> list[tuple[DriverUsage, int]]:
+    """Each driver reading of a container that HAMi-core runs in (it has a region), with the driver's
+    use minus HAMi-core's for the same device: > 0 when the shim under-reports. A device over its limit
+    is left out: its use is exported clamped to the limit, not as the shim reports it (and
+    HAMiVGPUMemoryOverLimit speaks for it)."""
+    core = {
+        (c.namespace, c.pod, c.container, d.index): d.used_bytes
+        for c in containers
+        if c.started
+        for d in c.devices
+        if not d.over_limit
+    }
+    out = []
+    for u in usage:
+        used = core.get((u.namespace, u.pod, u.container, u.vdevice_index))
+        if used is not None:
+            out.append((u, u.used - used))
+    return out
+
+
+def driver_limited(finding: Inconsistency, limited: Collection[tuple[str, str, str]]) -> bool:
+    """An ``allocation_without_region`` of a container the driver limits (its limits need no region)."""
+    where = tuple(finding.subject.split("/", 2))
+    return finding.kind == "allocation_without_region" and len(where) == 3 and where in limited
+
+
+def driver_only(containers: Iterable[ContainerView], usage: Iterable[DriverUsage]) -> dict[str, int]:
+    """Bytes per device uuid that the driver accounts to containers without a region (driver
+    enforcement), one source per container device (nvml before dmem: they count the same memory)."""
+    started = {(c.namespace, c.pod, c.container) for c in containers if c.started}
+    seen: dict[tuple[str, str, str, int], DriverUsage] = {}
+    for u in usage:
+        key = (u.namespace, u.pod, u.container, u.vdevice_index)
+        if (u.namespace, u.pod, u.container) not in started and (key not in seen or u.source == "nvml"):
+            seen[key] = u
+    out: dict[str, int] = {}
+    for u in seen.values():
+        out[u.device_uuid] = out.get(u.device_uuid, 0) + u.used
     return out
 
 

@@ -46,6 +46,37 @@ class HostDevice:
     migs: tuple[MigIdentity, ...] = ()
     process_memory: int | None = None  # Σ of NVML's compute processes; None: unread or not available
     pids: tuple[int, ...] = ()  # host PIDs of the compute processes NVML lists on the GPU
+    pci_bus_id: str = ""  # NVML's "00000000:3B:00.0"; "" when unread (names the GPU's dmem region)
+
+
+CtrKey = tuple[str, str, str]  # (namespace, pod, container), as the views name a container
+
+
+@dataclass(frozen=True)
+class DriverUsage:
+    """One container device as one driver source accounts it; bytes, limits 0 = none."""
+
+    namespace: str
+    pod: str
+    container: str
+    vdevice_index: int
+    device_uuid: str  # as the container's view exports it
+    source: str
+    soft_limit: int
+    hard_limit: int
+    used: int
+
+
+@dataclass(frozen=True)
+class DriverView:
+    usage: tuple[DriverUsage, ...] = ()
+    sources: Mapping[str, str] | None = None  # source -> AVAILABLE or why it is absent
+    skipped: Mapping[str, int] | None = None  # refusal reason -> cgroups meeting it now
+    refused: Mapping[str, frozenset[str]] | None = None  # cgroup -> reasons, for onsets and logs
+
+    def limited(self) -> set[CtrKey]:
+        """The containers a driver limit (soft or hard) applies to."""
+        return {(u.namespace, u.pod, u.container) for u in self.usage if u.hard_limit or u.soft_limit}
 
 
 @dataclass(frozen=True)
@@ -60,6 +91,7 @@ class NodeView:
     skipped: Mapping[str, int] = field(default_factory=dict)  # reason -> regions affected now
     inconsistencies: Mapping[str, int] = field(default_factory=dict)  # kind -> count (exporter.reconcile)
     unlimited: tuple[UnlimitedView, ...] = ()
+    driver: DriverView = DriverView()  # the driver's accounting (exporter.driver)
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,10 @@ POD_SPECS: tuple[GpuPod, ...] = (
 OVERLIMIT = GpuPod("scenarios", "overlimit", 2, 1024, 20, (("app", "overlimit"),))
 IDLE = GpuPod("notebooks", "jupyter-idle", 1, 2048, 10, (("app", "jupyter"),))  # no kernel for hours
 UNLIMITED = GpuPod("scenarios", "unlimited", 1, 2048, 10, (("app", "unlimited"),))  # no HAMi-core
+# The driver's accounting (hami.testing.simdriver): a container the driver limits instead of HAMi-core,
+# and one whose HAMi-core reports less than the driver accounts to it.
+DRIVER_LIMITED = GpuPod("scenarios", "driver-limited", 1, 2048, 10, (("app", "driver-limited"),))
+SHIM_UNDERREPORTS = GpuPod("scenarios", "shim-underreports", 3, 4096, 10, (("app", "shim-underreports"),))
 # With resnet-0, embed-0 and overlimit its card's limits add up to 43 GiB of 40 (61440 MiB schedulable).
 LEAKY = GpuPod("scenarios", "leaky-trainer", 2, 36864, 20, (("app", "leaky-trainer"),))
 OVERCOMMIT_GPU = LEAKY.gpu
@@ -208,18 +212,37 @@ def gpu_pod(p: GpuPod) -> dict[str, Any]:
 def unlimited_pod() -> dict[str, Any]:
     """``UNLIMITED`` with ``CUDA_DISABLE_CONTROL=true`` and the container status that names its
     container ID (what the monitor matches a GPU process's cgroup against)."""
-    p = gpu_pod(UNLIMITED)
+    p = _with_status(UNLIMITED)
     p["spec"]["containers"][0]["env"] = [{"name": DISABLE_CONTROL_ENV, "value": "true"}]
+    return p
+
+
+def _with_status(spec: GpuPod) -> dict[str, Any]:
+    """The pod with the container status that names its container ID."""
+    p = gpu_pod(spec)
     name = p["spec"]["containers"][0]["name"]
     p["status"]["containerStatuses"] = [
         {
             "name": name,
-            "containerID": f"containerd://{container_id(UNLIMITED.namespace, UNLIMITED.name, name)}",
+            "containerID": f"containerd://{container_id(spec.namespace, spec.name, name)}",
             "image": p["spec"]["containers"][0]["image"],
             "ready": True,
             "restartCount": 0,
             "state": {"running": {}},
         }
+    ]
+    return p
+
+
+def driver_limited_pod() -> dict[str, Any]:
+    """``DRIVER_LIMITED``: no HAMi-core, and the variables a device plugin in driver mode gives (the
+    simulated toolkit hook reads them from the spec)."""
+    p = _with_status(DRIVER_LIMITED)
+    mem = str(DRIVER_LIMITED.mem_mib)
+    p["spec"]["containers"][0]["env"] = [
+        {"name": DISABLE_CONTROL_ENV, "value": "true"},
+        {"name": "NVIDIA_GPU_MEMORY_LIMIT", "value": mem},
+        {"name": "NVIDIA_GPU_MEMORY_REQUEST", "value": mem},
     ]
     return p
 
@@ -278,6 +301,8 @@ def objects(gpus: int, now: datetime, scenarios: bool) -> list[dict[str, Any]]:
     out += [gpu_pod(p) for p in POD_SPECS if p.gpu < gpus]
     if scenarios:
         out += [gpu_pod(OVERLIMIT), gpu_pod(IDLE), unlimited_pod(), pending_pod(), pinned_pod()]
+        out += [driver_limited_pod()]
+        out += [_with_status(SHIM_UNDERREPORTS)] if SHIM_UNDERREPORTS.gpu < gpus else []
         out += [gpu_pod(LEAKY)] if LEAKY.gpu < gpus else []
         out += [*(gpu_pod(p) for p in FRAG_PODS), fragmented_pending_pod()]
     return out

@@ -18,6 +18,9 @@ the real vGPU monitor serving it, and the scenarios the alerts are proven with.
   outpaces the other containers' jitter, and the card stays under 90 % full; ``--scenarios`` gives the GPUs
   the hardware faults of ``cluster.fake_nvml_spec``; ``--xid-every`` injects a critical XID (79,
   fallen off the bus) into the last GPU.
+- The driver's accounting (``--cgroup-root``, ``hami.testing.simdriver``): a cgroup v2 tree with dmem
+  files and the fake NVML's per-cgroup limits, with the ``scenarios/driver-limited`` container limited by
+  the driver and the ``scenarios/shim-underreports`` one allocating past HAMi-core.
 
 ``python -m hami.testing.simhost --kubeconfig FILE --hook-path DIR --proc-root DIR --bind :9394``
 """
@@ -47,6 +50,7 @@ from hami.exporter.config import load_config
 from hami.exporter.main import Monitor
 from hami.testing import cluster
 from hami.testing.regions import MEM_DATA
+from hami.testing.simdriver import DriverAccounting, hook_limits
 from hami.testing.simnode import HOST_PID_OFFSET, MIB, SimContainer, SimNode
 
 log = klog.get_logger("hami.testing.simhost")
@@ -54,6 +58,7 @@ XID_FALLEN_OFF_BUS = cluster.XID_FALLEN_OFF_BUS
 OVERLIMIT_FACTOR = 1.5
 IDLE_FOR_S = 7200
 UNLIMITED_USE = 6 * 1024 * MIB  # what a container without HAMi-core takes: 3x the demo pod's limit
+DRIVER_USE = 1536 * MIB  # what the driver-limited container holds, within its 2 GiB
 LEAK_FLOOR, LEAK_CEILING = 2 * 1024 * MIB, 26 * 1024 * MIB  # the leaking container's sawtooth
 LIBRARY = b"HAMi-core stand-in: the simulated node never runs it\n"
 
@@ -65,6 +70,7 @@ class UnlimitedProcess:
     gpu: int
     pid: int
     cgroup: str  # its /proc/<pid>/cgroup line (cgroup v2, systemd driver, containerd)
+    used: int = UNLIMITED_USE  # bytes it holds on its GPU
 
 
 def cgroup_line(pod_uid: str, container_id: str) -> str:
@@ -124,6 +130,7 @@ class PodDrivenNode(SimNode):
         *,
         leak_rate: float = 4.0,
         clock: Callable[[], float] = time.time,
+        cgroup_root: str | None = None,
     ) -> None:
         super().__init__(hook_path, gpus, containers=0, clock=clock)
         self.uuids = [cluster.gpu_uuid(0, i) for i in range(gpus)]
@@ -136,6 +143,7 @@ class PodDrivenNode(SimNode):
         self.leak_rate = leak_rate * MIB  # bytes per second
         self._leak_start: float | None = None
         self.unlimited: dict[tuple[str, str], UnlimitedProcess] = {}  # by (pod uid, container)
+        self.driver = None if cgroup_root is None else DriverAccounting(cgroup_root, self.nvml, gpus)
         install_hami_core(hook_path)
 
     def _unlimited(self, pod: Mapping[str, Any], c: SimContainer) -> UnlimitedProcess | None:
@@ -148,7 +156,9 @@ class PodDrivenNode(SimNode):
         if known is not None:
             return known
         self._next_pid += 1
-        return UnlimitedProcess(c.gpu, self._next_pid + HOST_PID_OFFSET, cgroup_line(c.pod_uid, cid))
+        # limited by the driver (the toolkit hook's variables): it stays within its limit
+        used = DRIVER_USE if hook_limits(specs.get(c.name, {}))[1] is not None else UNLIMITED_USE
+        return UnlimitedProcess(c.gpu, self._next_pid + HOST_PID_OFFSET, cgroup_line(c.pod_uid, cid), used)
 
     def _sync(self) -> None:
         wanted: dict[tuple[str, str], SimContainer] = {}
@@ -223,10 +233,14 @@ class PodDrivenNode(SimNode):
                     if c.gpu == g
                     for pid, used in c.used.items()
                 ]
-                processes += [(u.pid, UNLIMITED_USE) for u in self.unlimited.values() if u.gpu == g]
+                processes += [(u.pid, u.used) for u in self.unlimited.values() if u.gpu == g]
                 held = sum(used or 0 for _, used in processes)
                 self.nvml.update(g, memory_used=min(held, cluster.GPU_MEM_MIB * MIB))
                 self.nvml.set_processes(g, processes)
+            if self.driver is not None:
+                held_by = {(c.pod_uid, c.name): (c.gpu, sum(c.used.values())) for c in self.containers}
+                held_by.update({key: (u.gpu, u.used) for key, u in self.unlimited.items()})
+                self.driver.sync(self._pods(), held_by)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -240,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--interval", type=float, default=1.0, help="seconds between simulation steps")
     p.add_argument("--xid-every", type=float, default=0.0, help="inject XID 79 every N seconds (0: never)")
     p.add_argument("--leak-rate", type=float, default=4.0, help="MiB/s the leaking container's memory grows")
+    p.add_argument("--cgroup-root", default=None, help="the host cgroup v2 root stand-in (driver accounting)")
     args = p.parse_args(argv)
     klog.setup(0)
     cfg = load_config(
@@ -252,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
             args.kubeconfig,
             "--proc-root",
             args.proc_root,
+            *(["--cgroup-root", args.cgroup_root] if args.cgroup_root else []),
         ],
         {"HOOK_PATH": args.hook_path, "NODE_NAME": cluster.NODE},
     )
@@ -263,7 +279,13 @@ def main(argv: list[str] | None = None) -> int:
         informer.stop()
         return 1
     node = PodDrivenNode(
-        args.hook_path, args.gpus, informer.list, args.proc_root, args.scenarios, leak_rate=args.leak_rate
+        args.hook_path,
+        args.gpus,
+        informer.list,
+        args.proc_root,
+        args.scenarios,
+        leak_rate=args.leak_rate,
+        cgroup_root=args.cgroup_root,
     )
     node.start(args.interval)
 

@@ -255,6 +255,7 @@ class Stack:
             "--kubeconfig", str(self.kubeconfig),
             "--hook-path", str(self.hook_path / "vgpu"),
             "--proc-root", str(self.proc_root),
+            "--cgroup-root", str(self.work / "cgroup"),
             "--bind", self.addr(MONITOR),
             "--gpus", str(self.opts.gpus),
             "--interval", str(self.opts.sim_interval),

@@ -3,6 +3,10 @@
 The JSON form is Go's ``MarshalNodeDevices``: keys in struct order, every field omitempty, compact.
 The legacy colon/comma form (≤ v2.7) is decoded and encoded for old nodes and logs.
 
+One key is ours: ``memoryEnforcement`` (``driver``; omitted for HAMi-core), written last. HAMi's
+``UnMarshalNodeDevices`` is ``json.Unmarshal`` into its ``DeviceInfo``, which has no such field (nor one
+that folds to it), so HAMi's scheduler reads the annotation as before (docs/design/differences.md).
+
 Section signs (§) refer to docs/design/scheduler.md.
 """
 
@@ -35,6 +39,7 @@ _DEVICE_FIELDS = (
     "health",
     "devicevendor",
     "custominfo",
+    "memoryEnforcement",
 )
 _PROFILE_FIELDS = ("name", "memoryMB", "core", "sliceCount", "placements")
 _PLACEMENT_FIELDS = ("start", "size")
@@ -66,6 +71,8 @@ def _encode_device(d: DeviceInfo) -> str:
         parts.append('"migProfiles":[' + ",".join(_encode_profile(p) for p in d.mig_profiles) + "]")
     if d.health:
         parts.append('"health":true')
+    if d.enforcement:
+        parts.append(f'"memoryEnforcement":{gojson.dump_str(d.enforcement)}')
     return "{" + ",".join(parts) + "}"
 
 
@@ -147,7 +154,7 @@ def _decode_device(obj: Any, where: str) -> DeviceInfo:
             continue  # Go: null has no effect on a non-pointer field
         if key in _INT_BOUNDS:
             vals[key] = gojson.as_int(value, at, _INT_BOUNDS[key])
-        elif key in ("id", "type", "mode", "devicevendor"):
+        elif key in ("id", "type", "mode", "devicevendor", "memoryEnforcement"):
             vals[key] = gojson.as_str(value, at)
         elif key == "health":
             vals[key] = gojson.as_bool(value, at)
@@ -168,6 +175,7 @@ def _decode_device(obj: Any, where: str) -> DeviceInfo:
         health=vals.get("health", False),
         mig_profiles=vals.get("migProfiles", ()),
         device_vendor=vals.get("devicevendor", ""),
+        enforcement=vals.get("memoryEnforcement", ""),
     )
 
 

@@ -31,6 +31,8 @@ NVML calls covered (method → NVML function):
 - health (§C.9): ``supported_event_types`` → ``nvmlDeviceGetSupportedEventTypes``; ``event_set`` →
   ``nvmlEventSetCreate``; ``register`` → ``nvmlDeviceRegisterEvents``; ``wait`` → ``nvmlEventSetWait``
   (a TIMEOUT is ``None``); ``close`` → ``nvmlEventSetFree``.
+- the driver's per-cgroup memory accounting: ``memory_limits`` → ``nvmlDeviceGetMemoryLimits_v1``;
+  ``set_memory_limits`` → ``nvmlDeviceSetMemoryLimits_v1`` (both take a cgroup's full sysfs path).
 
 - dynamic MIG: ``gpu_instance_profiles`` → ``nvmlDeviceGetGpuInstanceProfileInfo`` (+ possible placements);
   ``gpu_instances`` → ``nvmlDeviceGetGpuInstances`` (+ their compute instances); ``create_gpu_instance``
@@ -59,10 +61,12 @@ from hami.core.nvml.api import (
     EVENT_SINGLE_BIT_ECC,
     EVENT_XID_CRITICAL,
     HEALTH_EVENTS,
+    MEMORY_LIMIT_MAX,
     NO_INSTANCE,
     GpuInstanceInfo,
     GpuInstanceProfile,
     MemoryInfo,
+    MemoryLimits,
     MigDeviceInfo,
     NvLinkRemote,
     Nvml,
@@ -87,10 +91,12 @@ __all__ = [
     "EVENT_SINGLE_BIT_ECC",
     "EVENT_XID_CRITICAL",
     "HEALTH_EVENTS",
+    "MEMORY_LIMIT_MAX",
     "NO_INSTANCE",
     "GpuInstanceInfo",
     "GpuInstanceProfile",
     "MemoryInfo",
+    "MemoryLimits",
     "MigDeviceInfo",
     "NvLinkRemote",
     "Nvml",

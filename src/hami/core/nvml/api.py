@@ -78,6 +78,9 @@ TOPOLOGY_LEVELS = (
     TOPOLOGY_NODE,
     TOPOLOGY_SYSTEM,
 )
+# NVML_DEVICE_MEMORY_LIMIT_MAX: the hard limit nvmlDeviceGetMemoryLimits_v1 reports for a cgroup without
+# one (its soft limit then reads 0), and what nvmlDeviceSetMemoryLimits_v1 takes to clear it.
+MEMORY_LIMIT_MAX = 0xFFFFFFFFFFFFFFFF
 # nvmlTemperatureThresholds_t values the callers need.
 TEMPERATURE_THRESHOLDS = {"shutdown": 0, "slowdown": 1}
 
@@ -133,6 +136,21 @@ class RemappedRows:
     uncorrectable: int
     pending: bool
     failure: bool
+
+
+@dataclass(frozen=True)
+class MemoryLimits:
+    """``nvmlGetMemoryLimits_v1_t`` of one cgroup on one GPU, in bytes: the soft limit (guaranteed before
+    allocations may fail under pressure; 0 = none), the hard limit (``MEMORY_LIMIT_MAX`` = none) and the
+    memory the driver accounts to the cgroup on that GPU."""
+
+    soft: int
+    hard: int
+    used: int
+
+    @property
+    def limited(self) -> bool:
+        return self.soft != 0 or self.hard != MEMORY_LIMIT_MAX
 
 
 @dataclass(frozen=True)
@@ -219,6 +237,10 @@ class NvmlDevice(Protocol):
     def destroy_compute_instance(self, gpu_instance_id: int, compute_instance_id: int) -> None: ...
     def destroy_gpu_instance(self, gpu_instance_id: int) -> None: ...  # IN_USE while it has CIs
     def supported_event_types(self) -> int: ...
+    # ``cgroup``: the full sysfs path of a cgroup v2 directory; NOT_SUPPORTED on MIG, FUNCTION_NOT_FOUND
+    # on a driver older than the call.
+    def memory_limits(self, cgroup: str) -> MemoryLimits: ...
+    def set_memory_limits(self, cgroup: str, soft: int, hard: int) -> None: ...
 
 
 class NvmlEventSet(Protocol):

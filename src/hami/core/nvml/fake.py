@@ -25,6 +25,7 @@ from typing import Any, Self
 from hami.core.nvml.api import (
     CODE_NAMES,
     EVENT_XID_CRITICAL,
+    MEMORY_LIMIT_MAX,
     NO_INSTANCE,
     NvmlDevice,
     NvmlError,
@@ -112,6 +113,26 @@ class FakeNvml:
 
     def set_processes(self, index: int, processes: list[tuple[int, int | None]]) -> None:
         self.update(index, processes=[ProcessInfo(pid, mem) for pid, mem in processes])
+
+    def add_cgroup(self, cgroup: str) -> None:
+        """A cgroup (full sysfs path) appears: it starts without limits and without use."""
+        with self.lock:
+            self.node.cgroups.add(cgroup)
+
+    def remove_cgroup(self, cgroup: str) -> None:
+        """The cgroup is gone, and with it its limits on every GPU (as the driver clears them)."""
+        with self.lock:
+            self.node.cgroups.discard(cgroup)
+            for gpu in self.node.gpus:
+                gpu.cgroup_memory.pop(cgroup, None)
+
+    def set_cgroup_usage(self, index: int, cgroup: str, used: int) -> None:
+        """The memory the driver accounts to ``cgroup`` on GPU ``index`` (its allocations there)."""
+        with self.lock:
+            if cgroup not in self.node.cgroups or used < 0:
+                raise ValueError(f"no cgroup {cgroup!r}, or a negative use {used}")
+            entry = self.node.gpus[index].cgroup_memory.setdefault(cgroup, [0, MEMORY_LIMIT_MAX, 0])
+            entry[2] = used
 
     def inject_event(
         self, index: int, event_type: int, data: int, gi: int = NO_INSTANCE, ci: int = NO_INSTANCE

@@ -6,6 +6,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from hami.core.nvml.api import (
+    MEMORY_LIMIT_MAX,
     TEMPERATURE_THRESHOLDS,
     TOPOLOGY_HOSTBRIDGE,
     TOPOLOGY_INTERNAL,
@@ -15,6 +16,7 @@ from hami.core.nvml.api import (
     GpuInstanceInfo,
     GpuInstanceProfile,
     MemoryInfo,
+    MemoryLimits,
     MigDeviceInfo,
     NvLinkRemote,
     NvmlDevice,
@@ -247,3 +249,33 @@ class FakeDevice:
 
     def supported_event_types(self) -> int:
         return self._gpu("nvmlDeviceGetSupportedEventTypes").supported_events
+
+    def _cgroup_gpu(self, call: str, cgroup: str) -> FakeGpu:
+        """The GPU, once the call passes the driver's checks: the call exists, the handle is no MIG one
+        (nor a GPU in MIG mode, whose memory belongs to its instances), the cgroup exists."""
+        if not self._nvml.node.memory_limits:
+            self._nvml._call(call, self._index)
+            raise NvmlError(call, "FUNCTION_NOT_FOUND", "the driver predates per-cgroup memory limits")
+        gpu = self._gpu(call)
+        if gpu.mig_enabled:
+            raise NvmlError(call, "NOT_SUPPORTED", "MIG handles are not supported")
+        if not cgroup.startswith("/"):
+            raise NvmlError(call, "INVALID_ARGUMENT", f"not a full sysfs path: {cgroup!r}")
+        if cgroup not in self._nvml.node.cgroups:
+            raise NvmlError(call, "NOT_FOUND", cgroup)
+        return gpu
+
+    def memory_limits(self, cgroup: str) -> MemoryLimits:
+        gpu = self._cgroup_gpu("nvmlDeviceGetMemoryLimits_v1", cgroup)
+        with self._nvml.lock:
+            soft, hard, used = gpu.cgroup_memory.get(cgroup, (0, MEMORY_LIMIT_MAX, 0))
+        return MemoryLimits(soft=soft, hard=hard, used=used)
+
+    def set_memory_limits(self, cgroup: str, soft: int, hard: int) -> None:
+        call = "nvmlDeviceSetMemoryLimits_v1"
+        gpu = self._cgroup_gpu(call, cgroup)
+        if not 0 <= soft <= hard <= MEMORY_LIMIT_MAX:
+            raise NvmlError(call, "INVALID_ARGUMENT", f"soft {soft} hard {hard}")
+        with self._nvml.lock:
+            used = gpu.cgroup_memory.get(cgroup, [0, 0, 0])[2]
+            gpu.cgroup_memory[cgroup] = [soft, hard, used]

@@ -4,6 +4,10 @@
 driver_version: "550.54.15"        # optional
 cuda_driver_version: 12040         # optional
 init_error: LIBRARY_NOT_FOUND      # optional: nvmlInit fails with this code (a node without a driver)
+memory_limits: true                # optional, false: a driver before nvmlDevice{Get,Set}MemoryLimits_v1
+                                   # (both answer FUNCTION_NOT_FOUND)
+cgroups:                           # optional: the cgroups (full sysfs paths) the driver can account to
+  - /sys/fs/cgroup/kubepods.slice/...   # (Get/Set on another path answer NOT_FOUND)
 devices:
   - uuid: GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec
     name: Tesla V100-PCIE-32GB
@@ -29,6 +33,8 @@ devices:
     supported_events: 11           # optional bit mask, default Xid | single- and double-bit ECC
     unsupported: [nvmlDeviceGetPowerUsage]  # calls that answer NOT_SUPPORTED on this GPU
     processes: [{pid: 1234, used_mib: 1024}]
+    cgroup_memory:                 # per cgroup path: limits set (Set's semantics) and memory in use
+      /sys/fs/cgroup/kubepods.slice/...: {soft_mib: 0, hard_mib: 4096, used_mib: 1024}
     mig:                           # present = MIG-capable; enabled toggles MIG mode
       enabled: true
       profiles:                    # the GPU-instance profiles the card offers (dynamic partitioning)
@@ -54,6 +60,7 @@ import yaml
 from hami.core.nvml.api import (
     CODE_NAMES,
     HEALTH_EVENTS,
+    MEMORY_LIMIT_MAX,
     GpuInstanceProfile,
     MemoryInfo,
     MigDeviceInfo,
@@ -110,6 +117,9 @@ class FakeGpu:
     mig_profiles: list[GpuInstanceProfile] = field(default_factory=list)
     # GPU instances: id -> (profile id, placement start, size)
     mig_gpu_instances: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    # the driver's per-cgroup accounting: cgroup path -> [soft, hard, used] in bytes (a cgroup not here
+    # has no limit and no use on this GPU)
+    cgroup_memory: dict[str, list[int]] = field(default_factory=dict)
 
     def memory(self) -> MemoryInfo:
         return MemoryInfo(
@@ -135,6 +145,8 @@ class FakeNode:
     cuda_driver_version: int = 12040
     init_error: str | None = None
     events: list[FakeEvent] = field(default_factory=list)
+    memory_limits: bool = True  # the driver has nvmlDevice{Get,Set}MemoryLimits_v1
+    cgroups: set[str] = field(default_factory=set)  # the cgroups that exist, by full sysfs path
 
 
 def _get(d: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str, default: Any = None) -> Any:
@@ -221,6 +233,7 @@ def _gpu(i: int, d: Any) -> FakeGpu:
         supported_events=_get(d, "supported_events", int, where, HEALTH_EVENTS),
         unsupported=frozenset(str(c) for c in _get(d, "unsupported", list, where, [])),
         processes=procs,
+        cgroup_memory=_cgroup_memory(_get(d, "cgroup_memory", dict, where, {}), f"{where}.cgroup_memory"),
     )
     mig = _get(d, "mig", dict, where)
     if mig is not None:
@@ -257,6 +270,22 @@ def _gpu(i: int, d: Any) -> FakeGpu:
                     int(placement[1]),
                 )
     return gpu
+
+
+def _cgroup_memory(raw: dict[Any, Any], where: str) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for path, entry in raw.items():
+        at = f"{where}[{path!r}]"
+        if not isinstance(path, str) or not path.startswith("/"):
+            raise FakeSpecError(f"{at}: a cgroup is named by its full sysfs path")
+        m = _mapping(entry, at)
+        soft = _bytes(m, "soft", at, 0) or 0
+        hard = _bytes(m, "hard", at, MEMORY_LIMIT_MAX)
+        used = _bytes(m, "used", at, 0) or 0
+        if hard is None or not 0 <= soft <= hard or used < 0:
+            raise FakeSpecError(f"{at}: want 0 <= soft <= hard and used >= 0")
+        out[path] = [soft, hard, used]
+    return out
 
 
 def _profile(raw: Any, where: str) -> GpuInstanceProfile:
@@ -320,4 +349,8 @@ def load_spec(spec: dict[str, Any] | str | Path) -> FakeNode:
         cuda_driver_version=_get(data, "cuda_driver_version", int, "spec", 12040),
         init_error=init_error,
         events=[_event(i, e, len(gpus)) for i, e in enumerate(_get(data, "events", list, "spec", []))],
+        memory_limits=_get(data, "memory_limits", bool, "spec", True),
+        # every path a GPU accounts to exists, and so do the listed ones
+        cgroups={str(c) for c in _get(data, "cgroups", list, "spec", [])}
+        | {path for g in gpus for path in g.cgroup_memory},
     )

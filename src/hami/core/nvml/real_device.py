@@ -10,10 +10,12 @@ from typing import Any, TypeVar
 import pynvml
 
 from hami.core.nvml.api import (
+    MEMORY_LIMIT_MAX,
     TEMPERATURE_THRESHOLDS,
     GpuInstanceInfo,
     GpuInstanceProfile,
     MemoryInfo,
+    MemoryLimits,
     MigDeviceInfo,
     NvLinkRemote,
     NvmlDevice,
@@ -42,6 +44,41 @@ _CI_PROFILE_BY_SLICES = {
 
 def _code(exc: pynvml.NVMLError) -> int:
     return int(getattr(exc, "value", 999))
+
+
+class _GetMemoryLimits(ctypes.Structure):
+    """``nvmlGetMemoryLimits_v1_t`` as the NVML API reference documents it, for a binding without it."""
+
+    _fields_ = [
+        ("nameSpace", ctypes.c_char_p),
+        ("softLimit", ctypes.c_ulonglong),
+        ("hardLimit", ctypes.c_ulonglong),
+        ("currentUsed", ctypes.c_ulonglong),
+    ]
+
+
+class _SetMemoryLimits(ctypes.Structure):
+    """``nvmlSetMemoryLimits_v1_t``, likewise."""
+
+    _fields_ = [
+        ("nameSpace", ctypes.c_char_p),
+        ("softLimit", ctypes.c_ulonglong),
+        ("hardLimit", ctypes.c_ulonglong),
+    ]
+
+
+def _limits_call(name: str) -> Callable[[Any, Any], None]:
+    """The binding's wrapper of ``name`` when it has one, else the library's symbol through ctypes
+    (``FUNCTION_NOT_FOUND`` from a driver without it, either way)."""
+    wrapper = getattr(pynvml, name, None)
+    if wrapper is not None:
+        return wrapper  # type: ignore[no-any-return]
+
+    def call(handle: Any, limits: Any) -> None:
+        fn = pynvml._nvmlGetFunctionPointer(name)
+        pynvml._nvmlCheckReturn(fn(handle, ctypes.byref(limits)))
+
+    return call
 
 
 class _Session:
@@ -341,6 +378,22 @@ class RealDevice:
     def supported_event_types(self) -> int:
         call = pynvml.nvmlDeviceGetSupportedEventTypes
         return int(self._s.call("nvmlDeviceGetSupportedEventTypes", call, self._h))
+
+    def memory_limits(self, cgroup: str) -> MemoryLimits:
+        name = "nvmlDeviceGetMemoryLimits_v1"
+        limits = getattr(pynvml, "c_nvmlGetMemoryLimits_v1_t", _GetMemoryLimits)()
+        limits.nameSpace = cgroup.encode()
+        self._s.call(name, _limits_call(name), self._h, limits)
+        return MemoryLimits(int(limits.softLimit), int(limits.hardLimit), int(limits.currentUsed))
+
+    def set_memory_limits(self, cgroup: str, soft: int, hard: int) -> None:
+        name = "nvmlDeviceSetMemoryLimits_v1"
+        if not 0 <= soft <= hard <= MEMORY_LIMIT_MAX:
+            raise NvmlError(name, "INVALID_ARGUMENT", f"soft {soft} hard {hard}")
+        limits = getattr(pynvml, "c_nvmlSetMemoryLimits_v1_t", _SetMemoryLimits)()
+        limits.nameSpace = cgroup.encode()
+        limits.softLimit, limits.hardLimit = soft, hard
+        self._s.call(name, _limits_call(name), self._h, limits)
 
 
 def _bytes_or_none(value: Any) -> int | None:

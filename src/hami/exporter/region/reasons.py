@@ -1,5 +1,8 @@
 """The bounded set of reasons for ``hami_monitor_region_skips_total{reason}``.
 
+The last three count what the monitor refuses while it reads the driver's accounting: a container
+cgroup is the driver's region of a container, and is refused, counted and logged the same way.
+
 A region-level reason drops the whole container for that scrape; a slot-level one drops one
 process slot; a device-level one drops one device of one container; a clamp keeps the series but
 bounds its value. The counter adds one when a region starts meeting a reason (not at every scrape
@@ -30,6 +33,10 @@ PROC_NUM_OUT_OF_RANGE: Final = "proc_num_out_of_range"  # clamped to [0, 1024]
 USAGE_OVER_LIMIT: Final = "usage_over_limit"  # used > limit > 0: exported as the limit
 SM_UTIL_OVER_100: Final = "sm_util_over_100"  # Σ sm_util > 100: hami_vgpu_core_used_percent reads 100
 SM_LIMIT_OUT_OF_RANGE: Final = "sm_limit_out_of_range"  # sm_limit > 100: exported as 100
+# The driver's accounting (cgroup v2 directories and their dmem files, hami.exporter.cgroupfs).
+CGROUP_OUTSIDE_ROOT: Final = "cgroup_outside_root"  # a symlink or a ``..`` path: never followed
+CGROUP_VANISHED: Final = "cgroup_vanished"  # removed while read (its container exited)
+DMEM_MALFORMED: Final = "dmem_malformed"  # a dmem line that is not ``<region> <bytes|max>``: skipped
 
 ALL: Final = (
     FILE_TOO_SMALL,
@@ -50,4 +57,7 @@ ALL: Final = (
     USAGE_OVER_LIMIT,
     SM_UTIL_OVER_100,
     SM_LIMIT_OUT_OF_RANGE,
+    CGROUP_OUTSIDE_ROOT,
+    CGROUP_VANISHED,
+    DMEM_MALFORMED,
 )

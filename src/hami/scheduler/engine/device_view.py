@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hami.core.devices import MODE_MIG, DeviceInfo, MigPlacement, MigProfile
+from hami.core.devices import ENFORCE_HAMI_CORE, MODE_MIG, DeviceInfo, MigPlacement, MigProfile
 from hami.scheduler.engine.mig import candidates
 
 
@@ -10,8 +10,8 @@ class Dev:
     """One device of a view; the fields Fit reads, without attribute indirection."""
 
     __slots__ = (
-        "cordoned", "count", "health", "id", "index", "mig", "mode", "numa", "occupied", "pair_score",
-        "profiles", "totalcore", "totalmem", "type",
+        "cordoned", "count", "enforcement", "health", "id", "index", "mig", "mode", "numa", "occupied",
+        "pair_score", "profiles", "totalcore", "totalmem", "type",
     )
 
     def __init__(self, info: DeviceInfo, cordoned: bool) -> None:
@@ -23,6 +23,7 @@ class Dev:
         self.type = info.type
         self.numa = info.numa
         self.mode = info.mode
+        self.enforcement = info.enforcement or ENFORCE_HAMI_CORE
         self.health = info.health
         self.cordoned = cordoned
         self.mig = info.mode == MODE_MIG

@@ -174,7 +174,7 @@ def fit_devices(view: NodeView, load: Load, req: ContainerRequest, ctx: PodConte
             reason = r.CARD_NOT_HEALTH
         elif d.cordoned:
             reason = r.CARD_CORDONED
-        elif other_type or (filters_type and not opts.type_ok(d.type, d.mode)):
+        elif other_type or (filters_type and not opts.type_ok(d.type, d.mode, d.enforcement)):
             reason = r.CARD_TYPE_MISMATCH
         else:
             if numa_bind and d.numa != prevnuma:
@@ -249,7 +249,7 @@ def _enough_cards(view: NodeView, req: ContainerRequest, ctx: PodContext) -> boo
     found = 0
     for i in view.avail:
         d = devs[i]
-        if filters_type and not opts.type_ok(d.type, d.mode):
+        if filters_type and not opts.type_ok(d.type, d.mode, d.enforcement):
             continue
         if filters_uuid and not opts.uuid_ok(d.id):
             continue

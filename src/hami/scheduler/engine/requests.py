@@ -80,17 +80,23 @@ class PodOptions:
     node_policy: str | None = None
     gpu_policy: str | None = None
     scoring_weights: str | None = None
+    memory_enforcement: str | None = None  # ours: hami.io/memory-enforcement
 
     @property
     def filters_type(self) -> bool:
-        return bool(self.use_types or self.nouse_types or self.vgpu_mode is not None)
+        modes = (self.vgpu_mode, self.memory_enforcement)
+        return bool(self.use_types or self.nouse_types or any(m is not None for m in modes))
 
     @property
     def filters_uuid(self) -> bool:
         return bool(self.use_uuids or self.nouse_uuids)
 
-    def type_ok(self, model: str, mode: str) -> bool:
-        """HAMi ``CheckType`` + ``AllocateMode``: substring match on the upper-cased model."""
+    def type_ok(self, model: str, mode: str, enforcement: str = "hami-core") -> bool:
+        """HAMi ``CheckType`` + ``AllocateMode``: substring match on the upper-cased model; and ours, the
+        card's memory enforcement against ``hami.io/memory-enforcement`` (a mismatch is
+        CardTypeMismatch, as a mode mismatch is)."""
+        if self.memory_enforcement is not None and enforcement != self.memory_enforcement.strip():
+            return False
         upper = model.upper()
         if self.use_types and not any(t in upper for t in self.use_types):
             return False
@@ -308,6 +314,7 @@ def pod_options(pod: Mapping[str, Any]) -> PodOptions:
         node_policy=annos.get(ann.POD_NODE_SCHEDULER_POLICY),
         gpu_policy=annos.get(ann.POD_GPU_SCHEDULER_POLICY),
         scoring_weights=annos.get(ann.POD_DEVICE_SCORING_WEIGHTS),
+        memory_enforcement=annos.get(ann.POD_MEMORY_ENFORCEMENT),
     )
 
 
