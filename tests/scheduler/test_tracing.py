@@ -27,7 +27,9 @@ from hami.testing.kubeapi import KubeAPIServer
 from hami.testing.kubeapi.patch import json_patch as apply_json_patch
 
 KEY = "test-key"
-BIND_PHASES = [f"hami.scheduler.bind.{p}" for p in ("pod_lookup", "node_lookup", "node_lock", "apiserver_bind")]
+BIND_PHASES = [
+    f"hami.scheduler.bind.{p}" for p in ("pod_lookup", "node_lookup", "node_lock", "apiserver_bind")
+]
 
 
 @pytest.fixture
@@ -50,7 +52,9 @@ def _admitted(ext: Extender, pod: dict[str, Any]) -> dict[str, Any]:
     review = {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
-        "request": {"uid": "r", "namespace": pod["metadata"]["namespace"], "operation": "CREATE", "object": pod},
+        "request": {
+            "uid": "r", "namespace": pod["metadata"]["namespace"], "operation": "CREATE", "object": pod,
+        },
     }
     r = requests.post(url(ext, "/webhook"), json=review, timeout=10)
     response = r.json()["response"]
@@ -115,7 +119,8 @@ def test_a_refused_pod_carries_the_reason_in_its_trace(
 
 
 def _rejected(ext: Extender, reason: str) -> float:
-    found = re.search(rf'^hami_trace_context_rejected_total{{reason="{reason}"}} (\S+)$', metrics_text(ext), re.M)
+    line = rf'^hami_trace_context_rejected_total{{reason="{reason}"}} (\S+)$'
+    found = re.search(line, metrics_text(ext), re.M)
     assert found, reason
     return float(found.group(1))
 
