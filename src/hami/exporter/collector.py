@@ -27,11 +27,13 @@ from hami.core.objects import name_of, namespace_of, uid_of
 from hami.core.serve import build_info, listener_metrics
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor
 from hami.core.serve.families import Family, TextRenderer, declared_metric, to_metric
+from hami.core.tracing import tracing_metrics
 from hami.exporter import families
 from hami.exporter.attribution import unlimited_containers
 from hami.exporter.cgroups import owner_of
 from hami.exporter.container_text import ContainerText
 from hami.exporter.discovery import ContainerLister
+from hami.exporter.firstsight import FirstSight
 from hami.exporter.host import NVML_CALLS
 from hami.exporter.podjoin import PodJoin
 from hami.exporter.reconcile import KINDS, counts, memory_findings
@@ -131,6 +133,7 @@ class MonitorCollector(Collector):
         self._container_text = ContainerText()
         self._render_lock = threading.Lock()
         self._onsets = Onsets()
+        self._first_sight = FirstSight(node)
 
     def read_regions(self) -> RegionRead:
         """Snapshot every loaded region; count states, skip reasons met now, and their onsets."""
@@ -183,6 +186,7 @@ class MonitorCollector(Collector):
         pods = list(self._pods())
         hosts = tuple(self.hosts())
         side = self._pod_join.side(pods, read.found, read.unreadable)
+        self._first_sight.update(pods, side.regions)
         owners = [o for h in hosts for pid in h.pids if (o := owner_of(pid, self._proc_root)) is not None]
         unlimited = unlimited_containers(pods, owners, region_files, self._decode)
         for u in unlimited:
@@ -296,6 +300,7 @@ def describe(legacy: bool = False) -> list[MetricDescriptor]:
     registry = DescribingRegistry()
     build_info("monitor", registry)
     kube_metrics(registry)
+    tracing_metrics(registry)
     # never scanned nor collected: describe() needs no regions, pods or NVML
     lister = ContainerLister("/nonexistent")
     collector = MonitorCollector(
