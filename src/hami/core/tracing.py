@@ -144,9 +144,11 @@ def now_ns() -> int:
     return time.time_ns() if _s.tracer is not None else 0
 
 
-def _mac(namespace: str, traceparent: str) -> str:
-    digest = hmac.new(_s.key, f"{namespace}\n{traceparent}".encode(), hashlib.sha256).hexdigest()
-    return digest[:_MAC_HEX]
+def signed(key: bytes, namespace: str, traceparent: str) -> str:
+    """The annotation value for ``traceparent`` on a pod in ``namespace``: what only a holder of
+    ``key`` can write."""
+    digest = hmac.new(key, f"{namespace}\n{traceparent}".encode(), hashlib.sha256).hexdigest()
+    return f"{traceparent};{digest[:_MAC_HEX]}"
 
 
 def verify(namespace: str, value: str) -> tuple[str | None, str | None]:
@@ -154,13 +156,13 @@ def verify(namespace: str, value: str) -> tuple[str | None, str | None]:
     (None, rejection reason). Pure apart from the key."""
     if len(value) > MAX_VALUE:
         return None, MALFORMED
-    traceparent, sep, mac = value.partition(";")
+    traceparent, sep, _ = value.partition(";")
     match = _TRACEPARENT.fullmatch(traceparent)
     if not sep or match is None or set(match.group(1)) == {"0"} or set(match.group(2)) == {"0"}:
         return None, MALFORMED
     if not _s.key:
         return None, NO_KEY
-    if not hmac.compare_digest(mac, _mac(namespace, traceparent)):
+    if not hmac.compare_digest(value.encode(), signed(_s.key, namespace, traceparent).encode()):
         return None, FORGED
     return traceparent, None
 
@@ -222,7 +224,7 @@ def webhook_span(namespace: str) -> tuple[Span | None, dict[str, str]]:
         return span, {}
     ctx = span.get_span_context()
     traceparent = f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
-    return span, {ANNOTATION: f"{traceparent};{_mac(namespace, traceparent)}"}
+    return span, {ANNOTATION: signed(_s.key, namespace, traceparent)}
 
 
 def phase(
