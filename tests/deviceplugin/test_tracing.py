@@ -14,11 +14,20 @@ from prometheus_client.openmetrics.exposition import generate_latest
 
 from hami.core import annotations as ann
 from hami.core import tracing
+from hami.deviceplugin.api import deviceplugin_pb2 as pb
 from hami.testing.builders import allocating_pod
 from hami.testing.pluginrig import NODE, U1, Rig
 from hami.testing.wait import wait_until
 
-from .test_allocate import LOCK_TIME, allocate
+LOCK_TIME = "2026-08-21T06:20:39Z"
+
+
+def allocate(rig: Rig, devices: list[str]) -> pb.AllocateResponse:
+    """kubelet's Allocate for one container."""
+    channel, stub = rig.kubelet.plugin("nvidia-gpu.sock")
+    with channel:
+        request = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=devices)])
+        return stub.Allocate(request)
 
 
 @pytest.fixture
