@@ -12,8 +12,6 @@ Jaeger has.
 
 from __future__ import annotations
 
-import base64
-import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,7 +23,7 @@ import requests
 from hami.core import tracing
 from hami.testing import jaeger
 from hami.testing.builders import gpu_pod
-from hami.testing.kubeapi.patch import json_patch
+from hami.testing.kubesched import admitted
 from hami.testing.monitoring import ALERTMANAGER
 from hami.testing.prometheus import PROMETHEUS
 from hami.testing.stack import DEVICE_PLUGIN, MONITOR, SCHEDULER, Ports, Stack, StackOptions
@@ -97,13 +95,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, backend: jaeger.Jaeger) -> I
 
 def _create_through_webhook(stack: Stack, pod: dict[str, Any]) -> dict[str, Any]:
     """What the API server does with a pod: the mutating webhook's patch, then the create."""
-    review = {
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {"uid": "r", "namespace": "default", "operation": "CREATE", "object": pod},
-    }
-    answer = requests.post(stack.url("extender") + "/webhook", json=review, timeout=10).json()["response"]
-    assert answer["allowed"], answer
-    mutated = json_patch(pod, json.loads(base64.b64decode(answer["patch"])))
+    mutated = admitted(requests.Session(), stack.url("extender"), pod)
     r = requests.post(f"{stack.kube_url}/api/v1/namespaces/default/pods", json=mutated, timeout=10)
     r.raise_for_status()
     created: dict[str, Any] = r.json()

@@ -297,6 +297,7 @@ class Stack:
             "--extender", self.url("extender"),
             "--interval", str(self.opts.schedule_every),
             "--churn-every", str(self.opts.churn_every),
+            *(["--admit"] if self.opts.tracing else []),  # their traces start at the webhook
         ]  # fmt: skip
         child = self.procs.python("kube-scheduler", "hami.testing.kubesched", args)
         # its SIGTERM handler is in place once it says so: a stop before that would kill it (-15)
