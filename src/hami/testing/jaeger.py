@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -67,6 +68,27 @@ def go_available() -> bool:
     return shutil.which("go") is not None
 
 
+GO_MIN: Final = (1, 24)  # Jaeger v1.76's go.mod (1.24.6); `go get -tool` too
+TOOLCHAIN_MIN: Final = (1, 21)  # the first Go that fetches the toolchain a go.mod asks for
+
+
+def toolchain() -> str:
+    """GOTOOLCHAIN for the build: ``local`` for Go 1.24 or later, ``auto`` for Go 1.21 to 1.23, which
+    then fetches the go.mod's Go from the module proxy (golang.org/toolchain)."""
+    out = subprocess.run(["go", "env", "GOVERSION"], capture_output=True, text=True, timeout=60, check=False,
+                         env={**os.environ, "GOTOOLCHAIN": "local"})
+    found = re.match(r"go(\d+)\.(\d+)", out.stdout.strip())
+    version = (int(found.group(1)), int(found.group(2))) if found else (0, 0)
+    if version >= GO_MIN:
+        return "local"
+    if version >= TOOLCHAIN_MIN:
+        return "auto"
+    raise JaegerBuildError(
+        f"go is {out.stdout.strip() or 'unusable'}; Jaeger {VERSION} needs Go 1.24 or later, or Go 1.21+ "
+        "which fetches it (https://go.dev/dl)"
+    )
+
+
 def build(timeout: float = BUILD_TIMEOUT_S) -> Path:
     """The cached binary, built first if missing (one build at a time: a lock file)."""
     found = cached()
@@ -83,13 +105,12 @@ def build(timeout: float = BUILD_TIMEOUT_S) -> Path:
         found = cached()  # another process built it while this one waited
         if found is not None:
             return found
-        env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"}
-        steps = [
-            ["go", "get", "-tool", f"{MODULE}@{VERSION}"], ["go", "build", "-o", "bin/jaeger.tmp", MODULE]
-        ]
+        env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": toolchain()}
         if not (work / "go.mod").exists():
-            steps.insert(0, ["go", "mod", "init", "hami.local/jaeger-tool"])
-        for step in steps:
+            (work / "go.mod").write_text("module hami.local/jaeger-tool\n\ngo 1.24.6\n")
+        for step in (
+            ["go", "get", "-tool", f"{MODULE}@{VERSION}"], ["go", "build", "-o", "bin/jaeger.tmp", MODULE]
+        ):
             done = subprocess.run(step, cwd=work, env=env, capture_output=True, text=True, timeout=timeout,
                                   check=False)
             if done.returncode != 0:
