@@ -28,9 +28,10 @@ freshly seeded cluster, the order flipped every round) and prints the extender C
 and their ratio (target: within 5 % of off, since ``--profiling`` traces nothing until a profile is
 asked for). ``--heap-from-start`` adds ``--profiling.heap-from-start`` wherever ``--profiling`` is
 given, to measure the opt-in's price the same way. ``--tracing-rounds N`` does the same for
-``--enable-tracing`` (every span sampled, exported over OTLP/HTTP to a sink in this process, each
-pod carrying a trace context that verifies) and prints, for tracing off, what the tracing seam's
-calls cost per pod beside the extender's CPU per pod (docs/design/tracing.md).
+``--enable-tracing`` (``--tracing-ratio`` of the pods sampled, default all; spans exported over
+OTLP/HTTP to a sink in this process; each pod carrying a trace context that verifies) and prints,
+for tracing off, what the tracing seam's calls cost per pod beside the extender's CPU per pod
+(docs/design/tracing.md).
 """
 
 from __future__ import annotations
@@ -89,9 +90,11 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p * len(ordered)))] * 1000
 
 
-def signed_pod(pod: dict[str, Any]) -> dict[str, Any]:
-    """``pod`` with a sampled trace context the webhook would have written (as the bench's key)."""
-    traceparent = f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01"
+def signed_pod(pod: dict[str, Any], ratio: float) -> dict[str, Any]:
+    """``pod`` with the trace context the webhook would have written (as the bench's key), sampled
+    with probability ``ratio`` as a ``parentbased_traceidratio`` webhook samples it."""
+    sampled = secrets.randbelow(1 << 30) < ratio * (1 << 30)
+    traceparent = f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-{'01' if sampled else '00'}"
     namespace = pod["metadata"].get("namespace", "default")
     annotations = pod["metadata"].setdefault("annotations", {})
     annotations[tracing.ANNOTATION] = tracing.signed(KEY.encode(), namespace, traceparent)
@@ -119,7 +122,9 @@ def seam_off_ns(rounds: int = 200_000) -> float:
     return (time.perf_counter_ns() - started) / rounds
 
 
-def seed(api_url: str, nodes: int, pods: int) -> tuple[list[str], list[dict[str, Any]]]:
+def seed(
+    api_url: str, nodes: int, pods: int, ratio: float = 1.0
+) -> tuple[list[str], list[dict[str, Any]]]:
     conn = Conn(api_url)
     names = [f"node-{i:04d}" for i in range(nodes)]
     for name in names:
@@ -128,7 +133,7 @@ def seed(api_url: str, nodes: int, pods: int) -> tuple[list[str], list[dict[str,
         conn.call(
             "POST",
             "/api/v1/namespaces/default/pods",
-            json.dumps(signed_pod(gpu_pod(f"p{i}", mem=2048, cores=10))).encode(),
+            json.dumps(signed_pod(gpu_pod(f"p{i}", mem=2048, cores=10), ratio)).encode(),
         )
         for i in range(pods)
     ]
@@ -369,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --profiling, also --profiling.heap-from-start (tracing from start-up)")
     parser.add_argument("--tracing-rounds", type=int, default=0,
                         help="rounds alternating without and with --enable-tracing; prints the CPU ratio")
+    parser.add_argument("--tracing-ratio", type=float, default=1.0,
+                        help="share of pods whose trace is sampled (the webhook's decision; default all)")
     parser.add_argument("-v", type=int, default=0, help="the extender's log verbosity")
     parser.add_argument("--in-process", action="store_true", help="the single-process variant")
     args, rest = parser.parse_known_args(argv)
@@ -416,7 +423,7 @@ def tracing_rounds(args: argparse.Namespace) -> int:
     spread = (max(off) - min(off)) / mean_off if len(off) > 1 else float("nan")
     seam = seam_off_ns() / 1e6
     print(f"--enable-tracing / off, extender CPU per pod over {len(off)} rounds: {sum(on) / sum(off):.3f}x "
-          "(every pod sampled)")
+          f"(pods sampled: {args.tracing_ratio:.0%})")
     print(f"tracing off: the seam's calls cost {seam * 1000:.2f} us per pod, {seam / mean_off:.5%} of the "
           f"extender's {mean_off:.2f} ms CPU per pod (target: below the off rounds' own spread, "
           f"{spread:.1%})")
@@ -444,7 +451,7 @@ def run(args: argparse.Namespace, profiling: bool, sink: OtlpSink | None = None)
             )
             api_url = children.wait_for_log(emulator, SERVING, 120, "the API emulator").group(1)
             started = time.monotonic()
-            names, pods = seed(api_url, args.nodes, args.pods)
+            names, pods = seed(api_url, args.nodes, args.pods, args.tracing_ratio)
             print(f"cluster: {args.nodes} nodes x 8 GPUs, {args.pods} pods; seeded over HTTP in "
                   f"{time.monotonic() - started:.1f}s")
             flags = [
@@ -455,7 +462,8 @@ def run(args: argparse.Namespace, profiling: bool, sink: OtlpSink | None = None)
             traced = ["--enable-tracing"] if sink is not None else []
             env = {
                 "HAMI_TRACE_KEY": KEY, "OTEL_EXPORTER_OTLP_ENDPOINT": sink.url,
-                "OTEL_TRACES_SAMPLER": "parentbased_always_on",
+                "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+                "OTEL_TRACES_SAMPLER_ARG": str(args.tracing_ratio),
             } if sink is not None else None
             extender = children.python(
                 "extender", "hami.scheduler", [*flags, *profiling_flags(args, profiling), *traced], env

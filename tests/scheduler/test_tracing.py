@@ -207,3 +207,19 @@ def test_tracing_off_writes_nothing(kube_api: KubeAPIServer) -> None:
         pod = create_pod(kube_api, ext, _admitted(ext, gpu_pod("p1", mem=1000)))
         assert tracing.ANNOTATION not in (pod["metadata"].get("annotations") or {})
         assert filter_pod(ext, pod, ["n1"])["NodeNames"] == ["n1"]
+
+
+def test_a_refused_admission_is_a_trace_with_the_reason(
+    kube_api: KubeAPIServer, ext: Extender, spans: InMemorySpanExporter
+) -> None:
+    pod = gpu_pod("priv", mem=1000)
+    pod["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    review = {
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "r", "namespace": "default", "operation": "CREATE", "object": pod},
+    }
+    response = requests.post(url(ext, "/webhook"), json=review, timeout=10).json()["response"]
+    assert not response["allowed"] and "patch" not in response
+    (span,) = [s for s in _finished(spans) if s.name == "hami.webhook.mutate"]
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.status.description == "container c0 is privileged"
