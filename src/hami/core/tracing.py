@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import hmac
-import logging
 import os
 import re
 import time
@@ -29,11 +28,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 from prometheus_client import CollectorRegistry, Counter
 
+from hami.core import klog
+
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import Span, Tracer, TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
 
-log = logging.getLogger(__name__)
+log = klog.get_logger(__name__)
 
 ANNOTATION: Final = "hami.io/trace-context"
 KEY_ENV: Final = "HAMI_TRACE_KEY"
@@ -182,7 +183,8 @@ def _pod_parent(pod: Mapping[str, Any]) -> Any:
     if traceparent is None:
         if _s.rejected is not None:
             _s.rejected.labels(reason).inc()
-        log.debug("pod trace context ignored: %s", reason)
+        where = f"{metadata.get('namespace')}/{metadata.get('name')}"
+        log.v(4).info("pod %s: trace context ignored: %s", where, reason)
         return Context()
     _, trace_id, span_id, flags = traceparent.split("-")
     remote = SpanContext(int(trace_id, 16), int(span_id, 16), True, TraceFlags(int(flags, 16)))
