@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
-from hami.testing import demo, jaeger
+from hami.testing import demo, jaeger, monitoring
 
 
 def test_tracing_is_off_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -28,3 +29,13 @@ def test_the_banner_points_at_jaeger(tmp_path: Path) -> None:
     assert any("http://127.0.0.1:16686/search?service=hami-scheduler" in line for line in lines)
     assert any(f"kubectl hami pod ml-batch/batch-job-0 --kubeconfig {tmp_path / 'kubeconfig'}" in line
                for line in lines)
+
+
+def test_prometheus_keeps_exemplars(tmp_path: Path) -> None:
+    argv = monitoring.prometheus_argv(
+        tmp_path, "127.0.0.1:0", "http://127.0.0.1:0", targets={}, rules=monitoring.RULES,
+        alertmanager="127.0.0.1:0", scrape_interval="1s", evaluation_interval="1s",
+    )
+    assert "--enable-feature=exemplar-storage" in argv
+    config = yaml.safe_load((tmp_path / "prometheus.yml").read_text())
+    assert config["storage"]["exemplars"]["max_exemplars"] > 0

@@ -122,14 +122,14 @@ def build(timeout: float = BUILD_TIMEOUT_S) -> Path:
     return path
 
 
-def config(otlp_http: int, query_http: int, query_grpc: int, health: int) -> dict[str, Any]:
+def config(otlp_http: int, query_http: int, query_grpc: int) -> dict[str, Any]:
     """Jaeger's all-in-one pipeline on the given loopback ports, nothing else listening."""
     def local(port: int) -> str:
         return f"127.0.0.1:{port}"
 
     return {
         "service": {
-            "extensions": ["jaeger_storage", "jaeger_query", "healthcheckv2"],
+            "extensions": ["jaeger_storage", "jaeger_query"],
             "pipelines": {
                 "traces": {
                     "receivers": ["otlp"], "processors": ["batch"], "exporters": ["jaeger_storage_exporter"],
@@ -138,7 +138,6 @@ def config(otlp_http: int, query_http: int, query_grpc: int, health: int) -> dic
             "telemetry": {"metrics": {"level": "none"}, "logs": {"level": "warn"}},
         },
         "extensions": {
-            "healthcheckv2": {"use_v2": True, "http": {"endpoint": local(health)}},
             "jaeger_query": {
                 "storage": {"traces": "memory"},
                 "http": {"endpoint": local(query_http)},
@@ -164,7 +163,7 @@ class Jaeger:
         self.query_url = ""
 
     def start(self, timeout: float = 120.0) -> Jaeger:
-        ports = [free_port() for _ in range(4)]
+        ports = [free_port() for _ in range(3)]
         path = self.work / "jaeger.yaml"
         path.write_text(yaml.safe_dump(config(*ports), sort_keys=False))
         self.group.start("jaeger", [str(self.binary), "--config", str(path)])
