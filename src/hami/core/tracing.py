@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from prometheus_client import CollectorRegistry, Counter
 
+from hami.core import annotations as ann
 from hami.core import klog
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 
 log = klog.get_logger(__name__)
 
-ANNOTATION: Final = "hami.io/trace-context"
+ANNOTATION: Final = ann.POD_TRACE_CONTEXT
 KEY_ENV: Final = "HAMI_TRACE_KEY"
 # Why a pod's trace context was not joined (hami_trace_context_rejected_total{reason}).
 MALFORMED: Final = "malformed"  # not "<traceparent>;<mac>", or not a valid version-00 traceparent
@@ -46,7 +47,6 @@ REASONS: Final = (MALFORMED, FORGED, NO_KEY)
 MAX_VALUE: Final = 256  # a longer annotation is malformed before any parsing
 _TRACEPARENT: Final = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 _MAC_HEX: Final = 32  # 128 bits of HMAC-SHA256
-
 
 
 class _State:
