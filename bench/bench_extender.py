@@ -27,7 +27,11 @@ with ``go tool pprof -top FILE``). ``--profiling`` runs the extender with it and
 freshly seeded cluster, the order flipped every round) and prints the extender CPU per pod of each
 and their ratio (target: within 5 % of off, since ``--profiling`` traces nothing until a profile is
 asked for). ``--heap-from-start`` adds ``--profiling.heap-from-start`` wherever ``--profiling`` is
-given, to measure the opt-in's price the same way.
+given, to measure the opt-in's price the same way. ``--tracing-rounds N`` does the same for
+``--enable-tracing`` (``--tracing-ratio`` of the pods sampled, default all; spans exported over
+OTLP/HTTP to a sink in this process; each pod carrying a trace context that verifies) and prints,
+for tracing off, what the tracing seam's calls cost per pod beside the extender's CPU per pod
+(docs/design/tracing.md).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import argparse
 import json
 import os
 import queue
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -48,14 +53,17 @@ from typing import Any
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from hami.core import tracing
 from hami.testing.builders import gpu_node, gpu_pod
 from hami.testing.extender import LISTENING
 from hami.testing.jsonhttp import Conn
 from hami.testing.kubeapi import SERVING
+from hami.testing.otlpsink import OtlpSink
 from hami.testing.processes import ProcessGroup, cpu_seconds, cpu_times
 from hami.testing.wait import wait_until
 
 LOCK = "hami.io/mutex.lock"
+KEY = "bench-trace-key"  # the extender's HAMI_TRACE_KEY with --enable-tracing
 
 
 def scrape(metrics_url: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
@@ -82,7 +90,41 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p * len(ordered)))] * 1000
 
 
-def seed(api_url: str, nodes: int, pods: int) -> tuple[list[str], list[dict[str, Any]]]:
+def signed_pod(pod: dict[str, Any], ratio: float) -> dict[str, Any]:
+    """``pod`` with the trace context the webhook would have written (as the bench's key), sampled
+    with probability ``ratio`` as a ``parentbased_traceidratio`` webhook samples it."""
+    sampled = secrets.randbelow(1 << 30) < ratio * (1 << 30)
+    traceparent = f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-{'01' if sampled else '00'}"
+    namespace = pod["metadata"].get("namespace", "default")
+    annotations = pod["metadata"].setdefault("annotations", {})
+    annotations[tracing.ANNOTATION] = tracing.signed(KEY.encode(), namespace, traceparent)
+    return pod
+
+
+def seam_off_ns(rounds: int = 200_000) -> float:
+    """ns per pod of the seam's calls on the filter and bind path with tracing off: per pod, the
+    filter takes a start, asks for a span and an exemplar; the bind takes five timestamps, asks for
+    a span, four phases and two exemplars (creation-to-bind included)."""
+    assert not tracing.enabled()
+    pod: dict[str, Any] = {}
+    started = time.perf_counter_ns()
+    for _ in range(rounds):
+        tracing.now_ns()
+        tracing.exemplar(tracing.pod_span("f", pod, 0))
+        for _ in range(5):
+            tracing.now_ns()
+        span = tracing.pod_span("b", pod, 0)
+        for _ in range(4):
+            tracing.phase(span, "p", 0, 0)
+        tracing.exemplar(span)
+        tracing.exemplar(span)
+        tracing.end(span)
+    return (time.perf_counter_ns() - started) / rounds
+
+
+def seed(
+    api_url: str, nodes: int, pods: int, ratio: float = 1.0
+) -> tuple[list[str], list[dict[str, Any]]]:
     conn = Conn(api_url)
     names = [f"node-{i:04d}" for i in range(nodes)]
     for name in names:
@@ -91,7 +133,7 @@ def seed(api_url: str, nodes: int, pods: int) -> tuple[list[str], list[dict[str,
         conn.call(
             "POST",
             "/api/v1/namespaces/default/pods",
-            json.dumps(gpu_pod(f"p{i}", mem=2048, cores=10)).encode(),
+            json.dumps(signed_pod(gpu_pod(f"p{i}", mem=2048, cores=10), ratio)).encode(),
         )
         for i in range(pods)
     ]
@@ -330,6 +372,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="rounds alternating without and with --profiling; prints the CPU ratio")
     parser.add_argument("--heap-from-start", action="store_true",
                         help="with --profiling, also --profiling.heap-from-start (tracing from start-up)")
+    parser.add_argument("--tracing-rounds", type=int, default=0,
+                        help="rounds alternating without and with --enable-tracing; prints the CPU ratio")
+    parser.add_argument("--tracing-ratio", type=float, default=1.0,
+                        help="share of pods whose trace is sampled (the webhook's decision; default all)")
     parser.add_argument("-v", type=int, default=0, help="the extender's log verbosity")
     parser.add_argument("--in-process", action="store_true", help="the single-process variant")
     args, rest = parser.parse_known_args(argv)
@@ -339,6 +385,8 @@ def main(argv: list[str] | None = None) -> int:
         return subprocess.call([sys.executable, str(script), *rest_argv])
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    if args.tracing_rounds:
+        return tracing_rounds(args)
     if not args.profiling_rounds:
         run(args, args.profiling or bool(args.pprof))
         return 0
@@ -358,15 +406,39 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def tracing_rounds(args: argparse.Namespace) -> int:
+    """Extender CPU per pod without and with --enable-tracing, ABBA as the profiling rounds."""
+    off: list[float] = []
+    on: list[float] = []
+    with OtlpSink() as sink:
+        for i in range(args.tracing_rounds):
+            for traced in (False, True) if i % 2 == 0 else (True, False):
+                (on if traced else off).append(run(args, False, sink if traced else None))
+        print(f"OTLP export: {sink.requests} requests, {sink.received / max(len(on), 1) / args.pods:.0f} "
+              "bytes per pod")
+    for i, (a, b) in enumerate(zip(off, on, strict=True), 1):
+        print(f"round {i}: extender CPU per pod {a:.2f} ms off, {b:.2f} ms with --enable-tracing: "
+              f"{b / a:.3f}x")
+    mean_off = sum(off) / len(off)
+    spread = (max(off) - min(off)) / mean_off if len(off) > 1 else float("nan")
+    seam = seam_off_ns() / 1e6
+    print(f"--enable-tracing / off, extender CPU per pod over {len(off)} rounds: {sum(on) / sum(off):.3f}x "
+          f"(pods sampled: {args.tracing_ratio:.0%})")
+    print(f"tracing off: the seam's calls cost {seam * 1000:.2f} us per pod, {seam / mean_off:.5%} of the "
+          f"extender's {mean_off:.2f} ms CPU per pod (target: below the off rounds' own spread, "
+          f"{spread:.1%})")
+    return 0
+
+
 def profiling_flags(args: argparse.Namespace, profiling: bool) -> list[str]:
     if not profiling:
         return []
     return ["--profiling", *(["--profiling.heap-from-start"] if args.heap_from_start else [])]
 
 
-def run(args: argparse.Namespace, profiling: bool) -> float:
+def run(args: argparse.Namespace, profiling: bool, sink: OtlpSink | None = None) -> float:
     """One bench on a freshly seeded cluster; prints its figures, returns the extender's CPU ms
-    per pod."""
+    per pod. With ``sink``: the extender traces every pod into it."""
     with tempfile.TemporaryDirectory(prefix="bench-extender-") as tmp:
         workdir = Path(tmp)
         kubeconfig = workdir / "kubeconfig"
@@ -379,7 +451,7 @@ def run(args: argparse.Namespace, profiling: bool) -> float:
             )
             api_url = children.wait_for_log(emulator, SERVING, 120, "the API emulator").group(1)
             started = time.monotonic()
-            names, pods = seed(api_url, args.nodes, args.pods)
+            names, pods = seed(api_url, args.nodes, args.pods, args.tracing_ratio)
             print(f"cluster: {args.nodes} nodes x 8 GPUs, {args.pods} pods; seeded over HTTP in "
                   f"{time.monotonic() - started:.1f}s")
             flags = [
@@ -387,8 +459,14 @@ def run(args: argparse.Namespace, profiling: bool) -> float:
                 "--kube-qps=-1", f"--node-scheduler-policy={args.node_policy}", f"-v={args.v}",
             ]
             started = time.monotonic()
+            traced = ["--enable-tracing"] if sink is not None else []
+            env = {
+                "HAMI_TRACE_KEY": KEY, "OTEL_EXPORTER_OTLP_ENDPOINT": sink.url,
+                "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+                "OTEL_TRACES_SAMPLER_ARG": str(args.tracing_ratio),
+            } if sink is not None else None
             extender = children.python(
-                "extender", "hami.scheduler", [*flags, *profiling_flags(args, profiling)]
+                "extender", "hami.scheduler", [*flags, *profiling_flags(args, profiling), *traced], env
             )
             found = children.wait_for_log(extender, LISTENING, 120, "the extender")
             ext_url, metrics_url = found.group(1), found.group(2)
@@ -432,7 +510,8 @@ def run(args: argparse.Namespace, profiling: bool) -> float:
     print(f"end-to-end: {n / wall:.0f} pods/s (target >= 200; {n} pods in {wall:.2f}s, "
           f"{args.clients} clients, node policy {args.node_policy}), {retries} lock retries"
           + (f", extender with {' '.join(profiling_flags(args, profiling))}" if profiling else "")
-          + (", extender CPU-profiled" if args.pprof else ""))
+          + (", extender CPU-profiled" if args.pprof else "")
+          + (", extender with --enable-tracing" if sink is not None else ""))
     print(f"filter latency ms: p50 {pct(filter_s, 0.5):.1f} p99 {pct(filter_s, 0.99):.1f}; "
           f"bind latency ms: p50 {pct(bind_s, 0.5):.1f} p99 {pct(bind_s, 0.99):.1f}")
     by_verb = {

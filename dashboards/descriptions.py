@@ -36,7 +36,10 @@ DESCRIPTIONS: dict[str, str] = {
     "Idle vGPUs per node": "Containers that ran no kernel for an hour (HAMiVGPUIdle fires for each).",
     "Top 10 containers by vGPU memory": "The ten containers using the most vGPU memory now.",
     # device plugin and monitor
-    "Allocate latency": "kubelet's Allocate calls to the device plugin, p50 and p99 by result.",
+    "Allocate latency": (
+        "kubelet's Allocate calls to the device plugin, p50 and p99 by result; with tracing on, the "
+        "exemplars (dots) lead to the pod's trace."
+    ),
     "Allocate errors by reason": "Failed Allocate calls by reason; the affected containers cannot start.",
     "Registrations by result": "Node annotation writes of the register loop (every 30 s), by result.",
     "Time since last successful registration": (
@@ -73,8 +76,18 @@ DESCRIPTIONS: dict[str, str] = {
     "Pending GPU pods": "GPU pods Pending, counted once across replicas (hami_scheduler_pending_pods).",
     "Nodes with expired handshake": "Nodes the scheduler dropped: handshake expired and no allocatable GPU.",
     "Nodes by state": "Nodes by registration state as the register pass sees them.",
-    "Filter latency": "/filter latency, p50 and p99 by result.",
-    "Bind latency": "/bind latency, p50 and p99 by result.",
+    "Filter latency": (
+        "/filter latency, p50 and p99 by result; with tracing on, the exemplars (dots) lead to the "
+        "pod's trace."
+    ),
+    "Bind latency": (
+        "/bind latency, p50 and p99 by result; with tracing on, the exemplars (dots) lead to the "
+        "pod's trace."
+    ),
+    "Pod creation to bind": (
+        "From a GPU pod's creation to its bind, p50 and p99: the wait users feel. With tracing on, the "
+        "exemplars (dots) lead to a slow pod's trace, webhook to bind."
+    ),
     "Bind phases (p99)": "p99 of each bind phase: node lock, pod patch, Binding.",
     "Events by reason": "Pod events the extender recorded, per second, by reason.",
     "Unschedulable pods": "Filter calls for which no node fitted, per second.",

@@ -5,12 +5,14 @@ from __future__ import annotations
 from dashboards.panels import JOB, NODE, RI, Board, Line, Q, alert_thresholds
 
 
-def _quantiles(metric: str, by: str, sel: str = "") -> list[Q]:
+def _quantiles(metric: str, by: str, sel: str = "", exemplar: bool = False) -> list[Q]:
+    """p50 and p99 of a histogram; ``exemplar``: with the trace IDs its observations carry."""
     legend = " ".join(f"{{{{{label.strip()}}}}}" for label in by.split(",") if label.strip())
     return [
         Q(
             f"histogram_quantile({q}, sum by (le, {by}) (rate({metric}_bucket{{{sel}}}[{RI}])))",
             f"p{int(q * 100)} {legend}".strip(),
+            exemplar=exemplar,
         )
         for q in (0.5, 0.99)
     ]
@@ -67,8 +69,23 @@ def scheduler() -> Board:
         "grows on healthy nodes too; a node is dropped only when kubelet also reports no allocatable GPU.",
     )
     b.row("Filter and bind")
-    b.timeseries("Filter latency", "s", _quantiles("hami_scheduler_filter_duration_seconds", "result", JOB))
-    b.timeseries("Bind latency", "s", _quantiles("hami_scheduler_bind_duration_seconds", "result", JOB))
+    b.timeseries(
+        "Filter latency", "s", _quantiles("hami_scheduler_filter_duration_seconds", "result", JOB, True)
+    )
+    b.timeseries("Bind latency", "s", _quantiles("hami_scheduler_bind_duration_seconds", "result", JOB, True))
+    b.timeseries(
+        "Pod creation to bind",
+        "s",
+        [
+            Q(
+                f"histogram_quantile({q}, sum by (le) "
+                f"(rate(hami_scheduler_pod_creation_to_bind_seconds_bucket{{{JOB}}}[{RI}])))",
+                f"p{int(q * 100)}",
+                exemplar=True,
+            )
+            for q in (0.5, 0.99)
+        ],
+    )
     b.timeseries(
         "Bind phases (p99)", "s", _quantiles("hami_scheduler_bind_phase_duration_seconds", "phase", JOB)[1:]
     )
@@ -137,7 +154,8 @@ def device_plugin() -> Board:
     )
     b.row("Device plugin")
     b.timeseries(
-        "Allocate latency", "s", _quantiles("hami_deviceplugin_allocate_duration_seconds", "result", NODE)
+        "Allocate latency", "s",
+        _quantiles("hami_deviceplugin_allocate_duration_seconds", "result", NODE, exemplar=True),
     )
     b.timeseries(
         "Allocate errors by reason",

@@ -108,6 +108,9 @@ class Q:
     expr: str
     legend: str = ""
     instant: bool = False
+    # Show the series' exemplars: the trace ID of a sampled observation, which leads from a slow
+    # bucket to that pod's trace (docs/design/tracing.md).
+    exemplar: bool = False
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,8 @@ def _targets(queries: Sequence[Q]) -> Iterator[prometheus.Dataquery]:
         t = prometheus.Dataquery().expr(with_cluster(q.expr)).ref_id(ref).datasource(DATASOURCE)
         if q.legend:
             t = t.legend_format(q.legend)
+        if q.exemplar:
+            t = t.exemplar(True)
         yield t.instant() if q.instant else t.range()
 
 

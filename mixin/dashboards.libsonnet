@@ -3042,7 +3042,7 @@
             "type": "prometheus",
             "uid": "${datasource}"
           },
-          "description": "kubelet's Allocate calls to the device plugin, p50 and p99 by result.",
+          "description": "kubelet's Allocate calls to the device plugin, p50 and p99 by result; with tracing on, the exemplars (dots) lead to the pod's trace.",
           "fieldConfig": {
             "defaults": {
               "custom": {
@@ -3082,6 +3082,7 @@
                 "type": "prometheus",
                 "uid": "${datasource}"
               },
+              "exemplar": true,
               "expr": "histogram_quantile(0.5, sum by (le, result) (rate(hami_deviceplugin_allocate_duration_seconds_bucket{%(clusterLabel)s=~\"$cluster\", node=~\"$node\"}[$__rate_interval])))" % $._config,
               "instant": false,
               "legendFormat": "p50 {{result}}",
@@ -3093,6 +3094,7 @@
                 "type": "prometheus",
                 "uid": "${datasource}"
               },
+              "exemplar": true,
               "expr": "histogram_quantile(0.99, sum by (le, result) (rate(hami_deviceplugin_allocate_duration_seconds_bucket{%(clusterLabel)s=~\"$cluster\", node=~\"$node\"}[$__rate_interval])))" % $._config,
               "instant": false,
               "legendFormat": "p99 {{result}}",
@@ -5415,7 +5417,7 @@
             "type": "prometheus",
             "uid": "${datasource}"
           },
-          "description": "/filter latency, p50 and p99 by result.",
+          "description": "/filter latency, p50 and p99 by result; with tracing on, the exemplars (dots) lead to the pod's trace.",
           "fieldConfig": {
             "defaults": {
               "custom": {
@@ -5455,6 +5457,7 @@
                 "type": "prometheus",
                 "uid": "${datasource}"
               },
+              "exemplar": true,
               "expr": "histogram_quantile(0.5, sum by (le, result) (rate(hami_scheduler_filter_duration_seconds_bucket{%(clusterLabel)s=~\"$cluster\", job=~\"$job\"}[$__rate_interval])))" % $._config,
               "instant": false,
               "legendFormat": "p50 {{result}}",
@@ -5466,6 +5469,7 @@
                 "type": "prometheus",
                 "uid": "${datasource}"
               },
+              "exemplar": true,
               "expr": "histogram_quantile(0.99, sum by (le, result) (rate(hami_scheduler_filter_duration_seconds_bucket{%(clusterLabel)s=~\"$cluster\", job=~\"$job\"}[$__rate_interval])))" % $._config,
               "instant": false,
               "legendFormat": "p99 {{result}}",
@@ -5483,7 +5487,7 @@
             "type": "prometheus",
             "uid": "${datasource}"
           },
-          "description": "/bind latency, p50 and p99 by result.",
+          "description": "/bind latency, p50 and p99 by result; with tracing on, the exemplars (dots) lead to the pod's trace.",
           "fieldConfig": {
             "defaults": {
               "custom": {
@@ -5523,6 +5527,7 @@
                 "type": "prometheus",
                 "uid": "${datasource}"
               },
+              "exemplar": true,
               "expr": "histogram_quantile(0.5, sum by (le, result) (rate(hami_scheduler_bind_duration_seconds_bucket{%(clusterLabel)s=~\"$cluster\", job=~\"$job\"}[$__rate_interval])))" % $._config,
               "instant": false,
               "legendFormat": "p50 {{result}}",
@@ -5534,6 +5539,7 @@
                 "type": "prometheus",
                 "uid": "${datasource}"
               },
+              "exemplar": true,
               "expr": "histogram_quantile(0.99, sum by (le, result) (rate(hami_scheduler_bind_duration_seconds_bucket{%(clusterLabel)s=~\"$cluster\", job=~\"$job\"}[$__rate_interval])))" % $._config,
               "instant": false,
               "legendFormat": "p99 {{result}}",
@@ -5542,6 +5548,76 @@
             }
           ],
           "title": "Bind latency",
+          "transformations": [],
+          "transparent": false,
+          "type": "timeseries"
+        },
+        {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}"
+          },
+          "description": "From a GPU pod's creation to its bind, p50 and p99: the wait users feel. With tracing on, the exemplars (dots) lead to a slow pod's trace, webhook to bind.",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+                "lineWidth": 1
+              },
+              "unit": "s"
+            },
+            "overrides": []
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 12,
+            "x": 0,
+            "y": 30
+          },
+          "id": 12,
+          "options": {
+            "legend": {
+              "calcs": [
+                "lastNotNull",
+                "max"
+              ],
+              "displayMode": "table",
+              "placement": "bottom",
+              "showLegend": true
+            },
+            "tooltip": {
+              "mode": "multi",
+              "sort": "asc"
+            }
+          },
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "exemplar": true,
+              "expr": "histogram_quantile(0.5, sum by (le) (rate(hami_scheduler_pod_creation_to_bind_seconds_bucket{%(clusterLabel)s=~\"$cluster\", job=~\"$job\"}[$__rate_interval])))" % $._config,
+              "instant": false,
+              "legendFormat": "p50",
+              "range": true,
+              "refId": "A"
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "exemplar": true,
+              "expr": "histogram_quantile(0.99, sum by (le) (rate(hami_scheduler_pod_creation_to_bind_seconds_bucket{%(clusterLabel)s=~\"$cluster\", job=~\"$job\"}[$__rate_interval])))" % $._config,
+              "instant": false,
+              "legendFormat": "p99",
+              "range": true,
+              "refId": "B"
+            }
+          ],
+          "title": "Pod creation to bind",
           "transformations": [],
           "transparent": false,
           "type": "timeseries"
@@ -5565,10 +5641,10 @@
           "gridPos": {
             "h": 8,
             "w": 12,
-            "x": 0,
+            "x": 12,
             "y": 30
           },
-          "id": 12,
+          "id": 13,
           "options": {
             "legend": {
               "calcs": [
@@ -5638,10 +5714,10 @@
           "gridPos": {
             "h": 8,
             "w": 12,
-            "x": 12,
-            "y": 30
+            "x": 0,
+            "y": 38
           },
-          "id": 13,
+          "id": 14,
           "options": {
             "legend": {
               "calcs": [
@@ -5695,10 +5771,10 @@
           "gridPos": {
             "h": 8,
             "w": 12,
-            "x": 0,
+            "x": 12,
             "y": 38
           },
-          "id": 14,
+          "id": 15,
           "options": {
             "legend": {
               "calcs": [
@@ -5752,10 +5828,10 @@
           "gridPos": {
             "h": 8,
             "w": 12,
-            "x": 12,
-            "y": 38
+            "x": 0,
+            "y": 46
           },
-          "id": 15,
+          "id": 16,
           "options": {
             "legend": {
               "calcs": [
@@ -5796,9 +5872,9 @@
             "h": 1,
             "w": 24,
             "x": 0,
-            "y": 46
+            "y": 54
           },
-          "id": 16,
+          "id": 17,
           "panels": [],
           "title": "Node locks",
           "type": "row"
@@ -5823,9 +5899,9 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 47
+            "y": 55
           },
-          "id": 17,
+          "id": 18,
           "options": {
             "legend": {
               "calcs": [
@@ -5880,9 +5956,9 @@
             "h": 8,
             "w": 12,
             "x": 12,
-            "y": 47
+            "y": 55
           },
-          "id": 18,
+          "id": 19,
           "options": {
             "legend": {
               "calcs": [
@@ -5948,9 +6024,9 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 55
+            "y": 63
           },
-          "id": 19,
+          "id": 20,
           "options": {
             "legend": {
               "calcs": [
@@ -5991,9 +6067,9 @@
             "h": 1,
             "w": 24,
             "x": 0,
-            "y": 63
+            "y": 71
           },
-          "id": 20,
+          "id": 21,
           "panels": [],
           "title": "Kubernetes API client",
           "type": "row"
@@ -6018,9 +6094,9 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 64
+            "y": 72
           },
-          "id": 21,
+          "id": 22,
           "options": {
             "legend": {
               "calcs": [
@@ -6075,9 +6151,9 @@
             "h": 8,
             "w": 12,
             "x": 12,
-            "y": 64
+            "y": 72
           },
-          "id": 22,
+          "id": 23,
           "options": {
             "legend": {
               "calcs": [
@@ -6159,9 +6235,9 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 72
+            "y": 80
           },
-          "id": 23,
+          "id": 24,
           "options": {
             "legend": {
               "calcs": [
@@ -6202,9 +6278,9 @@
             "h": 1,
             "w": 24,
             "x": 0,
-            "y": 80
+            "y": 88
           },
-          "id": 24,
+          "id": 25,
           "panels": [],
           "title": "Process",
           "type": "row"
@@ -6229,9 +6305,9 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 81
+            "y": 89
           },
-          "id": 25,
+          "id": 26,
           "options": {
             "legend": {
               "calcs": [
@@ -6286,9 +6362,9 @@
             "h": 8,
             "w": 12,
             "x": 12,
-            "y": 81
+            "y": 89
           },
-          "id": 26,
+          "id": 27,
           "options": {
             "legend": {
               "calcs": [

@@ -53,3 +53,28 @@ app.kubernetes.io/instance: {{ .ctx.Release.Name }}
 {{ include "hami.selectorLabels" . }}
 app.kubernetes.io/part-of: hami
 {{- end -}}
+
+{{/* (hami-py) --enable-tracing and its environment, for each daemon's container (values.tracing). */}}
+{{- define "hami.tracingArgs" -}}
+{{- if .Values.tracing.enabled }}
+- --enable-tracing
+{{- end }}
+{{- end -}}
+
+{{- define "hami.tracingEnv" -}}
+{{- if .Values.tracing.enabled }}
+{{- with .Values.tracing.endpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ . | quote }}
+{{- end }}
+- name: OTEL_TRACES_SAMPLER
+  value: {{ .Values.tracing.sampler | quote }}
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ .Values.tracing.ratio | quote }}
+- name: HAMI_TRACE_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.tracing.keySecret | default (printf "%s-trace-key" (include "hami.fullname" .)) }}
+      key: key
+{{- end }}
+{{- end -}}

@@ -19,6 +19,8 @@ POD_DEVICES_ALLOCATED: Final = "hami.io/vgpu-devices-allocated"
 POD_MIG_ALLOCATIONS: Final = "hami.io/vgpu-mig-allocations"
 POD_BIND_PHASE: Final = "hami.io/bind-phase"
 POD_BIND_TIME: Final = "hami.io/bind-time"
+# (hami-py) The pod's trace context, written by the webhook with --enable-tracing (hami.core.tracing).
+POD_TRACE_CONTEXT: Final = "hami.io/trace-context"
 SCHEDULER_ROLE_LABEL: Final = "hami.io/scheduler-role"
 
 BIND_PHASE_ALLOCATING: Final = "allocating"

@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from hami.core import annotations as ann
-from hami.core import klog
+from hami.core import klog, tracing
 from hami.core.codec.errors import CodecError
 from hami.core.codec.mig import decode_mig_allocations, encode_mig_allocations
 from hami.core.codec.pod_devices import decode_pod_devices, encode_pod_devices
@@ -146,6 +146,9 @@ def to_pb(alloc: ContainerAllocation) -> pb.ContainerAllocateResponse:
     return resp
 
 
+ALLOCATE_SPAN = "hami.deviceplugin.allocate"
+
+
 class Allocator:
     def __init__(
         self,
@@ -202,7 +205,7 @@ class Allocator:
         return min(candidates, key=_bind_order), node_obj
 
     def allocate(self, requests: Sequence[Sequence[str]]) -> list[pb.ContainerAllocateResponse]:
-        start = time.perf_counter()
+        start = (time.perf_counter(), tracing.now_ns())
         pod: dict[str, Any] | None = None
         node_obj: dict[str, Any] | None = None
         try:
@@ -210,13 +213,25 @@ class Allocator:
             out = self._allocate_for(pod, node_obj, requests)
         except AllocateError as err:
             self._metrics.allocate_errors.labels(self.node, err.reason).inc()
-            self._metrics.allocate_duration.labels(self.node, "failure").observe(time.perf_counter() - start)
+            self._timed(start, pod, "failure", err.message, {"hami.allocate.reason": err.reason})
             log.error("Allocate failed: %s", err.message)
             if pod is not None:
                 self._mark_failed(pod, node_obj)
             raise
-        self._metrics.allocate_duration.labels(self.node, "success").observe(time.perf_counter() - start)
+        self._timed(start, pod, "success", "", {"hami.allocate.containers": len(out)})
         return out
+
+    def _timed(
+        self, start: tuple[float, int], pod: dict[str, Any] | None, result: str, error: str,
+        attrs: dict[str, Any],
+    ) -> None:
+        """The Allocate's duration and (tracing on) its span in the pod's trace, or in a trace of its
+        own when no pod was found. ``start``: (perf_counter, tracing.now_ns)."""
+        attrs["k8s.node.name"] = self.node
+        span = tracing.pod_span(ALLOCATE_SPAN, pod or {}, start[1], attrs) if start[1] else None
+        duration = time.perf_counter() - start[0]
+        self._metrics.allocate_duration.labels(self.node, result).observe(duration, tracing.exemplar(span))
+        tracing.end(span, error)
 
     def _allocate_for(
         self, pod: dict[str, Any], node_obj: dict[str, Any], requests: Sequence[Sequence[str]]

@@ -21,7 +21,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 import hami
-from hami.core import klog
+from hami.core import klog, tracing
 from hami.core.devices import ENFORCE_HAMI_CORE, ENFORCEMENTS
 from hami.core.duration import duration_flag
 from hami.core.hamicore import HostLayout
@@ -38,6 +38,7 @@ from hami.core.profiling import (
     start_tracing,
 )
 from hami.core.serve import WebConfigError, add_web_flags, build_info, serve_metrics
+from hami.core.tracing import add_tracing_flag
 from hami.deviceplugin.cdi import ANNOTATION_PREFIX, ENVVAR, parse_strategies
 from hami.deviceplugin.config import ConfigError, PluginConfig, load_config
 from hami.deviceplugin.container_setup import RuntimeOptions
@@ -193,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--start-retry", type=seconds, default=timedelta(seconds=30), help=argparse.SUPPRESS)
     a("--grpc-probe-interval", type=seconds, default=timedelta(seconds=5), help=argparse.SUPPRESS)
     a("--grpc-restart-backoff", type=seconds, default=timedelta(seconds=0.5), help=argparse.SUPPRESS)
+    add_tracing_flag(p)
     add_kube_flags(p)
     add_web_flags(p)
     klog.add_log_flags(p)
@@ -272,6 +274,7 @@ def run(args: argparse.Namespace, stop: threading.Event, running: dict[str, Mana
     build_info("device-plugin", registry)
     metrics = PluginMetrics(registry, settings.node)
     metrics.set_config(cfg)
+    tracing.start("hami-device-plugin", registry, args.enable_tracing)
     try:
         nvml = open_nvml(args.nvml, args.fake_nvml_spec)
     except (NvmlError, ValueError) as exc:
@@ -342,6 +345,7 @@ def run(args: argparse.Namespace, stop: threading.Event, running: dict[str, Mana
             wait_for_stop(stop)
     finally:
         stop_within(shutdown, "hami-device-plugin")
+        tracing.shutdown()
     if fatal:
         log.fatal("hami-device-plugin: %s", fatal[0])  # klog.Fatalf: exit 255, as HAMi
     return 0

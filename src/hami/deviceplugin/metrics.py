@@ -15,6 +15,7 @@ from hami.core.devices import ENFORCEMENTS, DeviceInfo
 from hami.core.kube.metrics import kube_metrics
 from hami.core.serve import build_info, listener_metrics
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor
+from hami.core.tracing import tracing_metrics
 from hami.deviceplugin.config import PluginConfig
 from hami.deviceplugin.container_setup import REASONS
 from hami.deviceplugin.specdir import REASONS as SPEC_ERRORS
@@ -168,6 +169,7 @@ def describe() -> list[MetricDescriptor]:
     registry = DescribingRegistry()
     build_info("device-plugin", registry)
     PluginMetrics(registry, node="")
+    tracing_metrics(registry)
     kube_metrics(registry)
     listener_metrics(registry)
     return registry.descriptors()

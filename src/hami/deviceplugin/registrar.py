@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from hami.core import annotations as ann
-from hami.core import klog
+from hami.core import klog, tracing
 from hami.core.codec.node_devices import encode_node_devices
 from hami.core.devices import DeviceInfo
 from hami.deviceplugin.kubeops import NodeOps
@@ -116,11 +116,13 @@ class Registrar:
             if paused:
                 log.info("MIG apply lock file removed, resuming WatchAndRegister")
                 paused = False
+            span = tracing.own_span("hami.deviceplugin.register", {"k8s.node.name": self.node})
             try:
                 ok = self.register_once()
             except Exception:
                 log.error("register pass failed", exc_info=True)
                 ok = False
+            tracing.end(span, "" if ok else "register failed")
             self._sleep(self.interval if ok else self.retry)
 
     def _sleep(self, seconds: float) -> None:

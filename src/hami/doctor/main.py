@@ -29,7 +29,7 @@ from typing import IO, Any, NoReturn
 
 from prometheus_client import CollectorRegistry
 
-from hami.core import thresholds
+from hami.core import thresholds, tracing
 from hami.core.codec import CodecError
 from hami.core.codec.nodelock import DEFAULT_TIMEOUT as DEFAULT_LOCK_TIMEOUT
 from hami.core.codec.nodelock import format_rfc3339, parse_rfc3339
@@ -42,7 +42,7 @@ from hami.core.objects import annotations_of, name_of
 from hami.core.promapi import PrometheusClient, PrometheusError
 from hami.doctor import accounting, fetch, fix, gpulimit, idle, logscan, nodecheck, podtree, render, truth
 from hami.doctor import snapshot as snapshot_cmd
-from hami.doctor.findings import EXIT_CLUSTER, EXIT_USAGE, Finding, Section, exit_code
+from hami.doctor.findings import EXIT_CLUSTER, EXIT_USAGE, OK, Finding, Section, exit_code
 from hami.doctor.settings import DEFAULT_SCHEDULER_NAME, Settings
 
 
@@ -231,7 +231,14 @@ def _cluster_sections(args: argparse.Namespace, api: Any, now: datetime) -> list
         limits = gpulimit.diagnose(cluster.pod, HostLayout(args.hook_path.rstrip("/") or "/"), mode)
         if limits is not None and args.prometheus_url:
             limits.findings += _accounting(args, now, namespace, name, mode)
-        return [podtree.diagnose_pod(cluster, s, now), *([limits] if limits is not None else [])]
+        section = podtree.diagnose_pod(cluster, s, now)
+        trace = tracing.trace_id(cluster.pod)
+        if trace:  # the scheduler runs with --enable-tracing: where this pod's spans are
+            section.findings.append(Finding(
+                OK, "pod.trace", f"trace ID {trace}",
+                (f"from {tracing.ANNOTATION}; look it up in the tracing backend (Jaeger: /trace/{trace})",),
+            ))
+        return [section, *([limits] if limits is not None else [])]
     if args.command == "node":
         try:
             items = [fetch.get_node(api, args.target)]

@@ -27,12 +27,14 @@ from hami.core.objects import name_of, namespace_of, uid_of
 from hami.core.serve import build_info, listener_metrics
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor
 from hami.core.serve.families import Family, TextRenderer, declared_metric, to_metric
+from hami.core.tracing import tracing_metrics
 from hami.exporter import families
 from hami.exporter.attribution import ContainerView, unlimited_containers
 from hami.exporter.cgroups import owner_of
 from hami.exporter.container_text import ContainerText
 from hami.exporter.discovery import ContainerLister
 from hami.exporter.driver import SOURCES, DriverReader
+from hami.exporter.firstsight import FirstSight
 from hami.exporter.host import NVML_CALLS
 from hami.exporter.podjoin import PodJoin
 from hami.exporter.reconcile import KINDS, counts, driver_limited, driver_only, memory_findings
@@ -136,6 +138,7 @@ class MonitorCollector(Collector):
         self._onsets = Onsets()
         self._driver = driver
         self._cgroup_onsets = Onsets()  # the driver reader's refused cgroups, counted as regions are
+        self._first_sight = FirstSight(node)
 
     def read_regions(self) -> RegionRead:
         """Snapshot every loaded region; count states, skip reasons met now, and their onsets."""
@@ -190,6 +193,7 @@ class MonitorCollector(Collector):
         side = self._pod_join.side(pods, read.found, read.unreadable)
         containers = self._pod_join.containers(side, read.found)
         driver = self._read_driver(pods, containers, hosts)
+        self._first_sight.update(pods, side.regions)
         owners = [o for h in hosts for pid in h.pids if (o := owner_of(pid, self._proc_root)) is not None]
         limited = driver.limited()  # the driver enforces their limits: not "unlimited"
         unlimited = [
@@ -333,6 +337,7 @@ def describe(legacy: bool = False) -> list[MetricDescriptor]:
     registry = DescribingRegistry()
     build_info("monitor", registry)
     kube_metrics(registry)
+    tracing_metrics(registry)
     # never scanned nor collected: describe() needs no regions, pods or NVML
     lister = ContainerLister("/nonexistent")
     collector = MonitorCollector(

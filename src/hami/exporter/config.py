@@ -18,6 +18,7 @@ from hami.core.kube.options import KubeOptions, add_kube_flags, from_args
 from hami.core.profiling import add_heap_from_start_flag, add_profiling_flag, check_profiling_flags
 from hami.core.serve import add_web_flags
 from hami.core.serve.listener import DEFAULT_MAX_CONNECTIONS
+from hami.core.tracing import add_tracing_flag
 
 DEFAULT_BIND = ":9394"
 DEFAULT_RESYNC_S = 300.0
@@ -44,6 +45,7 @@ class Config:
     cgroup_root: str = "/sys/fs/cgroup"
     kube: KubeOptions = field(default_factory=KubeOptions)
     warnings: tuple[str, ...] = ()
+    enable_tracing: bool = False  # hami.core.tracing
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the host's cgroup v2 root, where the driver's per-container memory accounting is read "
         "(dmem files; NVML is given each container cgroup's path under it)",
     )
+    add_tracing_flag(p)
     klog.add_log_flags(p)
     add_kube_flags(p)
     add_web_flags(p)
@@ -116,4 +119,5 @@ def load_config(argv: Sequence[str], env: Mapping[str, str]) -> Config:
         cgroup_root=args.cgroup_root,
         kube=kube,
         warnings=tuple(warnings),
+        enable_tracing=args.enable_tracing,
     )

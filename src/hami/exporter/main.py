@@ -18,7 +18,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from hami.core import klog
+from hami.core import klog, tracing
 from hami.core.codec.pod_devices import decode_pod_devices
 from hami.core.kube.client import KubeConfigError, new_api_client
 from hami.core.kube.informer import Informer
@@ -82,6 +82,7 @@ class Monitor:
         )
         # not registered: /metrics renders it itself (serve's ``exposition``), beside the registry
         build_info("monitor", self.registry)
+        tracing.start("hami-monitor", self.registry, cfg.enable_tracing)
         self.feedback = FeedbackLoop(self.lister, pod_uids, mig_lock=mig_lock)
         self._cfg = cfg
         self._ready = ready
@@ -114,6 +115,8 @@ class Monitor:
             self.host.stop()
         self.lister.close()
         self.driver.close()
+        if self._cfg.enable_tracing:
+            tracing.shutdown()
 
 
 def _open_nvml(errors: Tally) -> Nvml | None:

@@ -7,12 +7,15 @@ Alertmanager (:9093). The Helm chart, rendered with the production template, is 
 emulator, its pods standing for the daemons, so the guides' `kubectl` commands work against it.
 Prints the URLs, the dashboards to import into Grafana and the `helm` lines for a real cluster, runs
 until Ctrl-C, then stops everything. Logs and data live under ``.demo/`` (removed at the next start).
-``--helm`` prints only the `helm` lines.
+``--helm`` prints only the `helm` lines. ``--tracing`` (or ``HAMI_DEMO_TRACING=1 make demo``) also
+starts Jaeger all-in-one (built from the Go module proxy at the first use, ``hami.testing.jaeger``)
+and runs the three daemons with ``--enable-tracing`` into it; the banner prints where to look.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
 import sys
@@ -21,7 +24,7 @@ from pathlib import Path
 
 from hami.core import names
 from hami.core.duration import prometheus_duration_flag
-from hami.testing import chart, cluster
+from hami.testing import chart, cluster, jaeger
 from hami.testing.monitoring import DASHBOARDS
 from hami.testing.processes import StartError
 from hami.testing.stack import (
@@ -62,6 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="no stale node, pending pod, over-limit container, GPU faults, XIDs, over-commit or"
                    " fragmented node")  # fmt: skip
     p.add_argument("--helm", action="store_true", help="print the helm lines for a real cluster and exit")
+    p.add_argument(
+        "--tracing",
+        action="store_true",
+        default=os.environ.get("HAMI_DEMO_TRACING", "") not in ("", "0"),
+        help="start Jaeger and trace every GPU pod into it (default $HAMI_DEMO_TRACING)",
+    )
     p.add_argument(
         "--skip",
         action="append",
@@ -113,7 +122,29 @@ def commands(stack: Stack) -> list[str]:
     return out
 
 
-def banner(stack: Stack, skipped: list[str]) -> str:
+def start_tracing(workdir: Path) -> jaeger.Jaeger:
+    """Jaeger for ``--tracing``: built once (minutes, the first time), then started."""
+    if jaeger.cached() is None:
+        print(f"demo: building Jaeger {jaeger.VERSION} into {jaeger.cache_dir()} (once; minutes)...",
+              flush=True)
+    return jaeger.Jaeger(jaeger.build(), workdir / "jaeger").start()
+
+
+def tracing_lines(backend: jaeger.Jaeger | None, kubeconfig: Path) -> list[str]:
+    """Where the traces are: one per GPU pod created through the webhook (the batch pods)."""
+    if backend is None:
+        return []
+    return [
+        "",
+        "Traces (--tracing): one per GPU pod, webhook to the monitor's first sight of its region:",
+        f"  Jaeger              {backend.query_url}/search?service=hami-scheduler",
+        "  exemplars           the scheduler dashboard's latency panels (dots), or Prometheus's "
+        "/api/v1/query_exemplars: a slow bucket's trace ID",
+        f"  a pod's trace ID    kubectl hami pod ml-batch/batch-job-0 --kubeconfig {kubeconfig}",
+    ]
+
+
+def banner(stack: Stack, skipped: list[str], backend: jaeger.Jaeger | None = None) -> str:
     titles = {
         MONITOR: "vGPU monitor",
         SCHEDULER: "scheduler extender",
@@ -135,6 +166,7 @@ def banner(stack: Stack, skipped: list[str]) -> str:
     lines += [f"  {path}" for path in sorted(DASHBOARDS.glob("*.json"))]
     lines += ["", "Ask the doctor and the tuner about this cluster:"]
     lines += [f"  {line}" for line in commands(stack)]
+    lines += tracing_lines(backend, stack.kubeconfig)
     lines += [
         "",
         "Scenarios (alerts fire once their `for:` durations, 0-15 minutes, have passed; over-commit needs"
@@ -226,12 +258,18 @@ def main(argv: list[str] | None = None) -> int:
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
+    backend = None
     try:
+        if args.tracing:
+            backend = start_tracing(opts.workdir)
+            opts.tracing = backend.otlp_endpoint
         stack.start()
-    except (StartError, WaitTimeout) as err:
+    except (StartError, WaitTimeout, jaeger.JaegerBuildError) as err:
         print(f"demo: {err}", file=sys.stderr)
+        if backend is not None:
+            backend.stop()
         return 1
-    print(banner(stack, skipped), flush=True)
+    print(banner(stack, skipped, backend), flush=True)
     code = 0
     while not done.wait(1.0):
         try:
@@ -242,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
             break
     print("demo: stopping...", flush=True)
     stack.stop()
+    if backend is not None:
+        backend.stop()
     print("demo: stopped.", flush=True)
     return code
 

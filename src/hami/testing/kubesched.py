@@ -9,12 +9,18 @@ and every 10 s, as kube-scheduler backs off unschedulable pods (podInitialBackof
 podMaxBackoffDuration 10 s): each attempt is a filter and a few Events the extender writes under its
 client rate limit, and retrying every pending pod at every pass outran that limit.
 
+With ``--admit``, a batch pod is first passed through the extender's ``/webhook``, as the API server
+applies the chart's MutatingWebhookConfiguration (``admitted``): with tracing on, its trace then
+starts at the webhook (docs/design/tracing.md).
+
 ``python -m hami.testing.kubesched --api URL --extender URL``
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import json
 import signal
 import sys
 import threading
@@ -25,6 +31,7 @@ from typing import Any
 import requests
 
 from hami.testing import cluster
+from hami.testing.kubeapi.patch import json_patch
 
 TIMEOUT = 10.0
 BACKOFF_INITIAL_S, BACKOFF_MAX_S = 1.0, 10.0
@@ -47,9 +54,30 @@ def batch_pod(n: int) -> dict[str, Any]:
     return pod
 
 
+def admitted(session: requests.Session, extender: str, pod: dict[str, Any]) -> dict[str, Any]:
+    """``pod`` as the API server creates it after the extender's mutating webhook; ValueError with
+    the webhook's message when it refuses the pod."""
+    namespace = pod["metadata"].get("namespace", "default")
+    review = {
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "kubesched", "namespace": namespace, "operation": "CREATE", "object": pod},
+    }
+    r = session.post(extender.rstrip("/") + "/webhook", json=review, timeout=TIMEOUT)
+    r.raise_for_status()
+    response = r.json()["response"]
+    if not response["allowed"]:
+        raise ValueError(f"webhook refused {namespace}/{pod['metadata'].get('name')}: "
+                         f"{response['status'].get('message', '')}")
+    if not response.get("patch"):
+        return pod
+    mutated: dict[str, Any] = json_patch(pod, json.loads(base64.b64decode(response["patch"])))
+    return mutated
+
+
 class Driver:
-    def __init__(self, api: str, extender: str, scheduler_name: str) -> None:
+    def __init__(self, api: str, extender: str, scheduler_name: str, admit: bool = False) -> None:
         self.api, self.extender, self.scheduler_name = api.rstrip("/"), extender.rstrip("/"), scheduler_name
+        self.admit = admit
         self.session = requests.Session()
         self.filters = self.binds = 0
         self.backoff: dict[str, tuple[float, float]] = {}  # pod uid -> (last delay, next attempt)
@@ -87,6 +115,8 @@ class Driver:
             self.binds += 1
 
     def create(self, pod: dict[str, Any]) -> None:
+        if self.admit:
+            pod = admitted(self.session, self.extender, pod)
         ns = pod["metadata"]["namespace"]
         self.session.post(
             f"{self.api}/api/v1/namespaces/{ns}/pods", json=pod, timeout=TIMEOUT
@@ -122,11 +152,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--interval", type=float, default=2.0)
     p.add_argument("--churn-every", type=float, default=20.0, help="0: create no batch pods")
     p.add_argument("--lifetime", type=float, default=60.0, help="seconds a batch pod lives")
+    p.add_argument("--admit", action="store_true", help="batch pods go through the extender's /webhook")
     args = p.parse_args(argv)
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
-    driver = Driver(args.api, args.extender, args.scheduler_name)
+    driver = Driver(args.api, args.extender, args.scheduler_name, args.admit)
     print(f"kubesched: driving {args.extender} for pods of {args.scheduler_name}", flush=True)
     run(driver, done, args.interval, args.churn_every, args.lifetime)
     return 0

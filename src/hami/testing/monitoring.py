@@ -41,6 +41,11 @@ def alertmanager_argv(work: Path, bind: str, url: str, receiver: str, fast: bool
     ]
 
 
+# Exemplars (the trace ID of a sampled observation, docs/design/tracing.md) are kept only with this
+# feature on; Prometheus reads them from OpenMetrics scrapes, which it asks for first.
+EXEMPLAR_STORAGE = "--enable-feature=exemplar-storage"
+
+
 def prometheus_argv(
     work: Path,
     bind: str,
@@ -66,6 +71,7 @@ def prometheus_argv(
         # alerts' generator links (and Alertmanager's "Source") point here
         f"--web.external-url={url}",
         "--web.enable-lifecycle",
+        EXEMPLAR_STORAGE,
     ]
 
 

@@ -42,6 +42,8 @@ def prometheus_config(
             "evaluation_interval": evaluation_interval,
             "external_labels": {"cluster": CLUSTER},
         },
+        # with --enable-feature=exemplar-storage (monitoring.EXEMPLAR_STORAGE): a slow bucket's trace
+        "storage": {"exemplars": {"max_exemplars": 100_000}},
         "rule_files": [str(p) for p in rule_files],
         "scrape_configs": [
             {"job_name": job, "static_configs": [{"targets": [target]}]} for job, target in targets.items()

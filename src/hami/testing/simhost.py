@@ -255,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--xid-every", type=float, default=0.0, help="inject XID 79 every N seconds (0: never)")
     p.add_argument("--leak-rate", type=float, default=4.0, help="MiB/s the leaking container's memory grows")
     p.add_argument("--cgroup-root", default=None, help="the host cgroup v2 root stand-in (driver accounting)")
+    p.add_argument("--enable-tracing", action="store_true", help="the monitor's, with the OTEL_* variables")
     args = p.parse_args(argv)
     klog.setup(0)
     cfg = load_config(
@@ -268,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
             "--proc-root",
             args.proc_root,
             *(["--cgroup-root", args.cgroup_root] if args.cgroup_root else []),
+            *(["--enable-tracing"] if args.enable_tracing else []),
         ],
         {"HOOK_PATH": args.hook_path, "NODE_NAME": cluster.NODE},
     )

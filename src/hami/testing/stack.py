@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from hami.core import names
-from hami.testing import chart, cluster, dashqueries, install, monitoring, promconfig
+from hami.testing import chart, cluster, dashqueries, install, jaeger, monitoring, promconfig
 from hami.testing.kubeapi import SERVING
 from hami.testing.kubeapi.logs import log_path
 from hami.testing.monitoring import ALERTMANAGER, RULES
@@ -78,6 +78,7 @@ class StackOptions:
     components: tuple[str, ...] = (MONITOR, SCHEDULER, DEVICE_PLUGIN)
     ready_timeout: float = 120.0
     node_lock_timeout: str = ""  # the scheduler's --node-lock-timeout; "" keeps its default (5m)
+    tracing: str = ""  # an OTLP/HTTP endpoint: the three daemons run with --enable-tracing into it
 
 
 class Stack:
@@ -263,7 +264,8 @@ class Stack:
         if self.opts.scenarios:
             args += ["--scenarios", "--xid-every", str(self.opts.xid_every)]
             args += ["--leak-rate", str(self.opts.leak_rate)]
-        self.procs.python("simnode-monitor", "hami.testing.simhost", args)
+        flags, env = jaeger.daemon_tracing(self.opts.tracing)
+        self.procs.python("simnode-monitor", "hami.testing.simhost", args + flags, env=env)
         self._wait(self.url(MONITOR) + "/metrics", "the simulated node's monitor")
 
     def _start_scheduler(self) -> None:
@@ -276,8 +278,9 @@ class Stack:
         if self.opts.node_lock_timeout:
             args += ["--node-lock-timeout", self.opts.node_lock_timeout]
         pod = self.scheduler_pod
-        env = None if pod is None else install.downward_env(pod, names.EXTENDER_CONTAINER)
-        self.procs.python("scheduler", "hami.scheduler", args, env=env)
+        env = {} if pod is None else install.downward_env(pod, names.EXTENDER_CONTAINER)
+        flags, traced = jaeger.daemon_tracing(self.opts.tracing)
+        self.procs.python("scheduler", "hami.scheduler", args + flags, env={**env, **traced})
         self._wait(self.url(SCHEDULER) + "/metrics", "the scheduler extender's metrics")
         self._wait(self.url("extender") + "/healthz", "the scheduler extender")
 
@@ -295,6 +298,7 @@ class Stack:
             "--extender", self.url("extender"),
             "--interval", str(self.opts.schedule_every),
             "--churn-every", str(self.opts.churn_every),
+            *(["--admit"] if self.opts.tracing else []),  # their traces start at the webhook
         ]  # fmt: skip
         child = self.procs.python("kube-scheduler", "hami.testing.kubesched", args)
         # its SIGTERM handler is in place once it says so: a stop before that would kill it (-15)
@@ -347,7 +351,8 @@ class Stack:
             "--metrics-bind-address", self.addr(DEVICE_PLUGIN),
             "--kubeconfig", str(self.kubeconfig),
         ]  # fmt: skip
-        self.procs.python("device-plugin", "hami.deviceplugin", args)
+        flags, env = jaeger.daemon_tracing(self.opts.tracing)
+        self.procs.python("device-plugin", "hami.deviceplugin", args + flags, env=env)
         self._wait(self.url(DEVICE_PLUGIN) + "/metrics", "the device plugin")
 
     def _start_alertmanager(self) -> None:

@@ -160,8 +160,11 @@ def _response(
     return {"apiVersion": version, "kind": "AdmissionReview", "response": response}
 
 
-def admit(review: Any, cfg: WebhookConfig, quotas: QuotaManager | None) -> Obj:
-    """Answer one AdmissionReview (§8 steps 1–7)."""
+def admit(
+    review: Any, cfg: WebhookConfig, quotas: QuotaManager | None, annotations: Mapping[str, str] | None = None
+) -> Obj:
+    """Answer one AdmissionReview (§8 steps 1–7). A pod that asks for a device also gets
+    ``annotations`` (the trace context), replacing any it had of the same names."""
     if not isinstance(review, Mapping) or not isinstance(review.get("request"), Mapping):
         raise AdmissionError("body is not an AdmissionReview with a request")
     request = review["request"]
@@ -212,4 +215,7 @@ def admit(review: Any, cfg: WebhookConfig, quotas: QuotaManager | None) -> Obj:
         if (mem or cores) and not quotas.fits(namespace, mem, cores):
             return _response(review, False, "exceeding resource quota", 403)
     clamps = [p for c in everything for p in core_clamps(c, nvidia)]
+    if annotations:
+        metadata = mutated.setdefault("metadata", {})
+        metadata["annotations"] = {**(metadata.get("annotations") or {}), **annotations}
     return _response(review, True, patch=json_patch(dict(pod), mutated), warnings=clamps)

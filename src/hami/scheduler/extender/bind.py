@@ -8,6 +8,11 @@ assignment is gone (this replica restarted, or another one filtered it) is refus
 lock, so kube-scheduler filters it again. ``hami_scheduler_bind_phase_duration_seconds`` has the
 phases ``node_lock`` and ``bind`` (the Binding with the annotations).
 
+With tracing on, the bind is a span in the pod's trace, with HAMi's phase spans
+(``hami.scheduler.bind.pod_lookup``, ``.node_lookup``, ``.node_lock``, ``.apiserver_bind``); HAMi's
+``.patch_annotations`` has no span here, because no patch is made: the annotations ride in the
+Binding (docs/design/tracing.md).
+
 On success the lock stays held: the device plugin releases it after Allocate (or it expires).
 Only the leader binds (§6.5); a follower answers with an error and writes nothing.
 
@@ -19,10 +24,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from hami.core import annotations as ann
-from hami.core import klog
+from hami.core import klog, tracing
 from hami.core.codec.errors import CodecError
 from hami.core.codec.nodelock import CONTENTION, parse_rfc3339
 from hami.core.duration import format_duration
@@ -39,6 +44,24 @@ from hami.scheduler.extender.state import Assignment, ClusterState
 log = klog.get_logger(__name__)
 
 NOT_LEADER = "this hami-scheduler replica is not the leader; binding is left to the leader"
+
+
+PHASE: Final = "hami.scheduler.bind."  # HAMi's span names (its tracing design)
+
+
+@dataclass
+class _Trace:
+    """One bind's span: started once the pod is known, at the bind's start (0 when tracing is off)."""
+
+    start_ns: int
+    span: Any = None
+
+    def begin(self, pod: Mapping[str, Any]) -> None:
+        self.span = tracing.pod_span("hami.scheduler.bind", pod, self.start_ns)
+
+    def phase(self, name: str, start_ns: int, attributes: Mapping[str, Any] | None = None) -> None:
+        if self.span is not None:
+            tracing.phase(self.span, PHASE + name, start_ns, tracing.now_ns(), attributes)
 
 
 @dataclass(frozen=True)
@@ -98,16 +121,22 @@ class Binder:
     def bind(self, args: BindArgs) -> str:
         """Bind the pod; returns the ExtenderBindingResult ``Error`` ("" on success)."""
         started = time.monotonic()
+        trace = _Trace(tracing.now_ns())
         result = "error"
+        error = ""
         try:
             if not self.is_leader():
                 result = "not_leader"
                 return NOT_LEADER
-            error = self._bind(args)
+            error = self._bind(args, trace)
             result = "success" if not error else "error"
             return error
         finally:
-            self.metrics.bind_duration.labels(result).observe(time.monotonic() - started)
+            self.metrics.bind_duration.labels(result).observe(
+                time.monotonic() - started, tracing.exemplar(trace.span)
+            )
+            if trace.span is not None:
+                tracing.end(trace.span, error, {"hami.bind.result": result, "k8s.node.name": args.node})
 
     def _get_pod(self, args: BindArgs) -> dict[str, Any]:
         pod = self.state.get_pod(args.pod_namespace, args.pod_name)
@@ -119,16 +148,25 @@ class Binder:
         )
         return found
 
-    def _bind(self, args: BindArgs) -> str:
+    def _bind(self, args: BindArgs, trace: _Trace) -> str:
         log.v(5).info("bind %s/%s (uid %s) to %s", args.pod_namespace, args.pod_name, args.pod_uid, args.node)
         try:
             pod = self._get_pod(args)
         except errors.ApiError as err:
+            if trace.start_ns:  # a trace of its own: no pod, no context
+                trace.begin({"metadata": {"namespace": args.pod_namespace, "name": args.pod_name}})
+                trace.phase("pod_lookup", trace.start_ns)
             self.state.drop_reservation(args.pod_uid)
             log.error("bind %s/%s: pod not found: %s", args.pod_namespace, args.pod_name, err)
             return str(err)
+        if trace.start_ns:
+            trace.begin(pod)
+            trace.phase("pod_lookup", trace.start_ns)
+        phase = tracing.now_ns()
+        node = self.state.get_node(args.node)
+        trace.phase("node_lookup", phase)
         ref = ObjectRef.from_object(pod, kind="Pod")
-        if self.state.get_node(args.node) is None:
+        if node is None:
             self.events.binding_failed(ref, f"failed to get node {args.node}")
             self.state.drop_reservation(args.pod_uid)
             return f'node "{args.node}" not found'
@@ -149,9 +187,14 @@ class Binder:
         gpus = request is not None  # the decision record follows HAMi pods only
         try:
             if request is not None and request.locks_node:
-                self._lock(args, pod)
+                phase = tracing.now_ns()
+                try:
+                    self._lock(args, pod)
+                finally:
+                    trace.phase("node_lock", phase)
                 locked = True
-            phase = time.monotonic()
+            phase = tracing.now_ns()
+            started = time.monotonic()
             binding = {
                 "apiVersion": "v1",
                 "kind": "Binding",
@@ -169,7 +212,8 @@ class Binder:
                 raw.resource_path("", "v1", "pods", args.pod_namespace, args.pod_name) + "/binding",
                 body=binding,
             )
-            self.metrics.bind_phase_duration.labels("bind").observe(time.monotonic() - phase)
+            self.metrics.bind_phase_duration.labels("bind").observe(time.monotonic() - started)
+            trace.phase("apiserver_bind", phase, {"hami.bind.annotations": len(annotations)})
         except (NodeLockError, errors.ApiError) as err:
             if isinstance(err, errors.ApiError):
                 self.metrics.api_errors.labels("bind", errors.error_reason(err)).inc()
@@ -187,13 +231,13 @@ class Binder:
                 self.state.assignments.pop(request.uid, None)
         self.events.binding_succeed(ref, args.node)
         if gpus:
-            self._bound(args, pod)
+            self._bound(args, pod, trace)
             if self.label_pods:
                 self._label(args)
         log.v(4).info("bound %s/%s to %s", args.pod_namespace, args.pod_name, args.node)
         return ""
 
-    def _bound(self, args: BindArgs, pod: Mapping[str, Any]) -> None:
+    def _bound(self, args: BindArgs, pod: Mapping[str, Any], trace: _Trace) -> None:
         if self.recorder is not None:
             self.recorder.bound(args.pod_namespace, args.pod_name, args.node)
         created = meta_field(pod, "creationTimestamp")
@@ -201,7 +245,7 @@ class Binder:
             since = time.time() - parse_rfc3339(created).timestamp()
         except CodecError:
             return  # no creation time to measure from
-        self.metrics.pod_creation_to_bind.observe(max(since, 0.0))
+        self.metrics.pod_creation_to_bind.observe(max(since, 0.0), tracing.exemplar(trace.span))
 
     def _label(self, args: BindArgs) -> None:
         """``hami.io/vgpu-node`` on the bound pod: HAMi's filter patch sets it and a Binding cannot.

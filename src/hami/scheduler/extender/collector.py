@@ -34,6 +34,7 @@ from hami.core.kube.metrics import kube_metrics
 from hami.core.serve import build_info, listener_metrics
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor, describe_families
 from hami.core.serve.families import Family, TextRenderer, declared_metric, to_metric
+from hami.core.tracing import tracing_metrics
 from hami.scheduler.engine.nodes import NodeState
 from hami.scheduler.engine.usage import PodAllocation
 from hami.scheduler.extender.decisions import BOUND_REASON, DecisionStore
@@ -254,6 +255,7 @@ def describe(legacy: bool = False) -> list[MetricDescriptor]:
     registry = DescribingRegistry()
     build_info("scheduler", registry)
     SchedulerMetrics(registry)
+    tracing_metrics(registry)
     kube_metrics(registry)
     listener_metrics(registry)
     return [*registry.descriptors(), *describe_families(declared_metric(f) for f in state_families(legacy))]

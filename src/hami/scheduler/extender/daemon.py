@@ -8,7 +8,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from hami.core import gctune, klog
+from hami.core import gctune, klog, tracing
 from hami.core.kube.client import new_api_client
 from hami.core.kube.events import EventRecorder
 from hami.core.kube.options import KubeOptions
@@ -68,6 +68,7 @@ class Options:
     register_tick: float = TICK_SECONDS
     http_threads: int = 16
     decision_records: int = DEFAULT_CAPACITY  # --decision-records: pods whose latest verdict is kept
+    enable_tracing: bool = False  # --enable-tracing (hami.core.tracing)
     gc_freeze: bool = True  # see hami.core.gctune; off where many daemons share one process (tests)
 
 
@@ -79,6 +80,7 @@ class Extender:
         self.registry = CollectorRegistry()
         build_info("scheduler", self.registry)
         self.metrics = SchedulerMetrics(self.registry)
+        tracing.start("hami-scheduler", self.registry, opts.enable_tracing)
         self.api = new_api_client(opts.kube, self.registry, configuration=configuration)
         self.state = ClusterState(
             self.api, opts.filter.nvidia, self.metrics, node_label_selector=opts.node_label_selector or None
@@ -208,3 +210,5 @@ class Extender:
         self.state.stop()
         self.recorder.stop()
         self.api.close()
+        if self.opts.enable_tracing:
+            tracing.shutdown()

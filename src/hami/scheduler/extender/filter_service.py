@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from hami.core import annotations as ann
-from hami.core import klog
+from hami.core import klog, tracing
 from hami.core.codec.mig import encode_mig_allocations
 from hami.core.codec.pod_devices import encode_pod_devices
 from hami.core.objects import annotations_of, name_of
@@ -140,6 +140,23 @@ def _annotations(result: FilterResult) -> dict[str, str]:
     return annotations
 
 
+def _verdict(reply: Mapping[str, Any], outcome: str, candidates: int) -> tuple[str, dict[str, Any]]:
+    """(refusal reason, span attributes) of a filter's reply: a pod that fits nowhere is refused
+    with each node's reason, as its FilteringFailed event says."""
+    failed = reply.get("FailedNodes") or {}
+    chosen = reply.get("NodeNames") or [name_of(n) for n in (reply.get("Nodes") or {}).get("items", [])]
+    attributes = {
+        "hami.filter.candidates": candidates,
+        "hami.filter.verdict": outcome,
+        "hami.filter.node": ",".join(chosen),
+        "hami.filter.failed_nodes": len(failed),
+    }
+    error = str(reply.get("Error") or "")
+    if not error and not chosen:
+        error = "no node fits: " + "; ".join(f"{node}: {why}" for node, why in sorted(failed.items()))
+    return error, attributes
+
+
 class FilterService:
     def __init__(
         self,
@@ -166,14 +183,19 @@ class FilterService:
         """ExtenderFilterResult for ``pod`` among the registered ``names``, or, when the caller
         sent Node objects (``nodes``), a dry run over those."""
         started = time.monotonic()
+        start_ns = tracing.now_ns()
         outcome = "error"
+        span = None
+        reply: Obj = {}
         try:
             request = pod_request(pod, self.config.nvidia)
             if request is None:
                 outcome = "passthrough"
                 return passthrough(names, nodes)
+            span = tracing.pod_span("hami.scheduler.filter", pod, start_ns)
             if not self.state.synced.wait(self.sync_wait):
-                return {"Error": NOT_SYNCED} if nodes is None else _dry_result(error=NOT_SYNCED)
+                reply = {"Error": NOT_SYNCED} if nodes is None else _dry_result(error=NOT_SYNCED)
+                return reply
             if nodes is None:
                 reply, outcome = self._live(pod, request, list(names or ()))
             else:
@@ -188,7 +210,12 @@ class FilterService:
             return reply
         finally:
             label = outcome if nodes is None else SIMULATED + outcome
-            self.metrics.filter_duration.labels(label).observe(time.monotonic() - started)
+            self.metrics.filter_duration.labels(label).observe(
+                time.monotonic() - started, tracing.exemplar(span)
+            )
+            if span is not None:
+                candidates = len(names or ()) if nodes is None else len(nodes)
+                tracing.end(span, *_verdict(reply, label, candidates))
 
     def _live(self, pod: Obj, request: PodRequest, names: list[str]) -> tuple[Obj, str]:
         log.v(5).info("filter pod %s/%s over %d nodes", request.namespace, request.name, len(names))

@@ -22,6 +22,7 @@ from hami.core.kube.options import add_kube_flags, from_args
 from hami.core.lifecycle import stop_within, wait_for_stop
 from hami.core.profiling import PROFILING_HELP, add_heap_from_start_flag, check_profiling_flags, start_tracing
 from hami.core.serve import WebConfigError, add_web_flags
+from hami.core.tracing import add_tracing_flag
 from hami.scheduler.engine.decision import FilterConfig
 from hami.scheduler.engine.device_config import DeviceConfigError, load_nvidia_config
 from hami.scheduler.engine.policy import DEFAULT_GPU_POLICY, DEFAULT_NODE_POLICY
@@ -131,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="pods whose latest filter/bind verdict is kept for /debug/decisions (LRU; default %(default)s)",
     )
     p.add_argument("--device-config-file", default="", help="HAMi device config YAML")
+    add_tracing_flag(p)
     add_kube_flags(p)
     add_web_flags(p)
     klog.add_log_flags(p)
@@ -170,6 +172,7 @@ def options(args: argparse.Namespace) -> Options:
         pod_name=os.environ.get("POD_NAME", ""),
         pod_namespace=os.environ.get("POD_NAMESPACE", ""),
         decision_records=args.decision_records,
+        enable_tracing=args.enable_tracing,
     )
 
 

@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from hami.core import annotations as ann
-from hami.core import klog
+from hami.core import klog, tracing
 from hami.core.codec.errors import CodecError
 from hami.core.codec.handshake import check_handshake, format_requesting, parse_handshake
 from hami.core.kube import errors
@@ -75,6 +75,7 @@ class Register:
     def run_once(self) -> None:
         """The full pass of every tick: every node, then (leader only) ``on_leader_pass``."""
         started = time.monotonic()
+        span = tracing.own_span("hami.scheduler.register")  # a trace of its own: no pod's
         leader = self.is_leader()
         now = self.now()
         resource = self.state.nvidia.resource_count_name
@@ -95,6 +96,7 @@ class Register:
             self.on_synced()
             self.state.synced.set()
         self.state.metrics.register_duration.observe(time.monotonic() - started)
+        tracing.end(span, attributes={"hami.register.nodes": len(seen), "hami.register.leader": leader})
 
     def run_nodes(self, names: set[str]) -> None:
         """Revisit only nodes whose objects changed (added, updated, deleted) since the last pass."""

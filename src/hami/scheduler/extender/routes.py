@@ -25,7 +25,7 @@ import orjson
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
-from hami.core import klog
+from hami.core import klog, tracing
 from hami.core.serve.guard import Direct, Environ, StartResponse, WSGIApp
 from hami.scheduler.engine.admission import AdmissionError, WebhookConfig, admit
 from hami.scheduler.engine.requests import pod_clamps, pod_problems
@@ -86,12 +86,26 @@ def _add_webhook(app: Flask, state: ClusterState, webhook: WebhookConfig) -> Non
         review = _read_json()
         if isinstance(review, Response):
             return review
+        span, annotations = tracing.webhook_span(_review_namespace(review))
         try:
             bodies.check(review, bodies.ADMISSION_REVIEW, "AdmissionReview")
             with state.lock:
-                return _json(admit(review, webhook, state.quotas))
+                answer = admit(review, webhook, state.quotas, annotations)
         except (AdmissionError, bodies.BodyError) as err:
+            tracing.end(span, str(err))
             return _bad_request(str(err))
+        if span is not None:
+            response = answer["response"]
+            refused = "" if response["allowed"] else response["status"].get("message", "refused")
+            tracing.end(span, refused, {"hami.webhook.patched": "patch" in response})
+        return _json(answer)
+
+
+def _review_namespace(review: Any) -> str:
+    """The namespace an AdmissionReview's pod is created in ("" when the body has none)."""
+    request = review.get("request") if isinstance(review, Mapping) else None
+    namespace = request.get("namespace") if isinstance(request, Mapping) else None
+    return namespace if isinstance(namespace, str) else ""
 
 
 def make_webhook_app(state: ClusterState, webhook: WebhookConfig) -> Flask:
