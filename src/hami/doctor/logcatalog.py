@@ -36,7 +36,13 @@ OWN_PATTERNS: tuple[LogPattern, ...] = (
        "an HTTP listener failed", "check the bind address and --web.config.file"),
     _p("register-pass-failed", r"register pass failed", ANY, "Error",
        "one pass of node registration failed; the next pass retries", _API + " (patch nodes)"),
+    _p("tracing-without-key", r"tracing on without \S+", ANY, "Warning",
+       "--enable-tracing without HAMI_TRACE_KEY: each daemon's spans of a pod start a trace of their own",
+       "set HAMI_TRACE_KEY from the chart's trace-key Secret on every daemon (tracing.keySecret)"),
     # The vGPU monitor.
+    _p("driver-accounting-absent", r"per-container memory accounting through \S+ is absent", MON, "Warning",
+       "the driver's memory accounting (NVML cgroup limits or the dmem cgroup) cannot be read on this node",
+       "hami_monitor_driver_source_available{source,reason} says why; an older driver or kernel lacks it"),
     _p("nvml-init-failed", r"failed to initialize NVML", MON, "Fatal",
        "NVIDIA driver not available to the monitor",
        "check the driver and that /dev/nvidia* is mounted in the monitor"),
