@@ -1,0 +1,303 @@
+"""The differential placement run: HAMi's scheduler extender and ours, each on its own copy of the
+same cluster, get the same pods one at a time in the same order, and every answer is compared.
+
+Each side is an API server (with the same nodes and quota) and an extender watching it. A step
+deletes the pods whose lifetime ended, waits until both extenders' caches have let them go (the set
+of pods in ``hami_vgpu_memory_allocated_bytes``: both export it from their live reservations), creates
+the pod on both sides, and POSTs the ExtenderArgs kube-scheduler sends (``nodeCacheCapable``: the pod
+and node names) to both ``/filter``s. Compared per pod: the node, ``hami.io/vgpu-devices-allocated``
+(every device UUID, memory and cores per container), the filter's ``Error`` and its ``FailedNodes``;
+at the end, the pod's events (type, reason, message; a FilteringSucceed's node scores as a set).
+
+Ties: HAMi picks among nodes of equal score by goroutine timing, we pick the first listed
+(docs/design/differences.md). When the nodes differ and HAMi's own FilteringSucceed event gives our
+node the same score as its choice, HAMi is asked again with our node only, and the devices it
+picks there are compared (counted as ``ties``). A pod on which the two still disagree is deleted on
+both sides, so that later pods again meet identical clusters.
+
+The placement is decided and written by ``/filter`` (``/bind`` only takes the node lock and binds);
+the end-to-end run through the real kube-scheduler covers ``/bind``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from hami.core import annotations as ann
+from hami.testing import cluster
+from hami.testing.podstream import Step
+from hami.testing.wait import wait_until
+
+Obj = dict[str, Any]
+TIMEOUT = 30.0
+ALLOCATED_FAMILY = "hami_vgpu_memory_allocated_bytes"
+FIT = re.compile(r"^find fit node\((?P<node>[^)]*)\), (?P<unfit>\d+) nodes not fit, \d+ nodes fit\((?P<labels>.*)\)$")
+
+
+@dataclass
+class Side:
+    """One API server and the extender that watches it."""
+
+    name: str
+    api: str
+    extender: str
+    metrics: str
+    session: requests.Session = field(default_factory=requests.Session)
+
+    def pods_path(self, namespace: str) -> str:
+        return f"{self.api}/api/v1/namespaces/{namespace}/pods"
+
+    def create(self, obj: Obj) -> Obj:
+        r = self.session.post(self.pods_path(obj["metadata"]["namespace"]), json=obj, timeout=TIMEOUT)
+        r.raise_for_status()
+        created: Obj = r.json()
+        return created
+
+    def get(self, key: str) -> Obj:
+        ns, name = key.split("/")
+        r = self.session.get(f"{self.pods_path(ns)}/{name}", timeout=TIMEOUT)
+        r.raise_for_status()
+        got: Obj = r.json()
+        return got
+
+    def delete(self, key: str) -> None:
+        ns, name = key.split("/")
+        r = self.session.delete(f"{self.pods_path(ns)}/{name}", timeout=TIMEOUT)
+        if r.status_code not in (200, 202, 404):
+            r.raise_for_status()
+
+    def filter(self, pod: Obj, nodes: Sequence[str]) -> Obj:
+        r = self.session.post(self.extender + "/filter", json={"Pod": pod, "NodeNames": list(nodes)},
+                              timeout=TIMEOUT)  # fmt: skip
+        if r.status_code != 200:
+            return {"Error": f"HTTP {r.status_code}: {r.text.strip()[:300]}"}
+        body: Obj = r.json()
+        return body
+
+    def allocated_pods(self) -> set[str]:
+        """``namespace/pod`` of every reservation the extender's metrics show."""
+        text = self.session.get(self.metrics + "/metrics", timeout=TIMEOUT).text
+        return {
+            f"{s.labels['namespace']}/{s.labels['pod']}"
+            for fam in text_string_to_metric_families(text) if fam.name == ALLOCATED_FAMILY
+            for s in fam.samples
+        }  # fmt: skip
+
+    def events(self) -> dict[str, Counter[tuple[str, str, str]]]:
+        r = self.session.get(f"{self.api}/api/v1/events", timeout=TIMEOUT)
+        r.raise_for_status()
+        out: dict[str, Counter[tuple[str, str, str]]] = {}
+        for e in r.json().get("items") or []:
+            obj = e.get("involvedObject") or {}
+            key = f"{obj.get('namespace', '')}/{obj.get('name', '')}"
+            out.setdefault(key, Counter())[(e.get("type", ""), e.get("reason", ""), _normal(e))] += e.get(
+                "count", 1
+            ) or 1
+        return out
+
+
+def _normal(event: Obj) -> str:
+    """The message, with a FilteringSucceed's node scores as a sorted set (HAMi orders equal scores by
+    an unstable sort)."""
+    msg = str(event.get("message", ""))
+    m = FIT.match(msg)
+    if not m:
+        return msg
+    labels = ",".join(sorted(x for x in m.group("labels").split(",") if x))
+    return f"find fit node(*), {m.group('unfit')} nodes not fit, fit({labels})"
+
+
+def fit_scores(events: Iterable[tuple[str, str, str]]) -> dict[str, str]:
+    for _, reason, msg in events:
+        if reason == "FilteringSucceed" and (m := re.search(r"fit\((.*)\)$", msg)):
+            return dict(x.rsplit(":", 1) for x in m.group(1).split(",") if ":" in x)
+    return {}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    node: str  # "" when refused
+    devices: str  # hami.io/vgpu-devices-allocated, "" when refused
+    failed: tuple[tuple[str, str], ...]
+    error: str
+
+    @property
+    def placed(self) -> bool:
+        return bool(self.node)
+
+
+def outcome(side: Side, pod: Obj, nodes: Sequence[str]) -> Outcome:
+    body = side.filter(pod, nodes)
+    names = body.get("NodeNames") or []
+    failed = tuple(sorted((body.get("FailedNodes") or {}).items()))
+    error = str(body.get("Error") or "")
+    if not names:
+        return Outcome("", "", failed, error)
+    key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+    annotations = side.get(key)["metadata"].get("annotations") or {}
+    return Outcome(names[0], annotations.get(ann.POD_DEVICES_ALLOCATED, ""), failed, error)
+
+
+@dataclass
+class Difference:
+    index: int
+    pod: Obj
+    hami: Outcome | None
+    ours: Outcome | None
+    what: str = "placement"
+    detail: str = ""
+
+    def render(self) -> str:
+        spec = {
+            "annotations": self.pod["metadata"].get("annotations") or {},
+            "namespace": self.pod["metadata"]["namespace"],
+            "containers": [c["resources"] for c in self.pod["spec"]["containers"]],
+            "initContainers": [c["resources"] for c in self.pod["spec"].get("initContainers", [])],
+        }
+        return (
+            f"#{self.index} {self.pod['metadata']['name']} ({self.what}) {json.dumps(spec, sort_keys=True)}\n"
+            f"  HAMi: {self.hami}\n  ours: {self.ours}" + (f"\n  {self.detail}" if self.detail else "")
+        )
+
+
+@dataclass
+class Report:
+    pods: int = 0
+    agreed: int = 0
+    placed: int = 0
+    refused: int = 0
+    ties: int = 0
+    tie_keys: set[str] = field(default_factory=set)  # asked twice: their events are not compared
+    differences: list[Difference] = field(default_factory=list)
+    event_differences: list[Difference] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        return self.agreed / self.pods if self.pods else 0.0
+
+    def summary(self, first: int = 10) -> str:
+        lines = [
+            f"agreement {self.agreed}/{self.pods} = {100 * self.rate:.2f} % of pods (placed {self.placed}, "
+            f"refused {self.refused}, node ties broken by HAMi's own scores {self.ties}); "
+            f"event differences: {len(self.event_differences)}"
+        ]
+        lines += [d.render() for d in self.differences[:first]]
+        lines += [d.render() for d in self.event_differences[:first]]
+        return "\n".join(lines)
+
+
+def _wait_released(sides: Sequence[Side], alive: set[str], timeout: float = 30.0) -> None:
+    for side in sides:
+        wait_until(lambda s=side: s.allocated_pods() <= alive, timeout,  # type: ignore[misc]
+                   f"{side.name}'s cache to drop deleted pods", interval=0.005)  # fmt: skip
+
+
+def run(hami: Side, ours: Side, nodes: Sequence[str], steps: Sequence[Step]) -> Report:
+    report = Report()
+    alive: set[str] = set()  # placed pods still in the clusters
+    pods: dict[str, tuple[int, Obj]] = {}
+    for index, step in enumerate(steps):
+        gone = [k for k in step.delete if k in alive]
+        for key in step.delete:
+            for side in (hami, ours):
+                side.delete(key)
+        if gone:
+            alive.difference_update(gone)
+            _wait_released((hami, ours), alive)
+        meta = step.pod["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        pods[key] = (index, step.pod)
+        h = outcome(hami, hami.create(step.pod), nodes)
+        created_ours = ours.create(step.pod)
+        o = outcome(ours, created_ours, nodes)
+        report.pods += 1
+        if h.placed and o.placed and h.node != o.node:
+            h = _break_tie(hami, key, h, o)
+            if h.node == o.node:
+                report.ties += 1
+                report.tie_keys.add(key)
+        if h == o:
+            report.agreed += 1
+            report.placed += h.placed
+            report.refused += not h.placed
+            if h.placed:
+                alive.add(key)
+            continue
+        report.differences.append(Difference(index, step.pod, h, o))
+        for side in (hami, ours):  # identical clusters again for the next pod
+            side.delete(key)
+        if h.placed or o.placed:
+            _wait_released((hami, ours), alive)
+    _compare_events(hami, ours, pods, report)
+    return report
+
+
+def _break_tie(hami: Side, key: str, h: Outcome, o: Outcome) -> Outcome:
+    """HAMi's answer on our node alone when its own scores rate our node as high as its choice."""
+    def scores() -> dict[str, str] | None:
+        return fit_scores(hami.events().get(key, Counter())) or None
+
+    try:
+        got = wait_until(scores, 5.0, f"HAMi's FilteringSucceed event of {key}", interval=0.01)
+    except AssertionError:
+        return h
+    if got.get(h.node) is None or got.get(h.node) != got.get(o.node):
+        return h
+    return outcome(hami, hami.get(key), [o.node])
+
+
+def _compare_events(hami: Side, ours: Side, pods: dict[str, tuple[int, Obj]], report: Report) -> None:
+    """Waits until both sides' event counts stop changing, then compares them pod by pod."""
+    def settled(side: Side) -> dict[str, Counter[tuple[str, str, str]]]:
+        last: list[int] = [-1]
+
+        def check() -> dict[str, Counter[tuple[str, str, str]]] | None:
+            got = side.events()
+            total = sum(sum(c.values()) for c in got.values())
+            stable, last[0] = total == last[0], total
+            return got if stable else None
+
+        return wait_until(check, 60.0, f"{side.name}'s events to settle", interval=0.5)
+
+    skip = {f"{d.pod['metadata']['namespace']}/{d.pod['metadata']['name']}" for d in report.differences}
+    he, oe = settled(hami), settled(ours)
+    for key, (index, pod) in pods.items():
+        if key in skip or key in report.tie_keys:
+            continue
+        h, o = he.get(key, Counter()), oe.get(key, Counter())
+        if h != o:
+            detail = f"events HAMi only: {dict(h - o)}; ours only: {dict(o - h)}"
+            report.event_differences.append(Difference(index, pod, None, None, "events", detail))
+
+
+def seed(api: str, nodes: Sequence[Obj], quotas: Sequence[Obj]) -> None:
+    """The nodes (with their status) and the quotas, created through the API."""
+    cluster.seed(api, list(nodes))
+    with requests.Session() as s:
+        for q in quotas:
+            ns = q["metadata"]["namespace"]
+            s.post(f"{api}/api/v1/namespaces/{ns}/resourcequotas", json=q, timeout=TIMEOUT).raise_for_status()
+
+
+def series(side: Side, family: str) -> list[dict[str, str]]:
+    text = side.session.get(side.metrics + "/metrics", timeout=TIMEOUT).text
+    return [s.labels for fam in text_string_to_metric_families(text) if fam.name == family for s in fam.samples]
+
+
+def wait_ready(side: Side, gpus: int, quota_namespaces: Iterable[str] = (), timeout: float = 60.0) -> None:
+    """Until the extender shows every GPU (``hami_gpu_memory_limit_bytes``) and every quota."""
+    namespaces = set(quota_namespaces)
+
+    def ready() -> bool:
+        quotas = {s["namespace"] for s in series(side, "hami_resource_quota_limit")}
+        return len(series(side, "hami_gpu_memory_limit_bytes")) == gpus and namespaces <= quotas
+
+    wait_until(ready, timeout, f"{side.name} to register {gpus} GPUs", interval=0.2)
