@@ -15,14 +15,15 @@ node the same score as its choice, HAMi is asked again with our node only, and t
 picks there are compared (counted as ``ties``). A pod on which the two still disagree is deleted on
 both sides, so that later pods again meet identical clusters.
 
-The placement is decided and written by ``/filter`` (``/bind`` only takes the node lock and binds);
-the end-to-end run through the real kube-scheduler covers ``/bind``.
+A fit is then bound through ``/bind`` (HAMi writes the devices at filter, we at bind), and what the
+device plugin does at Allocate is done for it: ``bind-phase: success`` and the node lock released.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +39,10 @@ from hami.testing.wait import wait_until
 
 Obj = dict[str, Any]
 TIMEOUT = 30.0
+BIND_RETRY_S = 5.0
 ALLOCATED_FAMILY = "hami_vgpu_memory_allocated_bytes"
+ALLOCATED_LINE = re.compile(r"^" + ALLOCATED_FAMILY + r"\{([^}]*)\}", re.MULTILINE)
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 FIT = re.compile(r"^find fit node\((?P<node>[^)]*)\), (?P<unfit>\d+) nodes not fit, \d+ nodes fit\((?P<labels>.*)\)$")
 
 
@@ -82,14 +86,38 @@ class Side:
         body: Obj = r.json()
         return body
 
+    def bind(self, pod: Obj, node: str) -> str:
+        """POST /bind; the ExtenderBindingResult's Error. HAMi binds from its informer's cache, which
+        may not hold a pod created a moment ago: "not found" is retried for a while."""
+        meta = pod["metadata"]
+        args = {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": node}
+        deadline = time.monotonic() + BIND_RETRY_S
+        while True:
+            r = self.session.post(self.extender + "/bind", json=args, timeout=TIMEOUT)
+            error = str(r.json().get("Error") or "") if r.status_code == 200 else f"HTTP {r.status_code}"
+            if "not found" not in error or time.monotonic() > deadline:
+                return error
+            time.sleep(0.01)
+
+    def allocated(self, key: str, node: str) -> None:
+        """What the device plugin does once kubelet's Allocate succeeds: the pod's bind phase becomes
+        success and the node lock is released."""
+        ns, name = key.split("/")
+        merge = {"Content-Type": "application/merge-patch+json"}
+        body = {"metadata": {"annotations": {ann.POD_BIND_PHASE: ann.BIND_PHASE_SUCCESS}}}
+        self.session.patch(f"{self.pods_path(ns)}/{name}", json=body, headers=merge, timeout=TIMEOUT)
+        body = {"metadata": {"annotations": {ann.NODE_LOCK: None}}}
+        self.session.patch(f"{self.api}/api/v1/nodes/{node}", json=body, headers=merge, timeout=TIMEOUT)
+
     def allocated_pods(self) -> set[str]:
-        """``namespace/pod`` of every reservation the extender's metrics show."""
+        """``namespace/pod`` of every reservation the extender's metrics show (a line scan: parsing
+        the whole exposition at every step would cost more than the step)."""
         text = self.session.get(self.metrics + "/metrics", timeout=TIMEOUT).text
-        return {
-            f"{s.labels['namespace']}/{s.labels['pod']}"
-            for fam in text_string_to_metric_families(text) if fam.name == ALLOCATED_FAMILY
-            for s in fam.samples
-        }  # fmt: skip
+        out = set()
+        for m in ALLOCATED_LINE.finditer(text):
+            labels = dict(LABEL.findall(m.group(1)))
+            out.add(f"{labels.get('namespace', '')}/{labels.get('pod', '')}")
+        return out
 
     def events(self) -> dict[str, Counter[tuple[str, str, str]]]:
         r = self.session.get(f"{self.api}/api/v1/events", timeout=TIMEOUT)
@@ -135,6 +163,8 @@ class Outcome:
 
 
 def outcome(side: Side, pod: Obj, nodes: Sequence[str]) -> Outcome:
+    """/filter, then for a fit /bind and what the device plugin does at Allocate (release the node
+    lock, ``bind-phase: success``): the node and the devices as the bound pod carries them."""
     body = side.filter(pod, nodes)
     names = body.get("NodeNames") or []
     failed = tuple(sorted((body.get("FailedNodes") or {}).items()))
@@ -142,8 +172,10 @@ def outcome(side: Side, pod: Obj, nodes: Sequence[str]) -> Outcome:
     if not names:
         return Outcome("", "", failed, error)
     key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+    bind_error = side.bind(pod, names[0])
     annotations = side.get(key)["metadata"].get("annotations") or {}
-    return Outcome(names[0], annotations.get(ann.POD_DEVICES_ALLOCATED, ""), failed, error)
+    side.allocated(key, names[0])
+    return Outcome(names[0], annotations.get(ann.POD_DEVICES_ALLOCATED, ""), failed, error or bind_error)
 
 
 @dataclass
