@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -22,7 +22,7 @@ SRC = hamipeer.source()
 pytestmark = pytest.mark.skipif(SRC is None, reason=hamipeer.ABSENT)
 PODS = int(os.environ.get("VS_HAMI_PODS", "2000"))
 SEED = 29
-NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +46,9 @@ def _side(which: str, group: ProcessGroup, api: KubeAPIServer, setup: hamipeer.C
 
 
 @pytest.fixture(scope="module")
-def sides(hami_binary: Path, setup: hamipeer.ChartSetup,
-          tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[sidebyside.Side, sidebyside.Side]]:  # fmt: skip
+def sides(
+    hami_binary: Path, setup: hamipeer.ChartSetup, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[sidebyside.Side, sidebyside.Side]]:
     nodes = podstream.cluster_nodes(NOW)
     gpus = sum(s.gpus for s in podstream.CLUSTER)
     group = ProcessGroup(tmp_path_factory.mktemp("vs-hami"))

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +27,15 @@ from hami.testing.processes import ProcessGroup
 
 SRC = hamipeer.source()
 pytestmark = pytest.mark.skipif(SRC is None, reason=hamipeer.ABSENT)
-NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 # HAMi's device plugin's own serialisation of hami.io/node-nvidia-register (Go's field order, with
 # "devicevendor"), as HAMi's scheduler tests write it (pkg/scheduler/register_race_test.go).
+HAMI_GPU0, HAMI_GPU1 = "GPU-7a1b0000-0000-4000-8000-000000000000", "GPU-7a1b0001-0000-4000-8000-000000000001"
 HAMI_REGISTER = (
-    '[{"id":"GPU-7a1b0000-0000-4000-8000-000000000000","count":10,"devmem":40960,"devcore":100,'
+    f'[{{"id":"{HAMI_GPU0}","count":10,"devmem":40960,"devcore":100,'
     '"type":"NVIDIA-NVIDIA A100-SXM4-40GB","health":true,"mode":"hami-core","numa":0,"index":0,'
     '"devicevendor":"NVIDIA"},'
-    '{"id":"GPU-7a1b0001-0000-4000-8000-000000000001","count":10,"devmem":40960,"devcore":100,'
+    f'{{"id":"{HAMI_GPU1}","count":10,"devmem":40960,"devcore":100,'
     '"type":"NVIDIA-NVIDIA A100-SXM4-40GB","health":true,"mode":"hami-core","numa":1,"index":1,'
     '"devicevendor":"NVIDIA"}]'
 )
@@ -44,34 +46,35 @@ PLACEMENT_FAMILIES = (
 )  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def binary() -> Path:
-    assert SRC is not None
-    return hamipeer.build(SRC)
+@dataclass
+class Peers:
+    """HAMi's built scheduler, its chart's setup, and the processes started (stopped at the end)."""
+
+    binary: Path
+    setup: hamipeer.ChartSetup
+    group: ProcessGroup
+
+    def start(self, which: str, api: KubeAPIServer) -> sidebyside.Side:
+        kubeconfig = self.group.log_dir / f"{which}-kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump(api.kubeconfig()))
+        ext = hamipeer.start(which, self.group, kubeconfig, self.setup, binary=self.binary, verbosity=1,
+                             extra_flags=["--kube-qps=-1"])  # fmt: skip
+        return sidebyside.Side(which, api.url, ext.url, ext.metrics_url)
 
 
 @pytest.fixture(scope="module")
-def setup() -> hamipeer.ChartSetup:
+def built() -> tuple[Path, hamipeer.ChartSetup]:
     assert SRC is not None
-    return hamipeer.chart_setup(SRC)
+    return hamipeer.build(SRC), hamipeer.chart_setup(SRC)
 
 
 @pytest.fixture
-def group(tmp_path: Path) -> Iterator[ProcessGroup]:
-    g = ProcessGroup(tmp_path / "logs")
+def peers(built: tuple[Path, hamipeer.ChartSetup], tmp_path: Path) -> Iterator[Peers]:
+    p = Peers(*built, ProcessGroup(tmp_path / "logs"))
     try:
-        yield g
+        yield p
     finally:
-        g.stop()
-
-
-def _start(which: str, group: ProcessGroup, api: KubeAPIServer, setup: hamipeer.ChartSetup,
-           binary: Path) -> sidebyside.Side:  # fmt: skip
-    kubeconfig = group.log_dir / f"{which}-kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump(api.kubeconfig()))
-    ext = hamipeer.start(which, group, kubeconfig, setup, binary=binary, verbosity=1,
-                         extra_flags=["--kube-qps=-1"])  # fmt: skip
-    return sidebyside.Side(which, api.url, ext.url, ext.metrics_url)
+        p.group.stop()
 
 
 def _pod(name: str, mem: int, cores: int, gpus: int = 1, **annotations: str) -> dict[str, Any]:
@@ -88,12 +91,12 @@ def _place(side: sidebyside.Side, pod: dict[str, Any], nodes: list[str]) -> side
 
 
 def test_hami_schedules_on_nodes_our_device_plugin_registered(
-    kube_api: KubeAPIServer, kube_client: Any, tmp_path: Path, group: ProcessGroup,
-    setup: hamipeer.ChartSetup, binary: Path,
-) -> None:  # fmt: skip
-    rig = start_rig(kube_api, kube_client, tmp_path, PluginConfig(device_split_count=4, operating_mode="hami-core"))
+    kube_api: KubeAPIServer, kube_client: Any, tmp_path: Path, peers: Peers
+) -> None:
+    cfg = PluginConfig(device_split_count=4, operating_mode="hami-core")
+    rig = start_rig(kube_api, kube_client, tmp_path, cfg)
     try:
-        hami = _start("hami", group, kube_api, setup, binary)
+        hami = peers.start("hami", kube_api)
         sidebyside.wait_ready(hami, 2)
         placed = _place(hami, _pod("on-our-plugin", 20000, 30, gpus=2), [NODE])
         assert placed.node == NODE, placed
@@ -108,14 +111,13 @@ def test_hami_schedules_on_nodes_our_device_plugin_registered(
 
 
 @pytest.mark.parametrize("which", ["hami", "ours"])
-def test_both_schedule_on_nodes_in_hamis_register_format(
-    which: str, kube_api: KubeAPIServer, group: ProcessGroup, setup: hamipeer.ChartSetup, binary: Path
-) -> None:  # fmt: skip
+def test_both_schedule_on_nodes_in_hamis_register_format(which: str, kube_api: KubeAPIServer,
+                                                        peers: Peers) -> None:  # fmt: skip
     node = copy.deepcopy(podstream.cluster_nodes(NOW, podstream.CLUSTER[:1])[0])
     node["metadata"]["annotations"][ann.NODE_REGISTER] = HAMI_REGISTER
     node["metadata"]["annotations"].pop(ann.NODE_PAIR_SCORE, None)
     sidebyside.seed(kube_api.url, [node], [])
-    side = _start(which, group, kube_api, setup, binary)
+    side = peers.start(which, kube_api)
     sidebyside.wait_ready(side, 2)
     name = node["metadata"]["name"]
     first = _place(side, _pod("a", 30000, 50), [name])
@@ -124,27 +126,25 @@ def test_both_schedule_on_nodes_in_hamis_register_format(
     assert (first.node, second.node, exclusive.node) == (name, name, "")
     uuids = [decode_pod_devices(o.devices)[0][0].uuid for o in (first, second)]
     # HAMi's default GPU policy (spread, from its chart) puts the second pod on the other card
-    assert sorted(uuids) == ["GPU-7a1b0000-0000-4000-8000-000000000000", "GPU-7a1b0001-0000-4000-8000-000000000001"]
+    assert sorted(uuids) == [HAMI_GPU0, HAMI_GPU1]
     assert [n for n, _ in exclusive.failed] == [name], exclusive
 
 
 @pytest.mark.parametrize("first,then", [("hami", "ours"), ("ours", "hami")])
-def test_switch_over_keeps_the_accounting(
-    first: str, then: str, kube_api: KubeAPIServer, group: ProcessGroup, setup: hamipeer.ChartSetup,
-    binary: Path,
-) -> None:  # fmt: skip
+def test_switch_over_keeps_the_accounting(first: str, then: str, kube_api: KubeAPIServer,
+                                          peers: Peers) -> None:  # fmt: skip
     sidebyside.seed(kube_api.url, podstream.cluster_nodes(NOW), [podstream.quota()])
     gpus = sum(s.gpus for s in podstream.CLUSTER)
     nodes = [s.name for s in podstream.CLUSTER]
-    side = _start(first, group, kube_api, setup, binary)
+    side = peers.start(first, kube_api)
     sidebyside.wait_ready(side, gpus, [podstream.QUOTA_NS])
     placed = 0
     for step in podstream.stream(7, 60, lifetime=(1000, 1000)):
         placed += _place(side, step.pod, nodes).placed
     assert placed > 20
     before = metricdiff.families(_scrape(side), lambda n: n in PLACEMENT_FAMILIES)
-    group.stop()
-    other = _start(then, group, kube_api, setup, binary)
+    peers.group.stop()
+    other = peers.start(then, kube_api)
     sidebyside.wait_ready(other, gpus, [podstream.QUOTA_NS])
     after = metricdiff.families(_scrape(other), lambda n: n in PLACEMENT_FAMILIES)
     rows = metricdiff.compare(before, after)

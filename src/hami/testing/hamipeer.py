@@ -141,7 +141,8 @@ def flags_for(setup: ChartSetup, http: str, metrics: str, device_config: Path,
         f for f in setup.flags
         if f.split("=", 1)[0] not in OWN_FLAGS and not (verbosity is not None and re.match(r"-v=\d+$", f))
     ]  # fmt: skip
-    own = [f"--http_bind={http}", f"--metrics-bind-address={metrics}", f"--device-config-file={device_config}"]
+    own = [f"--http_bind={http}", f"--metrics-bind-address={metrics}"]
+    own.append(f"--device-config-file={device_config}")
     return own + keep + ([f"-v={verbosity}"] if verbosity is not None else [])
 
 

@@ -29,7 +29,7 @@ def families(text: str, keep: Callable[[str], bool] = lambda _n: True) -> dict[s
         for s in fam.samples:
             labels = tuple(sorted(s.labels.items()))
             f.samples[(s.name, labels)] = s.value
-            f.label_names = f.label_names | {k for k in s.labels if k != "le" and k != "quantile"}
+            f.label_names = f.label_names | {k for k in s.labels if k not in {"le", "quantile"}}
     return out
 
 
@@ -62,7 +62,8 @@ def compare(reference: Mapping[str, Family], ours: Mapping[str, Family],
             rows.append(Row(name, ref.type, labels, "type", f"ours is a {got.type}"))
             continue
         if got.label_names != ref.label_names and ref.samples:
-            extra, lacking = sorted(got.label_names - ref.label_names), sorted(ref.label_names - got.label_names)
+            extra = sorted(got.label_names - ref.label_names)
+            lacking = sorted(ref.label_names - got.label_names)
             rows.append(Row(name, ref.type, labels, "labels", f"ours adds {extra}, lacks {lacking}"))
             continue
         want, have = _values(ref, skip), _values(got, skip)

@@ -43,7 +43,9 @@ BIND_RETRY_S = 5.0
 ALLOCATED_FAMILY = "hami_vgpu_memory_allocated_bytes"
 ALLOCATED_LINE = re.compile(r"^" + ALLOCATED_FAMILY + r"\{([^}]*)\}", re.MULTILINE)
 LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-FIT = re.compile(r"^find fit node\((?P<node>[^)]*)\), (?P<unfit>\d+) nodes not fit, \d+ nodes fit\((?P<labels>.*)\)$")
+FIT = re.compile(
+    r"^find fit node\((?P<node>[^)]*)\), (?P<unfit>\d+) nodes not fit, \d+ nodes fit\((?P<labels>.*)\)$"
+)
 
 
 @dataclass
@@ -90,7 +92,8 @@ class Side:
         """POST /bind; the ExtenderBindingResult's Error. HAMi binds from its informer's cache, which
         may not hold a pod created a moment ago: "not found" is retried for a while."""
         meta = pod["metadata"]
-        args = {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": node}
+        args = {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"],
+                "Node": node}  # fmt: skip
         deadline = time.monotonic() + BIND_RETRY_S
         while True:
             r = self.session.post(self.extender + "/bind", json=args, timeout=TIMEOUT)
@@ -106,8 +109,8 @@ class Side:
         merge = {"Content-Type": "application/merge-patch+json"}
         body = {"metadata": {"annotations": {ann.POD_BIND_PHASE: ann.BIND_PHASE_SUCCESS}}}
         self.session.patch(f"{self.pods_path(ns)}/{name}", json=body, headers=merge, timeout=TIMEOUT)
-        body = {"metadata": {"annotations": {ann.NODE_LOCK: None}}}
-        self.session.patch(f"{self.api}/api/v1/nodes/{node}", json=body, headers=merge, timeout=TIMEOUT)
+        release: Obj = {"metadata": {"annotations": {ann.NODE_LOCK: None}}}
+        self.session.patch(f"{self.api}/api/v1/nodes/{node}", json=release, headers=merge, timeout=TIMEOUT)
 
     def allocated_pods(self) -> set[str]:
         """``namespace/pod`` of every reservation the extender's metrics show (a line scan: parsing
@@ -321,7 +324,8 @@ def seed(api: str, nodes: Sequence[Obj], quotas: Sequence[Obj]) -> None:
 
 def series(side: Side, family: str) -> list[dict[str, str]]:
     text = side.session.get(side.metrics + "/metrics", timeout=TIMEOUT).text
-    return [s.labels for fam in text_string_to_metric_families(text) if fam.name == family for s in fam.samples]
+    found = (fam for fam in text_string_to_metric_families(text) if fam.name == family)
+    return [s.labels for fam in found for s in fam.samples]
 
 
 def wait_ready(side: Side, gpus: int, quota_namespaces: Iterable[str] = (), timeout: float = 60.0) -> None:

@@ -121,13 +121,13 @@ class Binder:
         try:
             pod = self._get_pod(args)
         except errors.ApiError as err:
-            self.state.drop_reservation(args.pod_uid)
+            self._drop_stale(args.pod_uid)
             log.error("bind %s/%s: pod not found: %s", args.pod_namespace, args.pod_name, err)
             return str(err)
         ref = ObjectRef.from_object(pod, kind="Pod")
         if self.state.get_node(args.node) is None:
             self.events.binding_failed(ref, f"failed to get node {args.node}")
-            self.state.drop_reservation(args.pod_uid)
+            self._drop_stale(args.pod_uid)
             return f'node "{args.node}" not found'
         locked = False
         request = pod_request(pod, self.state.nvidia)
@@ -172,6 +172,9 @@ class Binder:
                 self.metrics.api_errors.labels("bind", errors.error_reason(err)).inc()
             if locked:
                 self._release(args)
+            if gpus:
+                failed = "node_lock" if isinstance(err, NodeLockError) else "bind"
+                self.metrics.bind_rollbacks.labels(failed).inc()
             message = str(err)
             log.error("bind %s/%s to %s failed: %s", args.pod_namespace, args.pod_name, args.node, message)
             self.events.binding_failed(ref, message)
@@ -187,6 +190,10 @@ class Binder:
             self._bound(args, pod)
         log.v(4).info("bound %s/%s to %s", args.pod_namespace, args.pod_name, args.node)
         return ""
+
+    def _drop_stale(self, uid: str) -> None:
+        if self.state.drop_reservation(uid):
+            self.metrics.stale_reservations.labels(ann.VENDOR_NVIDIA).inc()
 
     def _bound(self, args: BindArgs, pod: Mapping[str, Any]) -> None:
         if self.recorder is not None:
