@@ -41,7 +41,8 @@ def _side(which: str, group: ProcessGroup, api: KubeAPIServer, setup: hamipeer.C
           binary: Path) -> sidebyside.Side:  # fmt: skip
     kubeconfig = group.log_dir / f"{which}-kubeconfig"
     kubeconfig.write_text(yaml.safe_dump(api.kubeconfig()))
-    ext = hamipeer.start(which, group, kubeconfig, setup, binary=binary, verbosity=1)
+    ext = hamipeer.start(which, group, kubeconfig, setup, binary=binary, verbosity=1,
+                         extra_flags=["--kube-qps=-1"])  # fmt: skip
     return sidebyside.Side(which, api.url, ext.url, ext.metrics_url)
 
 
@@ -52,7 +53,10 @@ def sides(
     nodes = podstream.cluster_nodes(NOW)
     gpus = sum(s.gpus for s in podstream.CLUSTER)
     group = ProcessGroup(tmp_path_factory.mktemp("vs-hami"))
-    with KubeAPIServer() as hami_api, KubeAPIServer() as our_api:
+    with (
+        KubeAPIServer() as hami_api, KubeAPIServer() as our_api,
+        hamipeer.LeaseKeeper(hami_api.url), hamipeer.LeaseKeeper(our_api.url),
+    ):  # fmt: skip
         try:
             pair = []
             for which, api in (("hami", hami_api), ("ours", our_api)):
@@ -73,4 +77,5 @@ def test_same_pods_same_placements(sides: tuple[sidebyside.Side, sidebyside.Side
     print(report.summary())
     assert report.pods == PODS
     assert report.placed > PODS // 4 and report.refused > PODS // 20, report.summary()
-    assert not report.differences and not report.event_differences, report.summary()
+    # what differs is written down (docs/design/differences.md) or the test fails, naming it
+    assert not report.unexplained, report.summary()

@@ -14,14 +14,18 @@ flag), and whoever uses it says so clearly when it is absent (``ABSENT``) and sk
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -197,6 +201,48 @@ def start(
     wait_until(lambda: _answers(ext), 60.0, f"{which} scheduler listening", alive=group.check_alive,
                interval=0.1)  # fmt: skip
     return ext
+
+
+class LeaseKeeper:
+    """The leader Lease the chart's kube-scheduler sidecar holds (``leaderElection`` of its
+    configuration), for runs without a real kube-scheduler: both extenders lead while its holder
+    starts with their host name, and only while it is renewed."""
+
+    RENEW_S, DURATION_S = 2.0, 15
+
+    def __init__(self, api: str, name: str = "hami-scheduler", namespace: str = NAMESPACE) -> None:
+        self._url = f"{api}/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+        self._name, self._namespace = name, namespace
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lease", daemon=True)
+
+    def __enter__(self) -> LeaseKeeper:
+        self.renew()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def renew(self) -> None:
+        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        lease = {
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": self._name, "namespace": self._namespace},
+            "spec": {"holderIdentity": f"{socket.gethostname()}_kube-scheduler", "renewTime": now,
+                     "leaseDurationSeconds": self.DURATION_S},
+        }  # fmt: skip
+        r = requests.patch(f"{self._url}/{self._name}", json={"spec": lease["spec"]}, timeout=10,
+                           headers={"Content-Type": "application/merge-patch+json"})  # fmt: skip
+        if r.status_code == 404:
+            r = requests.post(self._url, json=lease, timeout=10)
+        r.raise_for_status()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.RENEW_S):
+            with contextlib.suppress(requests.RequestException):  # the API is stopping; the next try says
+                self.renew()
 
 
 def _answers(ext: Extender) -> bool:

@@ -26,7 +26,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import requests
@@ -43,6 +43,8 @@ BIND_RETRY_S = 5.0
 ALLOCATED_FAMILY = "hami_vgpu_memory_allocated_bytes"
 ALLOCATED_LINE = re.compile(r"^" + ALLOCATED_FAMILY + r"\{([^}]*)\}", re.MULTILINE)
 LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+# Our events HAMi does not write, on purpose (docs/design/differences.md, "Extra FilteringFailed line").
+ADDED_EVENT = re.compile(r"^Bindingfailed: ")
 FIT = re.compile(
     r"^find fit node\((?P<node>[^)]*)\), (?P<unfit>\d+) nodes not fit, \d+ nodes fit\((?P<labels>.*)\)$"
 )
@@ -165,20 +167,48 @@ class Outcome:
         return bool(self.node)
 
 
-def outcome(side: Side, pod: Obj, nodes: Sequence[str]) -> Outcome:
-    """/filter, then for a fit /bind and what the device plugin does at Allocate (release the node
-    lock, ``bind-phase: success``): the node and the devices as the bound pod carries them."""
+def filtered(side: Side, pod: Obj, nodes: Sequence[str]) -> Outcome:
+    """/filter: the node chosen (no devices yet) or the refusal."""
     body = side.filter(pod, nodes)
     names = body.get("NodeNames") or []
     failed = tuple(sorted((body.get("FailedNodes") or {}).items()))
-    error = str(body.get("Error") or "")
-    if not names:
-        return Outcome("", "", failed, error)
+    return Outcome(names[0] if names else "", "", failed, str(body.get("Error") or ""))
+
+
+def bound(side: Side, pod: Obj, got: Outcome) -> Outcome:
+    """For a fit: /bind, then what the device plugin does at Allocate (release the node lock,
+    ``bind-phase: success``); the devices as the bound pod carries them."""
+    if not got.placed:
+        return got
     key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
-    bind_error = side.bind(pod, names[0])
+    bind_error = side.bind(pod, got.node)
     annotations = side.get(key)["metadata"].get("annotations") or {}
-    side.allocated(key, names[0])
-    return Outcome(names[0], annotations.get(ann.POD_DEVICES_ALLOCATED, ""), failed, error or bind_error)
+    side.allocated(key, got.node)
+    return replace(got, devices=annotations.get(ann.POD_DEVICES_ALLOCATED, ""), error=got.error or bind_error)
+
+
+def outcome(side: Side, pod: Obj, nodes: Sequence[str]) -> Outcome:
+    return bound(side, pod, filtered(side, pod, nodes))
+
+
+def _gpu_entries(devices: str) -> list[str]:
+    return [c for c in devices.split(";") if c]
+
+
+Q1 = "Empty entries for containers without GPUs (QUIRK Q1)"
+
+
+def known_difference(pod: Obj, h: Outcome, o: Outcome) -> str:
+    """The row of docs/design/differences.md that explains why the answers differ, or ""."""
+    cores = [
+        int(v) for c in (*pod["spec"].get("initContainers", []), *pod["spec"]["containers"])
+        if (v := ((c.get("resources") or {}).get("limits") or {}).get(ann.RESOURCE_GPUCORES, "")).isdigit()
+    ]  # fmt: skip
+    if any(c > 100 for c in cores) and "is more than 100" in o.error and not h.error:
+        return "Negative or impossible GPU values (gpucores above 100)"
+    if replace(h, devices="") == replace(o, devices="") and _gpu_entries(h.devices) == _gpu_entries(o.devices):
+        return Q1
+    return ""
 
 
 @dataclass
@@ -189,6 +219,7 @@ class Difference:
     ours: Outcome | None
     what: str = "placement"
     detail: str = ""
+    known: str = ""  # the differences.md row that explains it
 
     def render(self) -> str:
         spec = {
@@ -198,7 +229,9 @@ class Difference:
             "initContainers": [c["resources"] for c in self.pod["spec"].get("initContainers", [])],
         }
         return (
-            f"#{self.index} {self.pod['metadata']['name']} ({self.what}) {json.dumps(spec, sort_keys=True)}\n"
+            f"#{self.index} {self.pod['metadata']['name']} ({self.what}"
+            + (f"; documented: {self.known}" if self.known else "")
+            + f") {json.dumps(spec, sort_keys=True)}\n"
             f"  HAMi: {self.hami}\n  ours: {self.ours}" + (f"\n  {self.detail}" if self.detail else "")
         )
 
@@ -218,14 +251,21 @@ class Report:
     def rate(self) -> float:
         return self.agreed / self.pods if self.pods else 0.0
 
+    @property
+    def unexplained(self) -> list[Difference]:
+        return [d for d in (*self.differences, *self.event_differences) if not d.known]
+
     def summary(self, first: int = 10) -> str:
+        documented = Counter(d.known for d in self.differences if d.known)
         lines = [
             f"agreement {self.agreed}/{self.pods} = {100 * self.rate:.2f} % of pods (placed {self.placed}, "
-            f"refused {self.refused}, node ties broken by HAMi's own scores {self.ties}); "
-            f"event differences: {len(self.event_differences)}"
+            f"refused {self.refused}; node ties broken by HAMi's own scores: {self.ties}); "
+            f"differences explained by docs/design/differences.md: {dict(documented)}; "
+            f"unexplained: {len(self.unexplained)} (event differences: {len(self.event_differences)})"
         ]
-        lines += [d.render() for d in self.differences[:first]]
-        lines += [d.render() for d in self.event_differences[:first]]
+        unexplained = self.unexplained
+        lines += [d.render() for d in unexplained[:first]]
+        lines += [d.render() for d in self.differences if d.known][: max(first - len(unexplained), 2)]
         return "\n".join(lines)
 
 
@@ -250,15 +290,15 @@ def run(hami: Side, ours: Side, nodes: Sequence[str], steps: Sequence[Step]) -> 
         meta = step.pod["metadata"]
         key = f"{meta['namespace']}/{meta['name']}"
         pods[key] = (index, step.pod)
-        h = outcome(hami, hami.create(step.pod), nodes)
-        created_ours = ours.create(step.pod)
-        o = outcome(ours, created_ours, nodes)
+        hami_pod, our_pod = hami.create(step.pod), ours.create(step.pod)
+        h, o = filtered(hami, hami_pod, nodes), filtered(ours, our_pod, nodes)
         report.pods += 1
         if h.placed and o.placed and h.node != o.node:
-            h = _break_tie(hami, key, h, o)
+            h = _break_tie(hami, key, hami_pod, h, o)
             if h.node == o.node:
                 report.ties += 1
                 report.tie_keys.add(key)
+        h, o = bound(hami, hami_pod, h), bound(ours, our_pod, o)
         if h == o:
             report.agreed += 1
             report.placed += h.placed
@@ -266,7 +306,11 @@ def run(hami: Side, ours: Side, nodes: Sequence[str], steps: Sequence[Step]) -> 
             if h.placed:
                 alive.add(key)
             continue
-        report.differences.append(Difference(index, step.pod, h, o))
+        known = known_difference(step.pod, h, o)
+        report.differences.append(Difference(index, step.pod, h, o, known=known))
+        if known == Q1:  # the same devices, only written differently: the clusters are still identical
+            alive.add(key)
+            continue
         for side in (hami, ours):  # identical clusters again for the next pod
             side.delete(key)
         if h.placed or o.placed:
@@ -275,7 +319,7 @@ def run(hami: Side, ours: Side, nodes: Sequence[str], steps: Sequence[Step]) -> 
     return report
 
 
-def _break_tie(hami: Side, key: str, h: Outcome, o: Outcome) -> Outcome:
+def _break_tie(hami: Side, key: str, pod: Obj, h: Outcome, o: Outcome) -> Outcome:
     """HAMi's answer on our node alone when its own scores rate our node as high as its choice."""
     def scores() -> dict[str, str] | None:
         return fit_scores(hami.events().get(key, Counter())) or None
@@ -286,7 +330,7 @@ def _break_tie(hami: Side, key: str, h: Outcome, o: Outcome) -> Outcome:
         return h
     if got.get(h.node) is None or got.get(h.node) != got.get(o.node):
         return h
-    return outcome(hami, hami.get(key), [o.node])
+    return filtered(hami, pod, [o.node])
 
 
 def _compare_events(hami: Side, ours: Side, pods: dict[str, tuple[int, Obj]], report: Report) -> None:
@@ -307,7 +351,8 @@ def _compare_events(hami: Side, ours: Side, pods: dict[str, tuple[int, Obj]], re
     for key, (index, pod) in pods.items():
         if key in skip or key in report.tie_keys:
             continue
-        h, o = he.get(key, Counter()), oe.get(key, Counter())
+        h = he.get(key, Counter())
+        o = Counter({e: n for e, n in oe.get(key, Counter()).items() if not ADDED_EVENT.match(e[2])})
         if h != o:
             detail = f"events HAMi only: {dict(h - o)}; ours only: {dict(o - h)}"
             report.event_differences.append(Difference(index, pod, None, None, "events", detail))

@@ -229,7 +229,8 @@ class FilterService:
                 result.node,
                 ", ".join(f"{n}:{s:.2f}" for n, s in result.fits),
             )
-        return {"NodeNames": [result.node], "FailedNodes": dict(result.failed), "Error": ""}, "fit"
+        # As HAMi answers a fit: the chosen node only, no FailedNodes (the events name the others).
+        return {"NodeNames": [result.node], "FailedNodes": None, "Error": ""}, "fit"
 
     def _log_verdicts(self, request: PodRequest, names: list[str], result: FilterResult) -> None:
         """-v4 per-node lines in the form operators grep for (called under the state lock)."""
