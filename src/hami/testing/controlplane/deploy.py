@@ -48,6 +48,7 @@ class Hami:
     objects: list[Obj]
     files: schedconfig.ChartFiles
     applied: str  # what kubectl apply --server-side printed
+    nodes: list[str] = field(default_factory=list)
     pods: dict[str, list[Obj]] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
     extender: Child | None = None
@@ -64,6 +65,14 @@ class Hami:
     def scheduler_pod(self) -> Obj:
         """The Deployment's first pod (by name): the replica the extender process stands for."""
         return min(self.pods[names.SCHEDULER_DEPLOYMENT], key=lambda p: str(p["metadata"]["name"]))
+
+    def stop_scheduler(self) -> dict[str, int | None]:
+        """kube-scheduler, then the extender; their exit codes."""
+        codes = {"kube-scheduler": self.cp.stop_kube_scheduler()}
+        child, self.extender = self.extender, None
+        if child is not None:
+            codes["hami-scheduler"] = self.cp.stop_child(child)
+        return codes
 
     def start_scheduler(self, extra_args: Sequence[str] = ()) -> None:
         """The extender (until its /readyz answers), the webhook route, then kube-scheduler."""
@@ -118,7 +127,7 @@ def install(
         "-p", yaml.safe_dump(bundle, default_flow_style=True),
     )  # fmt: skip
     created = [cp.create_node(node, gpus) for node, gpus in nodes]
-    hami = Hami(cp, workdir, objects, files, applied)
+    hami = Hami(cp, workdir, objects, files, applied, [n["metadata"]["name"] for n in created])
     hami.pods = _run_workloads(cp, created)
     return hami
 

@@ -193,9 +193,7 @@ class ControlPlane:
     def restart_apiserver(self) -> None:
         """SIGTERM kube-apiserver, wait for it to exit, start it again on the same port and data."""
         assert self.apiserver is not None
-        self.apiserver.proc.terminate()
-        self.apiserver.proc.wait(timeout=60)
-        self.procs.children.remove(self.apiserver)
+        self.stop_child(self.apiserver, grace=60)
         self._start_apiserver()
 
     def wait_http(self, child: Child, url: str, what: str) -> None:
@@ -225,10 +223,17 @@ class ControlPlane:
 
     def stop_kube_scheduler(self) -> int | None:
         child, self.kube_scheduler = self.kube_scheduler, None
-        if child is None:
-            return None
-        child.proc.terminate()
-        code = child.proc.wait(timeout=60)
+        return None if child is None else self.stop_child(child)
+
+    def stop_child(self, child: Child, grace: float = 30.0) -> int:
+        """SIGTERM one child (SIGKILL after ``grace`` s) and forget it; its exit code."""
+        if child.alive():
+            child.proc.terminate()
+        try:
+            code = child.proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            child.proc.kill()
+            code = child.proc.wait(timeout=grace)
         self.procs.children.remove(child)
         return code
 
