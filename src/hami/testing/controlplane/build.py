@@ -108,39 +108,53 @@ def ldflags() -> str:
     return " ".join(f"-X {_VERSION_PKG}.{k}={v}" for k, v in values.items())
 
 
-def find_go() -> str:
-    """The Go toolchain, 1.26 or later; BuildError saying what to install otherwise."""
+TOOLCHAIN_MIN = (1, 21)  # the first Go that fetches the toolchain a go.mod asks for (GOTOOLCHAIN)
+
+
+def find_go() -> tuple[str, str]:
+    """The Go toolchain and the GOTOOLCHAIN to run it with: ``local`` for Go 1.26 or later; ``auto``
+    for Go 1.21 to 1.25, which then fetches Go 1.26 from the module proxy (golang.org/toolchain) as
+    the generated go.mod asks. BuildError saying what to install otherwise."""
+    want = f"Go {GO_MIN[0]}.{GO_MIN[1]}"
     go = shutil.which("go") or next((p for p in ("/usr/local/go/bin/go",) if os.access(p, os.X_OK)), None)
     if go is None:
         raise BuildError(
-            "no Go toolchain: the control plane is built from source with Go "
-            f"{GO_MIN[0]}.{GO_MIN[1]} or later; install it from https://go.dev/dl and put `go` on PATH"
+            f"no Go toolchain: the control plane is built from source with {want} or later; install it "
+            "from https://go.dev/dl (or Debian's golang-go 1.21+, which fetches 1.26) and put `go` on PATH"
         )
-    out = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, timeout=60, check=False)
+    env = {**os.environ, "GOTOOLCHAIN": "local"}
+    out = subprocess.run(
+        [go, "env", "GOVERSION"], capture_output=True, text=True, timeout=60, check=False, env=env
+    )
     m = re.match(r"go(\d+)\.(\d+)", out.stdout.strip())
-    if m is None or (int(m[1]), int(m[2])) < GO_MIN:
-        raise BuildError(
-            f"{go} is {out.stdout.strip() or 'unusable: ' + out.stderr.strip()}; k8s.io/kubernetes "
-            f"{K8S_VERSION} needs Go {GO_MIN[0]}.{GO_MIN[1]} or later (https://go.dev/dl)"
-        )
-    return go
+    version = (int(m[1]), int(m[2])) if m else (0, 0)
+    if version >= GO_MIN:
+        return go, "local"
+    if version >= TOOLCHAIN_MIN:
+        return go, "auto"
+    raise BuildError(
+        f"{go} is {out.stdout.strip() or 'unusable: ' + out.stderr.strip()}; k8s.io/kubernetes "
+        f"{K8S_VERSION} needs {want} or later (https://go.dev/dl)"
+    )
 
 
-def _go_env() -> dict[str, str]:
-    # GOTOOLCHAIN=local: never fetch another toolchain behind the user's back; -mod=mod: the
-    # generated go.mod is completed by `go mod tidy`, nothing is vendored
-    return {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=mod -buildvcs=false"}
+def _go_env(toolchain: str = "local") -> dict[str, str]:
+    # GOTOOLCHAIN: see find_go; -mod=mod: the generated go.mod is completed by `go mod tidy`, nothing
+    # is vendored
+    return {**os.environ, "GOTOOLCHAIN": toolchain, "GOFLAGS": "-mod=mod -buildvcs=false"}
 
 
 _NETWORK = re.compile(r"dial tcp|no such host|i/o timeout|connection refused|TLS handshake|proxyconnect")
 
 
-def _run(argv: list[str], cwd: Path, step: str, progress: Progress, count: str | None = None) -> None:
+def _run(
+    argv: list[str], cwd: Path, step: str, progress: Progress, *, count: str | None = None, toolchain: str
+) -> None:
     """Runs one go command, printing a progress line every 30 s (lines matching ``count`` counted)."""
     started = time.monotonic()
     lines: list[str] = []
     proc = subprocess.Popen(
-        argv, cwd=cwd, env=_go_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        argv, cwd=cwd, env=_go_env(toolchain), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     done = threading.Event()
 
@@ -203,7 +217,7 @@ def ensure(progress: Progress = _stderr) -> Binaries:
 
 
 def _build(progress: Progress) -> Binaries:
-    go = find_go()
+    go, toolchain = find_go()
     target = cache_dir()
     target.mkdir(parents=True, exist_ok=True)
     progress(
@@ -216,12 +230,12 @@ def _build(progress: Progress) -> Binaries:
         (work / "tools.go").write_text(TOOLS_GO)
         (work / "etcd").mkdir()
         (work / "etcd" / "main.go").write_text(ETCD_MAIN)
-        _run([go, "mod", "tidy"], work, "go mod tidy (module downloads)", progress)
+        _run([go, "mod", "tidy"], work, "go mod tidy (module downloads)", progress, toolchain=toolchain)
         out = work / "bin"
         out.mkdir()
         pkgs = ["./etcd", *(f"k8s.io/kubernetes/cmd/{c}" for c in COMMANDS)]
         argv = [go, "build", "-v", "-ldflags", ldflags(), "-o", str(out) + "/", *pkgs]
-        _run(argv, work, "go build", progress, count=r"^\S+/\S+$")
+        _run(argv, work, "go build", progress, count=r"^\S+/\S+$", toolchain=toolchain)
         for name in BINARIES:
             version = ["version", "--client"] if name == "kubectl" else ["--version"]
             check = subprocess.run(
