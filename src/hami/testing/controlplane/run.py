@@ -29,6 +29,7 @@ import requests
 
 from hami.testing.controlplane import build, nodes, pki, schedconfig
 from hami.testing.controlplane.egress import EgressProxy, egress_config
+from hami.testing.controlplane.kubeletlogs import KubeletLogs
 from hami.testing.processes import Child, ProcessGroup, StartError, free_port, log_tail
 from hami.testing.wait import wait_until
 
@@ -46,6 +47,7 @@ class ControlPlane:
         binaries: build.Binaries | None = None,
         apiserver_args: Sequence[str] = (),
         ready_timeout: float = READY_TIMEOUT_S,
+        pod_logs: Path | None = None,
     ) -> None:
         self.work = workdir
         self.binaries = binaries
@@ -59,6 +61,9 @@ class ControlPlane:
         self.apiserver: Child | None = None
         self.kube_scheduler: Child | None = None
         self.kubeconfig = workdir / "kubeconfig"
+        # what `kubectl logs` shows: <pod_logs>/<namespace>_<pod>/<container>.log (kubeletlogs.py)
+        self.pod_logs = pod_logs or workdir / "pod-logs"
+        self.kubelet: KubeletLogs | None = None
         self._sockdir = workdir
         self._admin = (workdir / "admin.crt", workdir / "admin.key")
 
@@ -115,6 +120,8 @@ class ControlPlane:
         # a short directory: a Unix socket's path is limited to 107 bytes
         self._sockdir = Path(tempfile.mkdtemp(prefix="hami-cp-"))
         self.egress = EgressProxy(self._sockdir / "egress.sock")
+        self.kubelet = KubeletLogs(self.pod_logs, *self.pki.serving("kubelet"))
+        self.egress.route(f"127.0.0.1:{self.kubelet.port}", self.kubelet.port)
         try:
             self._start_etcd()
             self._start_apiserver()
@@ -125,6 +132,9 @@ class ControlPlane:
     def stop(self) -> dict[str, int]:
         """Stops every child (kube-scheduler, kube-apiserver, etcd: newest first); their exit codes."""
         codes = self.procs.stop()
+        if self.kubelet is not None:
+            self.kubelet.stop()
+            self.kubelet = None
         if self.egress is not None:
             self.egress.stop()
             self.egress = None
@@ -253,21 +263,29 @@ class ControlPlane:
 
     def create_node(self, node: Obj, gpus: int = 0) -> Obj:
         """``node`` created through the API as a kubelet registers one, then its status made Ready
-        and schedulable (allocatable CPU, memory, pods and ``gpus`` ``nvidia.com/gpu``)."""
+        and schedulable (allocatable CPU, memory, pods and ``gpus`` ``nvidia.com/gpu``; resources in
+        ``node``'s own status win), its kubelet endpoint the log server's."""
         name = node["metadata"]["name"]
+        status = nodes.ready_status(gpus)
+        own = node.get("status") or {}
+        for key in ("capacity", "allocatable"):
+            status[key] = {**status[key], **(own.get(key) or {})}
+        if self.kubelet is not None:
+            status["daemonEndpoints"] = {"kubeletEndpoint": {"Port": self.kubelet.port}}
         with self.session() as s:
-            created = s.post(self.url + "/api/v1/nodes", json=node, timeout=30)
+            body = {k: v for k, v in node.items() if k != "status"}
+            created = s.post(self.url + "/api/v1/nodes", json=body, timeout=30)
             if created.status_code != 201:
                 raise AssertionError(f"creating node {name}: {created.status_code} {created.text}")
-            status = s.patch(
+            ready = s.patch(
                 f"{self.url}/api/v1/nodes/{name}/status",
-                json={"status": nodes.ready_status(gpus)},
+                json={"status": status},
                 headers={"Content-Type": "application/merge-patch+json"},
                 timeout=30,
             )
-            if status.status_code != 200:
-                raise AssertionError(f"status of node {name}: {status.status_code} {status.text}")
-            result: Obj = status.json()
+            if ready.status_code != 200:
+                raise AssertionError(f"status of node {name}: {ready.status_code} {ready.text}")
+            result: Obj = ready.json()
             return result
 
     def route_service(self, namespace: str, name: str, port: int, local_port: int) -> str:
