@@ -142,11 +142,11 @@ def install(
     )  # fmt: skip
     created = [cp.create_node(node, gpus) for node, gpus in nodes]
     hami = Hami(cp, workdir, objects, files, applied, [n["metadata"]["name"] for n in created])
-    hami.pods = _run_workloads(cp, [*running_on, *created])
+    hami.pods = run_workloads(cp, [*running_on, *created])
     return hami
 
 
-def _run_workloads(cp: ControlPlane, nodes: list[Obj]) -> dict[str, list[Obj]]:
+def run_workloads(cp: ControlPlane, nodes: list[Obj]) -> dict[str, list[Obj]]:
     """The pods the Deployment and DaemonSet controllers would make, created bound to their nodes
     with the kubelet's Running status (neither controllers nor kubelets run here)."""
     with cp.session() as s:

@@ -12,7 +12,8 @@ kube-scheduler, each a child process with its log in ``<workdir>/logs``.
 No controller manager runs, so admission is set up for that: ``ServiceAccount`` is off (no controller
 creates the ``default`` ServiceAccounts or their tokens) and so is ``TaintNodesByCondition`` (no node
 lifecycle controller would lift the ``not-ready`` taint it puts on every new Node). Namespaces cannot
-be deleted (no namespace controller empties them) and Deployments make no pods.
+be deleted (no namespace controller empties them) and Deployments make no pods. No kubelet either:
+a thread does the kubelet's part of a graceful pod deletion (``_finish_deletions``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
@@ -64,6 +66,8 @@ class ControlPlane:
         # what `kubectl logs` shows: <pod_logs>/<namespace>_<pod>/<container>.log (kubeletlogs.py)
         self.pod_logs = pod_logs or workdir / "pod-logs"
         self.kubelet: KubeletLogs | None = None
+        self._stopping = threading.Event()
+        self._reaper: threading.Thread | None = None
         self._sockdir = workdir
         self._admin = (workdir / "admin.crt", workdir / "admin.key")
 
@@ -128,9 +132,16 @@ class ControlPlane:
         except BaseException:
             self.stop()
             raise
+        self._stopping.clear()
+        self._reaper = threading.Thread(target=self._finish_deletions, name="pod-deletions", daemon=True)
+        self._reaper.start()
 
     def stop(self) -> dict[str, int]:
         """Stops every child (kube-scheduler, kube-apiserver, etcd: newest first); their exit codes."""
+        self._stopping.set()
+        if self._reaper is not None:
+            self._reaper.join(30)
+            self._reaper = None
         codes = self.procs.stop()
         if self.kubelet is not None:
             self.kubelet.stop()
@@ -246,6 +257,25 @@ class ControlPlane:
             code = child.proc.wait(timeout=grace)
         self.procs.children.remove(child)
         return code
+
+    def _finish_deletions(self, interval: float = 0.5) -> None:
+        """What a kubelet does once a pod on its node is being deleted (deletionTimestamp set): the
+        containers are gone, so the pod is deleted for good (grace period 0, this uid only).
+        Without it, a deleted pod of a node stays Terminating and keeps its GPUs."""
+        with self.session() as s:
+            while not self._stopping.wait(interval):
+                try:
+                    reply = s.get(self.url + "/api/v1/pods", timeout=10)
+                    items = reply.json().get("items") or [] if reply.status_code == 200 else []
+                    for pod in items:
+                        meta = pod["metadata"]
+                        if not meta.get("deletionTimestamp") or not pod["spec"].get("nodeName"):
+                            continue
+                        body = {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}}
+                        path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+                        s.delete(self.url + path, json=body, timeout=10)
+                except (requests.RequestException, ValueError):
+                    continue  # kube-apiserver restarting or stopping: the next round tries again
 
     # ---- cluster operations ----
 
