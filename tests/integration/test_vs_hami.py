@@ -6,16 +6,15 @@ Skipped only when HAMi's source is absent (``hami.testing.hamipeer.ABSENT`` says
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-import yaml
 
-from hami.testing import hamipeer, podstream, sidebyside
-from hami.testing.kubeapi import KubeAPIServer
+from hami.testing import apicluster, hamipeer, podstream, sidebyside
 from hami.testing.processes import ProcessGroup
 
 SRC = hamipeer.source()
@@ -37,36 +36,30 @@ def setup() -> hamipeer.ChartSetup:
     return hamipeer.chart_setup(SRC)
 
 
-def _side(which: str, group: ProcessGroup, api: KubeAPIServer, setup: hamipeer.ChartSetup,
-          binary: Path) -> sidebyside.Side:  # fmt: skip
-    kubeconfig = group.log_dir / f"{which}-kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump(api.kubeconfig()))
-    ext = hamipeer.start(which, group, kubeconfig, setup, binary=binary, verbosity=1,
-                         extra_flags=["--kube-qps=-1"])  # fmt: skip
-    return sidebyside.Side(which, api.url, ext.url, ext.metrics_url)
-
-
 @pytest.fixture(scope="module")
 def sides(
     hami_binary: Path, setup: hamipeer.ChartSetup, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[sidebyside.Side, sidebyside.Side]]:
-    nodes = podstream.cluster_nodes(NOW)
+    """HAMi's extender and ours, each on its own API server (the real control plane where it is
+    built) holding the same nodes and quota."""
+    work = tmp_path_factory.mktemp("vs-hami")
     gpus = sum(s.gpus for s in podstream.CLUSTER)
-    group = ProcessGroup(tmp_path_factory.mktemp("vs-hami"))
-    with (
-        KubeAPIServer() as hami_api, KubeAPIServer() as our_api,
-        hamipeer.LeaseKeeper(hami_api.url), hamipeer.LeaseKeeper(our_api.url),
-    ):  # fmt: skip
-        try:
-            pair = []
-            for which, api in (("hami", hami_api), ("ours", our_api)):
-                sidebyside.seed(api.url, nodes, [podstream.quota()])
-                side = _side(which, group, api, setup, hami_binary)
-                sidebyside.wait_ready(side, gpus, [podstream.QUOTA_NS])
-                pair.append(side)
-            yield pair[0], pair[1]
-        finally:
-            group.stop()
+    group = ProcessGroup(work / "logs")
+    with contextlib.ExitStack() as stack:
+        pair = []
+        for which in ("hami", "ours"):
+            api = stack.enter_context(apicluster.api_cluster(work / which))
+            print(f"{which}: {api.kind} at {api.url}")
+            sidebyside.seed(api.url, podstream.cluster_nodes(NOW), [podstream.quota()],
+                            podstream.NAMESPACES, session=api.session)  # fmt: skip
+            stack.enter_context(hamipeer.LeaseKeeper(api.url, session=api.session))
+            ext = hamipeer.start(which, group, api.kubeconfig, setup, binary=hami_binary, verbosity=1,
+                                 extra_flags=["--kube-qps=-1"])  # fmt: skip
+            side = sidebyside.Side(which, api.url, ext.url, ext.metrics_url, api.session)
+            sidebyside.wait_ready(side, gpus, [podstream.QUOTA_NS])
+            pair.append(side)
+        stack.callback(group.stop)
+        yield pair[0], pair[1]
 
 
 def test_same_pods_same_placements(sides: tuple[sidebyside.Side, sidebyside.Side]) -> None:

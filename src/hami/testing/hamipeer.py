@@ -25,7 +25,7 @@ import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -210,8 +210,10 @@ class LeaseKeeper:
 
     RENEW_S, DURATION_S = 2.0, 15
 
-    def __init__(self, api: str, name: str = "hami-scheduler", namespace: str = NAMESPACE) -> None:
+    def __init__(self, api: str, name: str = "hami-scheduler", namespace: str = NAMESPACE,
+                 session: requests.Session | None = None) -> None:  # fmt: skip
         self._url = f"{api}/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+        self._session = session or requests.Session()
         self._name, self._namespace = name, namespace
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lease", daemon=True)
@@ -226,17 +228,17 @@ class LeaseKeeper:
         self._thread.join(10)
 
     def renew(self) -> None:
-        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         lease = {
             "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
             "metadata": {"name": self._name, "namespace": self._namespace},
             "spec": {"holderIdentity": f"{socket.gethostname()}_kube-scheduler", "renewTime": now,
                      "leaseDurationSeconds": self.DURATION_S},
         }  # fmt: skip
-        r = requests.patch(f"{self._url}/{self._name}", json={"spec": lease["spec"]}, timeout=10,
+        r = self._session.patch(f"{self._url}/{self._name}", json={"spec": lease["spec"]}, timeout=10,
                            headers={"Content-Type": "application/merge-patch+json"})  # fmt: skip
         if r.status_code == 404:
-            r = requests.post(self._url, json=lease, timeout=10)
+            r = self._session.post(self._url, json=lease, timeout=10)
         r.raise_for_status()
 
     def _run(self) -> None:

@@ -33,12 +33,12 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from hami.core import annotations as ann
-from hami.testing import cluster
 from hami.testing.podstream import Step
 from hami.testing.wait import wait_until
 
 Obj = dict[str, Any]
 TIMEOUT = 30.0
+NOW_DELETE = {"gracePeriodSeconds": 0}
 BIND_RETRY_S = 5.0
 ALLOCATED_FAMILY = "hami_vgpu_memory_allocated_bytes"
 ALLOCATED_LINE = re.compile(r"^" + ALLOCATED_FAMILY + r"\{([^}]*)\}", re.MULTILINE)
@@ -78,7 +78,8 @@ class Side:
 
     def delete(self, key: str) -> None:
         ns, name = key.split("/")
-        r = self.session.delete(f"{self.pods_path(ns)}/{name}", timeout=TIMEOUT)
+        # at once, as the kubelet stand-in would finish a graceful deletion
+        r = self.session.delete(f"{self.pods_path(ns)}/{name}", json=NOW_DELETE, timeout=TIMEOUT)
         if r.status_code not in (200, 202, 404):
             r.raise_for_status()
 
@@ -206,7 +207,8 @@ def known_difference(pod: Obj, h: Outcome, o: Outcome) -> str:
     ]  # fmt: skip
     if any(c > 100 for c in cores) and "is more than 100" in o.error and not h.error:
         return "Negative or impossible GPU values (gpucores above 100)"
-    if replace(h, devices="") == replace(o, devices="") and _gpu_entries(h.devices) == _gpu_entries(o.devices):
+    same_devices = _gpu_entries(h.devices) == _gpu_entries(o.devices)
+    if replace(h, devices="") == replace(o, devices="") and same_devices:
         return Q1
     return ""
 
@@ -358,13 +360,24 @@ def _compare_events(hami: Side, ours: Side, pods: dict[str, tuple[int, Obj]], re
             report.event_differences.append(Difference(index, pod, None, None, "events", detail))
 
 
-def seed(api: str, nodes: Sequence[Obj], quotas: Sequence[Obj]) -> None:
-    """The nodes (with their status) and the quotas, created through the API."""
-    cluster.seed(api, list(nodes))
-    with requests.Session() as s:
-        for q in quotas:
-            ns = q["metadata"]["namespace"]
-            s.post(f"{api}/api/v1/namespaces/{ns}/resourcequotas", json=q, timeout=TIMEOUT).raise_for_status()
+def seed(api: str, nodes: Sequence[Obj], quotas: Sequence[Obj], namespaces: Iterable[str] = (),
+         session: requests.Session | None = None) -> None:  # fmt: skip
+    """The namespaces, the nodes (then their status, which a create leaves out) and the quotas,
+    created through the API (a real kube-apiserver needs the namespaces first)."""
+    s = session or requests.Session()
+    for ns in namespaces:
+        r = s.post(f"{api}/api/v1/namespaces", json={"metadata": {"name": ns}}, timeout=TIMEOUT)
+        if r.status_code not in (200, 201, 409):
+            r.raise_for_status()
+    merge = {"Content-Type": "application/merge-patch+json"}
+    for node in nodes:
+        body = {k: v for k, v in node.items() if k != "status"}
+        s.post(f"{api}/api/v1/nodes", json=body, timeout=TIMEOUT).raise_for_status()
+        url = f"{api}/api/v1/nodes/{node['metadata']['name']}/status"
+        s.patch(url, json={"status": node["status"]}, headers=merge, timeout=TIMEOUT).raise_for_status()
+    for q in quotas:
+        ns = q["metadata"]["namespace"]
+        s.post(f"{api}/api/v1/namespaces/{ns}/resourcequotas", json=q, timeout=TIMEOUT).raise_for_status()
 
 
 def series(side: Side, family: str) -> list[dict[str, str]]:
