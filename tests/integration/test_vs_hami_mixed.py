@@ -5,9 +5,10 @@ Skipped only when HAMi's source is absent (``hami.testing.hamipeer.ABSENT``)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from hami.testing.builders import limits
 from hami.testing.kubeapi import KubeAPIServer
 from hami.testing.pluginrig import NODE, U0, U1, start_rig
 from hami.testing.processes import ProcessGroup
+from hami.testing.wait import wait_until
 
 SRC = hamipeer.source()
 pytestmark = pytest.mark.skipif(SRC is None, reason=hamipeer.ABSENT)
@@ -53,8 +55,13 @@ class Peers:
     binary: Path
     setup: hamipeer.ChartSetup
     group: ProcessGroup
+    stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+    leases: set[str] = field(default_factory=set)
 
     def start(self, which: str, api: KubeAPIServer) -> sidebyside.Side:
+        if api.url not in self.leases:  # the chart's lease, as its kube-scheduler would hold it
+            self.stack.enter_context(hamipeer.LeaseKeeper(api.url))
+            self.leases.add(api.url)
         kubeconfig = self.group.log_dir / f"{which}-kubeconfig"
         kubeconfig.write_text(yaml.safe_dump(api.kubeconfig()))
         ext = hamipeer.start(which, self.group, kubeconfig, self.setup, binary=self.binary, verbosity=1,
@@ -75,6 +82,7 @@ def peers(built: tuple[Path, hamipeer.ChartSetup], tmp_path: Path) -> Iterator[P
         yield p
     finally:
         p.group.stop()
+        p.stack.close()
 
 
 def _pod(name: str, mem: int, cores: int, gpus: int = 1, **annotations: str) -> dict[str, Any]:
@@ -142,11 +150,11 @@ def test_switch_over_keeps_the_accounting(first: str, then: str, kube_api: KubeA
     for step in podstream.stream(7, 60, lifetime=(1000, 1000)):
         placed += _place(side, step.pod, nodes).placed
     assert placed > 20
-    before = metricdiff.families(_scrape(side), lambda n: n in PLACEMENT_FAMILIES)
+    before = metricdiff.families(_settled(side, first), lambda n: n in PLACEMENT_FAMILIES)
     peers.group.stop()
     other = peers.start(then, kube_api)
     sidebyside.wait_ready(other, gpus, [podstream.QUOTA_NS])
-    after = metricdiff.families(_scrape(other), lambda n: n in PLACEMENT_FAMILIES)
+    after = metricdiff.families(_settled(other, then), lambda n: n in PLACEMENT_FAMILIES)
     rows = metricdiff.compare(before, after)
     print(metricdiff.table(rows))
     assert {r.name for r in rows} == set(PLACEMENT_FAMILIES)
@@ -155,3 +163,20 @@ def test_switch_over_keeps_the_accounting(first: str, then: str, kube_api: KubeA
 
 def _scrape(side: sidebyside.Side) -> str:
     return side.session.get(side.metrics + "/metrics", timeout=30).text
+
+
+def _settled(side: sidebyside.Side, tag: str) -> str:
+    """A scrape whose per-card families count the reservations. HAMi computes them at its register
+    passes (every 15 s, or when a node is added), ours at scrape time: a node is added, then the
+    card memory must be non-zero and the same in two scrapes in a row."""
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"settle-{tag}"}}
+    side.session.post(f"{side.api}/api/v1/nodes", json=node, timeout=30).raise_for_status()
+    last: list[float] = [-1.0]
+
+    def check() -> str | None:
+        text = _scrape(side)
+        total = sum(metricdiff.families(text)["hami_gpu_memory_allocated_bytes"].samples.values())
+        stable, last[0] = total == last[0] and total > 0, total
+        return text if stable else None
+
+    return wait_until(check, 60.0, f"{side.name}'s card metrics to count the reservations", interval=0.5)
