@@ -96,6 +96,9 @@ class ControlPlane:
         """An HTTP session as kubectl's user (for raw API calls in tests)."""
         cert, key = self._admin
         s = requests.Session()
+        # not the environment's: REQUESTS_CA_BUNDLE would override this session's CA, and a proxy
+        # variable would send loopback traffic elsewhere
+        s.trust_env = False
         s.cert = (str(cert), str(key))
         s.verify = str(self._pki().ca)
         return s
@@ -195,6 +198,8 @@ class ControlPlane:
             "--service-account-signing-key-file", str(p.sa_key),
             "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
             "--service-cluster-ip-range", pki.SERVICE_CIDR,
+            # the `kubernetes` Service's Endpoints may not hold a loopback address: none are written
+            "--endpoint-reconciler-type", "none",
             "--authorization-mode", "Node,RBAC",
             "--allow-privileged=true",  # the device plugin's and the monitor's DaemonSets
             "--disable-admission-plugins", ",".join(DISABLED_ADMISSION),
@@ -238,6 +243,7 @@ class ControlPlane:
         ]  # fmt: skip
         self.kube_scheduler = child = self.procs.start("kube-scheduler", argv)
         with requests.Session() as s:
+            s.trust_env = False
             s.verify = False  # its self-signed serving certificate: only liveness is checked here
             self._wait(child, _http_ok(f"https://127.0.0.1:{port}/healthz", s), "kube-scheduler's /healthz")
         return child
@@ -278,6 +284,21 @@ class ControlPlane:
                     continue  # kube-apiserver restarting or stopping: the next round tries again
 
     # ---- cluster operations ----
+
+    def compact_etcd(self) -> int:
+        """etcd's history compacted up to now (what kube-apiserver does every 5 minutes): a watch or
+        a list continuing from an older resourceVersion then gets 410 Gone. The revision compacted."""
+        with requests.Session() as s:
+            s.trust_env = False
+            # etcd's JSON gateway: any range answers with the current revision in its header
+            head = s.post(self.etcd_url + "/v3/kv/range", json={"key": "AA=="}, timeout=30)
+            head.raise_for_status()
+            revision = int(head.json()["header"]["revision"])
+            done = s.post(
+                self.etcd_url + "/v3/kv/compaction", json={"revision": revision, "physical": True}, timeout=60
+            )
+            done.raise_for_status()
+        return revision
 
     def kubectl(
         self, *args: str, input: str | None = None, timeout: float = 120.0, check: bool = True
