@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hami.testing import apicluster, hamipeer, podstream, sidebyside
+from hami.testing import apicluster, hamipeer, metricdiff, podstream, sidebyside
 from hami.testing.processes import ProcessGroup
 
 SRC = hamipeer.source()
@@ -22,6 +22,7 @@ pytestmark = pytest.mark.skipif(SRC is None, reason=hamipeer.ABSENT)
 PODS = int(os.environ.get("VS_HAMI_PODS", "2000"))
 SEED = 29
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
+GO_RUNTIME = ("go_", "process_", "promhttp_")
 
 
 @pytest.fixture(scope="module")
@@ -72,3 +73,17 @@ def test_same_pods_same_placements(sides: tuple[sidebyside.Side, sidebyside.Side
     assert report.placed > PODS // 4 and report.refused > PODS // 20, report.summary()
     # what differs is written down (docs/design/differences.md) or the test fails, naming it
     assert not report.unexplained, report.summary()
+
+
+def test_same_state_same_metrics(sides: tuple[sidebyside.Side, sidebyside.Side]) -> None:
+    """After the stream above (identical clusters, the same reservations): every family HAMi's
+    scheduler exports is in ours with its type, labels and values. Its Go runtime and process
+    families (``go_``, ``process_``, ``promhttp_``) are a Go binary's, not HAMi's."""
+    hami, ours = sides
+    texts = [sidebyside.settled_metrics(side) for side in (hami, ours)]
+    theirs = metricdiff.families(texts[0], lambda n: not n.startswith(GO_RUNTIME))
+    mine = metricdiff.families(texts[1])
+    rows = metricdiff.compare(theirs, mine)
+    print(metricdiff.table(rows))
+    assert len(rows) >= 8 and sum(len(f.samples) for f in theirs.values()) > 50
+    assert [r for r in rows if r.status != "same"] == [], metricdiff.table(r for r in rows if r.status != "same")

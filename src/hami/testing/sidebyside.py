@@ -41,6 +41,7 @@ TIMEOUT = 30.0
 NOW_DELETE = {"gracePeriodSeconds": 0}
 BIND_RETRY_S = 5.0
 ALLOCATED_FAMILY = "hami_vgpu_memory_allocated_bytes"
+CARD_MEMORY = re.compile(r"^hami_gpu_memory_allocated_bytes\{[^}]*\} (\S+)$", re.MULTILINE)
 ALLOCATED_LINE = re.compile(r"^" + ALLOCATED_FAMILY + r"\{([^}]*)\}", re.MULTILINE)
 LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 # Our events HAMi does not write, on purpose (docs/design/differences.md, "Extra FilteringFailed line").
@@ -395,3 +396,21 @@ def wait_ready(side: Side, gpus: int, quota_namespaces: Iterable[str] = (), time
         return len(series(side, "hami_gpu_memory_limit_bytes")) == gpus and namespaces <= quotas
 
     wait_until(ready, timeout, f"{side.name} to register {gpus} GPUs", interval=0.2)
+
+
+def settled_metrics(side: Side, timeout: float = 60.0) -> str:
+    """A scrape whose per-card families count every reservation. HAMi computes them at its register
+    passes (every 15 s, or when a node is added), ours at scrape time: a node without GPUs is added,
+    then the card memory must be the same in two scrapes in a row."""
+    name = f"settle-{side.name}-{time.monotonic_ns()}"
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
+    side.session.post(f"{side.api}/api/v1/nodes", json=node, timeout=TIMEOUT).raise_for_status()
+    last: list[float] = [-1.0]
+
+    def check() -> str | None:
+        text = side.session.get(side.metrics + "/metrics", timeout=TIMEOUT).text
+        total = sum(float(m.group(1)) for m in CARD_MEMORY.finditer(text))
+        stable, last[0] = total == last[0], total
+        return text if stable else None
+
+    return wait_until(check, timeout, f"{side.name}'s card metrics to settle", interval=0.5)
