@@ -23,6 +23,8 @@ PODS = int(os.environ.get("VS_HAMI_PODS", "2000"))
 SEED = 29
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 GO_RUNTIME = ("go_", "process_", "promhttp_")
+# Families whose difference docs/design/differences.md explains (its row, by name).
+DOCUMENTED = {"hami_build_info": "`hami_build_info` labels"}
 
 
 @pytest.fixture(scope="module")
@@ -86,4 +88,5 @@ def test_same_state_same_metrics(sides: tuple[sidebyside.Side, sidebyside.Side])
     rows = metricdiff.compare(theirs, mine)
     print(metricdiff.table(rows))
     assert len(rows) >= 8 and sum(len(f.samples) for f in theirs.values()) > 50
-    assert [r for r in rows if r.status != "same"] == [], metricdiff.table(r for r in rows if r.status != "same")
+    differing = [r for r in rows if r.status != "same" and r.name not in DOCUMENTED]
+    assert differing == [], metricdiff.table(differing)

@@ -33,6 +33,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from hami.core import annotations as ann
+from hami.scheduler.engine import reasons as r
 from hami.testing.podstream import Step
 from hami.testing.wait import wait_until
 
@@ -198,6 +199,7 @@ def _gpu_entries(devices: str) -> list[str]:
 
 
 Q1 = "Empty entries for containers without GPUs (QUIRK Q1)"
+QUOTA_INIT = "In-Fit quota check with init containers"
 
 
 def known_difference(pod: Obj, h: Outcome, o: Outcome) -> str:
@@ -208,6 +210,12 @@ def known_difference(pod: Obj, h: Outcome, o: Outcome) -> str:
     ]  # fmt: skip
     if any(c > 100 for c in cores) and "is more than 100" in o.error and not h.error:
         return "Negative or impossible GPU values (gpucores above 100)"
+    gpu_init = any(
+        ann.RESOURCE_GPU in ((c.get("resources") or {}).get("limits") or {})
+        for c in pod["spec"].get("initContainers", [])
+    )
+    if gpu_init and r.RESOURCE_QUOTA_NOT_FIT in repr((h.failed, o.failed)):
+        return QUOTA_INIT
     same_devices = _gpu_entries(h.devices) == _gpu_entries(o.devices)
     if replace(h, devices="") == replace(o, devices="") and same_devices:
         return Q1
