@@ -25,9 +25,10 @@ import json
 import re
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import requests
 from prometheus_client.parser import text_string_to_metric_families
@@ -38,6 +39,8 @@ from hami.testing.podstream import Step
 from hami.testing.wait import wait_until
 
 Obj = dict[str, Any]
+T = TypeVar("T")
+R = TypeVar("R")
 TIMEOUT = 30.0
 NOW_DELETE = {"gracePeriodSeconds": 0}
 BIND_RETRY_S = 5.0
@@ -280,36 +283,56 @@ class Report:
         return "\n".join(lines)
 
 
-def _wait_released(sides: Sequence[Side], alive: set[str], timeout: float = 30.0) -> None:
-    for side in sides:
-        wait_until(lambda s=side: s.allocated_pods() <= alive, timeout,  # type: ignore[misc]
+def _wait_released(pool: ThreadPoolExecutor, sides: Sequence[Side], alive: set[str],
+                   timeout: float = 30.0) -> None:  # fmt: skip
+    def wait(side: Side, _: None) -> None:
+        wait_until(lambda: side.allocated_pods() <= alive, timeout,
                    f"{side.name}'s cache to drop deleted pods", interval=0.005)  # fmt: skip
+
+    _both(pool, wait, (sides[0], None), (sides[1], None))
 
 
 def run(hami: Side, ours: Side, nodes: Sequence[str], steps: Sequence[Step]) -> Report:
+    """The sides work in parallel within a step (each waits on its own servers), in step together."""
+    with ThreadPoolExecutor(2, thread_name_prefix="side") as pool:
+        return _run(hami, ours, nodes, steps, pool)
+
+
+def _both(pool: ThreadPoolExecutor, f: Callable[[Side, T], R], h: tuple[Side, T],
+          o: tuple[Side, T]) -> tuple[R, R]:  # fmt: skip
+    theirs = pool.submit(f, *h)
+    mine = f(*o)
+    return theirs.result(), mine
+
+
+def _run(hami: Side, ours: Side, nodes: Sequence[str], steps: Sequence[Step],
+         pool: ThreadPoolExecutor) -> Report:  # fmt: skip
     report = Report()
     alive: set[str] = set()  # placed pods still in the clusters
     pods: dict[str, tuple[int, Obj]] = {}
+
+    def delete(side: Side, keys: Sequence[str]) -> None:
+        for key in keys:
+            side.delete(key)
+
     for index, step in enumerate(steps):
         gone = [k for k in step.delete if k in alive]
-        for key in step.delete:
-            for side in (hami, ours):
-                side.delete(key)
+        _both(pool, delete, (hami, step.delete), (ours, step.delete))
         if gone:
             alive.difference_update(gone)
-            _wait_released((hami, ours), alive)
+            _wait_released(pool, (hami, ours), alive)
         meta = step.pod["metadata"]
         key = f"{meta['namespace']}/{meta['name']}"
         pods[key] = (index, step.pod)
-        hami_pod, our_pod = hami.create(step.pod), ours.create(step.pod)
-        h, o = filtered(hami, hami_pod, nodes), filtered(ours, our_pod, nodes)
+        hami_pod, our_pod = _both(pool, Side.create, (hami, step.pod), (ours, step.pod))
+        h, o = _both(pool, lambda s, p: filtered(s, p, nodes), (hami, hami_pod), (ours, our_pod))
         report.pods += 1
         if h.placed and o.placed and h.node != o.node:
             h = _break_tie(hami, key, hami_pod, h, o)
             if h.node == o.node:
                 report.ties += 1
                 report.tie_keys.add(key)
-        h, o = bound(hami, hami_pod, h), bound(ours, our_pod, o)
+        h, o = _both(pool, lambda s, a: bound(s, a[0], a[1]), (hami, (hami_pod, h)), (ours, (our_pod, o)))
         if h == o:
             report.agreed += 1
             report.placed += h.placed
@@ -322,10 +345,10 @@ def run(hami: Side, ours: Side, nodes: Sequence[str], steps: Sequence[Step]) -> 
         if known == Q1:  # the same devices, only written differently: the clusters are still identical
             alive.add(key)
             continue
-        for side in (hami, ours):  # identical clusters again for the next pod
-            side.delete(key)
+        # identical clusters again for the next pod
+        _both(pool, delete, (hami, [key]), (ours, [key]))
         if h.placed or o.placed:
-            _wait_released((hami, ours), alive)
+            _wait_released(pool, (hami, ours), alive)
     _compare_events(hami, ours, pods, report)
     return report
 
