@@ -1,7 +1,7 @@
 """A seeded stream of GPU pods and the cluster they are scheduled on, for the side-by-side comparison
 of HAMi's scheduler and ours (``hami.testing.sidebyside``).
 
-Pure: a seed in, Kubernetes objects out. The cluster mixes card types, sizes, split counts, NUMA
+Pure: ``seed`` in, Kubernetes objects out. The cluster mixes card types, sizes, split counts, NUMA
 nodes and GPU pair scores (for ``topology-aware``); the pods vary what HAMi's guides let a user vary:
 card count, memory in MiB or percent, cores (``100`` takes a card exclusively; a few ask for more
 than 100), ``use-gputype``/``nouse-gputype``, ``use-gpuuuid``/``nouse-gpuuuid``, the node and GPU

@@ -233,7 +233,7 @@ class Difference:
     ours: Outcome | None
     what: str = "placement"
     detail: str = ""
-    known: str = ""  # the differences.md row that explains it
+    known: str = ""  # the docs/design/differences.md row that explains it
 
     def render(self) -> str:
         spec = {
