@@ -30,7 +30,7 @@ from dashboards import generate
 from hami.core import thresholds
 from hami.doctor.findings import EXIT_BROKEN, EXIT_OK, EXIT_WARNING
 from hami.doctor.main import main as doctor_main
-from hami.testing import cluster, dashqueries, demo, promconfig
+from hami.testing import cluster, dashqueries, demo, hamipeer, promconfig
 from hami.testing.controlplane import Binaries
 from hami.testing.monitoring import ALERTMANAGER, DASHBOARDS, RULES
 from hami.testing.prometheus import PROMETHEUS, PROMTOOL
@@ -156,6 +156,28 @@ def test_every_dashboard_panel_query_returns_data(stack: Stack) -> None:
         pytest.fail(
             "panels without data:\n" + "\n".join(f"  {d} / {p}: {e}" for (d, p), e in sorted(last.items()))
         )
+
+
+def test_hamis_own_dashboard_shows_data_on_our_metrics(stack: Stack) -> None:
+    """HAMi's dashboard (``$HAMI_SRC/dashboards``): every panel query, evaluated as Grafana would in
+    the Prometheus that scrapes our daemons, returns data. Skipped only without HAMi's source."""
+    src = hamipeer.source()
+    if src is None:
+        pytest.skip(hamipeer.ABSENT)
+    need(MONITOR, SCHEDULER)
+    last: dict[tuple[str, str], str] = {}
+
+    def settled() -> bool:
+        nonlocal last
+        results = dashqueries.run_all(prometheus(stack), src / "dashboards", rate_interval="15s")
+        last = {(q.dashboard, q.panel): expr for q, (expr, n) in results.items() if n == 0}
+        return bool(results) and not last
+
+    try:
+        poll(settled, "every panel query of HAMi's dashboard to return data")
+    except AssertionError:
+        empty = "\n".join(f"  {d} / {p}: {e}" for (d, p), e in sorted(last.items()))
+        pytest.fail(f"HAMi's panels without data:\n{empty}")
 
 
 def _alert_fires(stack: Stack, name: str, labels: dict[str, str]) -> Callable[[], bool]:
