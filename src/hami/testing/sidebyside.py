@@ -423,6 +423,12 @@ def wait_ready(side: Side, gpus: int, quota_namespaces: Iterable[str] = (), time
     namespaces = set(quota_namespaces)
 
     def ready() -> bool:
+        try:
+            return _ready()
+        except requests.RequestException:  # HAMi's scrape waits while a register pass holds its lock
+            return False
+
+    def _ready() -> bool:
         quotas = {s["namespace"] for s in series(side, "hami_resource_quota_limit")}
         return len(series(side, "hami_gpu_memory_limit_bytes")) == gpus and namespaces <= quotas
 
