@@ -21,11 +21,13 @@ class Family:
 
 
 def families(text: str, keep: Callable[[str], bool] = lambda _n: True) -> dict[str, Family]:
+    """Families by their exposed name (a counter's with ``_total``, as /metrics shows it)."""
     out: dict[str, Family] = {}
     for fam in text_string_to_metric_families(text):
-        if not keep(fam.name):
+        name = fam.name + ("_total" if fam.type == "counter" else "")
+        if not keep(name):
             continue
-        f = out.setdefault(fam.name, Family(fam.name, fam.type, frozenset()))
+        f = out.setdefault(name, Family(name, fam.type, frozenset()))
         for s in fam.samples:
             labels = tuple(sorted(s.labels.items()))
             f.samples[(s.name, labels)] = s.value
