@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -95,6 +96,26 @@ class TimingProxy:
         return out
 
 
+class Profiler:
+    """``/debug/pprof/profile?seconds=S`` of our extender, fetched while a round runs."""
+
+    def __init__(self, ext: hamipeer.Extender, seconds: float, work: Path) -> None:
+        self.path = work / "ours.pprof"
+        url = f"{ext.metrics_url}/debug/pprof/profile?seconds={seconds:g}"
+
+        def fetch() -> None:
+            self.path.write_bytes(requests.get(url, timeout=seconds + 60).content)
+
+        self.thread = threading.Thread(target=fetch, daemon=True)
+        self.thread.start()
+
+    def show(self) -> None:
+        self.thread.join()
+        top = subprocess.run(["go", "tool", "pprof", "-top", "-nodecount=20", str(self.path)],
+                             capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+        print(top.stdout or top.stderr, flush=True)
+
+
 @dataclass
 class Round:
     which: str
@@ -106,7 +127,7 @@ class Round:
     latencies: dict[str, list[float]] = field(default_factory=dict)
 
 
-def pct(xs: list[float], q: float) -> float:
+def pct(xs: list[float], q: int) -> float:
     return statistics.quantiles(xs, n=100)[q - 1] if len(xs) >= 2 else (xs[0] if xs else float("nan"))
 
 
@@ -224,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pods", type=int, default=200, help="pods per round")
     p.add_argument("--rounds", type=int, default=2, help="rounds per extender, alternating")
     p.add_argument("-v", type=int, default=1, help="both extenders' log verbosity")
+    p.add_argument("--profile", type=float, default=0.0, metavar="S",
+                   help="profile ours for S s of its last round (--profiling); print pprof's top")
     args = p.parse_args(argv)
     src = hamipeer.source(args.hami_src)
     if src is None:
@@ -247,8 +270,9 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 for which in ("hami", "ours"):
                     kubeconfig = cp.kubeconfig_for(USERS[which], ["system:masters"])
+                    flags = [*KUBE_CLIENT, *(["--profiling"] if which == "ours" and args.profile else [])]
                     exts[which] = hamipeer.start(which, group, kubeconfig, setup, binary=binary,
-                                                 verbosity=args.v, extra_flags=KUBE_CLIENT)  # fmt: skip
+                                                 verbosity=args.v, extra_flags=flags)  # fmt: skip
                 proxies = {w: TimingProxy(e.url) for w, e in exts.items()}
                 with hamipeer.LeaseKeeper(cp.url, session=s):
                     for which, ext in exts.items():
@@ -259,7 +283,11 @@ def main(argv: list[str] | None = None) -> int:
                     for r in range(args.rounds):
                         for which in ("hami", "ours"):
                             tag = f"{nodes}-{r}-{which}"
+                            last = which == "ours" and r == args.rounds - 1 and args.profile > 0
+                            profiler = Profiler(exts[which], args.profile, work) if last else None
                             got = run_round(cluster, exts[which], proxies[which], args.pods, tag)
+                            if profiler is not None:
+                                profiler.show()
                             print(f"round {r} {which}: {got.pods / got.seconds:.1f} pods/s", flush=True)
                             rounds.append(got)
                 report(nodes, rounds)
