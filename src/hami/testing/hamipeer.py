@@ -18,7 +18,6 @@ import contextlib
 import hashlib
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -33,6 +32,7 @@ import helm_python as helm
 import requests
 import yaml
 
+from hami.testing.controlplane import build as cpbuild
 from hami.testing.processes import Child, ProcessGroup, free_port, log_tail
 from hami.testing.wait import wait_until
 
@@ -86,9 +86,10 @@ def build(src: Path, cache: Path = CACHE) -> Path:
     out = cache / build_key(src) / "scheduler"
     if out.is_file():
         return out
-    go = shutil.which("go")
-    if go is None:
-        raise BuildError("building HAMi's scheduler needs Go on PATH (scripts/system-deps.sh installs it)")
+    try:  # the control plane's Go: 1.26, or 1.21+ fetching 1.26 (HAMi's go.mod asks for 1.26 too)
+        go, toolchain = cpbuild.find_go()
+    except cpbuild.BuildError as err:
+        raise BuildError(f"building HAMi's scheduler: {err}") from err
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f"scheduler.tmp{os.getpid()}")
     # The checkout may be read-only: go build writes only the output and the caches.
@@ -96,6 +97,7 @@ def build(src: Path, cache: Path = CACHE) -> Path:
         run = subprocess.run(
             [go, "build", "-o", str(tmp), "./cmd/scheduler"],
             cwd=src, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False,
+            env={**os.environ, "GOTOOLCHAIN": toolchain},
         )  # fmt: skip
     except subprocess.TimeoutExpired as err:
         raise BuildError(f"go build ./cmd/scheduler in {src} took over {BUILD_TIMEOUT_S:g}s") from err
