@@ -38,7 +38,7 @@ from hami.testing.wait import wait_until
 
 ENV = "HAMI_SRC"
 ABSENT = (
-    "HAMi's source is absent: set HAMI_SRC (or pass --hami-src) to a HAMi checkout (go.mod, "
+    "HAMi's source is absent: set HAMI_SRC (benchmarks: --hami-src) to a HAMi checkout (go.mod, "
     "cmd/scheduler, charts/hami) to compare with HAMi's own scheduler"
 )
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hami" / "hami-scheduler"
