@@ -42,7 +42,7 @@ import requests
 import yaml
 
 from hami.core.codec.handshake import REPORTED, Handshake, format_handshake
-from hami.testing import controlplane, hamipeer, sidebyside
+from hami.testing import apiside, controlplane, hamipeer
 from hami.testing.builders import limits
 from hami.testing.cluster import gpu_node
 from hami.testing.processes import ProcessGroup, cpu_seconds
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
             s = cp.session()
             reported = format_handshake(Handshake(REPORTED, datetime.now().astimezone()))
             objs = [gpu_node(f"node-{i:04d}", i, 8, reported, "bench") for i in range(nodes)]
-            sidebyside.seed(cp.url, objs, [], session=s)
+            apiside.seed(cp.url, objs, [], session=s)
             exts = {}
             try:
                 for which in ("hami", "ours"):
@@ -276,8 +276,8 @@ def main(argv: list[str] | None = None) -> int:
                 proxies = {w: TimingProxy(e.url) for w, e in exts.items()}
                 with hamipeer.LeaseKeeper(cp.url, session=s):
                     for which, ext in exts.items():
-                        side = sidebyside.Side(which, cp.url, ext.url, ext.metrics_url, s)
-                        sidebyside.wait_ready(side, nodes * 8, timeout=300)
+                        side = apiside.Side(which, cp.url, ext.url, ext.metrics_url, s)
+                        apiside.wait_ready(side, nodes * 8, timeout=300)
                     rounds: list[Round] = []
                     cluster = Cluster(cp, setup, audit)
                     for r in range(args.rounds):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hami.testing import apicluster, hamipeer, metricdiff, podstream, sidebyside
+from hami.testing import apicluster, apiside, hamipeer, metricdiff, podstream, sidebyside
 from hami.testing.processes import ProcessGroup
 
 SRC = hamipeer.source()
@@ -43,7 +43,7 @@ def setup() -> hamipeer.ChartSetup:
 @pytest.fixture(scope="module")
 def sides(
     hami_binary: Path, setup: hamipeer.ChartSetup, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[sidebyside.Side, sidebyside.Side]]:
+) -> Iterator[tuple[apiside.Side, apiside.Side]]:
     """HAMi's extender and ours, each on its own API server (the real control plane where it is
     built) holding the same nodes and quota."""
     work = tmp_path_factory.mktemp("vs-hami")
@@ -54,20 +54,20 @@ def sides(
         for which in ("hami", "ours"):
             api = stack.enter_context(apicluster.api_cluster(work / which))
             print(f"{which}: {api.kind} at {api.url}")
-            sidebyside.seed(api.url, podstream.cluster_nodes(NOW), [podstream.quota()],
+            apiside.seed(api.url, podstream.cluster_nodes(NOW), [podstream.quota()],
                             podstream.NAMESPACES, session=api.session)  # fmt: skip
             stack.enter_context(hamipeer.LeaseKeeper(api.url, session=api.session))
             ext = hamipeer.start(which, group, api.kubeconfig, setup, binary=hami_binary, verbosity=1,
                                  extra_flags=["--kube-qps=-1"])  # fmt: skip
-            side = sidebyside.Side(which, api.url, ext.url, ext.metrics_url, api.session)
-            sidebyside.wait_ready(side, gpus, [podstream.QUOTA_NS])
+            side = apiside.Side(which, api.url, ext.url, ext.metrics_url, api.session)
+            apiside.wait_ready(side, gpus, [podstream.QUOTA_NS])
             pair.append(side)
         stack.callback(group.stop)
         yield pair[0], pair[1]
 
 
 @pytest.mark.timeout(900)  # the stream's pace is the loaded machine's
-def test_same_pods_same_placements(sides: tuple[sidebyside.Side, sidebyside.Side]) -> None:
+def test_same_pods_same_placements(sides: tuple[apiside.Side, apiside.Side]) -> None:
     hami, ours = sides
     steps = podstream.stream(SEED, PODS)
     nodes = [s.name for s in podstream.CLUSTER]
@@ -79,12 +79,12 @@ def test_same_pods_same_placements(sides: tuple[sidebyside.Side, sidebyside.Side
     assert not report.unexplained, report.summary()
 
 
-def test_same_state_same_metrics(sides: tuple[sidebyside.Side, sidebyside.Side]) -> None:
+def test_same_state_same_metrics(sides: tuple[apiside.Side, apiside.Side]) -> None:
     """After the stream above (identical clusters, the same reservations): every family HAMi's
     scheduler exports is in ours with its type, labels and values. Its Go runtime and process
     families (``go_``, ``process_``, ``promhttp_``) are a Go binary's, not HAMi's."""
     hami, ours = sides
-    texts = [sidebyside.settled_metrics(side) for side in (hami, ours)]
+    texts = [apiside.settled_metrics(side) for side in (hami, ours)]
     theirs = metricdiff.families(texts[0], lambda n: not n.startswith(GO_RUNTIME))
     mine = metricdiff.families(texts[1])
     rows = metricdiff.compare(theirs, mine)

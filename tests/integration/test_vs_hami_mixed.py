@@ -20,7 +20,7 @@ from kubernetes import client
 from hami.core import annotations as ann
 from hami.core.codec.pod_devices import decode_pod_devices
 from hami.deviceplugin.config import PluginConfig
-from hami.testing import hamipeer, metricdiff, podstream, sidebyside
+from hami.testing import apiside, hamipeer, metricdiff, podstream, sidebyside
 from hami.testing.builders import limits
 from hami.testing.kubeapi import KubeAPIServer
 from hami.testing.pluginrig import NODE, U0, U1, start_rig
@@ -58,7 +58,7 @@ class Peers:
     stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
     leases: set[str] = field(default_factory=set)
 
-    def start(self, which: str, api: KubeAPIServer) -> sidebyside.Side:
+    def start(self, which: str, api: KubeAPIServer) -> apiside.Side:
         if api.url not in self.leases:  # the chart's lease, as its kube-scheduler would hold it
             self.stack.enter_context(hamipeer.LeaseKeeper(api.url))
             self.leases.add(api.url)
@@ -66,7 +66,7 @@ class Peers:
         kubeconfig.write_text(yaml.safe_dump(api.kubeconfig()))
         ext = hamipeer.start(which, self.group, kubeconfig, self.setup, binary=self.binary, verbosity=1,
                              extra_flags=["--kube-qps=-1"])  # fmt: skip
-        return sidebyside.Side(which, api.url, ext.url, ext.metrics_url)
+        return apiside.Side(which, api.url, ext.url, ext.metrics_url)
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +94,7 @@ def _pod(name: str, mem: int, cores: int, gpus: int = 1, **annotations: str) -> 
     }  # fmt: skip
 
 
-def _place(side: sidebyside.Side, pod: dict[str, Any], nodes: list[str]) -> sidebyside.Outcome:
+def _place(side: apiside.Side, pod: dict[str, Any], nodes: list[str]) -> sidebyside.Outcome:
     return sidebyside.outcome(side, side.create(pod), nodes)
 
 
@@ -105,7 +105,7 @@ def test_hami_schedules_on_nodes_our_device_plugin_registered(
     rig = start_rig(kube_api, kube_client, tmp_path, cfg)
     try:
         hami = peers.start("hami", kube_api)
-        sidebyside.wait_ready(hami, 2)
+        apiside.wait_ready(hami, 2)
         placed = _place(hami, _pod("on-our-plugin", 20000, 30, gpus=2), [NODE])
         assert placed.node == NODE, placed
         devices = decode_pod_devices(placed.devices)
@@ -124,9 +124,9 @@ def test_both_schedule_on_nodes_in_hamis_register_format(which: str, kube_api: K
     node = copy.deepcopy(podstream.cluster_nodes(NOW, podstream.CLUSTER[:1])[0])
     node["metadata"]["annotations"][ann.NODE_REGISTER] = HAMI_REGISTER
     node["metadata"]["annotations"].pop(ann.NODE_PAIR_SCORE, None)
-    sidebyside.seed(kube_api.url, [node], [])
+    apiside.seed(kube_api.url, [node], [])
     side = peers.start(which, kube_api)
-    sidebyside.wait_ready(side, 2)
+    apiside.wait_ready(side, 2)
     name = node["metadata"]["name"]
     first = _place(side, _pod("a", 30000, 50), [name])
     second = _place(side, _pod("b", 30000, 50), [name])
@@ -141,11 +141,11 @@ def test_both_schedule_on_nodes_in_hamis_register_format(which: str, kube_api: K
 @pytest.mark.parametrize("first,then", [("hami", "ours"), ("ours", "hami")])
 def test_switch_over_keeps_the_accounting(first: str, then: str, kube_api: KubeAPIServer,
                                           peers: Peers) -> None:  # fmt: skip
-    sidebyside.seed(kube_api.url, podstream.cluster_nodes(NOW), [podstream.quota()])
+    apiside.seed(kube_api.url, podstream.cluster_nodes(NOW), [podstream.quota()])
     gpus = sum(s.gpus for s in podstream.CLUSTER)
     nodes = [s.name for s in podstream.CLUSTER]
     side = peers.start(first, kube_api)
-    sidebyside.wait_ready(side, gpus, [podstream.QUOTA_NS])
+    apiside.wait_ready(side, gpus, [podstream.QUOTA_NS])
     placed = 0
     for step in podstream.stream(7, 60, lifetime=(1000, 1000)):
         placed += _place(side, step.pod, nodes).placed
@@ -153,7 +153,7 @@ def test_switch_over_keeps_the_accounting(first: str, then: str, kube_api: KubeA
     before = metricdiff.families(_settled(side, first), lambda n: n in PLACEMENT_FAMILIES)
     peers.group.stop()
     other = peers.start(then, kube_api)
-    sidebyside.wait_ready(other, gpus, [podstream.QUOTA_NS])
+    apiside.wait_ready(other, gpus, [podstream.QUOTA_NS])
     after = metricdiff.families(_settled(other, then), lambda n: n in PLACEMENT_FAMILIES)
     rows = metricdiff.compare(before, after)
     print(metricdiff.table(rows))
@@ -161,11 +161,11 @@ def test_switch_over_keeps_the_accounting(first: str, then: str, kube_api: KubeA
     assert [r for r in rows if r.status != "same"] == []
 
 
-def _scrape(side: sidebyside.Side) -> str:
+def _scrape(side: apiside.Side) -> str:
     return side.session.get(side.metrics + "/metrics", timeout=30).text
 
 
-def _settled(side: sidebyside.Side, tag: str) -> str:
+def _settled(side: apiside.Side, tag: str) -> str:
     """A scrape whose per-card families count the reservations. HAMi computes them at its register
     passes (every 15 s, or when a node is added), ours at scrape time: a node is added, then the
     card memory must be non-zero and the same in two scrapes in a row."""
