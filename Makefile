@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PYTHONPATH := $(CURDIR)/src:$(CURDIR)
 
-.PHONY: test demo lint typecheck imports unit venv sysdeps proto generate clean
+.PHONY: test demo lint typecheck imports unit venv sysdeps proto generate clean control-plane control-plane-bin
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -26,7 +26,16 @@ typecheck: venv
 imports: venv
 	$(VENV)/bin/lint-imports
 
-unit: venv sysdeps
+# The real Kubernetes control plane (etcd, kube-apiserver, kube-scheduler, kubectl) the integration
+# tests run on: built once from the Go module proxy into ~/.cache/hami/controlplane (progress shown).
+control-plane-bin: venv
+	$(PY) -m hami.testing.controlplane --build-only
+
+# Builds it if needed, starts it on loopback, prints the kubeconfig; Ctrl-C stops it.
+control-plane: venv
+	$(PY) -m hami.testing.controlplane
+
+unit: venv sysdeps control-plane-bin
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 test: lint typecheck imports unit
@@ -42,8 +51,10 @@ generate: venv
 	$(PY) scripts/gen_provisioning.py
 	$(PY) scripts/gen_mixin.py
 
+# HAMI_CONTROL_PLANE=real: on the real control plane (built first if needed) instead of the emulator.
+HAMI_CONTROL_PLANE ?= emulator
 demo: venv sysdeps
-	$(PY) -m hami.testing.demo
+	$(PY) -m hami.testing.demo --control-plane $(HAMI_CONTROL_PLANE)
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .demo
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .demo .controlplane

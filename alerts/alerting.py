@@ -178,7 +178,7 @@ class AlertingRules(RuleBase):
             self.alert(
                 "HAMiGPUEccErrors",
                 f"label_replace(sum by (node, device_uuid) (increase(hami_host_gpu_ecc_errors_total{{{mon}, "
-                f'type="uncorrected"}}[{self.w["errors"]}])) > 0,'
+                f'error_type="uncorrected"}}[{self.w["errors"]}])) > 0,'
                 ' "problem", "uncorrected ECC errors", "", "")\n'
                 f"or label_replace(max by (node, device_uuid) (hami_host_gpu_retired_pages_pending{{{mon}}})"
                 ' == 1, "problem", "retired pages waiting for a reset", "", "")\n'

@@ -1,4 +1,5 @@
-"""The HTTP front alone: server CPU per request, Hypercorn against uvicorn's httptools protocol.
+"""The HTTP front alone: server CPU per request, Hypercorn against uvicorn's httptools protocol
+(and granian's Rust server, when installed).
 
 Run: PYTHONPATH=src python bench/bench_serving.py [--requests 3000] [--body 13000] [--rounds 2]
 
@@ -16,10 +17,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import http.client
+import os
 import socket
 import subprocess
 import sys
 import threading
+import time
+from importlib.util import find_spec
 from typing import Any
 
 from hami.testing.processes import cpu_seconds
@@ -28,6 +32,9 @@ TARGET_RATIO = 2.5  # what makes a change of server worth it (docs/design/servin
 
 
 KINDS = ("hypercorn", "uvicorn", "hypercorn-bare", "uvicorn-bare")
+# granian (PyPI, a Rust HTTP server): measured when installed; it binds its own sockets, so our
+# listener's connection limit is not in front of it (the guard's body limit and deadline are).
+GRANIAN = ("granian", "granian-bare")
 
 
 async def _bare(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -59,6 +66,20 @@ def _serve(kind: str) -> None:
         print(serve_wsgi("127.0.0.1:0", app, name="bench", direct={"/filter": handler}).port, flush=True)
         sys.stdin.read()
         return
+    if kind.startswith("granian"):
+        from granian.constants import Interfaces
+        from granian.server.embed import Server
+
+        from hami.testing.processes import free_port
+
+        target = _bare if kind == "granian-bare" else Guard(
+            app, 1 << 20, Workers(8, "bench"), {"/filter": handler})  # type: ignore[arg-type]
+        port = free_port()
+        front = Server(target, port=port, interface=Interfaces.ASGI, log_enabled=False)
+        threading.Thread(target=lambda: asyncio.run(front.serve()), daemon=True).start()
+        print(port, flush=True)
+        sys.stdin.read()
+        os._exit(0)  # its Rust threads panic when the interpreter finalizes under them
     sock = listen("127.0.0.1", 0, ConnectionLimit(64), 64)
     if kind == "hypercorn-bare":
         config = Config()
@@ -86,7 +107,12 @@ def _round(kind: str, requests: int, body: bytes) -> float:
         assert child.stdout is not None
         port = int(child.stdout.readline())
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        conn.connect()
+        for _ in range(100):  # granian binds once its loop runs
+            try:
+                conn.connect()
+                break
+            except ConnectionRefusedError:
+                time.sleep(0.05)
         conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         headers = {"Content-Type": "application/json"}
         for _ in range(200):  # warm-up: imports, first allocations
@@ -113,21 +139,28 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--body", type=int, default=13000, help="POST body bytes")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--serve", choices=KINDS, help=argparse.SUPPRESS)
+    parser.add_argument("--serve", choices=KINDS + GRANIAN, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         _serve(args.serve)
         return
     body = b'{"names":[' + b",".join(b'"node-%06d"' % i for i in range(args.body // 14)) + b"]}"
     print(f"{args.requests} POSTs of {len(body)} bytes over one keep-alive connection, trivial direct route")
+    kinds = KINDS + (GRANIAN if find_spec("granian") else ())
+    if not find_spec("granian"):
+        print("granian is not installed (pip install granian): measuring Hypercorn and uvicorn only")
     for n in range(1, args.rounds + 1):
-        ms = {kind: _round(kind, args.requests, body) for kind in KINDS}
+        ms = {kind: _round(kind, args.requests, body) for kind in kinds}
         print(f"round {n}: server CPU ms per request: " + ", ".join(f"{k} {v:.3f}" for k, v in ms.items()))
         guarded = ms["hypercorn"] / ms["uvicorn"]
         bare = ms["hypercorn-bare"] / ms["uvicorn-bare"]
         print(f"  with the guard: hypercorn / uvicorn+httptools = {guarded:.2f}x (worth a change at >= "
               f"{TARGET_RATIO}x); bare: {bare:.2f}x; the guard on uvicorn: "
               f"+{ms['uvicorn'] - ms['uvicorn-bare']:.3f} ms")
+        if "granian" in ms:
+            print(f"  with the guard: hypercorn / granian = {ms['hypercorn'] / ms['granian']:.2f}x; bare: "
+                  f"{ms['hypercorn-bare'] / ms['granian-bare']:.2f}x; the guard on granian: "
+                  f"+{ms['granian'] - ms['granian-bare']:.3f} ms")
 
 
 if __name__ == "__main__":

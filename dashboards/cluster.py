@@ -140,9 +140,9 @@ def node_and_device() -> Board:
                 f"XID {DEV}",
             ),
             Q(
-                f"sum by (node, device_uuid, type) "
+                f"sum by (node, device_uuid, error_type) "
                 f"(increase(hami_host_gpu_ecc_errors_total{{{NODE}}}[{RI}]))",
-                f"ECC {{{{type}}}} {DEV}",
+                f"ECC {{{{error_type}}}} {DEV}",
             ),
         ],
         width=8,

@@ -226,7 +226,7 @@
           },
           {
             "alert": "HAMiGPUEccErrors",
-            "expr": "label_replace(sum by (node, device_uuid) (increase(hami_host_gpu_ecc_errors_total{job=\"%(monitorJob)s\", type=\"uncorrected\"}[%(errorsWindow)s])) > 0, \"problem\", \"uncorrected ECC errors\", \"\", \"\")\nor label_replace(max by (node, device_uuid) (hami_host_gpu_retired_pages_pending{job=\"%(monitorJob)s\"}) == 1, \"problem\", \"retired pages waiting for a reset\", \"\", \"\")\nor label_replace(max by (node, device_uuid) (hami_host_gpu_row_remap_failure{job=\"%(monitorJob)s\"}) == 1, \"problem\", \"a failed row remap\", \"\", \"\")" % $._config,
+            "expr": "label_replace(sum by (node, device_uuid) (increase(hami_host_gpu_ecc_errors_total{job=\"%(monitorJob)s\", error_type=\"uncorrected\"}[%(errorsWindow)s])) > 0, \"problem\", \"uncorrected ECC errors\", \"\", \"\")\nor label_replace(max by (node, device_uuid) (hami_host_gpu_retired_pages_pending{job=\"%(monitorJob)s\"}) == 1, \"problem\", \"retired pages waiting for a reset\", \"\", \"\")\nor label_replace(max by (node, device_uuid) (hami_host_gpu_row_remap_failure{job=\"%(monitorJob)s\"}) == 1, \"problem\", \"a failed row remap\", \"\", \"\")" % $._config,
             "for": "%(eccErrorsFor)s" % $._config,
             "labels": {
               "severity": "critical"

@@ -4283,9 +4283,9 @@
                 "type": "prometheus",
                 "uid": "${datasource}"
               },
-              "expr": "sum by (node, device_uuid, type) (increase(hami_host_gpu_ecc_errors_total{%(clusterLabel)s=~\"$cluster\", node=~\"$node\"}[$__rate_interval]))" % $._config,
+              "expr": "sum by (node, device_uuid, error_type) (increase(hami_host_gpu_ecc_errors_total{%(clusterLabel)s=~\"$cluster\", node=~\"$node\"}[$__rate_interval]))" % $._config,
               "instant": false,
-              "legendFormat": "ECC {{type}} {{node}} {{device_uuid}}",
+              "legendFormat": "ECC {{error_type}} {{node}} {{device_uuid}}",
               "range": true,
               "refId": "B"
             }

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian tools the tests drive for real (Prometheus, promtool, Alertmanager, Go's pprof,
-# kubectl and jq for the guides' recipes).
+# kubectl and jq for the guides' recipes). Go also builds the real control plane
+# (hami.testing.controlplane): that needs Go 1.26, or Go 1.21+ which fetches 1.26 from the module
+# proxy; `make control-plane-bin` says which is missing.
 # Idempotent: does nothing when they are already present.
 set -euo pipefail
 need=()

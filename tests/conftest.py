@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from hami.testing import controlplane
 from hami.testing.kubeapi import KubeAPIServer
 
 KUBE_CLIENT_TIMEOUT = 5.0  # seconds; short, so that a hung call fails a test instead of stalling it
@@ -52,3 +54,27 @@ def kube_config_file(kube_api: KubeAPIServer, tmp_path: Path) -> Path:
     path = tmp_path / "kubeconfig"
     path.write_text(yaml.safe_dump(kube_api.kubeconfig(), sort_keys=False))
     return path
+
+
+@pytest.fixture(scope="session")
+def control_plane_binaries() -> controlplane.Binaries:
+    """The real control plane's binaries, built on first use (``make control-plane`` builds them with
+    progress shown). Where they cannot be built: a failure in CI (CI=true), else a skip saying why."""
+    try:
+        return controlplane.ensure()
+    except controlplane.BuildError as err:
+        if os.environ.get("CI", "").lower() in ("true", "1"):
+            pytest.fail(f"the real control plane cannot be built in CI: {err}", pytrace=False)
+        pytest.skip(f"the real control plane cannot be built here (make control-plane says why): {err}")
+
+
+@pytest.fixture(scope="session")
+def control_plane(
+    tmp_path_factory: pytest.TempPathFactory, control_plane_binaries: controlplane.Binaries
+) -> Iterator[controlplane.ControlPlane]:
+    """etcd, kube-apiserver (and kube-scheduler, once a test starts it) built from
+    k8s.io/kubernetes at ``controlplane.K8S_VERSION``, shared by the session: tests give their
+    objects names of their own. Logs in ``<tmp>/controlplane*/logs``."""
+    work = tmp_path_factory.mktemp("controlplane")
+    with controlplane.ControlPlane(work, binaries=control_plane_binaries) as cp:
+        yield cp

@@ -56,7 +56,7 @@ def test_describe_labels_and_legacy_split() -> None:
     legacy = {d.name: d for d in collector.describe(True)}
     assert set(plain) < set(legacy)
     assert "HostGPUMemoryUsage" in set(legacy) - set(plain)
-    assert plain["hami_host_gpu_ecc_errors_total"].labels[-1] == "type"
+    assert plain["hami_host_gpu_ecc_errors_total"].labels[-1] == "error_type"
     assert plain["hami_monitor_collect_duration_seconds"].type == "histogram"
     assert plain["hami_vgpu_core_used_percent"].labels == (
         "namespace",

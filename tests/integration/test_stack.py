@@ -1,6 +1,8 @@
 """The product end to end: Debian's Prometheus scrapes the running monitor, scheduler extender and device
 plugin on the simulated cluster (``hami.testing.stack``, the processes of ``make demo``) with the rules
-loaded; its alerts reach Debian's Alertmanager.
+loaded; its alerts reach Debian's Alertmanager. The cluster's API is the real control plane
+(``make demo HAMI_CONTROL_PLANE=real``): etcd, kube-apiserver, and the real kube-scheduler calling the
+extender with the chart's configuration.
 
 Speed-ups, and only these: scrape and evaluation every 1 s; a test copy of alerts/hami-rules.yaml in
 which every alert's ``for:`` and every group's own ``interval:`` is divided by 60, minutes becoming
@@ -33,7 +35,8 @@ from hami.core import thresholds
 from hami.core.codec.nodelock import NodeLock, format_node_lock
 from hami.doctor.findings import EXIT_BROKEN, EXIT_OK, EXIT_WARNING
 from hami.doctor.main import main as doctor_main
-from hami.testing import cluster, dashqueries, demo, promconfig
+from hami.testing import cluster, dashqueries, demo, hamipeer, promconfig
+from hami.testing.controlplane import Binaries
 from hami.testing.monitoring import ALERTMANAGER, DASHBOARDS, RULES
 from hami.testing.prometheus import PROMETHEUS, PROMTOOL
 from hami.testing.stack import (
@@ -68,7 +71,7 @@ def poll(check: Callable[[], T | None], what: str, timeout: float = WAIT_S) -> T
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(tmp_path_factory: pytest.TempPathFactory, control_plane_binaries: Binaries) -> Iterator[Stack]:
     work = tmp_path_factory.mktemp("stack")
     rules = work / "hami-rules-fast.yaml"
     rules.write_text(promconfig.fast_rules(RULES.read_text(encoding="utf-8")), encoding="utf-8")
@@ -86,6 +89,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         # the lock the pinned pod takes over (its crashed owner is gone) holds locked-node for the
         # whole module, not only for the default 5m (the last test re-dates it to see it expire)
         node_lock_timeout=f"{int(LOCK_TIMEOUT.total_seconds() // 60)}m",
+        control_plane="real",
     )
     s = Stack(opts)
     s.start()
@@ -158,6 +162,28 @@ def test_every_dashboard_panel_query_returns_data(stack: Stack) -> None:
         pytest.fail(
             "panels without data:\n" + "\n".join(f"  {d} / {p}: {e}" for (d, p), e in sorted(last.items()))
         )
+
+
+def test_hamis_own_dashboard_shows_data_on_our_metrics(stack: Stack) -> None:
+    """HAMi's dashboard (``$HAMI_SRC/dashboards``): every panel query, evaluated as Grafana would in
+    the Prometheus that scrapes our daemons, returns data. Skipped only without HAMi's source."""
+    src = hamipeer.source()
+    if src is None:
+        pytest.skip(hamipeer.ABSENT)
+    need(MONITOR, SCHEDULER)
+    last: dict[tuple[str, str], str] = {}
+
+    def settled() -> bool:
+        nonlocal last
+        results = dashqueries.run_all(prometheus(stack), src / "dashboards", rate_interval="15s")
+        last = {(q.dashboard, q.panel): expr for q, (expr, n) in results.items() if n == 0}
+        return bool(results) and not last
+
+    try:
+        poll(settled, "every panel query of HAMi's dashboard to return data")
+    except AssertionError:
+        empty = "\n".join(f"  {d} / {p}: {e}" for (d, p), e in sorted(last.items()))
+        pytest.fail(f"HAMi's panels without data:\n{empty}")
 
 
 def _alert_fires(stack: Stack, name: str, labels: dict[str, str]) -> Callable[[], bool]:
@@ -392,8 +418,11 @@ def test_every_url_the_banner_prints_answers(stack: Stack) -> None:
     bare = [u for u in urls if urlsplit(u).path in ("", "/")]
     assert stack.kube_url in urls and stack.url(SCHEDULER) in bare, bare
     assert any("/alerts" in u for u in urls) and any(u.startswith(stack.url("alertmanager")) for u in urls)
+    # a real kube-apiserver's addresses want kubectl's client certificate, as the banner's kubectl has
+    real = stack.real.cp.session() if stack.real is not None else None
     for url in urls:
-        got = requests.get(url, timeout=10)
+        api = real is not None and stack.real is not None and url.startswith(stack.real.cp.url)
+        got = (real if api and real is not None else requests).get(url, timeout=10)
         assert got.status_code == 200, (url, got.status_code)
     for c in stack.running:  # every daemon's bare address is its landing page
         assert '<a href="/metrics">' in requests.get(stack.url(c), timeout=10).text, c

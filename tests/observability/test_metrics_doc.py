@@ -79,7 +79,7 @@ def test_contract_parser_sees_every_section() -> None:
     if not text:
         pytest.skip(f"{CONTRACT} not present")
     req = required(text)
-    assert req[0]["hami_host_gpu_ecc_errors_total"] == {"type"}
+    assert req[0]["hami_host_gpu_ecc_errors_total"] == {"error_type"}
     assert "hami_scheduler_nodes" in req[1] and "rest_client_requests_total" in req[1]
     assert req[2]["hami_deviceplugin_health_events_total"] == {"device_uuid", "event"}
 

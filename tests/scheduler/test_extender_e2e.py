@@ -49,7 +49,7 @@ def test_filter_bind_writes_annotations_lock_binding_and_events(kube_api: KubeAP
         assert reply["Error"] == ""
         assert len(reply["NodeNames"]) == 1
         node = reply["NodeNames"][0]
-        assert reply["FailedNodes"] == {"ghost": "node unregistered"}
+        assert reply["FailedNodes"] is None  # as HAMi answers a fit: the chosen node only
         # The filter only reserves: the pod is written once, by the Binding.
         stored = kube_api.store.get("pods", "p1", "default")
         assert stored is not None
@@ -197,6 +197,8 @@ def test_expired_handshake_and_undecodable_register_are_marked_and_skipped(kube_
         pod = create_pod(kube_api, ext, gpu_pod("p"))
         reply = filter_pod(ext, pod, ["stale", "bad", "good"])
         assert reply["NodeNames"] == ["good"]
+        assert reply["FailedNodes"] is None  # a fit names the chosen node only, as HAMi's
+        reply = filter_pod(ext, pod, ["stale", "bad"])
         assert reply["FailedNodes"] == {"stale": "node unregistered", "bad": "node unregistered"}
         # Renewing the handshake resets its age.
         node = kube_api.store.get("nodes", "stale")

@@ -46,14 +46,16 @@ def host_families(view: NodeView, legacy: bool) -> list[Family]:
     )
     temp = _g("hami_host_gpu_temperature_celsius", "GPU core temperature in degrees Celsius", HOST_LABELS)
     power = _g("hami_host_gpu_power_watts", "GPU power draw in watts", HOST_LABELS)
+    # HAMi's name for the same reading since v2.10 (its master; the next release carries it).
+    power_usage = _g("hami_host_gpu_power_usage_watts", "GPU power usage in watts", HOST_LABELS)
     health = _g(
         "hami_host_gpu_health", "1 if the GPU is healthy (no critical Xid seen, NVML answers)", HOST_LABELS
     )
     xid = _c("hami_host_gpu_xid_errors", "Critical Xid events seen since the monitor started", HOST_LABELS)
     ecc = _c(
         "hami_host_gpu_ecc_errors",
-        "ECC errors since the driver loaded (volatile), by type corrected/uncorrected",
-        (*HOST_LABELS, "type"),
+        "ECC errors since the driver loaded (volatile), by error_type corrected/uncorrected",
+        (*HOST_LABELS, "error_type"),
     )
     mig = _g(
         "hami_host_gpu_mig_device_info",
@@ -101,6 +103,7 @@ def host_families(view: NodeView, legacy: bool) -> list[Family]:
         temp,
         slowdown,
         power,
+        power_usage,
         health,
         xid,
         ecc,
@@ -124,6 +127,7 @@ def host_families(view: NodeView, legacy: bool) -> list[Family]:
             (temp, h.temperature),
             (slowdown, h.temperature_slowdown),
             (power, h.power_watts),
+            (power_usage, h.power_watts),
         ):
             if value is not None:
                 fam.add(lv, value)

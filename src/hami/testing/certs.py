@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,8 +24,9 @@ class CA:
         return path
 
 
-def _name(cn: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+def _name(cn: str, organizations: Sequence[str] = ()) -> x509.Name:
+    orgs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
+    return x509.Name([*orgs, x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 
 
 def make_ca(cn: str = "hami-test-ca") -> CA:
@@ -41,17 +43,28 @@ def make_ca(cn: str = "hami-test-ca") -> CA:
     return CA(key, cert)
 
 
-def issue(ca: CA, cn: str, cert_path: Path, key_path: Path) -> x509.Certificate:
-    """Write a leaf certificate for `cn` (also valid for 127.0.0.1/localhost) and its key."""
+def issue(
+    ca: CA,
+    cn: str,
+    cert_path: Path,
+    key_path: Path,
+    *,
+    dns: Sequence[str] = (),
+    ips: Sequence[str] = (),
+    organizations: Sequence[str] = (),
+) -> x509.Certificate:
+    """Write a leaf certificate for `cn` (also valid for 127.0.0.1/localhost, and for `dns` names and
+    `ips`) and its key. `organizations` are the subject's O= (Kubernetes reads them as groups)."""
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.UTC)
     cert = (
-        x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(ca.cert.subject)
+        x509.CertificateBuilder().subject_name(_name(cn, organizations)).issuer_name(ca.cert.subject)
         .public_key(key.public_key()).serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.SubjectAlternativeName([
-            x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            *(x509.DNSName(d) for d in ("localhost", *dns)),
+            *(x509.IPAddress(ipaddress.ip_address(i)) for i in ("127.0.0.1", *ips))]), critical=False)
         .sign(ca.key, hashes.SHA256())
     )
     key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,

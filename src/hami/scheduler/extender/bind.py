@@ -156,7 +156,7 @@ class Binder:
             if trace.start_ns:  # a trace of its own: no pod, no context
                 trace.begin({"metadata": {"namespace": args.pod_namespace, "name": args.pod_name}})
                 trace.phase("pod_lookup", trace.start_ns)
-            self.state.drop_reservation(args.pod_uid)
+            self._drop_stale(args.pod_uid)
             log.error("bind %s/%s: pod not found: %s", args.pod_namespace, args.pod_name, err)
             return str(err)
         if trace.start_ns:
@@ -168,7 +168,7 @@ class Binder:
         ref = ObjectRef.from_object(pod, kind="Pod")
         if node is None:
             self.events.binding_failed(ref, f"failed to get node {args.node}")
-            self.state.drop_reservation(args.pod_uid)
+            self._drop_stale(args.pod_uid)
             return f'node "{args.node}" not found'
         locked = False
         request = pod_request(pod, self.state.nvidia)
@@ -219,6 +219,9 @@ class Binder:
                 self.metrics.api_errors.labels("bind", errors.error_reason(err)).inc()
             if locked:
                 self._release(args)
+            if gpus:
+                failed = "node_lock" if isinstance(err, NodeLockError) else "bind"
+                self.metrics.bind_rollbacks.labels(failed).inc()
             message = str(err)
             log.error("bind %s/%s to %s failed: %s", args.pod_namespace, args.pod_name, args.node, message)
             self.events.binding_failed(ref, message)
@@ -236,6 +239,10 @@ class Binder:
                 self._label(args)
         log.v(4).info("bound %s/%s to %s", args.pod_namespace, args.pod_name, args.node)
         return ""
+
+    def _drop_stale(self, uid: str) -> None:
+        if self.state.drop_reservation(uid):
+            self.metrics.stale_reservations.labels(ann.VENDOR_NVIDIA).inc()
 
     def _bound(self, args: BindArgs, pod: Mapping[str, Any], trace: _Trace) -> None:
         if self.recorder is not None:

@@ -43,7 +43,7 @@ from hami.scheduler.engine.requests import PodRequest, pod_request
 from hami.scheduler.engine.usage import UsageIndex
 from hami.scheduler.extender.decisions import Recorder
 from hami.scheduler.extender.events import PodEvents
-from hami.scheduler.extender.metrics import SIMULATED, failure_codes
+from hami.scheduler.extender.metrics import INVALID_REQUEST, SIMULATED, dominant_code, failure_codes
 from hami.scheduler.extender.state import Assignment, ClusterState
 
 log = klog.get_logger(__name__)
@@ -238,6 +238,7 @@ class FilterService:
             if klog.v(4):
                 self._log_verdicts(request, names, result)
         if result.error is not None:
+            self.metrics.allocation_failures.labels(ann.VENDOR_NVIDIA, INVALID_REQUEST).inc()
             self.events.filtering(pod, result.events(len(names)))
             return {"Error": result.error}, "error"
         for reason in result.failed.values():
@@ -245,8 +246,10 @@ class FilterService:
                 self.metrics.filter_failures.labels(code).inc()
         if result.node is None:
             self.metrics.pods_unschedulable.inc()
+            self.metrics.allocation_failures.labels(ann.VENDOR_NVIDIA, dominant_code(result.failed)).inc()
             self.events.filtering(pod, result.events(len(names)), result.failed)
             return {"NodeNames": None, "FailedNodes": dict(result.failed), "Error": ""}, "unschedulable"
+        self.metrics.allocations.labels(ann.VENDOR_NVIDIA).inc()
         self.events.filtering(pod, result.events(len(names)))
         if klog.v(2):
             log.info(
@@ -255,7 +258,8 @@ class FilterService:
                 result.node,
                 ", ".join(f"{n}:{s:.2f}" for n, s in result.fits),
             )
-        return {"NodeNames": [result.node], "FailedNodes": dict(result.failed), "Error": ""}, "fit"
+        # As HAMi answers a fit: the chosen node only, no FailedNodes (the events name the others).
+        return {"NodeNames": [result.node], "FailedNodes": None, "Error": ""}, "fit"
 
     def _log_verdicts(self, request: PodRequest, names: list[str], result: FilterResult) -> None:
         """-v4 per-node lines in the form operators grep for (called under the state lock)."""

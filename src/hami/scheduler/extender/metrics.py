@@ -9,6 +9,8 @@ Section signs (§) refer to docs/design/scheduler.md.
 
 from __future__ import annotations
 
+from collections import Counter as Tally
+from collections.abc import Mapping
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -62,12 +64,26 @@ EVENT_REASONS: Final = (
     "FilteringFailed", "FilteringSucceed", "BindingFailed", "BindingSucceed", "GPUCoresClamped"
 )
 LOCK_EXPIRY_CAUSES: Final = ("expired", "owner_gone")
+# The allocation lifecycle counters HAMi's master merged after v2.10, labels bounded to device_type,
+# failure_reason and phase.
+DEVICE_TYPES: Final = ("NVIDIA",)
+INVALID_REQUEST: Final = "InvalidRequest"  # /filter answered Error: the request itself is refused
+ALLOCATION_FAILURE_REASONS: Final = (*FAILURE_REASONS, INVALID_REQUEST)
+ROLLBACK_PHASES: Final = ("node_lock", "bind")
+RECONCILIATION_PHASES: Final = ("register", "handshake", "role_label")
 DECODE_SOURCES: Final = (
     "node_register",
     "node_pair_score",
     "pod_devices",
     "pod_mig_allocations",
 )
+
+
+def dominant_code(failed: Mapping[str, str]) -> str:
+    """The reason code that rejected the most nodes (the first by name among equals): one pod's
+    allocation failure counts once."""
+    counts = Tally(code for reason in failed.values() for code in set(failure_codes(reason)))
+    return min(counts, key=lambda code: (-counts[code], code)) if counts else "Other"
 
 
 def failure_codes(reason: str) -> list[str]:
@@ -185,6 +201,39 @@ class SchedulerMetrics:
             "Node patches made by register passes (handshake writes and deletes).",
             registry=registry,
         )
+        self.allocations = Counter(
+            "hami_scheduler_allocations_total",
+            "Pods whose devices /filter reserved, by device vendor (dry runs not counted).",
+            ["device_type"],
+            registry=registry,
+        )
+        self.allocation_failures = Counter(
+            "hami_scheduler_allocation_failures_total",
+            "Filter calls that reserved nothing, once per pod, by device vendor and the reason code that "
+            "rejected the most nodes (InvalidRequest: the filter answered an Error).",
+            ["device_type", "failure_reason"],
+            registry=registry,
+        )
+        self.bind_rollbacks = Counter(
+            "hami_scheduler_bind_rollbacks_total",
+            "Binds of pods with reserved devices that failed and were rolled back (node lock released, "
+            "reservation kept for the retry), by the phase that failed (node_lock, bind).",
+            ["phase"],
+            registry=registry,
+        )
+        self.stale_reservations = Counter(
+            "hami_scheduler_stale_reservations_total",
+            "Reservations made by /filter and dropped before any bind: the pod or its node was gone.",
+            ["device_type"],
+            registry=registry,
+        )
+        self.reconciliation_errors = Counter(
+            "hami_scheduler_reconciliation_errors_total",
+            "Failed steps of the reconciliation loops, by phase (register: a whole register pass; "
+            "handshake: a node handshake write; role_label: a scheduler pod's role label).",
+            ["phase"],
+            registry=registry,
+        )
         # api_errors{operation,reason} is left out: its reason carries the HTTP status code.
         for family, values in (
             (self.filter_duration, FILTER_RESULTS + SIMULATED_FILTER_RESULTS),
@@ -194,6 +243,13 @@ class SchedulerMetrics:
             (self.events, EVENT_REASONS),
             (self.node_lock_expired, LOCK_EXPIRY_CAUSES),
             (self.decode_errors, DECODE_SOURCES),
+            (self.allocations, DEVICE_TYPES),
+            (self.bind_rollbacks, ROLLBACK_PHASES),
+            (self.stale_reservations, DEVICE_TYPES),
+            (self.reconciliation_errors, RECONCILIATION_PHASES),
         ):
             for value in values:
                 family.labels(value)
+        for device_type in DEVICE_TYPES:
+            for reason in ALLOCATION_FAILURE_REASONS:
+                self.allocation_failures.labels(device_type, reason)

@@ -184,6 +184,7 @@ class Register:
             log.v(4).info("node %s: handshake set to %r", name, value)
         except errors.ApiError as err:
             self.state.metrics.api_errors.labels("handshake", errors.error_reason(err)).inc()
+            self.state.metrics.reconciliation_errors.labels("handshake").inc()
             log.error("node %s: failed to write %s: %s", name, ann.NODE_HANDSHAKE, err)
 
     # --- the loop ---------------------------------------------------------------------------
@@ -213,5 +214,6 @@ class Register:
                 elif dirty:
                     self.run_nodes(dirty)
             except Exception as err:  # one bad pass must not end the loop
+                self.state.metrics.reconciliation_errors.labels("register").inc()
                 log.error("register pass failed: %s", err, exc_info=True)
             self.state.wake.wait(max(next_full - time.monotonic(), 0.0))

@@ -49,6 +49,7 @@ class RoleLabels:
                 patch_pod_metadata(self.api, self.namespace, name, labels={ann.SCHEDULER_ROLE_LABEL: want})
             except errors.ApiError as err:
                 self.state.metrics.api_errors.labels("role_label", errors.error_reason(err)).inc()
+                self.state.metrics.reconciliation_errors.labels("role_label").inc()
                 log.error(
                     "pod %s/%s: failed to set %s=%s: %s",
                     self.namespace,

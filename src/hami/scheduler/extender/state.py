@@ -227,13 +227,15 @@ class ClusterState:
         with self._scrape_lock:
             self._pending.pop(key, None)
 
-    def drop_reservation(self, uid: str) -> None:
-        """Forget a pod's reservation, its assignment and its quota usage (a pod that is gone)."""
+    def drop_reservation(self, uid: str) -> bool:
+        """Forget a pod's reservation, its assignment and its quota usage (a pod that is gone); True
+        when /filter had reserved devices that no bind took (a stale reservation)."""
         with self.lock:
-            self.assignments.pop(uid, None)
+            assigned = self.assignments.pop(uid, None) is not None
             old = self.usage.remove(uid)
             if old is not None:
                 self.quotas.remove_usage(old.namespace, old.shares)
+        return assigned
 
     # --- informer handlers ----------------------------------------------------------------
 
@@ -366,7 +368,8 @@ class ClusterState:
         uid = uid_of(pod)
         self._released.discard(uid)
         self._logged.discard(uid)
-        self.drop_reservation(uid)
+        if self.drop_reservation(uid):
+            self.metrics.stale_reservations.labels(ann.VENDOR_NVIDIA).inc()
 
     def _quota_add(self, quota: Obj) -> None:
         with self.lock:
