@@ -331,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     elif output == "values":
         print(values.render(recs, values_doc), end="")
     else:
-        print(report.to_text(recs), end="")
+        print(report.to_text(recs, args.time if args.time is not None else time.time()), end="")
         if checks is not None:
             print(verify.to_text(*checks, str(args.verify)), end="")
     return EXIT_REFUSED if any(r.refused for r in recs) else 0
