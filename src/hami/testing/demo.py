@@ -108,7 +108,9 @@ def commands(stack: Stack) -> list[str]:
         f"{doctor} logs {stack.procs.log_dir}",
         # the demo's history is minutes long: a window the tuner accepts for it, and it says so
         f"{tool('hami-tune')} --prometheus-url {stack.url('prometheus')} --window 10m",
-        f"{tool('hami-tune')} defrag --prometheus-url {stack.url('prometheus')}",
+        # defrag plans through the scheduler's filter from a snapshot: the pods' GPU type filters count
+        f"{doctor} snapshot -o {stack.work / 'snapshot.json'}{kube}",
+        f"{tool('hami-tune')} defrag --snapshot {stack.work / 'snapshot.json'}",
     ]
     return out
 
