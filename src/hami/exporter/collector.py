@@ -34,7 +34,7 @@ from hami.exporter.container_text import ContainerText
 from hami.exporter.discovery import ContainerLister
 from hami.exporter.host import NVML_CALLS
 from hami.exporter.podjoin import PodJoin
-from hami.exporter.reconcile import KINDS, counts, memory_findings
+from hami.exporter.reconcile import KINDS, Settled, counts, memory_findings
 from hami.exporter.region import reasons
 from hami.exporter.region.parse import RegionRejected, RegionSnapshot
 from hami.exporter.view import Counters, HostDevice, NodeView
@@ -131,6 +131,7 @@ class MonitorCollector(Collector):
         self._container_text = ContainerText()
         self._render_lock = threading.Lock()
         self._onsets = Onsets()
+        self._settled = Settled()
 
     def read_regions(self) -> RegionRead:
         """Snapshot every loaded region; count states, skip reasons met now, and their onsets."""
@@ -197,7 +198,9 @@ class MonitorCollector(Collector):
             hosts=hosts,
             unlimited=tuple(unlimited),
             containers=self._pod_join.containers(side, read.found),
-            inconsistencies=counts([*side.findings, *memory_findings(read.found, hosts)]),
+            inconsistencies=counts(
+                self._settled.observe([*side.findings, *memory_findings(read.found, hosts)], read.found)
+            ),
             pod_labels=side.pod_labels,
             migs=side.migs,
             regions=read.states,
