@@ -10,7 +10,6 @@ early fails the start with the tail of its log. Prometheus's and Alertmanager's 
 from __future__ import annotations
 
 import importlib.util
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -21,6 +20,7 @@ import yaml
 
 from hami.core import names
 from hami.testing import chart, cluster, dashqueries, install, monitoring, promconfig
+from hami.testing.democonfig import chart_flags, demo_values, node_config_json
 from hami.testing.kubeapi import SERVING
 from hami.testing.kubeapi.logs import log_path
 from hami.testing.monitoring import ALERTMANAGER, RULES
@@ -219,7 +219,9 @@ class Stack:
         """The Helm chart, rendered with the production template, installed in the emulator, its
         pods standing for the daemons this stack runs: `kubectl get pods -n kube-system -l
         app=hami-scheduler` lists them and `kubectl logs` reads the daemons' logs."""
-        objects = chart.render([chart.EXAMPLES / "production.yaml"])
+        values = self.work / "demo-values.yaml"
+        values.write_text(yaml.safe_dump(demo_values(self.opts.scenarios)), encoding="utf-8")
+        objects = chart.render([chart.EXAMPLES / "production.yaml", values])
         self.chart = install.install_over_http(self.kube_url, objects, nodes)
         # container -> the log of the process standing in for it (on the node the daemons run as)
         stand_ins = {
@@ -275,6 +277,7 @@ class Stack:
         if self.opts.node_lock_timeout:
             args += ["--node-lock-timeout", self.opts.node_lock_timeout]
         pod = self.scheduler_pod
+        args[:0] = [] if pod is None else chart_flags(pod)  # the later --node-lock-timeout wins
         env = None if pod is None else install.downward_env(pod, names.EXTENDER_CONTAINER)
         self.procs.python("scheduler", "hami.scheduler", args, env=env)
         self._wait(self.url(SCHEDULER) + "/metrics", "the scheduler extender's metrics")
@@ -321,11 +324,7 @@ class Stack:
         plugin_dir = self.work / "device-plugins"
         plugin_dir.mkdir(parents=True, exist_ok=True)
         node_config = self.work / "deviceplugin-node-config.json"
-        # the over-commit scenario: sim-node's cards registered at 1.5 times their memory, as HAMi's
-        # device-plugin ConfigMap does per node
-        scaled = {"name": cluster.NODE, "devicememoryscaling": cluster.MEMORY_SCALING}
-        entries = [scaled] if self.opts.scenarios else []
-        node_config.write_text(json.dumps({"nodeconfig": entries}) + "\n")
+        node_config.write_text(node_config_json(self.opts.scenarios))
         kubelet = self.procs.python(
             "kubelet",
             "hami.testing.kubelet",
