@@ -17,6 +17,7 @@ NUMA and MIG are not exported, and pods that never got a GPU are not in this his
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -173,7 +174,9 @@ def _instances(source: Source, h: HistorySettings) -> list[_Instance]:
     return sorted(found.values(), key=lambda i: (i.first, i.namespace, i.pod))
 
 
-def _pod(inst: _Instance, n: int, h: HistorySettings, peak: dict[tuple[str, ...], float]) -> snap.Pod:
+def _pod(
+    inst: _Instance, n: int, h: HistorySettings, peak: dict[tuple[str, ...], float], live: snap.Pod | None
+) -> snap.Pod:
     # One container per distinct (MiB, cores) share: a pod's containers ask the same of each card.
     groups: dict[tuple[int, int], list[str]] = defaultdict(list)
     for uuid, share in sorted(inst.cards.items()):
@@ -191,17 +194,48 @@ def _pod(inst: _Instance, n: int, h: HistorySettings, peak: dict[tuple[str, ...]
         containers.append(snap.Container(f"c{i}", {"limits": limits}))
         devices.append([ContainerDevice(u, ann.VENDOR_NVIDIA, mib, core) for u in uuids])
     ongoing = inst.last >= h.end - 2.5 * h.step
+    # Placed before the history begins, or (the API says) outside the scheduler: its placement is
+    # not one to replay, and it holds its cards as recorded.
+    fixed = inst.first <= h.start + 1.5 * h.step or (
+        live is not None and live.allocation is not None and live.scheduled is None
+    )
+    first = min(inst.first, h.end)  # a last sample stamped a hair after the end is at the end
+    same = live is not None and ongoing and live.allocation is not None and live.allocation.node == inst.node
     return snap.Pod(
         namespace=inst.namespace,
         name=inst.pod,
         uid=f"prometheus-{n}",
-        created=inst.first,
-        containers=tuple(containers),
-        scheduled=inst.first,
+        created=first,
+        # the API's copy of a pod still running has what Prometheus lacks: the true requests and the
+        # annotations that steer the filter (GPU type and UUID, NUMA, policies)
+        annotations=live.annotations if same and live is not None else {},
+        init_containers=live.init_containers if same and live is not None else (),
+        containers=live.containers if same and live is not None else tuple(containers),
+        scheduled=None if fixed else first,
         finished=None if ongoing else inst.last + h.step,
         allocation=snap.Allocation(inst.node, encode_pod_devices(devices)),
         peak_memory_bytes=peak.get((inst.namespace, inst.pod)),
     )
+
+
+def _split_at_binds(locks: list[snap.Lock], pods: tuple[snap.Pod, ...], step: float) -> list[snap.Lock]:
+    """A bind takes the node lock, so a lock seen held across a pod's recorded bind was free or
+    expired then: it ends at the bind, and the bind's own lock holds from the next step on (the
+    held gauge cannot tell one holder from the next)."""
+    binds: dict[str, list[float]] = defaultdict(list)
+    for p in pods:
+        if p.scheduled is not None and p.allocation is not None:
+            binds[p.allocation.node].append(p.scheduled)
+    out: list[snap.Lock] = []
+    for lock in locks:
+        since = lock.since
+        for t in sorted(binds.get(lock.node, ())):
+            if since < t and (lock.released is None or t < lock.released):
+                out.append(snap.Lock(lock.node, since, lock.owner, t))
+                since = t + step
+        if lock.released is None or since < lock.released:
+            out.append(snap.Lock(lock.node, since, lock.owner, lock.released))
+    return out
 
 
 def _locks(source: Source, h: HistorySettings) -> list[snap.Lock]:
@@ -220,7 +254,10 @@ def _locks(source: Source, h: HistorySettings) -> list[snap.Lock]:
     return locks
 
 
-def from_prometheus(source: Source, h: HistorySettings) -> snap.Snapshot:
+def from_prometheus(
+    source: Source, h: HistorySettings, live: Mapping[str, snap.Pod] | None = None
+) -> snap.Snapshot:
+    """The snapshot of the history; ``live``: the API's pods by ``namespace/name``, when it was read."""
     devices = _devices(source, h)
     scaling = _per_node(source, "hami_device_memory_scaling", h)
     core_scaling = _per_node(source, "hami_device_core_scaling", h)
@@ -243,7 +280,10 @@ def from_prometheus(source: Source, h: HistorySettings) -> snap.Snapshot:
         )
     }
     instances = [i for i in _instances(source, h) if i.node in known]
-    pods = tuple(_pod(inst, n, h, peak) for n, inst in enumerate(instances))
+    live = live or {}
+    pods = tuple(
+        _pod(inst, n, h, peak, live.get(f"{inst.namespace}/{inst.pod}")) for n, inst in enumerate(instances)
+    )
     notes = dict(c.notes)
     scheduler = c.scheduler
     lock = source.query(f"max(last_over_time(hami_scheduler_node_lock_timeout_seconds[{h.window}]))")
@@ -265,6 +305,6 @@ def from_prometheus(source: Source, h: HistorySettings) -> snap.Snapshot:
         scheduler=scheduler,
         nodes=nodes,
         pods=pods,
-        locks=tuple(_locks(source, h)),
+        locks=tuple(_split_at_binds(_locks(source, h), pods, h.step)),
         notes=(*NOTES, *notes.values()),
     )

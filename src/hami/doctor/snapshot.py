@@ -237,10 +237,15 @@ def from_history(args: argparse.Namespace, now: datetime, api: Any | None = None
     if step <= 0:
         raise SnapshotUsageError("--step: want a positive duration such as 30s, 1m")
     s = settings(args, clusterconfig.read(api, args.scheduler_namespace) if api is not None else None)
+    live = None
+    if api is not None:  # the pods still in the API: their true requests and annotations
+        nodes = fetch.list_nodes(api)
+        pods = fetch.list_all(api, raw.resource_path("", "v1", "pods"))
+        live = {p.key: p for p in capture(nodes, pods, [], now, s).pods}
     client = PrometheusClient(args.from_prometheus, timeout=args.query_timeout.total_seconds())
     try:
         return from_prometheus(
-            client, HistorySettings(end=now.timestamp(), since=since, step=step, capture=s)
+            client, HistorySettings(end=now.timestamp(), since=since, step=step, capture=s), live
         )
     finally:
         client.close()
