@@ -43,7 +43,8 @@ def _series() -> list[tuple[str, float, int, int]]:
             (f"hami_gpu_split_limit{{{card}}}", 10, 0, 120),
             (f"hami_gpu_core_limit_ratio{{{card}}}", 100, 0, 120),
         ]
-    for name, uuid, mib, first in (("seeded", GPU0, 4096, 0), ("typed", GPU1, 2048, 40), ("by-hand", GPU0, 1024, 50)):
+    held = (("seeded", GPU0, 4096, 0), ("typed", GPU1, 2048, 40), ("by-hand", GPU0, 1024, 50))
+    for name, uuid, mib, first in held:
         who = f'{SCH},namespace="ns",node="n1",pod="{name}",container_index="0",device_uuid="{uuid}"'
         out += [
             (f"hami_vgpu_memory_allocated_bytes{{{who}}}", mib * MIB, first, 120),
@@ -92,8 +93,8 @@ def test_history_completed_by_the_api(
     kube_api.store.put(_live("typed", GPU1, 2048, {ann.POD_VGPU_TIME: placed, ann.POD_USE_GPUTYPE: "A100"}))
     kube_api.store.put(_live("by-hand", GPU0, 1024, {}))  # spec.nodeName set at creation: no vgpu-time
     out = tmp_path / "history.json"
-    argv = ["snapshot", "--from-prometheus", prom_url, "--since", "2h", "--step", "1m",
-            "--now", now.strftime("%Y-%m-%dT%H:%M:%SZ"), "--kubeconfig", str(kube_config_file), "-o", str(out)]  # fmt: skip
+    argv = ["snapshot", "--from-prometheus", prom_url, "--since", "2h", "--step", "1m", "-o", str(out),
+            "--now", now.strftime("%Y-%m-%dT%H:%M:%SZ"), "--kubeconfig", str(kube_config_file)]  # fmt: skip
     assert main(argv, stdout=io.StringIO()) == 0
     snapshot = snapread.load_snapshot(out)
     pods = {p.name: p for p in snapshot.pods}
