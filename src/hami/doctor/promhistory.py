@@ -7,7 +7,8 @@ registered cards (``hami_gpu_split_limit``, ``hami_gpu_memory_limit_bytes``,
 and ``hami_vgpu_core_allocated_ratio``, one series per pod and card while the pod holds it), with
 the device plugin's ``hami_device_memory_scaling`` and the monitor's peak
 ``hami_vgpu_memory_used_bytes``. ``hami_scheduler_node_lock_held`` gives the locks that stayed
-held across samples.
+held across samples, the device plugin's ``hami_device_health`` when each card was unhealthy, and
+``hami_scheduler_node_schedulable`` when a node's handshake had expired (the snapshot's outages).
 
 What metrics cannot say, the snapshot's notes say: times have the resolution of the step, a pod
 appears when it was placed (so it never waited), its request is rebuilt from what it was given,
@@ -254,6 +255,37 @@ def _locks(source: Source, h: HistorySettings) -> list[snap.Lock]:
     return locks
 
 
+# Why the scheduler could not use a whole node (hami_scheduler_node_schedulable's reasons; a lock is
+# in ``locks``, a card's health in the device plugin's hami_device_health).
+NODE_OUT = "handshake_expired|decode_error|no_devices"
+
+
+def _spans(series: list[Series], h: HistorySettings) -> list[tuple[Series, float, float | None]]:
+    """(series, since, until) of each run of 0 samples (until None: still 0 at the end)."""
+    out: list[tuple[Series, float, float | None]] = []
+    for one in series:
+        zero = tuple(p for p in one.points if p[1] == 0)
+        for first, last, _ in _runs(zero, h.step):
+            out.append((one, first, None if last >= h.end - 2.5 * h.step else last + h.step))
+    return out
+
+
+def _outages(source: Source, h: HistorySettings) -> list[snap.Outage]:
+    """Cards the device plugin reported unhealthy, and nodes the scheduler could not use, over time."""
+    cards = source.query_range(_fresh("hami_device_health", "node, device_uuid", h), h.start, h.end, h.step)
+    metric = f'hami_scheduler_node_schedulable{{reason=~"{NODE_OUT}"}}'
+    nodes = source.query_range(_fresh(metric, "node, reason", h), h.start, h.end, h.step)
+    out = [
+        snap.Outage(one.labels.get("node", ""), since, until, one.labels.get("device_uuid", ""), "unhealthy")
+        for one, since, until in _spans(cards, h)
+    ]
+    out += [
+        snap.Outage(one.labels.get("node", ""), since, until, "", one.labels.get("reason", ""))
+        for one, since, until in _spans(nodes, h)
+    ]
+    return out
+
+
 def from_prometheus(
     source: Source, h: HistorySettings, live: Mapping[str, snap.Pod] | None = None
 ) -> snap.Snapshot:
@@ -306,5 +338,6 @@ def from_prometheus(
         nodes=nodes,
         pods=pods,
         locks=tuple(_split_at_binds(_locks(source, h), pods, h.step)),
+        outages=tuple(o for o in _outages(source, h) if o.node in known),
         notes=(*NOTES, *notes.values()),
     )

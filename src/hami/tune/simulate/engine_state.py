@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 import statistics
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from hami.core.snapshot import model as snap
 from hami.scheduler.engine.decision import FilterResult, filter_pod
@@ -52,6 +53,8 @@ class ReplayState:
         self.quotas: QuotaManager = cl.quotas(snapshot, self.config)
         self.ranks = Ranker(size=RANKINGS)
         self.all_nodes: Sequence[NodeState] = self.cluster.nodes
+        self.by_name: dict[str, NodeState] = dict(self.cluster.by_name)
+        self._active: frozenset[snap.Outage] | None = None  # outages the nodes now reflect
         self.pending: dict[str, PodRun] = {}
         self.events: list[tuple[float, int, int, PodRun]] = []
         self._seq = 0
@@ -77,6 +80,32 @@ class ReplayState:
         self._peaks = any(p.peak_memory_bytes for p in snapshot.pods)
         self._undo: list[tuple[str, PodAllocation | None]] = []  # trial changes to the usage index
         self._idle: dict[str, tuple[int, int, int, int]] = {}  # _card_figures of nodes without usage
+
+    def _outages_at(self, t: float) -> None:
+        """The nodes as the scheduler saw them at ``t``: a card with outages in the history is
+        unhealthy exactly within them, a node is left out within its own; the rest as registered."""
+        outages = self.snapshot.outages
+        active = frozenset(o for o in outages if o.since <= t and (o.until is None or t < o.until))
+        if not outages or active == self._active:
+            return
+        self._active = active
+        judged = {(o.node, o.device) for o in outages if o.device}
+        down = {(o.node, o.device) for o in active if o.device}
+        gone = {o.node for o in active if not o.device}
+        nodes = [
+            replace(
+                n,
+                devices=tuple(
+                    replace(d, health=(n.name, d.id) not in down) if (n.name, d.id) in judged else d
+                    for d in n.devices
+                ),
+            )
+            for n in self.cluster.nodes
+            if n.name not in gone
+        ]
+        self.all_nodes = tuple(nodes)
+        self.by_name = {n.name: n for n in nodes}
+        self.ranks = Ranker(size=RANKINGS)  # its verdicts were for the nodes as they were
 
     # --- set-up ---------------------------------------------------------------------------------
 

@@ -72,6 +72,7 @@ class Replay(OrderSearch, Sampling):
                 self._sample(next_sample)
                 next_sample = next(samples, None)
             self._advance(t)
+            self._outages_at(t)
             if kind == RETRY:
                 run.backoff = False
                 if run.placed_at is None and run.pod.uid in self.pending:
