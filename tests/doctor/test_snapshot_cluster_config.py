@@ -1,5 +1,6 @@
 """`hami-doctor snapshot` reads the scheduling configuration the cluster holds: the scheduler's flags
-(its pods, else its Deployment), the device config ConfigMap and the device plugin's node config."""
+(its pods, else its Deployment), the device config ConfigMap and the device plugin's node config; and
+what the API implies about a card's health over the history."""
 
 from __future__ import annotations
 
@@ -8,10 +9,15 @@ from pathlib import Path
 
 import yaml
 
+from hami.core import annotations as ann
 from hami.core import names
+from hami.core.codec.node_devices import encode_node_devices
+from hami.core.snapshot import model as snap
 from hami.core.snapshot import reader as snapread
+from hami.doctor.capture import unhealthy_outages
 from hami.doctor.main import main as doctor
-from hami.testing import chart, cluster, install
+from hami.testing import chart, cluster, install, whatif
+from hami.testing.builders import dev
 from hami.testing.democonfig import demo_values
 from hami.testing.kubeapi import KubeAPIServer
 
@@ -61,3 +67,17 @@ def test_without_scheduler_pods_the_deployment_s_flags_are_read(
     snapshot = snapread.load_snapshot(_snapshot(kube_config_file, tmp_path))
     assert not [n for n in snapshot.notes if "scheduler-policy" in n or "node-lock-timeout" in n]
     assert (snapshot.scheduler.node_policy, snapshot.scheduler.gpu_policy) == ("binpack", "spread")
+
+
+def test_an_unhealthy_card_is_out_only_after_the_last_pod_the_scheduler_placed_on_it() -> None:
+    cards = [dev("n1-gpu0", 8000, index=0), dev("n1-gpu1", 8000, index=1, health=False)]
+    nodes = [snap.Node("n1", {ann.NODE_REGISTER: encode_node_devices(cards)}, allocatable_gpus=20)]
+    pods = [
+        whatif.pod("a", 10, mem=1000, placed=("n1", ["n1-gpu1"])),
+        whatif.pod("b", 50, mem=1000, placed=("n1", ["n1-gpu1"])),
+        whatif.pod("by-hand", 90, mem=1000, placed=("n1", ["n1-gpu1"]), scheduled=-1),  # proves nothing
+    ]
+    (out,) = unhealthy_outages(nodes, pods, whatif.T0)
+    assert (out.node, out.device, out.since, out.until) == ("n1", "n1-gpu1", whatif.T0 + 51, None)
+    # a card that never took a pod is out from the start of the history
+    assert unhealthy_outages(nodes, [], whatif.T0)[0].since == whatif.T0
