@@ -11,6 +11,7 @@ then dominates the other containers' jitter within the first two minutes of samp
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
@@ -612,3 +613,28 @@ def test_the_banner_s_defrag_plans_the_l4_pod_on_the_live_demo(
     assert f"fits now: {l4}" not in out
     step = rf"^\d+\. on {cluster.FRAG_NODE}, move 1 pod\(s\) \(ml-infer/\S+ -> [\w-]+\); then .*{l4}"
     assert re.search(step, out, re.M), out
+
+
+def test_the_simulator_replays_the_live_demo(stack: Stack, tmp_path: Path) -> None:
+    """`hami-doctor snapshot --from-prometheus` (the configuration and the pods still there read from the
+    cluster), then `hami-tune simulate`: the current configuration reproduces at least 95 % of the
+    placements the scheduler made on the live demo."""
+    need(MONITOR, SCHEDULER, DEVICE_PLUGIN)
+
+    def placed() -> int | None:
+        batch = 'hami_vgpu_memory_allocated_bytes{namespace="ml-batch"}'
+        got = prometheus(stack).query(f"count(count by (pod) ({batch}))")
+        n = int(float(got[0]["value"][1])) if got else 0
+        return n if n >= 3 else None
+
+    poll(placed, "a few batch pods placed by the scheduler")
+    snapshot = tmp_path / "live.json"
+    argv = ["snapshot", "-o", str(snapshot), "--from-prometheus", stack.url("prometheus"), "--since", "10m",
+            "--step", "1s", "--kubeconfig", str(stack.kubeconfig)]  # fmt: skip
+    assert doctor_main(argv, stdout=io.StringIO()) == 0
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        tune_main(["simulate", str(snapshot), "--set", "deviceSplitCount=5", "--json"])
+    fidelity = json.loads(out.getvalue())["fidelity"]
+    assert fidelity["compared"] >= 3
+    assert fidelity["same"] >= 0.95 * fidelity["compared"], fidelity["differences"]

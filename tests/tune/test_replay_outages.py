@@ -74,3 +74,18 @@ def test_bad_outages_are_refused(change: dict[str, object], message: str) -> Non
     doc = writer.to_document(_history()) | change
     with pytest.raises(snap.SnapshotError, match=message.replace("[", r"\[").replace("]", r"\]")):
         reader.from_document(doc)
+
+
+def test_a_lock_does_not_refuse_the_bind_that_took_it() -> None:
+    """A snapshot taken mid-bind: the node's lock is owned by the pod being bound (API snapshot)."""
+    n1 = whatif.node("n1", 8000)
+    pods = [
+        whatif.pod("binding", 100, mem=1000, placed=("n1", ["n1-gpu0"])),
+        whatif.pod("next", 110, mem=1000, placed=("n1", ["n1-gpu0"]), until=200),
+    ]
+    lock = snap.Lock("n1", T0 + 100, "default/binding")
+    result = Replay(whatif.snapshot([n1], pods, locks=[lock], end=200), Scenario()).run()
+    runs = {run.pod.name: run for run in result.runs}
+    assert runs["binding"].placed_at == T0 + 100 and runs["binding"].bind_failures == 0
+    # the lock still refuses another pod's bind until it expires (5m)
+    assert runs["next"].bind_failures > 0 and runs["next"].placed_at is None

@@ -175,8 +175,22 @@ def _instances(source: Source, h: HistorySettings) -> list[_Instance]:
     return sorted(found.values(), key=lambda i: (i.first, i.namespace, i.pod))
 
 
+def _begin(source: Source, h: HistorySettings) -> float:
+    """When the history begins: the window's start, or the extender's first sample in it if later
+    (a cluster younger than --since)."""
+    expr = f"min(min_over_time(timestamp(hami_gpu_memory_limit_bytes)[{h.window}:{max(int(h.step), 1)}s]))"
+    first = source.query(expr)
+    return max(h.start, first[0].value) if first else h.start
+
+
 def _pod(
-    inst: _Instance, n: int, h: HistorySettings, peak: dict[tuple[str, ...], float], live: snap.Pod | None
+    inst: _Instance,
+    n: int,
+    h: HistorySettings,
+    peak: dict[tuple[str, ...], float],
+    *,
+    live: snap.Pod | None,
+    begin: float,
 ) -> snap.Pod:
     # One container per distinct (MiB, cores) share: a pod's containers ask the same of each card.
     groups: dict[tuple[int, int], list[str]] = defaultdict(list)
@@ -197,7 +211,7 @@ def _pod(
     ongoing = inst.last >= h.end - 2.5 * h.step
     # Placed before the history begins, or (the API says) outside the scheduler: its placement is
     # not one to replay, and it holds its cards as recorded.
-    fixed = inst.first <= h.start + 1.5 * h.step or (
+    fixed = inst.first <= begin + 1.5 * h.step or (
         live is not None and live.allocation is not None and live.scheduled is None
     )
     first = min(inst.first, h.end)  # a last sample stamped a hair after the end is at the end
@@ -313,8 +327,10 @@ def from_prometheus(
     }
     instances = [i for i in _instances(source, h) if i.node in known]
     live = live or {}
+    begin = _begin(source, h)
     pods = tuple(
-        _pod(inst, n, h, peak, live.get(f"{inst.namespace}/{inst.pod}")) for n, inst in enumerate(instances)
+        _pod(inst, n, h, peak, live=live.get(f"{inst.namespace}/{inst.pod}"), begin=begin)
+        for n, inst in enumerate(instances)
     )
     notes = dict(c.notes)
     scheduler = c.scheduler

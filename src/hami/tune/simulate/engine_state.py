@@ -114,15 +114,17 @@ class ReplayState:
         request = pod_request(pod.as_object(), self.config.nvidia)
         return PodRun(pod, request, _shape(request, pod.namespace, self.quotas.limited(pod.namespace)), fixed)
 
-    def _lock_intervals(self) -> dict[str, list[tuple[float, float]]]:
+    def _lock_intervals(self) -> dict[str, list[tuple[float, float, str]]]:
+        """Per node, (since, until, owner) of the locks that refuse binds; the owner's own bind is
+        not refused by the lock it took."""
         expire, current = self.cluster.lock_expire, self.snapshot.scheduler.node_lock_expire
-        out: dict[str, list[tuple[float, float]]] = {}
+        out: dict[str, list[tuple[float, float, str]]] = {}
         for lock in self.snapshot.locks:
             until = lock.since + expire
             # A lock that lasted its full expiry was broken by expiry: under another expiry it lasts that.
             if lock.released is not None and lock.released - lock.since < current:
                 until = min(until, lock.released)
-            out.setdefault(lock.node, []).append((lock.since, until))
+            out.setdefault(lock.node, []).append((lock.since, until, lock.owner))
         return out
 
     def _capacity(self) -> Capacity:
@@ -183,8 +185,9 @@ class ReplayState:
             self._account(old.shares, -1)
         return old
 
-    def _locked(self, node: str, t: float) -> bool:
-        return any(a <= t < b for a, b in self.locks.get(node, ()))
+    def _locked(self, node: str, t: float, pod: str) -> bool:
+        """Whether a lock refuses ``pod``'s bind to ``node`` at ``t``."""
+        return any(a <= t < b and owner != pod for a, b, owner in self.locks.get(node, ()))
 
     def _filter(self, run: PodRun, nodes: Sequence[NodeState]) -> FilterResult:
         if run.request is None:
