@@ -1,6 +1,6 @@
 """The truth reconciler: the scheduler's allocations, HAMi-core's regions and NVML's processes, crossed.
 
-Per node, at every scrape (pure: data in, findings out):
+Per node, at every scrape (the findings are pure: data in, findings out; ``Settled`` keeps what persists):
 
 * ``allocation_without_region``: a running pod's container has a device allocation but no region. Normal
   for a few seconds after start (the region appears with the first CUDA call); the alert waits for it.
