@@ -107,8 +107,11 @@ def _jobs(copy: str) -> list[str]:
 
 
 def _recs(capsys: pytest.CaptureFixture[str], url: str, copy: str) -> dict[str, dict[str, Any]]:
-    main(["--json", "--prometheus-url", url, "--time", str(END), "--window", WINDOW, *_jobs(copy)])
-    return {x["parameter"]: x for x in json.loads(capsys.readouterr().out)["recommendations"]}
+    code = main(["--json", "--prometheus-url", url, "--time", str(END), "--window", WINDOW, *_jobs(copy)])
+    recs = {x["parameter"]: x for x in json.loads(capsys.readouterr().out)["recommendations"]}
+    # missing data, whether it refused a value or held one back, is exit 3
+    assert code == (3 if any(r["missing"] for r in recs.values()) else 0)
+    return recs
 
 
 def test_physical_memory_is_measured_over_a_short_window(

@@ -9,7 +9,8 @@ Every recommendation is computed over --window (default 7d) and refused, naming 
 Prometheus holds less history than that. Every § cited is a section of docs/guides/tuning.md.
 
 Exit status: 0 every parameter has a recommendation; 3 at least one was refused for missing data or
-history (its guide starting point, if any, is printed as such); 2 bad input: bad arguments, an
+history (its guide starting point, if any, is printed as such), or held where it is because a guard
+had no data; 2 bad input: bad arguments, an
 unreadable file, Prometheus unreachable or refusing a query, a window without samples, or series
 without the labels hami-tune joins on.
 """
@@ -358,7 +359,8 @@ def main(argv: list[str] | None = None) -> int:
         print(report.to_text(recs, args.time if args.time is not None else time.time()), end="")
         if checks is not None:
             print(verify.to_text(*checks, str(args.verify)), end="")
-    return EXIT_REFUSED if any(r.refused for r in recs) else 0
+    # a value held back by a guard without data is missing data too: automation should see it
+    return EXIT_REFUSED if any(r.refused or r.missing for r in recs) else 0
 
 
 def _iso(at: float) -> str:
