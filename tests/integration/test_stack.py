@@ -401,9 +401,7 @@ def test_every_doctor_command_the_banner_prints_reads_the_demo(stack: Stack) -> 
     """Run in-process with the printed arguments: a report each (0-2), never a usage or cluster error."""
     need(SCHEDULER)
     doctor = demo.tool("hami-doctor")
-    lines = [
-        line for line in demo.commands(stack) if line.startswith(doctor + " ") and " snapshot " not in line
-    ]
+    lines = [line for line in demo.commands(stack) if line.startswith(doctor + " ")]
     assert len(lines) == 4, lines
     for line in lines:
         argv = shlex.split(line.removeprefix(doctor + " "))
@@ -601,12 +599,10 @@ def test_every_alert_the_demo_raises_comes_from_a_scenario(stack: Stack) -> None
 def test_the_banner_s_defrag_plans_the_l4_pod_on_the_live_demo(
     stack: Stack, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The banner's snapshot and defrag lines, run as printed: the L4 pod's plan moves a pod off an L4."""
+    """The banner's defrag line, run as printed: the L4 pod's plan moves a pod off an L4."""
     need(SCHEDULER)
-    doctor, tune = demo.tool("hami-doctor"), demo.tool("hami-tune")
-    (snapshot,) = [line for line in demo.commands(stack) if line.startswith(f"{doctor} snapshot ")]
+    tune = demo.tool("hami-tune")
     (defrag,) = [line for line in demo.commands(stack) if line.startswith(f"{tune} defrag ")]
-    assert doctor_main(shlex.split(snapshot.removeprefix(doctor + " ")), stdout=io.StringIO()) == 0
     tune_main(shlex.split(defrag.removeprefix(tune + " ")))
     out = capsys.readouterr().out
     l4 = f"scenarios/{cluster.FRAG_PENDING}"

@@ -65,3 +65,20 @@ def test_a_bad_snapshot_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture
     bad.write_text("{}")
     assert tune(["defrag", "--snapshot", str(bad)]) == 2
     assert capsys.readouterr().err.startswith("hami-tune defrag: bad snapshot:")
+
+
+def test_defrag_reads_the_cluster_itself(
+    kube_api: KubeAPIServer, kube_config_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for obj in cluster.objects(gpus=4, now=NOW, scenarios=True):
+        obj["metadata"]["creationTimestamp"] = "2026-03-02T11:00:00Z"
+        kube_api.store.put(obj)
+    assert tune(["defrag", "--kubeconfig", str(kube_config_file)]) == 3
+    step = f"1. on {cluster.FRAG_NODE}, move 1 pod(s) (ml-infer/tts-1 -> {cluster.NODE}); then {L4_POD}"
+    assert step in capsys.readouterr().out
+
+
+def test_an_unreachable_cluster_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert tune(["defrag", "--kubeconfig", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hami-tune defrag: ") and len(err.strip().splitlines()) == 1, err

@@ -108,9 +108,8 @@ def commands(stack: Stack) -> list[str]:
         f"{doctor} logs {stack.procs.log_dir}",
         # the demo's history is minutes long: a window the tuner accepts for it, and it says so
         f"{tool('hami-tune')} --prometheus-url {stack.url('prometheus')} --window 10m",
-        # defrag plans through the scheduler's filter from a snapshot: the pods' GPU type filters count
-        f"{doctor} snapshot -o {stack.work / 'snapshot.json'}{kube}",
-        f"{tool('hami-tune')} defrag --snapshot {stack.work / 'snapshot.json'}",
+        # defrag plans through the scheduler's filter from the cluster: the pods' GPU type filters count
+        f"{tool('hami-tune')} defrag{kube}",
     ]
     return out
 

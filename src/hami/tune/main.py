@@ -30,15 +30,13 @@ from hami.core.duration import duration_flag, prometheus_duration_flag
 from hami.core.promapi import PrometheusClient, PrometheusError
 from hami.core.snapshot import model as snap
 from hami.core.snapshot import reader as snapread
-from hami.tune import chargeback, compare, defrag, drain, patch, report, tables, values
+from hami.tune import chargeback, compare, patch, report, tables, values
 from hami.tune.collect import InputError, Settings, preflight, recommend_all
+from hami.tune.defrag_cli import EXIT_BAD_SNAPSHOT, EXIT_REFUSED, defrag_main
 from hami.tune.recommend import Recommendation
 from hami.tune.simulate import cli as simulate_cli
 from hami.tune.simulate import verify
 from hami.tune.simulate.cluster import ClusterError
-
-EXIT_REFUSED = 3
-EXIT_BAD_SNAPSHOT = 2
 
 
 def instant(text: str) -> float:
@@ -215,57 +213,6 @@ def report_main(argv: list[str]) -> int:
         return EXIT_REFUSED
     print(chargeback.to_csv(rows) if args.format == "csv" else chargeback.to_text(rows), end="")
     return 0
-
-
-def defrag_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(
-        prog="hami-tune defrag", description=defrag.__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
-    source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument(
-        "--snapshot",
-        type=Path,
-        metavar="SNAPSHOT",
-        help="plan from a snapshot of the cluster (hami-doctor snapshot --kubeconfig ...), through the\n"
-        "scheduler's own filter: the pending pods' GPU type and UUID filters, numa-bind, cores and\n"
-        "quotas decide where they may go",
-    )
-    source.add_argument(
-        "--prometheus-url",
-        help="plan from the scheduler's and kube-state-metrics' series: memory and split slots only",
-    )
-    p.add_argument("--scheduler-job", default="hami-scheduler")
-    p.add_argument("--ksm-selector", default='job="kube-state-metrics"', help="kube-state-metrics' series")
-    p.add_argument("--time", type=float, default=None, help="evaluation time, unix seconds (default: now)")
-    p.add_argument("--timeout", type=float, default=30.0, help="HTTP timeout per query, seconds")
-    args = p.parse_args(argv)
-    if args.snapshot is not None:
-        return _defrag_snapshot(args.snapshot)
-    client = PrometheusClient(args.prometheus_url, timeout=args.timeout, at=args.time)
-    try:
-        cards, tenants, pending = defrag.collect(client.query, args.scheduler_job, args.ksm_selector)
-    except PrometheusError as exc:
-        print(f"hami-tune defrag: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        client.close()
-    if not cards:
-        print(f'hami-tune defrag: no hami_gpu_memory_limit_bytes{{job="{args.scheduler_job}"}}: is the '
-              "scheduler scraped under that job (--scheduler-job)?", file=sys.stderr)  # fmt: skip
-        return EXIT_REFUSED
-    result = defrag.plan(cards, tenants, pending)
-    print(defrag.to_text(result), end="")
-    return EXIT_REFUSED if result.unserved else 0
-
-
-def _defrag_snapshot(path: Path) -> int:
-    try:
-        result = drain.plan(snapread.load_snapshot(path))
-    except (snap.SnapshotError, ClusterError) as exc:
-        print(f"hami-tune defrag: bad snapshot: {exc}", file=sys.stderr)
-        return EXIT_BAD_SNAPSHOT
-    print(drain.to_text(result), end="")
-    return EXIT_REFUSED if result.unserved else 0
 
 
 def main(argv: list[str] | None = None) -> int:
