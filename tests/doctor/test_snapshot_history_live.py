@@ -110,3 +110,44 @@ def test_history_completed_by_the_api(
         (START, START + 40 * STEP),
         (START + 41 * STEP, None),
     ]
+
+
+FINE_END = END  # a second history (its own Prometheus), scraped every 15 s
+FINE = 15
+
+
+@pytest.fixture(scope="module")
+def fine_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """20 minutes scraped every 15 s; a pod placed 7m30s in."""
+    card = f'{SCH},node="n1",device_uuid="{GPU0}",device_index="0",device_type="{cluster.GPU_TYPE}"'
+    who = f'{SCH},namespace="ns",node="n1",pod="p",container_index="0",device_uuid="{GPU0}"'
+    series = [
+        (f"hami_gpu_memory_limit_bytes{{{card}}}", cluster.GPU_MEM_MIB * MIB, 0),
+        (f"hami_gpu_split_limit{{{card}}}", 10, 0),
+        (f'hami_scheduler_nodes{{{SCH},state="healthy"}}', 1, 0),
+        (f"hami_vgpu_memory_allocated_bytes{{{who}}}", 1024 * MIB, 450),
+        (f"hami_vgpu_core_allocated_ratio{{{who}}}", 0, 450),
+    ]
+    begin = FINE_END - 1200
+    samples = [
+        (name, float(value), float(t))
+        for name, value, first in series
+        for t in range(begin + first, FINE_END + 1, FINE)
+    ]
+    work = tmp_path_factory.mktemp("fine")
+    data = work / "data"
+    data.mkdir()
+    prometheus.backfill_openmetrics(prometheus.openmetrics(samples), data, work)
+    with prometheus.PrometheusServer(data) as server:
+        yield server.url
+
+
+def test_the_default_step_follows_the_scrape_interval(fine_url: str, tmp_path: Path) -> None:
+    """Scraped every 15 s: the step is 16 s, so the pod's placement is known to 16 s (a minute step put
+    it 30 s off, and pods minutes apart in one instant)."""
+    out = tmp_path / "history.json"
+    now = datetime.fromtimestamp(FINE_END, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    argv = ["snapshot", "--from-prometheus", fine_url, "--since", "20m", "-o", str(out), "--now", now]
+    assert main(argv, stdout=io.StringIO()) == 0
+    (placed,) = snapread.load_snapshot(out).pods
+    assert 0 <= placed.created - (FINE_END - 1200 + 450) <= FINE + 1

@@ -17,6 +17,7 @@ NUMA and MIG are not exported, and pods that never got a GPU are not in this his
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -173,6 +174,17 @@ def _instances(source: Source, h: HistorySettings) -> list[_Instance]:
             inst.last = max(inst.last, last)
             inst.cards[uuid] = (int(value // MIB), int(core_points.get(last, 0)))
     return sorted(found.values(), key=lambda i: (i.first, i.namespace, i.pod))
+
+
+def scrape_interval(source: Source, since: float, end: float) -> float:
+    """Seconds between the extender's samples, from how many the last minutes hold (60 when unknown:
+    no sample of it in the window)."""
+    window = int(min(since, 300))
+    expr = f"max(count_over_time(hami_scheduler_nodes[{window}s] @ {end:.3f}))"
+    got = source.query(expr)
+    if not got or got[0].value < 2:  # two samples make one interval
+        return 60.0
+    return float(math.ceil(window / got[0].value))
 
 
 def _begin(source: Source, h: HistorySettings) -> float:

@@ -46,7 +46,7 @@ from hami.doctor.capture import (
     capture,
     scheduler_flags,
 )
-from hami.doctor.promhistory import HistorySettings, from_prometheus
+from hami.doctor.promhistory import HistorySettings, from_prometheus, scrape_interval
 
 DEFAULTS = snap.Scheduler()
 
@@ -102,7 +102,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=duration_flag(),
         default=None,
         help="with --from-prometheus: time resolution of the history, at least the scrape interval "
-        "(default: since/2000, at least 1m)",
+        "(default: the extender's scrape interval plus a second, or since/2000 if longer)",
     )
     p.add_argument(
         "--query-timeout",
@@ -233,8 +233,8 @@ def from_history(args: argparse.Namespace, now: datetime, api: Any | None = None
     since = parse_prometheus_duration(args.since).total_seconds()
     if since <= 0:
         raise SnapshotUsageError("--since: want a positive duration such as 24h, 90m")
-    step = args.step.total_seconds() if args.step is not None else max(60.0, since / 2000)
-    if step <= 0:
+    step = args.step.total_seconds() if args.step is not None else None
+    if step is not None and step <= 0:
         raise SnapshotUsageError("--step: want a positive duration such as 30s, 1m")
     s = settings(args, clusterconfig.read(api, args.scheduler_namespace) if api is not None else None)
     live = None
@@ -244,6 +244,9 @@ def from_history(args: argparse.Namespace, now: datetime, api: Any | None = None
         live = {p.key: p for p in capture(nodes, pods, [], now, s).pods}
     client = PrometheusClient(args.from_prometheus, timeout=args.query_timeout.total_seconds())
     try:
+        if step is None:
+            # as fine as the samples go: a coarser step puts pods minutes apart in one instant
+            step = max(scrape_interval(client, since, now.timestamp()) + 1, since / 2000)
         return from_prometheus(
             client, HistorySettings(end=now.timestamp(), since=since, step=step, capture=s), live
         )
