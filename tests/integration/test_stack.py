@@ -563,8 +563,10 @@ SIDE_ALERTS = [
     ("over-committed card", "HAMiGPUOvercommitExhaustionRisk", {"node": cluster.NODE}, ANY_STATE),
     ("fragmented node", "HAMiGPUPodPending", {"pod": cluster.FRAG_PENDING}, ANY_STATE),
     ("fragmented node", "HAMiGPUMemoryAllocationHigh", {"node": cluster.FRAG_NODE}, ANY_STATE),
-    # each batch pod's bind holds sim-node's lock for a moment: pending, never held for the for:
+    # each batch pod's bind holds sim-node's lock for a moment, and each new batch pod waits for the
+    # stand-in's next scheduling pass: pending, never held for the for:
     ("batch pods", "HAMiNodeLockHeldTooLong", {"node": cluster.NODE}, ("pending",)),
+    ("batch pods", "HAMiGPUPodPending", {"namespace": "ml-batch"}, ("pending",)),
 ]
 
 
