@@ -13,6 +13,7 @@ then dominates the other containers' jitter within the first two minutes of samp
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
@@ -49,6 +50,7 @@ from hami.testing.stack import (
     installed,
 )
 from hami.testing.wait import wait_until
+from hami.tune.main import main as tune_main
 
 pytestmark = [
     pytest.mark.slow,
@@ -242,6 +244,12 @@ SCENARIOS = [
         {"device_uuid": LAST_GPU, "problem": "a failed row remap"},
     ),
     ("thermal slowdown", (MONITOR,), "HAMiGPUTemperatureHigh", {"device_uuid": HOT_GPU}),
+    (
+        "shim under-reports",
+        (MONITOR,),
+        "HAMiVGPUShimUnderReports",
+        {"namespace": "scenarios", "pod": cluster.SHIM_UNDERREPORTS.name},
+    ),
     # The unlimited container's process holds memory on its card that no region accounts for.
     (
         "process outside HAMi",
@@ -573,6 +581,103 @@ def test_every_rule_evaluates_without_error_and_reports_its_cost(
     durations = {g: float(v) for g, v in LAST_DURATION.findall(own)}
     assert set(durations) == names
     record_property("rule_group_last_duration_seconds_sum", round(sum(durations.values()), 6))
+
+
+# Alerts a scenario raises beside the one SCENARIOS proves it by, with the scenario that explains each
+# and the states it may be in.
+ANY_STATE = ("pending", "firing")
+SIDE_ALERTS = [
+    ("over-limit container", "HAMiVGPUMemoryOverLimit", {"pod": "overlimit"}, ANY_STATE),
+    # HAMi-core never loads in it: its allocation has no region, beside its memory outside HAMi.
+    (
+        "GPU not limited",
+        "HAMiAllocationInconsistent",
+        {"node": cluster.NODE, "kind": "allocation_without_region"},
+        ANY_STATE,
+    ),
+    # locked-node has no device plugin: its handshake expires too, the crashed bind's lock is broken, and
+    # the pinned pod, bound there, never runs (no kubelet)
+    ("stuck node lock", "HAMiNodeHandshakeExpired", {"node": cluster.LOCKED_NODE}, ANY_STATE),
+    ("stuck node lock", "HAMiNodeLockExpired", {}, ANY_STATE),
+    ("stuck node lock", "HAMiGPUPodPending", {"pod": cluster.PINNED}, ANY_STATE),
+    ("stuck node lock", "HAMiSchedulerPendingPods", {"reason": "Bound"}, ANY_STATE),
+    # Batch pods may over-commit another card of sim-node (1.5-scaled) for a while, and grow on it.
+    ("over-committed card", "HAMiGPUOvercommitExhaustionRisk", {"node": cluster.NODE}, ANY_STATE),
+    ("fragmented node", "HAMiGPUPodPending", {"pod": cluster.FRAG_PENDING}, ANY_STATE),
+    ("fragmented node", "HAMiGPUMemoryAllocationHigh", {"node": cluster.FRAG_NODE}, ANY_STATE),
+    # each batch pod's bind holds sim-node's lock for a moment, and each new batch pod waits for the
+    # stand-in's next scheduling pass: pending, never held for the for:
+    ("batch pods", "HAMiNodeLockHeldTooLong", {"node": cluster.NODE}, ("pending",)),
+    ("batch pods", "HAMiGPUPodPending", {"namespace": "ml-batch"}, ("pending",)),
+]
+
+
+def _longest_for() -> float:
+    """The longest ``for:`` of the rules the stack loaded (the test copy: minutes as seconds)."""
+    rules = yaml.safe_load(promconfig.fast_rules(RULES.read_text(encoding="utf-8")))
+    alerts = [r for g in rules["groups"] for r in g["rules"] if "alert" in r and "for" in r]
+    return max(promconfig.seconds(r["for"]) for r in alerts)
+
+
+def test_every_alert_the_demo_raises_comes_from_a_scenario(stack: Stack) -> None:
+    """After the longest ``for:``, every pending or firing alert is one a scenario names."""
+    need(MONITOR, SCHEDULER, DEVICE_PLUGIN)
+    poll(_alert_fires(stack, "HAMiGPUOvercommitExhaustionRisk", {}), "the over-commit alert")
+    time.sleep(_longest_for())  # the stack has run at least this long after the slowest scenario's onset
+    explained = [(a, labels, ANY_STATE) for _, _, a, labels in SCENARIOS] + [
+        (a, labels, states) for _, a, labels, states in SIDE_ALERTS
+    ]
+    alerts = prometheus(stack).alerts()
+
+    def named(a: dict[str, Any]) -> bool:
+        got = a["labels"]
+        return any(
+            got["alertname"] == name and labels.items() <= got.items() and a["state"] in states
+            for name, labels, states in explained
+        )
+
+    unexplained = [f"{a['state']} {a['labels']}" for a in alerts if not named(a)]
+    assert not unexplained, "no scenario explains:\n" + "\n".join(unexplained)
+
+
+def test_the_banner_s_defrag_plans_the_l4_pod_on_the_live_demo(
+    stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The banner's defrag line, run as printed: the L4 pod's plan moves a pod off an L4."""
+    need(SCHEDULER)
+    tune = demo.tool("hami-tune")
+    (defrag,) = [line for line in demo.commands(stack) if line.startswith(f"{tune} defrag ")]
+    tune_main(shlex.split(defrag.removeprefix(tune + " ")))
+    out = capsys.readouterr().out
+    l4 = f"scenarios/{cluster.FRAG_PENDING}"
+    assert f"fits now: {l4}" not in out
+    step = rf"^\d+\. on {cluster.FRAG_NODE}, move 1 pod\(s\) \(ml-infer/\S+ -> [\w-]+\); then .*{l4}"
+    assert re.search(step, out, re.M), out
+
+
+def test_the_simulator_replays_the_live_demo(stack: Stack, tmp_path: Path) -> None:
+    """`hami-doctor snapshot --from-prometheus` (the configuration and the pods still there read from the
+    cluster), then `hami-tune simulate`: the current configuration reproduces at least 95 % of the
+    placements the scheduler made on the live demo."""
+    need(MONITOR, SCHEDULER, DEVICE_PLUGIN)
+
+    def placed() -> int | None:
+        batch = 'hami_vgpu_memory_allocated_bytes{namespace="ml-batch"}'
+        got = prometheus(stack).query(f"count(count by (pod) ({batch}))")
+        n = int(float(got[0]["value"][1])) if got else 0
+        return n if n >= 3 else None
+
+    poll(placed, "a few batch pods placed by the scheduler")
+    snapshot = tmp_path / "live.json"
+    argv = ["snapshot", "-o", str(snapshot), "--from-prometheus", stack.url("prometheus"), "--since", "10m",
+            "--step", "1s", "--kubeconfig", str(stack.kubeconfig)]  # fmt: skip
+    assert doctor_main(argv, stdout=io.StringIO()) == 0
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        tune_main(["simulate", str(snapshot), "--set", "deviceSplitCount=5", "--json"])
+    fidelity = json.loads(out.getvalue())["fidelity"]
+    assert fidelity["compared"] >= 3
+    assert fidelity["same"] >= 0.95 * fidelity["compared"], fidelity["differences"]
 
 
 def test_the_driver_limits_one_container_and_catches_the_shim_that_under_reports(stack: Stack) -> None:

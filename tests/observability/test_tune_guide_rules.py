@@ -50,6 +50,9 @@ def _device(node: str, uuid: str, shared: int, utilisation: float) -> list[tuple
         (f"hami_gpu_split_limit{{{SCH},{dev}}}", "const:10"),
         (f"hami_gpu_shared_count{{{SCH},{dev}}}", f"const:{shared}"),
         (f'hami_host_gpu_utilization_ratio{{{_mon(node)},device_uuid="{uuid}"}}', f"const:{utilisation}"),
+        # The physical-memory guard's data: a quarter of the card used, so over-commit may be raised.
+        (f'hami_host_gpu_memory_used_bytes{{{_mon(node)},device_uuid="{uuid}"}}', f"const:{10 * GIB}"),
+        (f'hami_host_gpu_memory_total_bytes{{{_mon(node)},device_uuid="{uuid}"}}', f"const:{40 * GIB}"),
     ]
 
 

@@ -13,6 +13,7 @@ import pytest
 from hami.core.promapi import PrometheusError, parse_result
 from hami.tune import compare, components, cores, values
 from hami.tune import recommend as r
+from hami.tune.client import ClientInputs, recommend_kube_client
 from hami.tune.main import build_parser
 
 GIB = 1024**3
@@ -33,7 +34,7 @@ GIB = 1024**3
     ],
 )
 def test_client_tier_by_cluster_size(nodes: int, expected: str) -> None:
-    rec = r.recommend_kube_client(r.ClientInputs(nodes, 5, 10, 0.0, 0.0))
+    rec = recommend_kube_client(ClientInputs(nodes, 5, 10, 0.0, 0.0))
     assert rec.value == expected
     assert rec.current == "--kube-qps=5 --kube-burst=10"
 
@@ -41,39 +42,34 @@ def test_client_tier_by_cluster_size(nodes: int, expected: str) -> None:
 @pytest.mark.parametrize(("nodes", "timeout"), [(10, "15"), (100, "20"), (300, "30")])
 def test_client_timeout_follows_the_tier(nodes: int, timeout: str) -> None:
     assert (
-        r.recommend_kube_client(r.ClientInputs(nodes, None, None, None, None)).details["kube_timeout"]
-        == timeout
+        recommend_kube_client(ClientInputs(nodes, None, None, None, None)).details["kube_timeout"] == timeout
     )
 
 
 def test_throttled_client_steps_up_one_tier() -> None:
-    rec = r.recommend_kube_client(r.ClientInputs(10, 5, 10, 0.2, 1.0))
+    rec = recommend_kube_client(ClientInputs(10, 5, 10, 0.2, 1.0))
     assert rec.value == "--kube-qps=20 --kube-burst=40"
     assert any("rate limiter" in reason for reason in rec.reasons)
 
 
 def test_wait_at_the_threshold_is_not_throttled() -> None:
-    assert (
-        r.recommend_kube_client(r.ClientInputs(10, 5, 10, 0.05, None)).value == "--kube-qps=5 --kube-burst=10"
-    )
+    assert recommend_kube_client(ClientInputs(10, 5, 10, 0.05, None)).value == "--kube-qps=5 --kube-burst=10"
 
 
 def test_large_cluster_goes_to_the_upper_end_of_its_range() -> None:
-    rec = r.recommend_kube_client(r.ClientInputs(300, 50, 100, 0.3, None))
+    rec = recommend_kube_client(ClientInputs(300, 50, 100, 0.3, None))
     assert rec.value == "--kube-qps=100 --kube-burst=200"
 
 
 def test_busy_client_steps_up_even_without_throttling() -> None:
     # 4.5 req/s is above 80% of the small tier's 5 QPS.
-    rec = r.recommend_kube_client(r.ClientInputs(10, 5, 10, 0.0, 4.5))
+    rec = recommend_kube_client(ClientInputs(10, 5, 10, 0.0, 4.5))
     assert rec.value == "--kube-qps=20 --kube-burst=40"
-    assert (
-        r.recommend_kube_client(r.ClientInputs(10, 5, 10, 0.0, 3.9)).value == "--kube-qps=5 --kube-burst=10"
-    )
+    assert recommend_kube_client(ClientInputs(10, 5, 10, 0.0, 3.9)).value == "--kube-qps=5 --kube-burst=10"
 
 
 def test_top_tier_stays_at_the_top() -> None:
-    rec = r.recommend_kube_client(r.ClientInputs(1000, 100, 200, 1.0, 500.0))
+    rec = recommend_kube_client(ClientInputs(1000, 100, 200, 1.0, 500.0))
     assert rec.value == "--kube-qps=100 --kube-burst=200"
 
 
@@ -102,7 +98,10 @@ def test_memory_scaling_for_the_guides_example() -> None:
 
 
 def test_nodes_that_differ_from_the_global_value_get_a_nodeconfig_entry() -> None:
-    nodes = [r.NodeMemory("inference", 80 * GIB, 30 * GIB), r.NodeMemory("training", 80 * GIB, 78 * GIB)]
+    nodes = [
+        r.NodeMemory("inference", 80 * GIB, 30 * GIB, peak_physical_ratio=0.5),
+        r.NodeMemory("training", 80 * GIB, 78 * GIB, peak_physical_ratio=0.5),
+    ]
     rec = r.recommend_memory_scaling(nodes)
     # Global (160 / 108) × 0.9 = 1.33 -> 1.3; inference alone 2.4 -> 2.0; training alone 0.92 -> 1.0.
     assert rec.value == "1.3"

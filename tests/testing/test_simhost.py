@@ -8,7 +8,7 @@ from typing import Any
 
 from hami.core.codec.pod_devices import decode_pod_devices
 from hami.exporter.host import HostReader
-from hami.exporter.reconcile import reconcile
+from hami.exporter.reconcile import Settled, reconcile
 from hami.exporter.region.parse import RegionSnapshot, parse_region
 from hami.testing import cluster
 from hami.testing.simhost import LEAK_CEILING, LEAK_FLOOR, UNLIMITED_USE, PodDrivenNode
@@ -84,3 +84,35 @@ def test_the_leaking_container_grows_at_its_rate_and_its_card_with_it(tmp_path: 
     regions = _regions(tmp_path / "vgpu")
     leaky = next(s for (uid, _), s in regions.items() if uid == pods[-1]["metadata"]["uid"])
     assert leaky.devices[0].used_bytes == LEAK_FLOOR
+
+
+def test_the_demo_node_s_churn_raises_no_inconsistency_only_its_scenario_does(tmp_path: Path) -> None:
+    """Batch pods come (allocated before their first CUDA call), run and go (their regions left for the
+    GC), the monitor observing before and after each step of the node: what settles is only the
+    container without HAMi-core, the "GPU not limited" scenario."""
+    pods = _pods()
+    node = PodDrivenNode(str(tmp_path / "vgpu"), 4, lambda: pods, str(tmp_path / "proc"))
+    settled = Settled()
+    seen: set[tuple[str, str]] = set()
+
+    def observe() -> None:
+        hosts = HostReader(node.nvml, lambda errors: None).read()
+        regions = _regions(tmp_path / "vgpu")
+        found = reconcile(pods, regions, (), decode=decode_pod_devices, hosts=hosts)
+        seen.update((f.kind, f.subject) for f in settled.observe(found, regions))
+
+    for i in range(24):
+        if i % 3 == 0:  # a batch pod arrives, bound and allocated
+            batch = cluster.gpu_pod(cluster.GpuPod("ml-batch", f"batch-{i}", i % 4, 1024, 10))
+            batch["metadata"]["uid"] = f"00000000-0000-4000-9000-{i:012x}"
+            pods.append(batch)
+        if i % 3 == 2 and i > 6:  # the oldest batch pod is deleted
+            pods.remove(next(p for p in pods if p["metadata"]["namespace"] == "ml-batch"))
+        observe()
+        node.step()
+        observe()
+    unlimited = f"{cluster.UNLIMITED.namespace}/{cluster.UNLIMITED.name}/main"
+    assert seen == {
+        ("allocation_without_region", unlimited),
+        ("memory_outside_hami", cluster.gpu_uuid(0, cluster.UNLIMITED.gpu)),
+    }

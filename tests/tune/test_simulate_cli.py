@@ -65,8 +65,8 @@ def _break(path: str, value: Any) -> dict[str, Any]:
     ("path", "value", "message"),
     [
         ("kind", "Pod", "kind: expected 'HAMiSchedulingSnapshot', got 'Pod' (not a snapshot file)"),
-        ("version", 2, "version: 2 is newer than this tool reads (1); upgrade hami"),
-        ("version", 0, "version: 0 is not a snapshot version this tool reads (1)"),
+        ("version", 3, "version: 3 is newer than this tool reads (2); upgrade hami"),
+        ("version", 0, "version: 0 is not a snapshot version this tool reads (1 to 2)"),
         ("source", "guess", "source: expected one of api, prometheus, generated, got 'guess'"),
         ("taken", "yesterday", "taken: not an RFC 3339 time (e.g. 2025-06-01T12:00:00Z): 'yesterday'"),
         ("nodes", KeyError, "nodes: required"),

@@ -18,8 +18,9 @@ from typing import Any
 from hami.core import annotations as ann
 from hami.core.codec import CodecError
 from hami.core.codec.handshake import check_handshake
-from hami.core.codec.node_devices import get_node_devices
+from hami.core.codec.node_devices import decode_node_devices, get_node_devices
 from hami.core.codec.nodelock import parse_node_lock, parse_rfc3339
+from hami.core.codec.pod_devices import decode_pod_devices
 from hami.core.codec.quantity import parse_quantity
 from hami.core.objects import annotations_of, metadata_of, name_of, namespace_of, uid_of
 from hami.core.snapshot import model as snap
@@ -225,6 +226,37 @@ def capture_lock(node: snap.Node) -> snap.Lock | None:
     return snap.Lock(node.name, lock.time.timestamp(), owner)
 
 
+def unhealthy_outages(
+    nodes: Sequence[snap.Node], pods: Sequence[snap.Pod], start: float
+) -> list[snap.Outage]:
+    """The API keeps no health history, but the scheduler placed no pod on an unhealthy card: a card
+    unhealthy now was healthy at the last placement it took, and is taken out from the next second
+    on (from the start of the history when it took none)."""
+    last: dict[tuple[str, str], float] = {}
+    for p in pods:
+        if p.scheduled is None or p.allocation is None:
+            continue
+        try:
+            devices = decode_pod_devices(p.allocation.devices)
+        except CodecError:
+            continue
+        for ctr in devices:
+            for given in ctr:
+                key = (p.allocation.node, given.uuid)
+                last[key] = max(last.get(key, p.scheduled), p.scheduled)
+    out: list[snap.Outage] = []
+    for n in nodes:
+        try:
+            cards = decode_node_devices(n.annotations[ann.NODE_REGISTER])
+        except CodecError:
+            continue
+        for card in cards:
+            if not card.health:
+                since = last[n.name, card.id] + 1 if (n.name, card.id) in last else start
+                out.append(snap.Outage(n.name, since, None, card.id, "unhealthy"))
+    return out
+
+
 def capture(
     nodes: Sequence[Mapping[str, Any]],
     pods: Sequence[Mapping[str, Any]],
@@ -255,6 +287,7 @@ def capture(
         quotas=tuple(squotas),
         locks=tuple(locks),
         notes=tuple(s.notes.values()),
+        outages=tuple(unhealthy_outages(snodes, spods, min(start, t))),
     )
 
 

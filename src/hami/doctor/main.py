@@ -318,7 +318,8 @@ def main(argv: list[str] | None = None, stdin: IO[str] | None = None, stdout: IO
 
 def _snapshot(args: argparse.Namespace, stdout: IO[str]) -> int:
     try:
-        api = None if args.from_prometheus else _api(args)
+        # From Prometheus, the cluster is read only for its configuration, and only when named.
+        api = None if args.from_prometheus and not args.kubeconfig else _api(args)
         return snapshot_cmd.run(args, api, stdout)
     except snapshot_cmd.SnapshotUsageError as exc:
         print(f"hami-doctor: {exc}", file=sys.stderr)

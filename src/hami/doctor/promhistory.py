@@ -7,7 +7,8 @@ registered cards (``hami_gpu_split_limit``, ``hami_gpu_memory_limit_bytes``,
 and ``hami_vgpu_core_allocated_ratio``, one series per pod and card while the pod holds it), with
 the device plugin's ``hami_device_memory_scaling`` and the monitor's peak
 ``hami_vgpu_memory_used_bytes``. ``hami_scheduler_node_lock_held`` gives the locks that stayed
-held across samples.
+held across samples, the device plugin's ``hami_device_health`` when each card was unhealthy, and
+``hami_scheduler_node_schedulable`` when a node's handshake had expired (the snapshot's outages).
 
 What metrics cannot say, the snapshot's notes say: times have the resolution of the step, a pod
 appears when it was placed (so it never waited), its request is rebuilt from what it was given,
@@ -16,7 +17,9 @@ NUMA and MIG are not exported, and pods that never got a GPU are not in this his
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -173,7 +176,34 @@ def _instances(source: Source, h: HistorySettings) -> list[_Instance]:
     return sorted(found.values(), key=lambda i: (i.first, i.namespace, i.pod))
 
 
-def _pod(inst: _Instance, n: int, h: HistorySettings, peak: dict[tuple[str, ...], float]) -> snap.Pod:
+def scrape_interval(source: Source, since: float, end: float) -> float:
+    """Seconds between the extender's samples, from how many the last minutes hold (60 when unknown:
+    no sample of it in the window)."""
+    window = int(min(since, 300))
+    expr = f"max(count_over_time(hami_scheduler_nodes[{window}s] @ {end:.3f}))"
+    got = source.query(expr)
+    if not got or got[0].value < 2:  # two samples make one interval
+        return 60.0
+    return float(math.ceil(window / got[0].value))
+
+
+def _begin(source: Source, h: HistorySettings) -> float:
+    """When the history begins: the window's start, or the extender's first sample in it if later
+    (a cluster younger than --since)."""
+    expr = f"min(min_over_time(timestamp(hami_gpu_memory_limit_bytes)[{h.window}:{max(int(h.step), 1)}s]))"
+    first = source.query(expr)
+    return max(h.start, first[0].value) if first else h.start
+
+
+def _pod(
+    inst: _Instance,
+    n: int,
+    h: HistorySettings,
+    peak: dict[tuple[str, ...], float],
+    *,
+    live: snap.Pod | None,
+    begin: float,
+) -> snap.Pod:
     # One container per distinct (MiB, cores) share: a pod's containers ask the same of each card.
     groups: dict[tuple[int, int], list[str]] = defaultdict(list)
     for uuid, share in sorted(inst.cards.items()):
@@ -191,17 +221,48 @@ def _pod(inst: _Instance, n: int, h: HistorySettings, peak: dict[tuple[str, ...]
         containers.append(snap.Container(f"c{i}", {"limits": limits}))
         devices.append([ContainerDevice(u, ann.VENDOR_NVIDIA, mib, core) for u in uuids])
     ongoing = inst.last >= h.end - 2.5 * h.step
+    # Placed before the history begins, or (the API says) outside the scheduler: its placement is
+    # not one to replay, and it holds its cards as recorded.
+    fixed = inst.first <= begin + 1.5 * h.step or (
+        live is not None and live.allocation is not None and live.scheduled is None
+    )
+    first = min(inst.first, h.end)  # a last sample stamped a hair after the end is at the end
+    same = live is not None and ongoing and live.allocation is not None and live.allocation.node == inst.node
     return snap.Pod(
         namespace=inst.namespace,
         name=inst.pod,
         uid=f"prometheus-{n}",
-        created=inst.first,
-        containers=tuple(containers),
-        scheduled=inst.first,
+        created=first,
+        # the API's copy of a pod still running has what Prometheus lacks: the true requests and the
+        # annotations that steer the filter (GPU type and UUID, NUMA, policies)
+        annotations=live.annotations if same and live is not None else {},
+        init_containers=live.init_containers if same and live is not None else (),
+        containers=live.containers if same and live is not None else tuple(containers),
+        scheduled=None if fixed else first,
         finished=None if ongoing else inst.last + h.step,
         allocation=snap.Allocation(inst.node, encode_pod_devices(devices)),
         peak_memory_bytes=peak.get((inst.namespace, inst.pod)),
     )
+
+
+def _split_at_binds(locks: list[snap.Lock], pods: tuple[snap.Pod, ...], step: float) -> list[snap.Lock]:
+    """A bind takes the node lock, so a lock seen held across a pod's recorded bind was free or
+    expired then: it ends at the bind, and the bind's own lock holds from the next step on (the
+    held gauge cannot tell one holder from the next)."""
+    binds: dict[str, list[float]] = defaultdict(list)
+    for p in pods:
+        if p.scheduled is not None and p.allocation is not None:
+            binds[p.allocation.node].append(p.scheduled)
+    out: list[snap.Lock] = []
+    for lock in locks:
+        since = lock.since
+        for t in sorted(binds.get(lock.node, ())):
+            if since < t and (lock.released is None or t < lock.released):
+                out.append(snap.Lock(lock.node, since, lock.owner, t))
+                since = t + step
+        if lock.released is None or since < lock.released:
+            out.append(snap.Lock(lock.node, since, lock.owner, lock.released))
+    return out
 
 
 def _locks(source: Source, h: HistorySettings) -> list[snap.Lock]:
@@ -220,7 +281,41 @@ def _locks(source: Source, h: HistorySettings) -> list[snap.Lock]:
     return locks
 
 
-def from_prometheus(source: Source, h: HistorySettings) -> snap.Snapshot:
+# Why the scheduler could not use a whole node (hami_scheduler_node_schedulable's reasons; a lock is
+# in ``locks``, a card's health in the device plugin's hami_device_health).
+NODE_OUT = "handshake_expired|decode_error|no_devices"
+
+
+def _spans(series: list[Series], h: HistorySettings) -> list[tuple[Series, float, float | None]]:
+    """(series, since, until) of each run of 0 samples (until None: still 0 at the end)."""
+    out: list[tuple[Series, float, float | None]] = []
+    for one in series:
+        zero = tuple(p for p in one.points if p[1] == 0)
+        for first, last, _ in _runs(zero, h.step):
+            out.append((one, first, None if last >= h.end - 2.5 * h.step else last + h.step))
+    return out
+
+
+def _outages(source: Source, h: HistorySettings) -> list[snap.Outage]:
+    """Cards the device plugin reported unhealthy, and nodes the scheduler could not use, over time."""
+    cards = source.query_range(_fresh("hami_device_health", "node, device_uuid", h), h.start, h.end, h.step)
+    metric = f'hami_scheduler_node_schedulable{{reason=~"{NODE_OUT}"}}'
+    nodes = source.query_range(_fresh(metric, "node, reason", h), h.start, h.end, h.step)
+    out = [
+        snap.Outage(one.labels.get("node", ""), since, until, one.labels.get("device_uuid", ""), "unhealthy")
+        for one, since, until in _spans(cards, h)
+    ]
+    out += [
+        snap.Outage(one.labels.get("node", ""), since, until, "", one.labels.get("reason", ""))
+        for one, since, until in _spans(nodes, h)
+    ]
+    return out
+
+
+def from_prometheus(
+    source: Source, h: HistorySettings, live: Mapping[str, snap.Pod] | None = None
+) -> snap.Snapshot:
+    """The snapshot of the history; ``live``: the API's pods by ``namespace/name``, when it was read."""
     devices = _devices(source, h)
     scaling = _per_node(source, "hami_device_memory_scaling", h)
     core_scaling = _per_node(source, "hami_device_core_scaling", h)
@@ -243,7 +338,12 @@ def from_prometheus(source: Source, h: HistorySettings) -> snap.Snapshot:
         )
     }
     instances = [i for i in _instances(source, h) if i.node in known]
-    pods = tuple(_pod(inst, n, h, peak) for n, inst in enumerate(instances))
+    live = live or {}
+    begin = _begin(source, h)
+    pods = tuple(
+        _pod(inst, n, h, peak, live=live.get(f"{inst.namespace}/{inst.pod}"), begin=begin)
+        for n, inst in enumerate(instances)
+    )
     notes = dict(c.notes)
     scheduler = c.scheduler
     lock = source.query(f"max(last_over_time(hami_scheduler_node_lock_timeout_seconds[{h.window}]))")
@@ -265,6 +365,7 @@ def from_prometheus(source: Source, h: HistorySettings) -> snap.Snapshot:
         scheduler=scheduler,
         nodes=nodes,
         pods=pods,
-        locks=tuple(_locks(source, h)),
+        locks=tuple(_split_at_binds(_locks(source, h), pods, h.step)),
+        outages=tuple(o for o in _outages(source, h) if o.node in known),
         notes=(*NOTES, *notes.values()),
     )

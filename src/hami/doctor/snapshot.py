@@ -2,12 +2,14 @@
 
 From the API server (the default): nodes, GPU pods and ResourceQuotas as listed now. The
 scheduler's policies and node-lock expiry come from the flags, else from the scheduler pods'
-command lines, else HAMi's defaults; device memory scaling from ``--device-config`` /
-``--device-memory-scaling``, else 1.0. Every such fallback is written into the snapshot's
+command lines (else its Deployment's), else HAMi's defaults; the device config and memory scaling
+from ``--device-config`` / ``--device-memory-scaling``, else the cluster's ConfigMaps
+(``hami.doctor.clusterconfig``), else 1.0. Every such fallback is written into the snapshot's
 ``notes`` and printed, so a report never hides an assumption.
 
 With ``--from-prometheus URL`` the snapshot is assembled from metric history instead
-(``hami.doctor.promhistory``): that history still has the pods the API has forgotten.
+(``hami.doctor.promhistory``): that history still has the pods the API has forgotten. With
+``--kubeconfig`` too, the configuration is read from the cluster as above.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import IO, Any
 
 import yaml
 
+from hami.core import names
 from hami.core.duration import (
     DurationError,
     duration_flag,
@@ -32,7 +35,7 @@ from hami.core.kube import raw
 from hami.core.promapi import PrometheusClient
 from hami.core.snapshot import model as snap
 from hami.core.snapshot import writer as snapwrite
-from hami.doctor import fetch
+from hami.doctor import clusterconfig, fetch
 from hami.doctor.capture import (
     NOTE_GPU_POLICY,
     NOTE_LOCK,
@@ -43,7 +46,7 @@ from hami.doctor.capture import (
     capture,
     scheduler_flags,
 )
-from hami.doctor.promhistory import HistorySettings, from_prometheus
+from hami.doctor.promhistory import HistorySettings, from_prometheus, scrape_interval
 
 DEFAULTS = snap.Scheduler()
 
@@ -99,7 +102,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=duration_flag(),
         default=None,
         help="with --from-prometheus: time resolution of the history, at least the scrape interval "
-        "(default: since/2000, at least 1m)",
+        "(default: the extender's scrape interval plus a second, or since/2000 if longer)",
     )
     p.add_argument(
         "--query-timeout",
@@ -151,11 +154,14 @@ def _number(config: Mapping[str, Any], key: str) -> float | None:
     return float(value)
 
 
-def settings(args: argparse.Namespace, scheduler_pods: list[dict[str, Any]] | None) -> CaptureSettings:
-    """What the snapshot records about the configuration, and the notes on where each part came from."""
+def settings(args: argparse.Namespace, cluster: clusterconfig.ClusterConfig | None) -> CaptureSettings:
+    """What the snapshot records about the configuration, and the notes on where each part came from:
+    the flags, else what the cluster holds (``cluster``: None without an API server), else defaults."""
     notes: dict[str, str] = {}
-    found = scheduler_flags(scheduler_pods or [])
+    found = scheduler_flags(cluster.scheduler_pods if cluster is not None else [])
     config = _device_config(args.device_config)
+    if args.device_config is None and cluster is not None and cluster.device_config is not None:
+        config = dict(cluster.device_config)
 
     def pick(flag: str, given: str | None, default: str, topic: str) -> str:
         if given is not None:
@@ -185,14 +191,17 @@ def settings(args: argparse.Namespace, scheduler_pods: list[dict[str, Any]] | No
         )
         lock = DEFAULTS.node_lock_expire
     default, per_node = _scaling(args.device_memory_scaling)
+    if not args.device_memory_scaling and cluster is not None:
+        per_node = dict(cluster.node_scaling)
     if default is None:
         default = _number(config, "deviceMemoryScaling")
     if default is None:
         default = 1.0
         if not per_node:
             notes[NOTE_SCALING] = (
-                "deviceMemoryScaling not given (--device-config, --device-memory-scaling): "
-                "assumed 1.0, so registered memory is taken as physical memory"
+                "deviceMemoryScaling not given (--device-config, --device-memory-scaling) nor found in "
+                f"ConfigMap {names.DEVICE_CONFIGMAP}: assumed 1.0, so registered memory is taken as "
+                "physical memory"
             )
     scheduler = snap.Scheduler(
         scheduler_name=args.scheduler_name,
@@ -212,26 +221,34 @@ def settings(args: argparse.Namespace, scheduler_pods: list[dict[str, Any]] | No
 
 
 def from_api(api: Any, args: argparse.Namespace, now: datetime) -> snap.Snapshot:
-    scheduler_pods = fetch.scheduler_pods(api, args.scheduler_namespace)
-    s = settings(args, scheduler_pods)
+    s = settings(args, clusterconfig.read(api, args.scheduler_namespace))
     nodes = fetch.list_nodes(api)
     pods = fetch.list_all(api, raw.resource_path("", "v1", "pods"))
     quotas = fetch.list_all(api, raw.resource_path("", "v1", "resourcequotas"))
     return capture(nodes, pods, quotas, now, s)
 
 
-def from_history(args: argparse.Namespace, now: datetime) -> snap.Snapshot:
+def from_history(args: argparse.Namespace, now: datetime, api: Any | None = None) -> snap.Snapshot:
+    """From Prometheus; the configuration from the cluster too when ``api`` (--kubeconfig) is given."""
     since = parse_prometheus_duration(args.since).total_seconds()
     if since <= 0:
         raise SnapshotUsageError("--since: want a positive duration such as 24h, 90m")
-    step = args.step.total_seconds() if args.step is not None else max(60.0, since / 2000)
-    if step <= 0:
+    step = args.step.total_seconds() if args.step is not None else None
+    if step is not None and step <= 0:
         raise SnapshotUsageError("--step: want a positive duration such as 30s, 1m")
-    s = settings(args, None)
+    s = settings(args, clusterconfig.read(api, args.scheduler_namespace) if api is not None else None)
+    live = None
+    if api is not None:  # the pods still in the API: their true requests and annotations
+        nodes = fetch.list_nodes(api)
+        pods = fetch.list_all(api, raw.resource_path("", "v1", "pods"))
+        live = {p.key: p for p in capture(nodes, pods, [], now, s).pods}
     client = PrometheusClient(args.from_prometheus, timeout=args.query_timeout.total_seconds())
     try:
+        if step is None:
+            # as fine as the samples go: a coarser step puts pods minutes apart in one instant
+            step = max(scrape_interval(client, since, now.timestamp()) + 1, since / 2000)
         return from_prometheus(
-            client, HistorySettings(end=now.timestamp(), since=since, step=step, capture=s)
+            client, HistorySettings(end=now.timestamp(), since=since, step=step, capture=s), live
         )
     finally:
         client.close()
@@ -271,7 +288,7 @@ def run(args: argparse.Namespace, api: Any | None, stdout: IO[str] | None = None
     """Write the snapshot; the caller maps exceptions to exit codes."""
     out = stdout or sys.stdout
     now = now_or(args)
-    snapshot = from_history(args, now) if args.from_prometheus else from_api(api, args, now)
+    snapshot = from_history(args, now, api) if args.from_prometheus else from_api(api, args, now)
     write(snapshot, args.output, out)
     sys.stderr.write(summary(snapshot, args.output))
     return 0

@@ -37,7 +37,7 @@ from hami.exporter.driver import SOURCES, DriverReader
 from hami.exporter.firstsight import FirstSight
 from hami.exporter.host import NVML_CALLS
 from hami.exporter.podjoin import PodJoin
-from hami.exporter.reconcile import KINDS, counts, driver_limited, driver_only, memory_findings
+from hami.exporter.reconcile import KINDS, Settled, counts, driver_limited, driver_only, memory_findings
 from hami.exporter.region import reasons
 from hami.exporter.region.parse import RegionRejected, RegionSnapshot
 from hami.exporter.source_families import source_families
@@ -139,6 +139,7 @@ class MonitorCollector(Collector):
         self._driver = driver
         self._cgroup_onsets = Onsets()  # the driver reader's refused cgroups, counted as regions are
         self._first_sight = FirstSight(node)
+        self._settled = Settled()
 
     def read_regions(self) -> RegionRead:
         """Snapshot every loaded region; count states, skip reasons met now, and their onsets."""
@@ -214,11 +215,14 @@ class MonitorCollector(Collector):
             unlimited=tuple(unlimited),
             containers=containers,
             inconsistencies=counts(
-                [
-                    # a container the driver limits has no region by design
-                    *(f for f in side.findings if not driver_limited(f, limited)),
-                    *memory_findings(read.found, hosts, driver_only(containers, driver.usage)),
-                ]
+                self._settled.observe(
+                    [
+                        # a container the driver limits has no region by design
+                        *(f for f in side.findings if not driver_limited(f, limited)),
+                        *memory_findings(read.found, hosts, driver_only(containers, driver.usage)),
+                    ],
+                    read.found,
+                )
             ),
             pod_labels=side.pod_labels,
             migs=side.migs,

@@ -1,6 +1,6 @@
 """The truth reconciler: the scheduler's allocations, HAMi-core's regions and NVML's processes, crossed.
 
-Per node, at every scrape (pure: data in, findings out):
+Per node, at every scrape (the findings are pure: data in, findings out; ``Settled`` keeps what persists):
 
 * ``allocation_without_region``: a running pod's container has a device allocation but no region. Normal
   for a few seconds after start (the region appears with the first CUDA call); the alert waits for it.
@@ -16,10 +16,20 @@ Per node, at every scrape (pure: data in, findings out):
 And per container device, where the driver accounts it too (``accounting_gaps``): the driver's use
 minus HAMi-core's self-reported use, positive when the shim under-reports (allocations that bypass it,
 contexts it estimates low). The alert on it is HAMiVGPUShimUnderReports.
+
+
+A node's normal churn passes through each of these for a moment: a container allocated but not started
+(no CUDA call yet), a pod deleted while its region awaits the monitor's GC (one resync interval), the
+NVML and region reads of one scrape straddling an allocation. ``Settled`` keeps a finding only once it
+held for ``GRACE_OBSERVATIONS`` consecutive observations (scrapes, not seconds: a node scraped twice as
+often settles twice as fast), and a region without a pod only once something kept writing it: a region
+that stays as its pod left it is garbage the GC removes, and a process that still holds the card after
+that shows as ``memory_outside_hami``.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -168,6 +178,53 @@ def driver_only(containers: Iterable[ContainerView], usage: Iterable[DriverUsage
     for u in seen.values():
         out[u.device_uuid] = out.get(u.device_uuid, 0) + u.used
     return out
+
+
+GRACE_OBSERVATIONS = 3
+
+
+def _fingerprint(region: RegionSnapshot | None) -> tuple[object, ...]:
+    """What a live process changes in its region: memory, SM use, processes, kernel launches."""
+    if region is None:
+        return ()
+    use = tuple((d.uuid, d.used_bytes, d.sm_util_sum) for d in region.devices)
+    return (use, region.processes, region.recent_kernel, region.last_kernel_time)
+
+
+class Settled:
+    """The findings that persisted: ``observe`` takes each observation's findings, in order, and
+    returns those seen in ``grace`` consecutive observations (a region without a pod, once it changed
+    at ``grace`` of the observations since its pod left). Thread-safe: concurrent scrapes are
+    observations in some order."""
+
+    def __init__(self, grace: int = GRACE_OBSERVATIONS) -> None:
+        self._grace = grace
+        self._lock = threading.Lock()
+        self._streak: dict[tuple[str, str], int] = {}
+        self._podless: dict[str, tuple[tuple[object, ...], int]] = {}  # subject -> (last seen, changes)
+
+    def observe(
+        self, found: Iterable[Inconsistency], regions: Mapping[ContainerKey, RegionSnapshot]
+    ) -> list[Inconsistency]:
+        out: list[Inconsistency] = []
+        with self._lock:
+            streak: dict[tuple[str, str], int] = {}
+            podless: dict[str, tuple[tuple[object, ...], int]] = {}
+            for f in found:
+                key = (f.kind, f.subject)
+                n = streak[key] = self._streak.get(key, 0) + 1
+                if f.kind == "region_without_pod":
+                    # Counted once written at ``grace`` observations since its pod left: a straggling
+                    # write or two (the node's kubelet learns of the deletion after the API) is churn.
+                    uid, _, ctr = f.subject.partition("_")
+                    now = _fingerprint(regions.get((uid, ctr)))
+                    last, changes = self._podless.get(f.subject, (now, 0))
+                    podless[f.subject] = (now, changes + (now != last))
+                    n = podless[f.subject][1]
+                if n >= self._grace:
+                    out.append(f)
+            self._streak, self._podless = streak, podless
+        return out
 
 
 def counts(found: Iterable[Inconsistency]) -> dict[str, int]:

@@ -126,7 +126,8 @@ def commands(stack: Stack) -> list[str]:
         f"{doctor} logs {stack.procs.log_dir}",
         # the demo's history is minutes long: a window the tuner accepts for it, and it says so
         f"{tool('hami-tune')} --prometheus-url {stack.url('prometheus')} --window 10m",
-        f"{tool('hami-tune')} defrag --prometheus-url {stack.url('prometheus')}",
+        # defrag plans through the scheduler's filter from the cluster: the pods' GPU type filters count
+        f"{tool('hami-tune')} defrag{kube}",
     ]
     return out
 

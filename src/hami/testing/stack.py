@@ -10,7 +10,6 @@ early fails the start with the tail of its log. Prometheus's and Alertmanager's 
 from __future__ import annotations
 
 import importlib.util
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -20,6 +19,7 @@ from typing import Any
 from hami.core import names
 from hami.testing import chart, cluster, dashqueries, install, jaeger, monitoring, promconfig
 from hami.testing.controlplane.stackkube import RealKube
+from hami.testing.democonfig import chart_flags, demo_values, node_config_json
 from hami.testing.kubeapi import SERVING
 from hami.testing.kubeapi.logs import log_path
 from hami.testing.monitoring import ALERTMANAGER, RULES
@@ -232,7 +232,9 @@ class Stack:
         """The Helm chart, rendered with the production template, installed in the emulator, its
         pods standing for the daemons this stack runs: `kubectl get pods -n kube-system -l
         app=hami-scheduler` lists them and `kubectl logs` reads the daemons' logs."""
-        values = [chart.EXAMPLES / "production.yaml"]
+        demo = self.work / "demo-values.yaml"
+        demo.write_text(yaml.safe_dump(demo_values(self.opts.scenarios)), encoding="utf-8")
+        values = [chart.EXAMPLES / "production.yaml", demo]
         if self.real is not None:
             self.chart = self.real.install_chart(nodes, values)
         else:
@@ -298,6 +300,7 @@ class Stack:
         if self.opts.node_lock_timeout:
             args += ["--node-lock-timeout", self.opts.node_lock_timeout]
         pod = self.scheduler_pod
+        args[:0] = [] if pod is None else chart_flags(pod)  # the later --node-lock-timeout wins
         env = {} if pod is None else install.downward_env(pod, names.EXTENDER_CONTAINER)
         flags, traced = jaeger.daemon_tracing(self.opts.tracing)
         self.procs.python("scheduler", "hami.scheduler", args + flags, env={**env, **traced})
@@ -333,11 +336,7 @@ class Stack:
             self.work / "fake-nvml.yaml", self.opts.gpus, self.opts.scenarios, self.opts.xid_every
         )
         node_config = self.work / "deviceplugin-node-config.json"
-        # the over-commit scenario: sim-node's cards registered at 1.5 times their memory, as HAMi's
-        # device-plugin ConfigMap does per node
-        scaled = {"name": cluster.NODE, "devicememoryscaling": cluster.MEMORY_SCALING}
-        entries = [scaled] if self.opts.scenarios else []
-        node_config.write_text(json.dumps({"nodeconfig": entries}) + "\n")
+        node_config.write_text(node_config_json(self.opts.scenarios))
         kubelet = self.procs.python(
             "kubelet",
             "hami.testing.kubelet",

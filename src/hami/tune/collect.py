@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from hami.core import names
 from hami.core.duration import parse_prometheus_duration
 from hami.core.promapi import QueryFn, Sample
-from hami.tune import components, cores, recommend, tables
+from hami.tune import client, components, cores, recommend, tables
 from hami.tune.recommend import Evidence, Recommendation
 
 
@@ -78,6 +78,12 @@ def _step(window: str) -> int:
     return min(600, max(60, int(parse_prometheus_duration(window).total_seconds() / 100)))
 
 
+def _substep(window: str) -> int:
+    """Resolution of a max-over-window subquery: at most 5m and never longer than a tenth of the window,
+    so a short window still holds points (a 5m step over --window 2m held none)."""
+    return max(1, min(300, int(parse_prometheus_duration(window).total_seconds() / 10)))
+
+
 def _too_short(
     s: _Session, parameter: str, series: str, window: str, start: str | None = None
 ) -> Recommendation | None:
@@ -102,7 +108,7 @@ def _kube_client(s: _Session, cfg: Settings) -> Recommendation:
         f"sum(rate(rest_client_rate_limiter_duration_seconds_sum{{{sch}}}[{w}]))"
         f" / sum(rate(rest_client_rate_limiter_duration_seconds_count{{{sch}}}[{w}]))"
     )
-    peak = s.scalar(f"max_over_time(sum(rate(rest_client_requests_total{{{sch}}}[5m]))[{w}:5m])")
+    peak = s.scalar(f"max_over_time(sum(rate(rest_client_requests_total{{{sch}}}[5m]))[{w}:{_substep(w)}s])")
     evidence = s.take()
     if nodes is None:
         return recommend.refuse(
@@ -111,8 +117,8 @@ def _kube_client(s: _Session, cfg: Settings) -> Recommendation:
             evidence,
             start=tables.START_KUBE_CLIENT,
         )
-    inputs = recommend.ClientInputs(int(nodes), qps, burst, wait, peak)
-    return recommend.recommend_kube_client(inputs, evidence)
+    inputs = client.ClientInputs(int(nodes), qps, burst, wait, peak)
+    return client.recommend_kube_client(inputs, evidence)
 
 
 def _memory_scaling(s: _Session, cfg: Settings) -> Recommendation:
@@ -129,7 +135,8 @@ def _memory_scaling(s: _Session, cfg: Settings) -> Recommendation:
     scaling = s.vector(f'max by (node) (hami_device_memory_scaling{{job="{cfg.deviceplugin_job}"}})')
     physical = s.vector(
         f"max by (node) (max_over_time((hami_host_gpu_memory_used_bytes{{{mon}}}"
-        f" / on (node, device_uuid) group_left () (hami_host_gpu_memory_total_bytes{{{mon}}} > 0))[{w}:5m]))"
+        f" / on (node, device_uuid) group_left () (hami_host_gpu_memory_total_bytes{{{mon}}} > 0))"
+        f"[{w}:{_substep(w)}s]))"
     )
     history = s.history(f"hami_vgpu_memory_limit_bytes{{{mon}}}", w)
     evidence = s.take()
@@ -164,7 +171,8 @@ def _split_count(s: _Session, cfg: Settings) -> Recommendation:
     saturated = s.scalar(
         f"count(max by (node, device_uuid) (hami_gpu_shared_count{{{sch}}})"
         f" >= on (node, device_uuid) max by (node, device_uuid) (hami_gpu_split_limit{{{sch}}}))"
-        f" or vector(0)"
+        # 0 only where both series are there to compare; neither: unknown, which blocks the raises
+        f" or (count(hami_gpu_shared_count{{{sch}}}) and count(hami_gpu_split_limit{{{sch}}})) * 0"
     )
     utilisation = s.scalar(f"avg(avg_over_time(hami_host_gpu_utilization_ratio{{{mon}}}[{w}]))")
     evidence = s.take()

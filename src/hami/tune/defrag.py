@@ -4,7 +4,8 @@ Pure: cards, the pods on them and the pending request sizes in, an ordered plan 
 that fits no card's free slice now (first fit, largest first) needs freed cards. Nodes are taken
 cheapest first (fewest pods to move, then most memory freed); a node is drained only when its pods fit
 on the cards of the nodes kept (first fit, largest first), and the plan stops as soon as every pending
-request has a card. Memory decides fit, with one free split slot per placement; cores are not modelled.
+request has a card. Memory decides fit, with one free split slot per placement; cores and the pods'
+filters are not in these series: ``hami.tune.drain`` plans from a snapshot with them.
 """
 
 from __future__ import annotations
@@ -207,4 +208,10 @@ def to_text(p: Plan) -> str:
         )
     if not p.steps and not p.unserved:
         lines.append("nothing to drain: every pending request fits a free slice now")
+    if p.pending:
+        # Prometheus has sizes, not the pods' filters: say so rather than claim a fit the filter refuses.
+        lines.append(
+            "memory and split slots only: the pods' GPU type and UUID filters, numa-bind and cores are "
+            "not in Prometheus; hami-tune defrag --snapshot (hami-doctor snapshot) plans with them"
+        )
     return "\n".join(lines) + "\n"

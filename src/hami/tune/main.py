@@ -9,7 +9,8 @@ Every recommendation is computed over --window (default 7d) and refused, naming 
 Prometheus holds less history than that. Every § cited is a section of docs/guides/tuning.md.
 
 Exit status: 0 every parameter has a recommendation; 3 at least one was refused for missing data or
-history (its guide starting point, if any, is printed as such); 2 bad input: bad arguments, an
+history (its guide starting point, if any, is printed as such), or held where it is because a guard
+had no data; 2 bad input: bad arguments, an
 unreadable file, Prometheus unreachable or refusing a query, a window without samples, or series
 without the labels hami-tune joins on.
 """
@@ -29,15 +30,13 @@ from hami.core.duration import duration_flag, prometheus_duration_flag
 from hami.core.promapi import PrometheusClient, PrometheusError
 from hami.core.snapshot import model as snap
 from hami.core.snapshot import reader as snapread
-from hami.tune import chargeback, compare, defrag, patch, report, tables, values
+from hami.tune import chargeback, compare, patch, report, tables, values
 from hami.tune.collect import InputError, Settings, preflight, recommend_all
+from hami.tune.defrag_cli import EXIT_BAD_SNAPSHOT, EXIT_REFUSED, defrag_main
 from hami.tune.recommend import Recommendation
 from hami.tune.simulate import cli as simulate_cli
 from hami.tune.simulate import verify
 from hami.tune.simulate.cluster import ClusterError
-
-EXIT_REFUSED = 3
-EXIT_BAD_SNAPSHOT = 2
 
 
 def instant(text: str) -> float:
@@ -216,33 +215,6 @@ def report_main(argv: list[str]) -> int:
     return 0
 
 
-def defrag_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(
-        prog="hami-tune defrag", description=defrag.__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
-    p.add_argument("--prometheus-url", required=True, help="base URL of Prometheus")
-    p.add_argument("--scheduler-job", default="hami-scheduler")
-    p.add_argument("--ksm-selector", default='job="kube-state-metrics"', help="kube-state-metrics' series")
-    p.add_argument("--time", type=float, default=None, help="evaluation time, unix seconds (default: now)")
-    p.add_argument("--timeout", type=float, default=30.0, help="HTTP timeout per query, seconds")
-    args = p.parse_args(argv)
-    client = PrometheusClient(args.prometheus_url, timeout=args.timeout, at=args.time)
-    try:
-        cards, tenants, pending = defrag.collect(client.query, args.scheduler_job, args.ksm_selector)
-    except PrometheusError as exc:
-        print(f"hami-tune defrag: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        client.close()
-    if not cards:
-        print(f'hami-tune defrag: no hami_gpu_memory_limit_bytes{{job="{args.scheduler_job}"}}: is the '
-              "scheduler scraped under that job (--scheduler-job)?", file=sys.stderr)  # fmt: skip
-        return EXIT_REFUSED
-    result = defrag.plan(cards, tenants, pending)
-    print(defrag.to_text(result), end="")
-    return EXIT_REFUSED if result.unserved else 0
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["simulate"]:
@@ -331,10 +303,11 @@ def main(argv: list[str] | None = None) -> int:
     elif output == "values":
         print(values.render(recs, values_doc), end="")
     else:
-        print(report.to_text(recs), end="")
+        print(report.to_text(recs, args.time if args.time is not None else time.time()), end="")
         if checks is not None:
             print(verify.to_text(*checks, str(args.verify)), end="")
-    return EXIT_REFUSED if any(r.refused for r in recs) else 0
+    # a value held back by a guard without data is missing data too: automation should see it
+    return EXIT_REFUSED if any(r.refused or r.missing for r in recs) else 0
 
 
 def _iso(at: float) -> str:

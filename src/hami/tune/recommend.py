@@ -79,66 +79,12 @@ def short_history(
         ),
         evidence=evidence,
         missing=(f"{window} of {series} history (have {have})",),
-        details={"needed_seconds": f"{need_seconds:.0f}", "history_seconds": f"{have_seconds:.0f}"},
-        start=start,
-    )
-
-
-# --- --kube-qps / --kube-burst (§2.1) ----------------------------------------------------------------
-
-
-def client_tier(nodes: int) -> int:
-    """Index into CLIENT_TIERS of the cluster-size row for `nodes` (the lower end of a range)."""
-    index = 0
-    for i, tier in enumerate(tables.CLIENT_TIERS):
-        if nodes >= tier.min_nodes and tier.min_nodes > tables.CLIENT_TIERS[index].min_nodes:
-            index = i
-    return index
-
-
-@dataclass(frozen=True)
-class ClientInputs:
-    nodes: int
-    current_qps: float | None
-    current_burst: float | None
-    mean_wait_seconds: float | None  # mean client-side rate-limiter wait over the window
-    peak_request_rate: float | None  # highest 5m request rate over the window
-
-
-def recommend_kube_client(inp: ClientInputs, evidence: tuple[Evidence, ...] = ()) -> Recommendation:
-    index = client_tier(inp.nodes)
-    reasons = [f"{inp.nodes} nodes: tier {tables.CLIENT_TIERS[index].name} (docs/guides/tuning.md §2.1)"]
-    throttled = (
-        inp.mean_wait_seconds is not None and inp.mean_wait_seconds > tables.CLIENT_THROTTLED_WAIT_SECONDS
-    )
-    if throttled:
-        reasons.append(
-            f"requests wait {inp.mean_wait_seconds:.3f}s on average in the client rate limiter "
-            f"(> {tables.CLIENT_THROTTLED_WAIT_SECONDS}s): one step up"
-        )
-        index = min(index + 1, len(tables.CLIENT_TIERS) - 1)
-    tier = tables.CLIENT_TIERS[index]
-    if inp.peak_request_rate is not None and inp.peak_request_rate > tables.CLIENT_HEADROOM * tier.qps:
-        reasons.append(
-            f"peak request rate {inp.peak_request_rate:.2f}/s exceeds {tables.CLIENT_HEADROOM:.0%} of "
-            f"QPS {tier.qps:g}: one step up"
-        )
-        index = min(index + 1, len(tables.CLIENT_TIERS) - 1)
-        tier = tables.CLIENT_TIERS[index]
-    current = None
-    if inp.current_qps is not None and inp.current_burst is not None:
-        current = f"--kube-qps={inp.current_qps:g} --kube-burst={inp.current_burst:g}"
-    return Recommendation(
-        "--kube-qps/--kube-burst",
-        f"--kube-qps={tier.qps:g} --kube-burst={tier.burst}",
-        current=current,
-        reasons=tuple(reasons),
-        evidence=evidence,
         details={
-            "kube_qps": f"{tier.qps:g}",
-            "kube_burst": str(tier.burst),
-            "kube_timeout": str(tier.timeout_seconds),
+            "needed_seconds": f"{need_seconds:.0f}",
+            "history_seconds": f"{have_seconds:.0f}",
+            "window": window,
         },
+        start=start,
     )
 
 
@@ -160,8 +106,7 @@ def scaling_for_ratio(ratio: float) -> tuple[float, str]:
         )
     if ratio > tables.SCALING_MAX:
         return tables.SCALING_MAX, (
-            f"capped at {tables.SCALING_MAX} (aggressive over-commit, "
-            "docs/guides/tuning.md §3.1)"
+            f"capped at {tables.SCALING_MAX} (aggressive over-commit, docs/guides/tuning.md §3.1)"
         )
     return math.floor(ratio * 10 + 1e-9) / 10, "rounded down to 0.1"
 
@@ -193,6 +138,20 @@ def _node_scaling(n: NodeMemory) -> tuple[float | None, str]:
     return value, f"safe ratio {ratio:.2f}, {why}"
 
 
+# The series behind the physical-memory guard, named when it has no data.
+PHYSICAL_SERIES = "hami_host_gpu_memory_used_bytes / hami_host_gpu_memory_total_bytes"
+
+
+def _held(n: NodeMemory) -> float:
+    """The value a node keeps while a raise on it cannot be checked: its current one, or 1.0."""
+    return n.current_scaling if n.current_scaling is not None else tables.SCALING_DEFAULT
+
+
+def _unguarded(n: NodeMemory, value: float) -> bool:
+    """A raise on a node whose physical-memory guard had no data: it must not be advised."""
+    return n.peak_physical_ratio is None and value > _held(n)
+
+
 def recommend_memory_scaling(
     nodes: list[NodeMemory], evidence: tuple[Evidence, ...] = (), history_seconds: float | None = None
 ) -> Recommendation:
@@ -211,12 +170,29 @@ def recommend_memory_scaling(
     details: dict[str, str] = {"safe_ratio": f"{ratio:.4f}"}
     per_node = {n.node: _node_scaling(n) for n in nodes}
     risky = [node for node, (v, r) in per_node.items() if v is not None and "§6.1" in r]
+    missing: list[str] = []
     if risky:
         value = tables.SCALING_DEFAULT
         reasons.append(
             f"nodes {', '.join(sorted(risky))} ran out of physical memory: 1.0 globally "
             "(docs/guides/tuning.md §6.1)"
         )
+    # A raise is safe only where physical memory was seen to stay below the risk ratio: a node without
+    # that data blocks the raise, on itself and globally, and says so (never skipped silently).
+    blind = [n for n in nodes if _unguarded(n, value)]
+    if blind:
+        value = min(value, *(_held(n) for n in blind))
+        missing.append(f"{PHYSICAL_SERIES} on {', '.join(sorted(n.node for n in blind))}")
+        reasons.append(
+            f"raise blocked: the physical-memory guard (docs/guides/tuning.md §6.1) has no data for "
+            f"{', '.join(sorted(n.node for n in blind))} in the window, so over-commit cannot be checked "
+            f"against the cards' memory; keep {value:g} until hami_host_gpu_memory_used_bytes and "
+            "hami_host_gpu_memory_total_bytes are scraped there over the whole --window"
+        )
+    for n in nodes:
+        v, r = per_node[n.node]
+        if v is not None and _unguarded(n, v):
+            per_node[n.node] = (_held(n), f"{r}; raise blocked: no physical-memory data")
     for node, (v, r) in sorted(per_node.items()):
         if v is not None and v != value:
             details[f"node/{node}"] = f"{v:g}"
@@ -228,7 +204,9 @@ def recommend_memory_scaling(
         )
     currents = {n.current_scaling for n in nodes if n.current_scaling is not None}
     current = ", ".join(f"{c:g}" for c in sorted(currents)) if currents else None
-    return Recommendation(name, f"{value:g}", current, tuple(reasons), evidence, details=details)
+    return Recommendation(
+        name, f"{value:g}", current, tuple(reasons), evidence, missing=tuple(missing), details=details
+    )
 
 
 # --- deviceSplitCount (§4) ---------------------------------------------------------------------------
@@ -264,7 +242,7 @@ class SplitInputs:
     nodes: int | None
     current_split: int | None
     pending_pods: float | None  # most GPU pods pending at once in the last hour
-    saturated_devices: float | None  # devices whose shared count reached their split count
+    saturated_devices: float | None  # devices whose shared count reached their split count; None: no data
     mean_utilisation: float | None = None  # mean device utilisation (0-1) over the window
 
 
@@ -272,6 +250,16 @@ def recommend_split_count(inp: SplitInputs, evidence: tuple[Evidence, ...] = ())
     value, why = split_for_min_request(inp.min_request_bytes, inp.nodes)
     reasons = [why]
     util = inp.mean_utilisation
+    idle = util is not None and util < tables.LOW_UTILISATION_RATIO
+    if inp.saturated_devices is None and ((inp.pending_pods and inp.pending_pods > 0) or idle):
+        # The raises for pending pods and idle GPUs both hinge on devices full by count: unknown, blocked.
+        reasons.append(
+            "raise blocked: no hami_gpu_shared_count / hami_gpu_split_limit data, so whether devices are "
+            "full by count (the guard of docs/guides/tuning.md §4.3 and §6.1) is unknown"
+        )
+        missing = ("hami_gpu_shared_count (devices full by count)",)
+        current = str(inp.current_split) if inp.current_split is not None else None
+        return Recommendation("deviceSplitCount", str(value), current, tuple(reasons), evidence, missing)
     if util is not None and util < tables.LOW_UTILISATION_RATIO:
         if inp.saturated_devices and max(value, inp.current_split or 0) < tables.SPLIT_LOW_UTILISATION:
             value = tables.SPLIT_LOW_UTILISATION
@@ -337,8 +325,9 @@ def recommend_node_lock_expire(inp: LockInputs, evidence: tuple[Evidence, ...] =
         )
     else:
         value = float(max(tables.LOCK_DEFAULT_SECONDS, floor))
-        reasons.append("no expired locks and short lock waits: keep the 5m default "
-                       "(docs/guides/tuning.md §2.2)")
+        reasons.append(
+            "no expired locks and short lock waits: keep the 5m default (docs/guides/tuning.md §2.2)"
+        )
     value = min(value, float(tables.LOCK_MAX_SECONDS))
     current = format_duration(inp.current_seconds)
     return Recommendation("nodeLockExpire", format_duration(value), current, tuple(reasons), evidence)

@@ -9,7 +9,7 @@ from typing import Any, Final
 from hami.core import annotations as ann
 
 KIND: Final = "HAMiSchedulingSnapshot"
-VERSION: Final = 1
+VERSION: Final = 2  # 2: outages (version 1, without them, is still read)
 SOURCE_API: Final = "api"
 SOURCE_PROMETHEUS: Final = "prometheus"
 SOURCE_GENERATED: Final = "generated"
@@ -146,6 +146,18 @@ class Lock:
 
 
 @dataclass(frozen=True)
+class Outage:
+    """A span the scheduler could not use a card (``device``: its UUID; unhealthy) or a whole node
+    (``device`` ""; its handshake expired, its devices did not decode) within the history."""
+
+    node: str
+    since: float
+    until: float | None = None  # None: still out when the snapshot was taken
+    device: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class Snapshot:
     source: str
     taken: float
@@ -157,6 +169,9 @@ class Snapshot:
     locks: tuple[Lock, ...] = ()
     notes: tuple[str, ...] = ()  # assumptions the writer had to make, shown with every report
     version: int = VERSION
+    # Health and registration over the history; a card or node without outages is as its annotation
+    # says at ``taken`` throughout.
+    outages: tuple[Outage, ...] = ()
 
 
 def _containers(cs: tuple[Container, ...]) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ from hami.core.snapshot.model import (
     Container,
     Lock,
     Node,
+    Outage,
     Pod,
     Quota,
     Scheduler,
@@ -27,6 +28,7 @@ from hami.core.snapshot.model import (
     SnapshotError,
 )
 
+OUTAGES_SINCE: Final = 2  # the version that added ``outages``
 _MAX_BYTES: Final = 1 << 30  # refuse to parse more than 1 GiB of JSON
 
 T = TypeVar("T")
@@ -278,6 +280,20 @@ def _lock(value: Any, where: str) -> Lock:
     return lock
 
 
+def _outage(value: Any, where: str) -> Outage:
+    r = _Reader(value, where, ("node", "device", "since", "until", "reason"))
+    out = Outage(
+        r.get("node", _name),
+        r.get("since", _time),
+        r.optional("until", _time),
+        r.get("device", _str, ""),
+        r.get("reason", _str, ""),
+    )
+    if out.until is not None and out.until < out.since:
+        raise SnapshotError(f"{r.path('until')}: before 'since'")
+    return out
+
+
 def from_document(doc: Any) -> Snapshot:
     """Check a parsed document and build the snapshot; raises ``SnapshotError``."""
     if isinstance(doc, dict) and doc.get("kind") != KIND:
@@ -301,11 +317,14 @@ def from_document(doc: Any) -> Snapshot:
             "pods",
             "quotas",
             "locks",
+            "outages",
         ),
     )
     version = r.get("version", _int)
-    if version != VERSION:
-        raise SnapshotError(f"version: {version} is not a snapshot version this tool reads ({VERSION})")
+    if not 1 <= version <= VERSION:
+        raise SnapshotError(f"version: {version} is not a snapshot version this tool reads (1 to {VERSION})")
+    if version < OUTAGES_SINCE and "outages" in doc:
+        raise SnapshotError("outages: not a field of a version 1 snapshot")
     source = r.get("source", _str)
     if source not in SOURCES:
         raise SnapshotError(f"source: expected one of {', '.join(SOURCES)}, got {source!r}")
@@ -320,6 +339,7 @@ def from_document(doc: Any) -> Snapshot:
         locks=r.get("locks", lambda v, w: _list(v, w, _lock), ()),
         notes=r.get("notes", lambda v, w: _list(v, w, _str), ()),
         version=version,
+        outages=r.get("outages", lambda v, w: _list(v, w, _outage), ()),
     )
     _check_unique(snap)
     return snap

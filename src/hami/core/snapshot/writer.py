@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from hami.core.snapshot.model import KIND, Snapshot, _containers
+from hami.core.snapshot.model import KIND, VERSION, Snapshot, _containers
 
 
 def format_time(t: float) -> str:
@@ -27,7 +27,7 @@ def to_document(snap: Snapshot) -> dict[str, Any]:
     s = snap.scheduler
     return {
         "kind": KIND,
-        "version": snap.version,
+        "version": VERSION,  # what this writer writes, whichever version was read
         "source": snap.source,
         "taken": format_time(snap.taken),
         "start": format_time(snap.start),
@@ -82,6 +82,16 @@ def to_document(snap: Snapshot) -> dict[str, Any]:
                 "released": _opt_time(lk.released),
             }
             for lk in snap.locks
+        ],
+        "outages": [
+            {
+                "node": o.node,
+                "device": o.device,
+                "since": format_time(o.since),
+                "until": _opt_time(o.until),
+                "reason": o.reason,
+            }
+            for o in snap.outages
         ],
     }
 

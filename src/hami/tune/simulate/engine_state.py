@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 import statistics
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from hami.core.snapshot import model as snap
 from hami.scheduler.engine.decision import FilterResult, filter_pod
@@ -52,6 +53,8 @@ class ReplayState:
         self.quotas: QuotaManager = cl.quotas(snapshot, self.config)
         self.ranks = Ranker(size=RANKINGS)
         self.all_nodes: Sequence[NodeState] = self.cluster.nodes
+        self.by_name: dict[str, NodeState] = dict(self.cluster.by_name)
+        self._active: frozenset[snap.Outage] | None = None  # outages the nodes now reflect
         self.pending: dict[str, PodRun] = {}
         self.events: list[tuple[float, int, int, PodRun]] = []
         self._seq = 0
@@ -78,6 +81,32 @@ class ReplayState:
         self._undo: list[tuple[str, PodAllocation | None]] = []  # trial changes to the usage index
         self._idle: dict[str, tuple[int, int, int, int]] = {}  # _card_figures of nodes without usage
 
+    def _outages_at(self, t: float) -> None:
+        """The nodes as the scheduler saw them at ``t``: a card with outages in the history is
+        unhealthy exactly within them, a node is left out within its own; the rest as registered."""
+        outages = self.snapshot.outages
+        active = frozenset(o for o in outages if o.since <= t and (o.until is None or t < o.until))
+        if not outages or active == self._active:
+            return
+        self._active = active
+        judged = {(o.node, o.device) for o in outages if o.device}
+        down = {(o.node, o.device) for o in active if o.device}
+        gone = {o.node for o in active if not o.device}
+        nodes = [
+            replace(
+                n,
+                devices=tuple(
+                    replace(d, health=(n.name, d.id) not in down) if (n.name, d.id) in judged else d
+                    for d in n.devices
+                ),
+            )
+            for n in self.cluster.nodes
+            if n.name not in gone
+        ]
+        self.all_nodes = tuple(nodes)
+        self.by_name = {n.name: n for n in nodes}
+        self.ranks = Ranker(size=RANKINGS)  # its verdicts were for the nodes as they were
+
     # --- set-up ---------------------------------------------------------------------------------
 
     def _run(self, pod: snap.Pod) -> PodRun:
@@ -85,15 +114,17 @@ class ReplayState:
         request = pod_request(pod.as_object(), self.config.nvidia)
         return PodRun(pod, request, _shape(request, pod.namespace, self.quotas.limited(pod.namespace)), fixed)
 
-    def _lock_intervals(self) -> dict[str, list[tuple[float, float]]]:
+    def _lock_intervals(self) -> dict[str, list[tuple[float, float, str]]]:
+        """Per node, (since, until, owner) of the locks that refuse binds; the owner's own bind is
+        not refused by the lock it took."""
         expire, current = self.cluster.lock_expire, self.snapshot.scheduler.node_lock_expire
-        out: dict[str, list[tuple[float, float]]] = {}
+        out: dict[str, list[tuple[float, float, str]]] = {}
         for lock in self.snapshot.locks:
             until = lock.since + expire
             # A lock that lasted its full expiry was broken by expiry: under another expiry it lasts that.
             if lock.released is not None and lock.released - lock.since < current:
                 until = min(until, lock.released)
-            out.setdefault(lock.node, []).append((lock.since, until))
+            out.setdefault(lock.node, []).append((lock.since, until, lock.owner))
         return out
 
     def _capacity(self) -> Capacity:
@@ -154,8 +185,9 @@ class ReplayState:
             self._account(old.shares, -1)
         return old
 
-    def _locked(self, node: str, t: float) -> bool:
-        return any(a <= t < b for a, b in self.locks.get(node, ()))
+    def _locked(self, node: str, t: float, pod: str) -> bool:
+        """Whether a lock refuses ``pod``'s bind to ``node`` at ``t``."""
+        return any(a <= t < b and owner != pod for a, b, owner in self.locks.get(node, ()))
 
     def _filter(self, run: PodRun, nodes: Sequence[NodeState]) -> FilterResult:
         if run.request is None:

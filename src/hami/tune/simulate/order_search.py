@@ -158,7 +158,7 @@ class OrderSearch(ReplayState):
         came in an order that is lost: under the snapshot's own configuration each step of such a
         group takes the first pod whose filter gives what the snapshot recorded for it at ``t``.
         A request shape refused on ``node`` in this pass is not tried there again."""
-        state = self.cluster.by_name.get(node)
+        state = self.by_name.get(node)
         quota_freed = self.quotas.limited(namespace)
         refused: set[str] = set()
 

@@ -72,6 +72,7 @@ class Replay(OrderSearch, Sampling):
                 self._sample(next_sample)
                 next_sample = next(samples, None)
             self._advance(t)
+            self._outages_at(t)
             if kind == RETRY:
                 run.backoff = False
                 if run.placed_at is None and run.pod.uid in self.pending:
@@ -89,9 +90,8 @@ class Replay(OrderSearch, Sampling):
             self._sample(next_sample)
             next_sample = next(samples, None)
         self._advance(self.end)
-        self.result.locked_seconds = sum(
-            max(min(b, self.end) - max(a, self.start), 0.0) for spans in self.locks.values() for a, b in spans
-        )
+        spans = [(a, b) for held in self.locks.values() for a, b, _ in held]
+        self.result.locked_seconds = sum(max(min(b, self.end) - max(a, self.start), 0.0) for a, b in spans)
         self.result.notes = [f"node {n} left out: {why}" for n, why in self.cluster.skipped.items()]
         return self.result
 
@@ -166,7 +166,7 @@ class Replay(OrderSearch, Sampling):
             if result.replaced is not None and result.replaced.node != result.node
             else None
         )
-        if self._locked(result.node, t):
+        if self._locked(result.node, t, run.pod.key):
             # Bind fails on the lock; the reservation stays until kube-scheduler's retry.
             run.bind_failures += 1
             run.backoff = True
@@ -192,8 +192,8 @@ class Replay(OrderSearch, Sampling):
         delay = min(BACKOFF_INITIAL * 2.0 ** (run.bind_failures - 1), BACKOFF_MAX)
         if delay < BACKOFF_MAX:
             return t + delay
-        spans: list[tuple[float, float]] = self.locks.get(node, [])
-        until: float = min((b for a, b in spans if a <= t < b), default=t)
+        spans = self.locks.get(node, [])
+        until: float = min((b for a, b, _ in spans if a <= t < b), default=t)
         if self.events:
             until = min(until, self.events[0][0])
         steps = max(math.ceil((until - t) / BACKOFF_MAX), 1)
