@@ -16,6 +16,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from hami.core import names
 from hami.testing import chart, cluster, dashqueries, install, jaeger, monitoring, promconfig
 from hami.testing.controlplane.stackkube import RealKube
