@@ -30,6 +30,8 @@ KINDS = {
 KIND_REF = re.compile(
     rf"\b({'|'.join(KINDS)})(?:/| +(?:(?:-n|--namespace)[ =]\S+ +)?)([a-z][\w.-]*)(?![\w/.-])"
 )
+# `kubectl hami ...` (the doctor as a kubectl plugin): its -n is the namespace of the user's pod
+PLUGIN = re.compile(r"kubectl(?:\s+(?:-n|--namespace|--context|--kubeconfig)[ =]\S+)*\s+hami\b")
 NAMESPACE_FLAG = re.compile(r"(?:^|\s)(?:-n|--namespace)[ =]([^\s'\"]+)")
 CONTAINER_FLAG = re.compile(r"(?:^|\s)(?:-c|--container)[ =]([^\s'\"]+)")
 SELECTOR_FLAG = re.compile(r"(?:^|\s)(?:-l|--selector)[ =]('[^']*'|\"[^\"]*\"|[^\s'\"]+)")
@@ -93,7 +95,7 @@ class Chart:
         out: list[str] = []
         refs = [(KINDS[kind], name) for kind, name in KIND_REF.findall(segment)]
         out += [f"no {kind} {name} in the chart" for kind, name in refs if (kind, name) not in self.objects]
-        for ns in NAMESPACE_FLAG.findall(segment):
+        for ns in [] if PLUGIN.search(segment) else NAMESPACE_FLAG.findall(segment):
             if ns != m.NAMESPACE and not _placeholder(ns):
                 out.append(f"namespace {ns}: the chart installs into {m.NAMESPACE}")
         for name in CONTAINER_FLAG.findall(segment):
@@ -197,6 +199,11 @@ def test_the_checks_pass_the_chart_names() -> None:
         "-c vgpu-scheduler-extender --tail=200 | grep FilteringFailed"
     )
     assert Chart().problems(kubectl_segments(line)[0]) == []
+    # the kubectl plugin's -n names the user's pod's namespace, a chart command's the chart's
+    chart = Chart()
+    assert chart.problems("kubectl hami pod train -n team-a") == []
+    assert chart.problems("kubectl -n x hami pod p") == []
+    assert chart.problems("kubectl -n team-a logs deploy/hami-scheduler") != []
     assert repo_path_problems("alerts/config.yaml and deploy/scheduler.yaml") == [
         "alerts/config.yaml is not in the repository", "deploy/scheduler.yaml is not in the repository"
     ]
