@@ -438,7 +438,8 @@ CHECKS: dict[str, Callable[[Result, Env], None]] = {
     "000-handshake": _ok("Requesting_"),
     "000-handshake-age": _ok("Handshake timestamp: Requesting_", "Current timestamp: "),
     "000-get-scheduler": _ok("READY", "Running", "hami-scheduler-"),
-    "000-resources": _ok('"nvidia.com/gpumem":"900000"'),
+    # kube-apiserver writes quantities canonically (900000 -> 900k) and defaults requests to the limits
+    "000-resources": _ok('"limits":{"nvidia.com/gpu":"1","nvidia.com/gpumem":"900k"}', '"requests":'),
     "000-scheduler-name": _ok("hami-scheduler"),
     "000-batch": _batch,
     "000-pprof-cpu": _pprof("cpu"),
