@@ -72,6 +72,11 @@ def batch_script() -> str:
     return text.split("```bash\n", 1)[1].split("```", 1)[0]
 
 
+GOCACHE = (
+    subprocess.run(["go", "env", "GOCACHE"], capture_output=True, text=True, check=False).stdout.strip()
+    if shutil.which("go")
+    else ""
+)
 DEPLOYMENT = f"/apis/apps/v1/namespaces/{names.NAMESPACE}/deployments/{names.SCHEDULER_DEPLOYMENT}"
 
 
@@ -117,6 +122,9 @@ class Env:
         env = {
             "PATH": f"{self.cp.binaries.kubectl.parent}{os.pathsep}{os.environ['PATH']}",
             "HOME": str(self.work),
+            # Go 1.26 builds `go tool pprof` on first use: from the shared build cache, not an empty one
+            # under this HOME (minutes on a loaded machine)
+            "GOCACHE": GOCACHE,
             "KUBECONFIG": str(self.kubeconfig),
             "PPROF_TMPDIR": str(self.work / "pprof"),
             "EDITOR": str(self.work / "editor.py"),
