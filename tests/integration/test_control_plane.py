@@ -100,6 +100,7 @@ def test_the_real_api_server_calls_the_webhook_through_the_charts_configuration(
     plain = builders.pod({"name": "main", "image": "busybox"}, name="webhook-plain", namespace="default")
     created = create_pod(cp, plain)
     assert created["spec"]["schedulerName"] == "default-scheduler"
+    assert [c.get("env") for c in created["spec"]["containers"]] == [None]
     assert not [k for k in (created["metadata"].get("annotations") or {}) if k.startswith("hami.io/")]
     configuration = cp.kubectl("get", "mutatingwebhookconfiguration", "-o", "json").stdout
     assert '"caBundle"' in configuration and '"service"' in configuration
