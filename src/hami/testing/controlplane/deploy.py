@@ -188,10 +188,18 @@ def run_workloads(cp: ControlPlane, nodes: list[Obj]) -> dict[str, list[Obj]]:
             reply = s.get(f"{cp.url}/apis/apps/v1/namespaces/{names.NAMESPACE}/{plural}", timeout=30)
             reply.raise_for_status()
             workloads += [{**w, "apiVersion": "apps/v1", "kind": kind} for w in reply.json()["items"]]
-        installed, _ = standins.controlled(workloads, nodes)
+        installed, updated = standins.controlled(workloads, nodes)
+        for workload in updated:  # the controllers' status: replicas ready, pods scheduled
+            plural = "deployments" if workload["kind"] == "Deployment" else "daemonsets"
+            path = f"/apis/apps/v1/namespaces/{names.NAMESPACE}/{plural}/{workload['metadata']['name']}"
+            path += "/status"
+            reply = s.patch(cp.url + path, json={"status": workload["status"]}, timeout=30,
+                            headers={"Content-Type": "application/merge-patch+json"})  # fmt: skip
+            if reply.status_code != 200:
+                raise AssertionError(f"status of {workload['kind']}: {reply.status_code} {reply.text}")
         base = f"{cp.url}/api/v1/namespaces/{names.NAMESPACE}/pods"
         out: dict[str, list[Obj]] = {}
-        for workload, pods in installed.pods.items():
+        for owner, pods in installed.pods.items():
             for pod in pods:
                 body = copy.deepcopy(pod)
                 status = body.pop("status")
@@ -207,7 +215,7 @@ def run_workloads(cp: ControlPlane, nodes: list[Obj]) -> dict[str, list[Obj]]:
                 )
                 if running.status_code != 200:
                     raise AssertionError(f"status of {pod['metadata']['name']}: {running.text}")
-                out.setdefault(workload, []).append(running.json())
+                out.setdefault(owner, []).append(running.json())
         return out
 
 
