@@ -20,7 +20,7 @@ from hami.testing import install
 from hami.testing.controlplane.deploy import Hami
 from hami.testing.controlplane.deploy import install as install_chart
 from hami.testing.controlplane.run import ControlPlane
-from hami.testing.processes import ProcessGroup, http_ok
+from hami.testing.processes import ProcessGroup
 
 Obj = dict[str, Any]
 
@@ -76,7 +76,6 @@ class RealKube:
         assert self.hami is not None
         self.hami.ports.update(ports)
         self.hami.start_extender(args, procs=procs, name=name)
-        assert http_ok(self.hami.metrics_url + "/metrics")()
 
     def start_kube_scheduler(self) -> None:
         assert self.hami is not None
