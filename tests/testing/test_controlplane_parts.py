@@ -61,6 +61,9 @@ def test_an_old_go_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     fake.write_text("#!/bin/sh\necho go1.19.8\n")
     fake.chmod(stat.S_IRWXU)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    real_access = os.access  # and no /usr/local/go
+    mine = str(tmp_path)
+    monkeypatch.setattr(build.os, "access", lambda p, m: str(p).startswith(mine) and real_access(p, m))
     with pytest.raises(build.BuildError, match=r"is go1\.19\.8; k8s\.io/kubernetes .* needs Go 1\.26"):
         build.find_go()
 
