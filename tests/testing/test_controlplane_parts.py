@@ -149,3 +149,14 @@ def test_the_egress_proxy_connects_routed_targets_only(tmp_path: Path, echo: int
         refused.close()
     finally:
         proxy.stop()
+
+
+def test_an_unreachable_proxy_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HAMI_CONTROL_PLANE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("GOMODCACHE", str(tmp_path / "mod"))  # nothing downloaded yet
+    monkeypatch.setenv("GOPROXY", "http://127.0.0.1:1")  # nothing listens there
+    monkeypatch.setenv("GOSUMDB", "off")
+    unreachable = r"go mod tidy .* the Go module proxy cannot be reached \(GOPROXY=http://127\.0\.0\.1:1\)"
+    with pytest.raises(build.BuildError, match=unreachable):
+        build.ensure(progress=lambda _: None)
+    assert build.cached() is None
