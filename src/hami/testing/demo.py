@@ -25,6 +25,7 @@ from pathlib import Path
 from hami.core import names
 from hami.core.duration import prometheus_duration_flag
 from hami.testing import chart, cluster, jaeger
+from hami.testing.controlplane.build import BuildError
 from hami.testing.monitoring import DASHBOARDS
 from hami.testing.processes import StartError
 from hami.testing.stack import (
@@ -282,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
             backend = start_tracing(opts.workdir)
             opts.tracing = backend.otlp_endpoint
         stack.start()
-    except (StartError, WaitTimeout, jaeger.JaegerBuildError) as err:
+    except (StartError, WaitTimeout, BuildError, jaeger.JaegerBuildError) as err:
         print(f"demo: {err}", file=sys.stderr)
         if backend is not None:
             backend.stop()

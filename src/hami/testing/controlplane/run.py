@@ -236,17 +236,32 @@ class ControlPlane:
         config = self.work / "kube-scheduler.yaml"
         config.write_text(schedconfig.with_kubeconfig(config_yaml, kubeconfig))
         self.ports["kube-scheduler"] = port = free_port()
+        cert, key = self._pki().serving("kube-scheduler")
         argv = [
             str(self.binaries.kube_scheduler), "--config", str(config),
             "--authentication-kubeconfig", str(kubeconfig), "--authorization-kubeconfig", str(kubeconfig),
             "--bind-address", "127.0.0.1", "--secure-port", str(port),
+            "--tls-cert-file", str(cert), "--tls-private-key-file", str(key),
         ]  # fmt: skip
         self.kube_scheduler = child = self.procs.start("kube-scheduler", argv)
         with requests.Session() as s:
             s.trust_env = False
-            s.verify = False  # its self-signed serving certificate: only liveness is checked here
+            s.verify = str(self._pki().ca)
             self._wait(child, _http_ok(f"https://127.0.0.1:{port}/healthz", s), "kube-scheduler's /healthz")
         return child
+
+    def start_proxy(self, port: int = 0) -> str:
+        """``kubectl proxy`` on 127.0.0.1:``port`` (0: a free one) as the admin: the API in plain
+        HTTP for the stand-ins that speak no TLS (kube-state-metrics, the kubelet stand-in). Its URL."""
+        assert self.binaries is not None
+        port = port or free_port()
+        argv = [
+            str(self.binaries.kubectl), "--kubeconfig", str(self.kubeconfig), "proxy",
+            "--address=127.0.0.1", f"--port={port}",
+        ]  # fmt: skip
+        url = f"http://127.0.0.1:{port}"
+        self.wait_http(self.procs.start(f"kubectl-proxy-{port}", argv), url + "/api", "kubectl proxy")
+        return url
 
     def stop_kube_scheduler(self) -> int | None:
         child, self.kube_scheduler = self.kube_scheduler, None
