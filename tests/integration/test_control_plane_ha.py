@@ -30,7 +30,14 @@ from hami.testing.controlplane.dedicated import (
     remove,
 )
 from hami.testing.controlplane.deploy import Hami
-from hami.testing.controlplane.replicas import Replica, kill, start_extender, start_replica, uts_problem
+from hami.testing.controlplane.replicas import (
+    Replica,
+    grant_lease,
+    kill,
+    start_extender,
+    start_replica,
+    uts_problem,
+)
 from hami.testing.wait import wait_until
 
 pytestmark = pytest.mark.slow
@@ -93,6 +100,7 @@ def test_two_replicas_elect_a_leader_on_a_real_lease_and_the_other_takes_over(ha
     require(uts_problem())
     cp = hami.cp
     dedicated_node(cp, f"{owned}-gpu", owner=owned, cards=2)
+    grant_lease(hami, LEASE)
     replicas = [start_replica(hami, f"hami-scheduler-{x}", scheduler_name=HA_SCHEDULER, lease=LEASE)
                 for x in ("a", "b")]  # fmt: skip
     try:

@@ -110,9 +110,31 @@ def kube_scheduler_config(hami: Hami, extender_port: int, scheduler_name: str, l
     return yaml.safe_dump(config, sort_keys=False)
 
 
+def grant_lease(hami: Hami, lease: str) -> None:
+    """The chart's Lease Roles (and their RoleBindings) once more for Lease ``lease``: the chart
+    grants its ServiceAccount its own Lease by name only."""
+    roles = {
+        o["metadata"]["name"]: o
+        for o in hami.objects
+        if o["kind"] == "Role" and any("leases" in r.get("resources", []) for r in o["rules"])
+    }
+    copies = []
+    for role in roles.values():
+        rules = [{**r, "resourceNames": [lease]} for r in role["rules"]]
+        meta = {**role["metadata"], "name": f"{role['metadata']['name']}-{lease}"}
+        copies.append({**role, "metadata": meta, "rules": rules})
+    for binding in (o for o in hami.objects if o["kind"] == "RoleBinding"):
+        if binding["roleRef"]["name"] in roles:
+            meta = {**binding["metadata"], "name": f"{binding['metadata']['name']}-{lease}"}
+            ref = {**binding["roleRef"], "name": f"{binding['roleRef']['name']}-{lease}"}
+            copies.append({**binding, "metadata": meta, "roleRef": ref})
+    text = "".join("---\n" + yaml.safe_dump(o, sort_keys=False) for o in copies)
+    hami.cp.kubectl("apply", "--server-side", "--field-manager=hami-test", "-f", "-", input=text)
+
+
 def start_replica(hami: Hami, name: str, *, scheduler_name: str, lease: str) -> Replica:
     """The extender (following Lease ``lease``) and kube-scheduler (campaigning for it), both with
-    hostname ``name``; returns once both are healthy."""
+    hostname ``name``; returns once both are healthy. ``grant_lease`` first."""
     cp = hami.cp
     replica = start_extender(hami, f"{name}-extender", f"--leader-elect-resource-name={lease}", hostname=name)
     replica.name = name
