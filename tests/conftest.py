@@ -56,6 +56,7 @@ def kube_config_file(kube_api: KubeAPIServer, tmp_path: Path) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
 def control_plane_binaries() -> controlplane.Binaries:
     """The real control plane's binaries, built on first use (``make control-plane`` builds them with
     progress shown). Where they cannot be built: a failure in CI (CI=true), else a skip saying why."""
@@ -68,10 +69,12 @@ def control_plane_binaries() -> controlplane.Binaries:
 
 
 @pytest.fixture(scope="session")
-def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[controlplane.ControlPlane]:
+def control_plane(
+    tmp_path_factory: pytest.TempPathFactory, control_plane_binaries: controlplane.Binaries
+) -> Iterator[controlplane.ControlPlane]:
     """etcd, kube-apiserver (and kube-scheduler, once a test starts it) built from
     k8s.io/kubernetes at ``controlplane.K8S_VERSION``, shared by the session: tests give their
     objects names of their own. Logs in ``<tmp>/controlplane*/logs``."""
-    binaries = control_plane_binaries()
-    with controlplane.ControlPlane(tmp_path_factory.mktemp("controlplane"), binaries=binaries) as cp:
+    work = tmp_path_factory.mktemp("controlplane")
+    with controlplane.ControlPlane(work, binaries=control_plane_binaries) as cp:
         yield cp

@@ -1,11 +1,12 @@
-"""Every command of the guides, as docs/guides/recipes.md lists it, run for real: `kubectl` (and
-`jq`, `curl`, `bash`, `go tool pprof`) against the API emulator loaded with the rendered chart by
-`kubectl apply`, with the real extender and device plugin running as the pods' containers, so
-`kubectl logs` reads what they wrote. A command that stops matching fails its row."""
+"""Every command of the guides, as docs/guides/recipes.md lists it, run for real: `kubectl` (built
+from the same Kubernetes version as the server) and `jq`, `curl`, `bash`, `go tool pprof`, against
+the real control plane (``hami.testing.controlplane``) loaded with the rendered chart by `kubectl
+apply`, with the real extender and device plugin running as the pods' containers, so `kubectl logs`
+reads what they wrote (through kube-apiserver's kubelet call). A command that stops matching fails
+its row."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -14,6 +15,7 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -22,8 +24,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hami.core import names
 from hami.core.profiling.heap import DEFAULT_WINDOW_S
-from hami.testing import certs, chart, cluster, install
-from hami.testing.kubeapi import KubeAPIServer
+from hami.testing import builders, certs, chart, cluster, install
+from hami.testing.controlplane import Binaries, ControlPlane
+from hami.testing.controlplane.deploy import PROVIDED_TLS, run_workloads
 from hami.testing.kubeapi.logs import log_path
 from hami.testing.processes import ProcessGroup, free_port, http_ok
 from hami.testing.wait import wait_until
@@ -33,24 +36,14 @@ RECIPES = ROOT / "docs" / "guides" / "recipes.md"
 GPU_NODE, CPU_NODE = "gpu-node-01", "cpu-node-01"
 PENDING = "train-1"  # a GPU pod in `default`, as the guides' namespace-less commands expect
 _EVENT_WORDS = ("CardInsufficientMemory", "no available node")
-TOOLS = ("kubectl", "jq", "curl", "go", "bash", "python3")
+TOOLS = ("jq", "curl", "go", "bash", "python3")  # kubectl: the control plane's own
 
-
-def _kubectl_minor() -> int:
-    """The client's minor version: 1.27 is the first to validate through OpenAPI v3 (server-side)."""
-    done = subprocess.run(
-        ["kubectl", "version", "--client", "-o", "json"], capture_output=True, text=True, check=False
-    )
-    try:
-        return int(str(json.loads(done.stdout)["clientVersion"]["minor"]).rstrip("+"))
-    except (ValueError, KeyError):
-        return 0
-
-
-pytestmark = pytest.mark.skipif(
-    any(shutil.which(t) is None for t in TOOLS) or _kubectl_minor() < 27,
-    reason=f"needs {', '.join(TOOLS)} (make sysdeps), kubectl 1.27 or later",
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        any(shutil.which(t) is None for t in TOOLS), reason=f"needs {', '.join(TOOLS)} (make sysdeps)"
+    ),
+]
 
 
 @dataclass(frozen=True)
@@ -79,9 +72,32 @@ def batch_script() -> str:
     return text.split("```bash\n", 1)[1].split("```", 1)[0]
 
 
+DEPLOYMENT = f"/apis/apps/v1/namespaces/{names.NAMESPACE}/deployments/{names.SCHEDULER_DEPLOYMENT}"
+
+
+def _get(cp: ControlPlane, path: str) -> dict[str, Any] | None:
+    """The object at ``path`` of the API (None when it is not there)."""
+    with cp.session() as s:
+        reply = s.get(cp.url + path, timeout=30)
+    if reply.status_code == 404:
+        return None
+    reply.raise_for_status()
+    found: dict[str, Any] = reply.json()
+    return found
+
+
+def _create(cp: ControlPlane, pod: dict[str, Any]) -> dict[str, Any]:
+    with cp.session() as s:
+        url = f"{cp.url}/api/v1/namespaces/{pod['metadata']['namespace']}/pods"
+        reply = s.post(url, json=pod, timeout=30)
+    assert reply.status_code == 201, reply.text
+    created: dict[str, Any] = reply.json()
+    return created
+
+
 @dataclass
 class Env:
-    api: KubeAPIServer
+    cp: ControlPlane
     work: Path
     kubeconfig: Path
     extender: str  # host:port of the extender's HTTPS listener (the pod IP's :443)
@@ -93,9 +109,13 @@ class Env:
     client_key: Path
     device_config: Path
 
+    def get(self, path: str) -> dict[str, Any] | None:
+        return _get(self.cp, path)
+
     def run(self, command: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+        assert self.cp.binaries is not None
         env = {
-            "PATH": os.environ["PATH"],
+            "PATH": f"{self.cp.binaries.kubectl.parent}{os.pathsep}{os.environ['PATH']}",
             "HOME": str(self.work),
             "KUBECONFIG": str(self.kubeconfig),
             "PPROF_TMPDIR": str(self.work / "pprof"),
@@ -114,7 +134,7 @@ class Env:
         )
 
 
-def _rendered_device_config(store_cm: dict[str, object], path: Path) -> Path:
+def _rendered_device_config(store_cm: dict[str, Any], path: Path) -> Path:
     data = store_cm["data"]
     assert isinstance(data, dict)
     path.write_text(str(data[names.DEVICE_CONFIG_KEY]), encoding="utf-8")
@@ -122,7 +142,7 @@ def _rendered_device_config(store_cm: dict[str, object], path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+def env(tmp_path_factory: pytest.TempPathFactory, control_plane_binaries: Binaries) -> Iterator[Env]:
     work = tmp_path_factory.mktemp("guides")
     logs = work / "pod-logs"
     (work / "pprof").mkdir()
@@ -138,47 +158,33 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         encoding="utf-8",
     )
     editor.chmod(0o755)
-    with KubeAPIServer(log_dir=logs) as api:
-        kubeconfig = work / "kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump(api.kubeconfig()), encoding="utf-8")
-        api.store.put(
-            {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {
-                    "name": GPU_NODE,
-                    "labels": {"gpu": "on"},
-                    "annotations": {"hami.io/mutex.lock": "2025-06-13T09:09:00Z,default,gone"},
-                },
-                "status": {"allocatable": {"nvidia.com/gpu": "40"}},
-            }
-        )
-        api.store.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": CPU_NODE}})
-        # The profiling guide's values: the extender with --profiling.
+    # its own control plane: the rows delete pods and rewrite the Deployment
+    with ControlPlane(work / "controlplane", binaries=control_plane_binaries, pod_logs=logs) as cp:
+        kubeconfig = cp.kubeconfig
+        lock = {"hami.io/mutex.lock": "2025-06-13T09:09:00Z,default,gone"}
+        nodes = [
+            cp.create_node(builders.node(GPU_NODE, annotations=lock, labels={"gpu": "on"}), 40),
+            cp.create_node(builders.node(CPU_NODE), 0),
+        ]
+        # The profiling guide's values: the extender with --profiling. The TLS Secrets are given
+        # (cert-manager's kinds have no CRDs here).
         rendered = work / "hami.yaml"
         rendered.write_text(
             chart.render_text(
                 [chart.EXAMPLES / "production.yaml"],
-                ["scheduler.extender.extraArgs={--debug,-v=4,--profiling}"],
+                ["scheduler.extender.extraArgs={--debug,-v=4,--profiling}", PROVIDED_TLS],
             ),
             encoding="utf-8",
         )
-        applied = subprocess.run(
-            ["kubectl", "apply", "-f", str(rendered)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-            env={**os.environ, "KUBECONFIG": str(kubeconfig)},
-        )
-        assert applied.returncode == 0, applied.stderr
-        pods = install.run_workloads(api.store, [GPU_NODE, CPU_NODE]).pods
+        cp.kubectl("apply", "-f", str(rendered))
+        pods = run_workloads(cp, nodes)
         # the replica the guide's `.items[0]` names (lists are ordered by name)
         scheduler_pod = min(pods[names.SCHEDULER_DEPLOYMENT], key=lambda p: str(p["metadata"]["name"]))
         plugin_pod = pods[names.DEVICE_PLUGIN_DAEMONSET][0]
 
-        device_config = api.store.get("configmaps", names.DEVICE_CONFIGMAP, names.NAMESPACE)
-        assert device_config is not None
+        with cp.session() as s:
+            path = f"/api/v1/namespaces/{names.NAMESPACE}/configmaps/{names.DEVICE_CONFIGMAP}"
+            device_config = s.get(cp.url + path, timeout=30).json()
         config_file = _rendered_device_config(device_config, work / "device-config.yaml")
         procs = ProcessGroup(logs)
         ext_port, metrics_port, plugin_metrics = free_port(), free_port(), free_port()
@@ -243,7 +249,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
             wait_until(
                 lambda: (
                     "hami.io/node-handshake"
-                    in ((api.store.get("nodes", GPU_NODE) or {})["metadata"].get("annotations") or {})
+                    in ((_get(cp, f"/api/v1/nodes/{GPU_NODE}") or {})["metadata"].get("annotations") or {})
                 ),
                 60,
                 "the device plugin's registration and the scheduler's handshake",
@@ -257,7 +263,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
                 "the extender to see the GPU node registered",
                 alive=procs.check_alive,
             )
-            pending = api.store.put(
+            pending = _create(
+                cp,
                 {
                     "apiVersion": "v1",
                     "kind": "Pod",
@@ -274,7 +281,6 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
                             }
                         ],
                     },
-                    "status": {"phase": "Pending"},
                 }
             )
             # kube-scheduler's call: no GPU has 900000 MiB.
@@ -291,7 +297,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
                     {"CardInsufficientMemory", "no available node"}
                     <= {
                         w
-                        for e in api.store.list("events", "default")
+                        for e in (_get(cp, "/api/v1/namespaces/default/events") or {})["items"]
                         for w in _EVENT_WORDS
                         if w in e["message"]
                     }
@@ -301,7 +307,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
                 alive=procs.check_alive,
             )
             yield Env(
-                api,
+                cp,
                 work,
                 kubeconfig,
                 f"127.0.0.1:{ext_port}",
@@ -347,7 +353,7 @@ def _ok(*texts: str) -> Callable[[Result, Env], None]:
 def _extender_arg(value: str) -> Callable[[Result, Env], None]:
     def check(done: Result, env: Env) -> None:
         assert done.returncode == 0, done.stderr
-        deploy = env.api.store.get("deployments.apps", names.SCHEDULER_DEPLOYMENT, names.NAMESPACE)
+        deploy = env.get(DEPLOYMENT)
         assert deploy is not None
         first = deploy["spec"]["template"]["spec"]["containers"][0]
         assert first["name"] == names.EXTENDER_CONTAINER and value in first["args"]
@@ -357,7 +363,7 @@ def _extender_arg(value: str) -> Callable[[Result, Env], None]:
 
 def _restarted(done: Result, env: Env) -> None:
     assert done.returncode == 0, done.stderr
-    deploy = env.api.store.get("deployments.apps", names.SCHEDULER_DEPLOYMENT, names.NAMESPACE)
+    deploy = env.get(DEPLOYMENT)
     assert deploy is not None
     assert "kubectl.kubernetes.io/restartedAt" in deploy["spec"]["template"]["metadata"]["annotations"]
 
@@ -402,12 +408,12 @@ def _heap(done: Result, env: Env) -> None:
 def _device_plugin_gone(done: Result, env: Env) -> None:
     assert done.returncode == 0, done.stderr
     assert f'pod "{env.plugin_pod}" deleted' in done.stdout
-    assert env.api.store.get("pods", env.plugin_pod, names.NAMESPACE) is None
+    assert env.get(f"/api/v1/namespaces/{names.NAMESPACE}/pods/{env.plugin_pod}") is None
 
 
 def _unlocked(done: Result, env: Env) -> None:
     assert done.returncode == 0, done.stderr
-    node = env.api.store.get("nodes", GPU_NODE) or {}
+    node = env.get(f"/api/v1/nodes/{GPU_NODE}") or {}
     assert "hami.io/mutex.lock" not in (node["metadata"].get("annotations") or {})
 
 

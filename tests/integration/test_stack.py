@@ -1,6 +1,8 @@
 """The product end to end: Debian's Prometheus scrapes the running monitor, scheduler extender and device
 plugin on the simulated cluster (``hami.testing.stack``, the processes of ``make demo``) with the rules
-loaded; its alerts reach Debian's Alertmanager.
+loaded; its alerts reach Debian's Alertmanager. The cluster's API is the real control plane
+(``make demo HAMI_CONTROL_PLANE=real``): etcd, kube-apiserver, and the real kube-scheduler calling the
+extender with the chart's configuration.
 
 Speed-ups, and only these: scrape and evaluation every 1 s; a test copy of alerts/hami-rules.yaml in
 which every alert's ``for:`` and every group's own ``interval:`` is divided by 60, minutes becoming
@@ -29,6 +31,7 @@ from hami.core import thresholds
 from hami.doctor.findings import EXIT_BROKEN, EXIT_OK, EXIT_WARNING
 from hami.doctor.main import main as doctor_main
 from hami.testing import cluster, dashqueries, demo, promconfig
+from hami.testing.controlplane import Binaries
 from hami.testing.monitoring import ALERTMANAGER, DASHBOARDS, RULES
 from hami.testing.prometheus import PROMETHEUS, PROMTOOL
 from hami.testing.stack import (
@@ -62,7 +65,7 @@ def poll(check: Callable[[], T | None], what: str, timeout: float = WAIT_S) -> T
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(tmp_path_factory: pytest.TempPathFactory, control_plane_binaries: Binaries) -> Iterator[Stack]:
     work = tmp_path_factory.mktemp("stack")
     rules = work / "hami-rules-fast.yaml"
     rules.write_text(promconfig.fast_rules(RULES.read_text(encoding="utf-8")), encoding="utf-8")
@@ -80,6 +83,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         # the lock the pinned pod takes over (its crashed owner is gone) holds locked-node for the
         # whole module, not only for the default 5m
         node_lock_timeout="30m",
+        control_plane="real",
     )
     s = Stack(opts)
     s.start()
@@ -385,7 +389,8 @@ def test_every_url_the_banner_prints_answers(stack: Stack) -> None:
     # doctor/tune tests, and the Kubernetes API emulator's root answers API paths only
     pages = "\n".join(line for line in text.splitlines() if not re.search(r"hami-(doctor|tune)", line))
     urls = [u.rstrip(",.") for u in re.findall(r"https?://\S+", pages)]
-    urls = [u for u in urls if u != stack.kube_url]
+    # and kube-apiserver's root wants a client certificate
+    urls = [u for u in urls if u != stack.kube_url and (stack.real is None or u != stack.real.cp.url)]
     assert any("/alerts" in u for u in urls) and any(u.startswith(stack.url("alertmanager")) for u in urls)
     for url in urls:
         got = requests.get(url, timeout=10)

@@ -34,9 +34,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import requests
+import yaml
 
 from hami.core import annotations as ann
 from hami.core.codec.handshake import REPORTED, Handshake, format_handshake, format_requesting
@@ -141,6 +143,19 @@ def fake_nvml_spec(gpus: int, scenarios: bool = False) -> dict[str, Any]:
         devices[-2]["temperature"] = SLOWDOWN_C - 3
         devices[-2]["clock_event_reasons"] = SW_THERMAL_SLOWDOWN
     return {"driver_version": "550.54.15", "cuda_driver_version": 12040, "devices": devices}
+
+
+def write_fake_nvml_spec(path: Path, gpus: int, scenarios: bool, xid_every: float) -> Path:
+    """The device plugin's fake NVML spec at ``path`` (kept if there): ``fake_nvml_spec`` with the
+    XIDs simhost injects into the monitor's fake scheduled here too (the plugin's fake lives in the
+    plugin's process)."""
+    if not path.exists():
+        spec = fake_nvml_spec(gpus, scenarios)
+        if xid_every > 0:
+            event = {"after_seconds": xid_every, "device": gpus - 1, "xid": XID_FALLEN_OFF_BUS}
+            spec["events"] = [{**event, "every_seconds": xid_every}]
+        path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
 
 
 def gpu_node(

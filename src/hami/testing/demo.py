@@ -13,6 +13,7 @@ until Ctrl-C, then stops everything. Logs and data live under ``.demo/`` (remove
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
 import sys
@@ -63,6 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
                    " fragmented node")  # fmt: skip
     p.add_argument("--helm", action="store_true", help="print the helm lines for a real cluster and exit")
     p.add_argument(
+        "--control-plane",
+        choices=("emulator", "real"),
+        default=os.environ.get("HAMI_CONTROL_PLANE") or "emulator",
+        help="the API emulator (quick), or a real etcd, kube-apiserver and kube-scheduler built from "
+        "k8s.io/kubernetes (the first build takes about half an hour; $HAMI_CONTROL_PLANE; "
+        "default %(default)s)",
+    )
+    p.add_argument(
         "--skip",
         action="append",
         default=[],
@@ -84,6 +93,7 @@ def options(args: argparse.Namespace) -> StackOptions:
         gpus=args.gpus,
         scenarios=not args.no_scenarios,
         components=wanted,
+        control_plane=args.control_plane,
     )
 
 
@@ -119,7 +129,8 @@ def banner(stack: Stack, skipped: list[str]) -> str:
         SCHEDULER: "scheduler extender",
         DEVICE_PLUGIN: "device plugin",
     }
-    lines = ["", "HAMi demo is running on a simulated cluster (Ctrl-C stops it).", ""]
+    where = "a simulated cluster" if stack.real is None else "a real control plane with simulated nodes"
+    lines = ["", f"HAMi demo is running on {where} (Ctrl-C stops it).", ""]
     lines.append(f"  Prometheus          {stack.prometheus_page('graph')}   (rules: {stack.opts.rules})")
     lines.append(f"    alerts            {stack.prometheus_page('alerts')}")
     lines.append(f"    targets           {stack.prometheus_page('targets')}")
@@ -128,7 +139,13 @@ def banner(stack: Stack, skipped: list[str]) -> str:
     for c in stack.running:
         lines.append(f"  {titles[c]:<20}{stack.url(c)}/metrics")
     lines.append(f"  kube-state-metrics  {stack.url('ksm')}/metrics   (stand-in)")
-    lines.append(f"  Kubernetes API      {stack.kube_url}   (KUBECONFIG={stack.kubeconfig})")
+    if stack.real is None:
+        lines.append(f"  Kubernetes API      {stack.kube_url}   (KUBECONFIG={stack.kubeconfig})")
+    else:
+        lines.append(f"  kube-apiserver      {stack.real.cp.url}   (KUBECONFIG={stack.kubeconfig})")
+        lines.append(f"    kubectl proxy     {stack.kube_url}   (plain HTTP, for the stand-ins)")
+        logs = stack.real.cp.procs.log_dir
+        lines.append(f"    kube-scheduler    the chart's configuration; logs in {logs}")
     for c in skipped:
         lines.append(f"  {titles[c]:<20}not started ({MODULES[c]} is not in this checkout, or --skip)")
     lines += ["", "Grafana: add a Prometheus data source at " + stack.url("prometheus") + ", then import:"]
@@ -164,7 +181,8 @@ def banner(stack: Stack, skipped: list[str]) -> str:
             f"  GPU {cluster.gpu_uuid(0, stack.opts.gpus - 2)}: {cluster.SLOWDOWN_C - 3} °C, clocks held back"
             " by a thermal slowdown",
         ]
-    lines += ["", "The Helm chart is installed in the emulator, so the guides' commands work here:"]
+    target = "the emulator" if stack.real is None else "the control plane"
+    lines += ["", f"The Helm chart is installed in {target}, so the guides' commands work here:"]
     lines += kubectl_lines(stack)
     lines += ["", "On a real cluster:", *helm_lines(), ""]
     lines += [f"Logs: {stack.procs.log_dir}", ""]

@@ -61,6 +61,8 @@ class Driver:
         return items
 
     def schedule_once(self) -> None:
+        if not self.extender:  # the real kube-scheduler schedules (stackkube.py)
+            return
         now = time.monotonic()
         nodes = [n["metadata"]["name"] for n in self._items("/api/v1/nodes")]
         pending = pending_pods(self._items("/api/v1/pods"), self.scheduler_name)
@@ -117,7 +119,7 @@ def run(driver: Driver, done: threading.Event, interval: float, churn_every: flo
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m hami.testing.kubesched", description=__doc__)
     p.add_argument("--api", required=True, help="Kubernetes API URL")
-    p.add_argument("--extender", required=True, help="scheduler extender URL")
+    p.add_argument("--extender", default="", help="scheduler extender URL; empty: create batch pods only")
     p.add_argument("--scheduler-name", default=cluster.SCHEDULER_NAME)
     p.add_argument("--interval", type=float, default=2.0)
     p.add_argument("--churn-every", type=float, default=20.0, help="0: create no batch pods")

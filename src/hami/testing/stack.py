@@ -17,10 +17,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from hami.core import names
 from hami.testing import chart, cluster, dashqueries, install, monitoring, promconfig
+from hami.testing.controlplane.stackkube import RealKube
 from hami.testing.kubeapi import SERVING
 from hami.testing.kubeapi.logs import log_path
 from hami.testing.monitoring import ALERTMANAGER, RULES
@@ -78,6 +77,7 @@ class StackOptions:
     components: tuple[str, ...] = (MONITOR, SCHEDULER, DEVICE_PLUGIN)
     ready_timeout: float = 120.0
     node_lock_timeout: str = ""  # the scheduler's --node-lock-timeout; "" keeps its default (5m)
+    control_plane: str = "emulator"  # or "real": hami.testing.controlplane (controlplane/stackkube.py)
 
 
 class Stack:
@@ -96,6 +96,7 @@ class Stack:
         self.proc_root = self.work / "proc"
         self.chart = install.Installed()
         self._reporter: HandshakeReporter | None = None
+        self.real: RealKube | None = None
 
     # ---- addresses ----
 
@@ -180,7 +181,10 @@ class Stack:
         self.running.clear()
         if self._reporter is not None:
             self._reporter.stop()
-        return self.procs.stop()
+        codes = self.procs.stop()
+        if self.real is not None:
+            self.real.stop()  # kube-scheduler, kubectl proxy, kube-apiserver, etcd
+        return codes
 
     def _wait(self, check_url: str, what: str) -> None:
         self._wait_for(http_ok(check_url), what)
@@ -192,6 +196,20 @@ class Stack:
     # ---- children ----
 
     def _start_kubeapi(self) -> None:
+        seeded = cluster.objects(self.opts.gpus, datetime.now().astimezone(), self.opts.scenarios)
+        if self.opts.control_plane == "real":
+            self.real = RealKube(self.work, self.ports["kubeapi"], self.pod_logs, self.opts.ready_timeout)
+            self.real.start(self.kubeconfig)
+            self.real.seed(seeded)
+        else:
+            self._start_emulator(seeded)
+        self._install_chart([o for o in seeded if o["kind"] == "Node"])
+        if self.opts.scenarios:
+            # fragmented-node runs no device plugin process: its registration is stood in for
+            self._reporter = HandshakeReporter(self.kube_url, cluster.FRAG_NODE)
+            self._reporter.start()
+
+    def _start_emulator(self, seeded: list[dict[str, Any]]) -> None:
         child = self.procs.python(
             "kubeapi",
             "hami.testing.kubeapi",
@@ -207,20 +225,17 @@ class Stack:
             ],
         )
         self.procs.wait_for_log(child, SERVING, self.opts.ready_timeout, "the kube API emulator")
-        seeded = cluster.objects(self.opts.gpus, datetime.now().astimezone(), self.opts.scenarios)
         cluster.seed(self.kube_url, seeded)
-        self._install_chart([o for o in seeded if o["kind"] == "Node"])
-        if self.opts.scenarios:
-            # fragmented-node runs no device plugin process: its registration is stood in for
-            self._reporter = HandshakeReporter(self.kube_url, cluster.FRAG_NODE)
-            self._reporter.start()
 
     def _install_chart(self, nodes: list[dict[str, Any]]) -> None:
         """The Helm chart, rendered with the production template, installed in the emulator, its
         pods standing for the daemons this stack runs: `kubectl get pods -n kube-system -l
         app=hami-scheduler` lists them and `kubectl logs` reads the daemons' logs."""
-        objects = chart.render([chart.EXAMPLES / "production.yaml"])
-        self.chart = install.install_over_http(self.kube_url, objects, nodes)
+        values = [chart.EXAMPLES / "production.yaml"]
+        if self.real is not None:
+            self.chart = self.real.install_chart(nodes, values)
+        else:
+            self.chart = install.install_over_http(self.kube_url, chart.render(values), nodes)
         # container -> the log of the process standing in for it (on the node the daemons run as)
         stand_ins = {
             names.EXTENDER_CONTAINER: "scheduler",
@@ -266,6 +281,11 @@ class Stack:
         self._wait(self.url(MONITOR) + "/metrics", "the simulated node's monitor")
 
     def _start_scheduler(self) -> None:
+        if self.real is not None:  # the chart's arguments: TLS, the webhook, leader election
+            ports = {"extender": self.ports["extender"], "metrics": self.ports[SCHEDULER]}
+            lock = ["--node-lock-timeout", self.opts.node_lock_timeout] if self.opts.node_lock_timeout else []
+            self.real.start_extender(self.procs, "scheduler", ports, lock)
+            return
         args = [
             "--http_bind", self.addr("extender"),
             "--metrics-bind-address", self.addr(SCHEDULER),
@@ -289,9 +309,11 @@ class Stack:
             lambda: dashqueries.Prometheus(self.url("prometheus")).query(expired),
             "Prometheus's first scrape of the scheduler extender",
         )
+        if self.real is not None:  # the real kube-scheduler schedules; the stand-in only churns
+            self.real.start_kube_scheduler()
         args = [
             "--api", self.kube_url,
-            "--extender", self.url("extender"),
+            "--extender", "" if self.real is not None else self.url("extender"),
             "--interval", str(self.opts.schedule_every),
             "--churn-every", str(self.opts.churn_every),
         ]  # fmt: skip
@@ -299,27 +321,12 @@ class Stack:
         # its SIGTERM handler is in place once it says so: a stop before that would kill it (-15)
         self.procs.wait_for_log(child, r"kubesched: driving", self.opts.ready_timeout, "the stand-in's start")
 
-    def fake_nvml_spec_path(self) -> Path:
-        """The device plugin's fake NVML; its spec schedules the Xids simhost injects into the
-        monitor's fake (the plugin's fake lives in the plugin's process)."""
-        path = self.work / "fake-nvml.yaml"
-        if not path.exists():
-            spec = cluster.fake_nvml_spec(self.opts.gpus, self.opts.scenarios)
-            if self.opts.xid_every > 0:
-                spec["events"] = [
-                    {
-                        "after_seconds": self.opts.xid_every,
-                        "device": self.opts.gpus - 1,
-                        "xid": cluster.XID_FALLEN_OFF_BUS,
-                        "every_seconds": self.opts.xid_every,
-                    }
-                ]
-            path.write_text(yaml.safe_dump(spec, sort_keys=False))
-        return path
-
     def _start_deviceplugin(self) -> None:
         plugin_dir = self.work / "device-plugins"
         plugin_dir.mkdir(parents=True, exist_ok=True)
+        nvml = cluster.write_fake_nvml_spec(
+            self.work / "fake-nvml.yaml", self.opts.gpus, self.opts.scenarios, self.opts.xid_every
+        )
         node_config = self.work / "deviceplugin-node-config.json"
         # the over-commit scenario: sim-node's cards registered at 1.5 times their memory, as HAMi's
         # device-plugin ConfigMap does per node
@@ -336,7 +343,7 @@ class Stack:
         args = [
             "--node-name", cluster.NODE,
             "--nvml", "fake",
-            "--fake-nvml-spec", str(self.fake_nvml_spec_path()),
+            "--fake-nvml-spec", str(nvml),
             "--device-plugin-path", str(plugin_dir),
             "--hook-path", str(self.hook_path),
             "--vgpu-lock-dir", str(self.work / "vgpulock"),

@@ -63,7 +63,7 @@ class Binaries:
 
 
 def cache_root() -> Path:
-    override = os.environ.get("HAMI_CONTROLPLANE_CACHE")
+    override = os.environ.get("HAMI_CONTROL_PLANE_CACHE")
     return Path(override) if override else Path.home() / ".cache" / "hami" / "controlplane"
 
 

@@ -30,7 +30,7 @@ from hami.testing import chart
 from hami.testing import install as standins
 from hami.testing.controlplane import pki, schedconfig
 from hami.testing.controlplane.run import ControlPlane
-from hami.testing.processes import Child, free_port
+from hami.testing.processes import Child, ProcessGroup, free_port
 from hami.testing.wait import wait_until
 
 Obj = dict[str, Any]
@@ -67,17 +67,25 @@ class Hami:
         return min(self.pods[names.SCHEDULER_DEPLOYMENT], key=lambda p: str(p["metadata"]["name"]))
 
     def stop_scheduler(self) -> dict[str, int | None]:
-        """kube-scheduler, then the extender; their exit codes."""
+        """kube-scheduler, then the extender (if in the control plane's processes); exit codes."""
         codes = {"kube-scheduler": self.cp.stop_kube_scheduler()}
         child, self.extender = self.extender, None
-        if child is not None:
+        if child is not None and child in self.cp.procs.children:
             codes["hami-scheduler"] = self.cp.stop_child(child)
         return codes
 
     def start_scheduler(self, extra_args: Sequence[str] = ()) -> None:
         """The extender (until its /readyz answers), the webhook route, then kube-scheduler."""
-        for name in ("extender", "webhook", "metrics"):
-            self.ports.setdefault(name, free_port())
+        self.start_extender(extra_args)
+        self.start_kube_scheduler()
+
+    def start_extender(
+        self, extra_args: Sequence[str] = (), procs: ProcessGroup | None = None, name: str = "hami-scheduler"
+    ) -> Child:
+        """The extender as the Deployment runs it (``extra_args`` after the chart's), in ``procs``
+        (default: the control plane's) as ``name``; the webhook Service routed to it."""
+        for port in ("extender", "webhook", "metrics"):
+            self.ports.setdefault(port, free_port())
         args = schedconfig.extender_args(
             self.objects,
             self.files,
@@ -87,14 +95,17 @@ class Hami:
         )
         kubeconfig = self.cp.kubeconfig_for(EXTENDER_SA, SA_GROUPS)
         env = standins.downward_env(self.scheduler_pod, names.EXTENDER_CONTAINER)
-        self.extender = self.cp.procs.python(
-            "hami-scheduler", "hami.scheduler", [*args, "--kubeconfig", str(kubeconfig), *extra_args], env=env
-        )
+        argv = [*args, "--kubeconfig", str(kubeconfig), *extra_args]
+        self.extender = (procs or self.cp.procs).python(name, "hami.scheduler", argv, env=env)
         self.cp.wait_http(self.extender, self.metrics_url + "/readyz", "the extender's /readyz")
         webhook = self.ports["webhook"]
         self.cp.route_service(names.NAMESPACE, names.SCHEDULER_DEPLOYMENT, WEBHOOK_PORT, webhook)
+        return self.extender
+
+    def start_kube_scheduler(self) -> Child:
+        """kube-scheduler with the chart's configuration, as the chart's ServiceAccount."""
         config = schedconfig.scheduler_config(self.objects, self.ports["extender"], self.files)
-        self.cp.start_kube_scheduler(config, user=EXTENDER_SA, groups=SA_GROUPS)
+        return self.cp.start_kube_scheduler(config, user=EXTENDER_SA, groups=SA_GROUPS)
 
 
 def _yaml_stream(objects: Sequence[Obj]) -> str:
@@ -105,11 +116,14 @@ def install(
     cp: ControlPlane,
     workdir: Path,
     nodes: Sequence[tuple[Obj, int]] = (),
+    *,
     values_files: Sequence[Path] = (),
     sets: Sequence[str] = (),
+    running_on: Sequence[Obj] = (),
 ) -> Hami:
     """The chart applied server-side, its webhook's caBundle set, ``nodes`` (node, nvidia.com/gpu
-    allocatable) created Ready, and the workloads' pods created Running on them."""
+    allocatable) created Ready, and the workloads' pods created Running on them and on the existing
+    nodes ``running_on``."""
     assert cp.pki is not None
     objects = chart.render(values_files, [*sets, PROVIDED_TLS])
     files = schedconfig.ChartFiles.write(cp.pki, objects, workdir / "scheduler-pod")
@@ -128,11 +142,11 @@ def install(
     )  # fmt: skip
     created = [cp.create_node(node, gpus) for node, gpus in nodes]
     hami = Hami(cp, workdir, objects, files, applied, [n["metadata"]["name"] for n in created])
-    hami.pods = _run_workloads(cp, created)
+    hami.pods = run_workloads(cp, [*running_on, *created])
     return hami
 
 
-def _run_workloads(cp: ControlPlane, nodes: list[Obj]) -> dict[str, list[Obj]]:
+def run_workloads(cp: ControlPlane, nodes: list[Obj]) -> dict[str, list[Obj]]:
     """The pods the Deployment and DaemonSet controllers would make, created bound to their nodes
     with the kubelet's Running status (neither controllers nor kubelets run here)."""
     with cp.session() as s:

@@ -12,7 +12,8 @@ kube-scheduler, each a child process with its log in ``<workdir>/logs``.
 No controller manager runs, so admission is set up for that: ``ServiceAccount`` is off (no controller
 creates the ``default`` ServiceAccounts or their tokens) and so is ``TaintNodesByCondition`` (no node
 lifecycle controller would lift the ``not-ready`` taint it puts on every new Node). Namespaces cannot
-be deleted (no namespace controller empties them) and Deployments make no pods.
+be deleted (no namespace controller empties them) and Deployments make no pods. No kubelet either:
+a thread does the kubelet's part of a graceful pod deletion (``_finish_deletions``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -29,6 +31,7 @@ import requests
 
 from hami.testing.controlplane import build, nodes, pki, schedconfig
 from hami.testing.controlplane.egress import EgressProxy, egress_config
+from hami.testing.controlplane.kubeletlogs import KubeletLogs
 from hami.testing.processes import Child, ProcessGroup, StartError, free_port, log_tail
 from hami.testing.wait import wait_until
 
@@ -46,6 +49,7 @@ class ControlPlane:
         binaries: build.Binaries | None = None,
         apiserver_args: Sequence[str] = (),
         ready_timeout: float = READY_TIMEOUT_S,
+        pod_logs: Path | None = None,
     ) -> None:
         self.work = workdir
         self.binaries = binaries
@@ -59,6 +63,11 @@ class ControlPlane:
         self.apiserver: Child | None = None
         self.kube_scheduler: Child | None = None
         self.kubeconfig = workdir / "kubeconfig"
+        # what `kubectl logs` shows: <pod_logs>/<namespace>_<pod>/<container>.log (kubeletlogs.py)
+        self.pod_logs = pod_logs or workdir / "pod-logs"
+        self.kubelet: KubeletLogs | None = None
+        self._stopping = threading.Event()
+        self._reaper: threading.Thread | None = None
         self._sockdir = workdir
         self._admin = (workdir / "admin.crt", workdir / "admin.key")
 
@@ -115,16 +124,28 @@ class ControlPlane:
         # a short directory: a Unix socket's path is limited to 107 bytes
         self._sockdir = Path(tempfile.mkdtemp(prefix="hami-cp-"))
         self.egress = EgressProxy(self._sockdir / "egress.sock")
+        self.kubelet = KubeletLogs(self.pod_logs, *self.pki.serving("kubelet"))
+        self.egress.route(f"127.0.0.1:{self.kubelet.port}", self.kubelet.port)
         try:
             self._start_etcd()
             self._start_apiserver()
         except BaseException:
             self.stop()
             raise
+        self._stopping.clear()
+        self._reaper = threading.Thread(target=self._finish_deletions, name="pod-deletions", daemon=True)
+        self._reaper.start()
 
     def stop(self) -> dict[str, int]:
         """Stops every child (kube-scheduler, kube-apiserver, etcd: newest first); their exit codes."""
+        self._stopping.set()
+        if self._reaper is not None:
+            self._reaper.join(30)
+            self._reaper = None
         codes = self.procs.stop()
+        if self.kubelet is not None:
+            self.kubelet.stop()
+            self.kubelet = None
         if self.egress is not None:
             self.egress.stop()
             self.egress = None
@@ -240,6 +261,25 @@ class ControlPlane:
         self.procs.children.remove(child)
         return code
 
+    def _finish_deletions(self, interval: float = 0.5) -> None:
+        """What a kubelet does once a pod on its node is being deleted (deletionTimestamp set): the
+        containers are gone, so the pod is deleted for good (grace period 0, this uid only).
+        Without it, a deleted pod of a node stays Terminating and keeps its GPUs."""
+        with self.session() as s:
+            while not self._stopping.wait(interval):
+                try:
+                    reply = s.get(self.url + "/api/v1/pods", timeout=10)
+                    items = reply.json().get("items") or [] if reply.status_code == 200 else []
+                    for pod in items:
+                        meta = pod["metadata"]
+                        if not meta.get("deletionTimestamp") or not pod["spec"].get("nodeName"):
+                            continue
+                        body = {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}}
+                        path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+                        s.delete(self.url + path, json=body, timeout=10)
+                except (requests.RequestException, ValueError):
+                    continue  # kube-apiserver restarting or stopping: the next round tries again
+
     # ---- cluster operations ----
 
     def kubectl(
@@ -256,21 +296,29 @@ class ControlPlane:
 
     def create_node(self, node: Obj, gpus: int = 0) -> Obj:
         """``node`` created through the API as a kubelet registers one, then its status made Ready
-        and schedulable (allocatable CPU, memory, pods and ``gpus`` ``nvidia.com/gpu``)."""
+        and schedulable (allocatable CPU, memory, pods and ``gpus`` ``nvidia.com/gpu``; resources in
+        ``node``'s own status win), its kubelet endpoint the log server's."""
         name = node["metadata"]["name"]
+        status = nodes.ready_status(gpus)
+        own = node.get("status") or {}
+        for key in ("capacity", "allocatable"):
+            status[key] = {**status[key], **(own.get(key) or {})}
+        if self.kubelet is not None:
+            status["daemonEndpoints"] = {"kubeletEndpoint": {"Port": self.kubelet.port}}
         with self.session() as s:
-            created = s.post(self.url + "/api/v1/nodes", json=node, timeout=30)
+            body = {k: v for k, v in node.items() if k != "status"}
+            created = s.post(self.url + "/api/v1/nodes", json=body, timeout=30)
             if created.status_code != 201:
                 raise AssertionError(f"creating node {name}: {created.status_code} {created.text}")
-            status = s.patch(
+            ready = s.patch(
                 f"{self.url}/api/v1/nodes/{name}/status",
-                json={"status": nodes.ready_status(gpus)},
+                json={"status": status},
                 headers={"Content-Type": "application/merge-patch+json"},
                 timeout=30,
             )
-            if status.status_code != 200:
-                raise AssertionError(f"status of node {name}: {status.status_code} {status.text}")
-            result: Obj = status.json()
+            if ready.status_code != 200:
+                raise AssertionError(f"status of node {name}: {ready.status_code} {ready.text}")
+            result: Obj = ready.json()
             return result
 
     def route_service(self, namespace: str, name: str, port: int, local_port: int) -> str:
