@@ -51,9 +51,9 @@ from hami.core.kube.client import new_api_client
 from hami.core.kube.informer import Informer
 from hami.core.kube.options import KubeOptions
 from hami.testing import builders
-from hami.testing.controlplane import ETCD_VERSION, K8S_VERSION, ControlPlane, nodes, schedconfig
+from hami.testing.controlplane import ETCD_VERSION, K8S_VERSION, ControlPlane, nodes
 from hami.testing.controlplane.allocation import Allocations
-from hami.testing.controlplane.deploy import EXTENDER_SA, SA_GROUPS, Hami, install
+from hami.testing.controlplane.deploy import Hami, install
 from hami.testing.processes import cpu_seconds
 from hami.testing.wait import wait_until
 
@@ -205,8 +205,7 @@ def run_phase(
     print(f"{label}: {count} pods created in {time.monotonic() - started:.1f}s", flush=True)
     watch[label] = phase
     api0, ext0 = apiserver_requests(cp), extender_requests(hami)
-    config = schedconfig.scheduler_config(hami.objects, hami.ports["extender"], hami.files)
-    cp.start_kube_scheduler(config, user=EXTENDER_SA, groups=SA_GROUPS)
+    hami.start_kube_scheduler()
     wait_until(lambda: len(phase.bound) >= count, BIND_WAIT_S, f"{label}: every pod bound", interval=0.2)
     first, last = min(phase.bound.values()), max(phase.bound.values())
     time.sleep(1.0)  # the last pods' events and allocations

@@ -18,9 +18,8 @@ from hami.core.kube.client import new_api_client
 from hami.core.kube.informer import Informer
 from hami.core.kube.options import KubeOptions
 from hami.testing import builders
-from hami.testing.controlplane import ControlPlane
+from hami.testing.controlplane import Binaries, ControlPlane
 from hami.testing.wait import wait_until
-from tests.conftest import control_plane_binaries
 
 pytestmark = pytest.mark.slow
 Obj = dict[str, Any]
@@ -29,8 +28,10 @@ NS = "default"
 
 
 @pytest.fixture(scope="module")
-def own_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    with ControlPlane(tmp_path_factory.mktemp("cp-informers"), binaries=control_plane_binaries()) as cp:
+def own_control_plane(
+    tmp_path_factory: pytest.TempPathFactory, control_plane_binaries: Binaries
+) -> Iterator[ControlPlane]:
+    with ControlPlane(tmp_path_factory.mktemp("cp-informers"), binaries=control_plane_binaries) as cp:
         yield cp
 
 
