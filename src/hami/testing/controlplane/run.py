@@ -96,6 +96,9 @@ class ControlPlane:
         """An HTTP session as kubectl's user (for raw API calls in tests)."""
         cert, key = self._admin
         s = requests.Session()
+        # not the environment's: REQUESTS_CA_BUNDLE would override this session's CA, and a proxy
+        # variable would send loopback traffic elsewhere
+        s.trust_env = False
         s.cert = (str(cert), str(key))
         s.verify = str(self._pki().ca)
         return s
@@ -195,6 +198,8 @@ class ControlPlane:
             "--service-account-signing-key-file", str(p.sa_key),
             "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
             "--service-cluster-ip-range", pki.SERVICE_CIDR,
+            # the `kubernetes` Service's Endpoints may not hold a loopback address: none are written
+            "--endpoint-reconciler-type", "none",
             "--authorization-mode", "Node,RBAC",
             "--allow-privileged=true",  # the device plugin's and the monitor's DaemonSets
             "--disable-admission-plugins", ",".join(DISABLED_ADMISSION),
@@ -241,6 +246,7 @@ class ControlPlane:
         ]  # fmt: skip
         self.kube_scheduler = child = self.procs.start("kube-scheduler", argv)
         with requests.Session() as s:
+            s.trust_env = False
             s.verify = False  # its self-signed serving certificate: only liveness is checked here
             self._wait(child, _http_ok(f"https://127.0.0.1:{port}/healthz", s), "kube-scheduler's /healthz")
         return child
