@@ -184,6 +184,7 @@ def phase_pods(label: str, count: int, gpu: bool) -> list[Obj]:
         name = f"{label}-{i:05d}"
         if gpu:
             pod = builders.gpu_pod(name, mem=2048, cores=10)
+            pod["spec"]["containers"][0]["image"] = "busybox"
         else:
             main = {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "10m"}}}
             pod = builders.pod(main, name=name)

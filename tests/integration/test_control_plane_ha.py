@@ -201,6 +201,7 @@ class SchedulerCalls:
     def __init__(self, hami: Hami, replica: Replica) -> None:
         client = hami.files.mounts["/client-tls"]
         self.session = requests.Session()
+        self.session.trust_env = False  # REQUESTS_CA_BUNDLE would replace the CA below
         self.session.cert = (str(client / "tls.crt"), str(client / "tls.key"))
         self.session.verify = str(hami.files.ca)
         self.replica = replica
@@ -244,7 +245,6 @@ def test_an_extender_restart_between_filter_and_bind_never_allocates_a_card_twic
     cp = hami.cp
     node = f"{owned}-gpu"
     dedicated_node(cp, node, owner=owned, cards=2, mem=CARD_MIB)
-    first = start_extender(hami, f"{owned}-extender", "--leader-elect=false")
 
     def restart(replica: Replica) -> Replica:
         cp.stop_child(replica.extender)
@@ -253,39 +253,46 @@ def test_an_extender_restart_between_filter_and_bind_never_allocates_a_card_twic
     def new_pod(name: str) -> Obj:
         return create(cp, dedicated_pod(name, owner=owned, mem=CARD_MIB, scheduler=MANUAL))
 
-    replica = first
-    try:
-        calls = SchedulerCalls(hami, replica)
-        p = new_pod(f"{owned}-p")
-        wait_until(lambda: calls.filter(p, [node])["NodeNames"] == [node], WAIT_S, "p fits", interval=0.5)
-        replica = restart(replica)
-        error = calls.bind(p, node)
-        assert "no device reservation" in error and "will filter it again" in error, error
-        assert node_of(cp, p["metadata"]["name"]) == ""
-        wait_until(lambda: ("BindingFailed", error) in events_of(cp, p["metadata"]["name"]), WAIT_S,
-                   "p's BindingFailed event", interval=0.5)  # fmt: skip
-        assert calls.filter(p, [node])["NodeNames"] == [node]
-        assert calls.bind(p, node) == ""
-        (card_p,) = cards_of(
-            next(x for x in pods(cp, owned) if x["metadata"]["name"] == p["metadata"]["name"])
-        )
+    replica = start_extender(hami, f"{owned}-extender", "--leader-elect=false")
+    with Allocations(admin_client(cp), nodes={node}) as done:  # the device plugin's lock release
+        try:
+            calls = SchedulerCalls(hami, replica)
+            p = new_pod(f"{owned}-p")
+            wait_until(lambda: calls.filter(p, [node])["NodeNames"] == [node], WAIT_S, "p fits", interval=0.5)
+            replica = restart(replica)
+            error = calls.bind(p, node)
+            assert "no device reservation" in error and "will filter it again" in error, error
+            assert node_of(cp, p["metadata"]["name"]) == ""
+            wait_until(lambda: ("BindingFailed", error) in events_of(cp, p["metadata"]["name"]), WAIT_S,
+                       "p's BindingFailed event", interval=0.5)  # fmt: skip
+            assert calls.filter(p, [node])["NodeNames"] == [node]
+            assert calls.bind(p, node) == ""
+            wait_until(
+                lambda: done.count == 1, WAIT_S, "p allocated and the node lock released", interval=0.2
+            )
+            (card_p,) = cards_of(
+                next(x for x in pods(cp, owned) if x["metadata"]["name"] == p["metadata"]["name"])
+            )
 
-        # the second card: reserved for r, then (after a restart) taken by s
-        r, s = new_pod(f"{owned}-r"), new_pod(f"{owned}-s")
-        wait_until(lambda: calls.filter(r, [node])["NodeNames"] == [node], WAIT_S, "r fits", interval=0.5)
-        replica = restart(replica)
-        wait_until(lambda: calls.filter(s, [node])["NodeNames"] == [node], WAIT_S, "s fits", interval=0.5)
-        assert "no device reservation" in calls.bind(r, node)
-        assert calls.bind(s, node) == ""
+            # the second card: reserved for r, then (after a restart) taken by s
+            r, s = new_pod(f"{owned}-r"), new_pod(f"{owned}-s")
+            wait_until(lambda: calls.filter(r, [node])["NodeNames"] == [node], WAIT_S, "r fits", interval=0.5)
+            replica = restart(replica)
+            wait_until(lambda: calls.filter(s, [node])["NodeNames"] == [node], WAIT_S, "s fits", interval=0.5)
+            assert "no device reservation" in calls.bind(r, node)
+            assert calls.bind(s, node) == ""
 
-        def no_room_for_r() -> Obj | None:
-            result = calls.filter(r, [node])
-            return result if not result["NodeNames"] else None
+            def no_room_for_r() -> Obj | None:
+                result = calls.filter(r, [node])
+                return result if not result["NodeNames"] else None
 
-        refused = wait_until(no_room_for_r, WAIT_S, "s's allocation in the extender's cache", interval=0.5)
-        assert node in refused["FailedNodes"]
-    finally:
-        cp.stop_child(replica.extender)
+            refused = wait_until(
+                no_room_for_r, WAIT_S, "s's allocation in the extender's cache", interval=0.5
+            )
+            assert node in refused["FailedNodes"]
+        finally:
+            cp.stop_child(replica.extender)
+    assert not done.errors
     bound = {x["metadata"]["name"]: cards_of(x) for x in pods(cp, owned) if x["spec"].get("nodeName")}
     assert sorted(bound) == [f"{owned}-p", f"{owned}-s"]
     assert sorted(card for got in bound.values() for card in got) == [f"GPU-{node}-0", f"GPU-{node}-1"]

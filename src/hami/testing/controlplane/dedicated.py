@@ -37,6 +37,7 @@ def dedicated_node(cp: ControlPlane, name: str, *, owner: str, cards: int, mem: 
 def dedicated_pod(name: str, *, owner: str, mem: int, scheduler: str) -> Obj:
     """A pod asking for one vGPU of ``mem`` MiB, for ``scheduler``, only on ``owner``'s nodes."""
     pod = builders.gpu_pod(name, mem=mem, namespace=NAMESPACE, labels={OWNER_LABEL: owner})
+    pod["spec"]["containers"][0]["image"] = "busybox"  # never pulled: no kubelet runs there
     pod["spec"]["schedulerName"] = scheduler
     pod["spec"]["nodeSelector"] = {OWNER_LABEL: owner}
     pod["spec"]["tolerations"] = [{"key": TAINT, "operator": "Equal", "value": owner, "effect": "NoSchedule"}]

@@ -151,6 +151,7 @@ def start_replica(hami: Hami, name: str, *, scheduler_name: str, lease: str) -> 
     ]  # fmt: skip
     replica.kube_scheduler = cp.procs.start(f"{name}-kube-scheduler", with_hostname(name, argv))
     with requests.Session() as s:
+        s.trust_env = False
         s.verify = False  # its self-signed serving certificate: only liveness is checked here
 
         def healthy() -> bool:
