@@ -101,43 +101,46 @@ def test_two_replicas_elect_a_leader_on_a_real_lease_and_the_other_takes_over(ha
     cp = hami.cp
     dedicated_node(cp, f"{owned}-gpu", owner=owned, cards=2)
     grant_lease(hami, LEASE)
-    replicas = [start_replica(hami, f"hami-scheduler-{x}", scheduler_name=HA_SCHEDULER, lease=LEASE)
-                for x in ("a", "b")]  # fmt: skip
-    try:
+    with Allocations(admin_client(cp), nodes={f"{owned}-gpu"}):  # releases each bind's node lock
+        replicas = [start_replica(hami, f"hami-scheduler-{x}", scheduler_name=HA_SCHEDULER, lease=LEASE)
+                    for x in ("a", "b")]  # fmt: skip
+        try:
 
-        def one_leader() -> tuple[Replica, Replica] | None:
-            lease = lease_holder(cp, LEASE)
-            holder = str(((lease or {}).get("spec") or {}).get("holderIdentity") or "")
-            if leading(replicas) != [r.name for r in replicas if holder.startswith(r.name + "_")]:
-                return None
-            (leader,) = [r for r in replicas if holder.startswith(r.name + "_")]
-            (other,) = [r for r in replicas if r is not leader]
-            return leader, other
+            def one_leader() -> tuple[Replica, Replica] | None:
+                lease = lease_holder(cp, LEASE)
+                holder = str(((lease or {}).get("spec") or {}).get("holderIdentity") or "")
+                if leading(replicas) != [r.name for r in replicas if holder.startswith(r.name + "_")]:
+                    return None
+                (leader,) = [r for r in replicas if holder.startswith(r.name + "_")]
+                (other,) = [r for r in replicas if r is not leader]
+                return leader, other
 
-        leader, other = wait_until(one_leader, WAIT_S, "one replica leading, as the Lease says", interval=0.5)
-        create(cp, dedicated_pod(f"{owned}-1", owner=owned, mem=1000, scheduler=HA_SCHEDULER))
-        wait_until(lambda: node_of(cp, f"{owned}-1"), WAIT_S, "the first pod bound", interval=0.5)
-        assert other.metric("hami_scheduler_bind_duration_seconds_count") in (None, 0.0)
-        spec = (lease_holder(cp, LEASE) or {})["spec"]
-        duration = float(spec["leaseDurationSeconds"])
+            leader, other = wait_until(
+                one_leader, WAIT_S, "one replica leading, as the Lease says", interval=0.5
+            )
+            create(cp, dedicated_pod(f"{owned}-1", owner=owned, mem=1000, scheduler=HA_SCHEDULER))
+            wait_until(lambda: node_of(cp, f"{owned}-1"), WAIT_S, "the first pod bound", interval=0.5)
+            assert other.metric("hami_scheduler_bind_duration_seconds_count") in (None, 0.0)
+            spec = (lease_holder(cp, LEASE) or {})["spec"]
+            duration = float(spec["leaseDurationSeconds"])
 
-        killed = time.monotonic()
-        kill(cp, leader.kube_scheduler)
-        kill(cp, leader.extender)
-        wait_until(lambda: leading([other]), WAIT_S, f"{other.name} leading", interval=0.2)
-        took = time.monotonic() - killed
-        holder = (lease_holder(cp, LEASE) or {})["spec"]["holderIdentity"]
-        assert holder.startswith(other.name + "_")
-        # kube-scheduler's defaults: a candidate retries every 2 s; 5 s for a loaded machine
-        assert took <= duration + 2.0 + 5.0, f"took {took:.1f} s over a {duration:g} s lease"
+            killed = time.monotonic()
+            kill(cp, leader.kube_scheduler)
+            kill(cp, leader.extender)
+            wait_until(lambda: leading([other]), WAIT_S, f"{other.name} leading", interval=0.2)
+            took = time.monotonic() - killed
+            holder = (lease_holder(cp, LEASE) or {})["spec"]["holderIdentity"]
+            assert holder.startswith(other.name + "_")
+            # kube-scheduler's defaults: a candidate retries every 2 s; 5 s for a loaded machine
+            assert took <= duration + 2.0 + 5.0, f"took {took:.1f} s over a {duration:g} s lease"
 
-        create(cp, dedicated_pod(f"{owned}-2", owner=owned, mem=1000, scheduler=HA_SCHEDULER))
-        wait_until(lambda: node_of(cp, f"{owned}-2"), WAIT_S, "the second pod bound", interval=0.5)
-        assert (other.metric("hami_scheduler_bind_duration_seconds_count") or 0.0) >= 1.0
-    finally:
-        for r in replicas:
-            kill(cp, r.kube_scheduler)
-            kill(cp, r.extender)
+            create(cp, dedicated_pod(f"{owned}-2", owner=owned, mem=1000, scheduler=HA_SCHEDULER))
+            wait_until(lambda: node_of(cp, f"{owned}-2"), WAIT_S, "the second pod bound", interval=0.5)
+            assert (other.metric("hami_scheduler_bind_duration_seconds_count") or 0.0) >= 1.0
+        finally:
+            for r in replicas:
+                kill(cp, r.kube_scheduler)
+                kill(cp, r.extender)
 
 
 # ---- d: fifty concurrent binds on one node ----
@@ -152,13 +155,12 @@ def test_fifty_concurrent_pods_on_one_node_never_share_a_card(hami: Hami, owned:
     node of eight cards. kube-scheduler filters them one by one and binds in parallel; the extender's
     binds race for the node lock (a merge patch carrying the node's resourceVersion: the real server
     answers 409 to all but one) while the device plugin's stand-in releases it after each pod.
-    Exactly eight pods are bound, on eight different cards; the other 42 stay Pending, still after
-    kube-scheduler has retried every one of them."""
+    Exactly eight pods are bound, on eight different cards; the other 42 stay Pending, each refused
+    by a filter."""
     cp = hami.cp
     node = f"{owned}-gpu"
     dedicated_node(cp, node, owner=owned, cards=8, mem=CARD_MIB)
     metrics = hami.metrics_url + "/metrics"
-    filters = r"^hami_scheduler_filter_duration_seconds_count\{[^}]*\}"
     with Allocations(admin_client(cp), nodes={node}) as done:
         batch = [dedicated_pod(f"{owned}-{i:02d}", owner=owned, mem=CARD_MIB,
                                scheduler=names.SCHEDULER_DEPLOYMENT) for i in range(50)]  # fmt: skip
@@ -169,13 +171,13 @@ def test_fifty_concurrent_pods_on_one_node_never_share_a_card(hami: Hami, owned:
             return done.count >= 8
 
         wait_until(eight_allocated, WAIT_S, "eight pods bound and allocated", interval=0.5)
-        # every pending pod is filtered again (each allocation's lock release is a Node update,
-        # which requeues them): none of those filters may find room
-        before = metric_sum(requests.get(metrics, timeout=30).text, filters)
-        wait_until(
-            lambda: metric_sum(requests.get(metrics, timeout=30).text, filters) >= before + 42,
-            WAIT_S, "kube-scheduler filtering the 42 pending pods again", interval=1.0,
-        )  # fmt: skip
+        pending = [p["metadata"]["name"] for p in pods(cp, owned) if not p["spec"].get("nodeName")]
+
+        def all_refused() -> bool:
+            return all(any(r == "FilteringFailed" for r, _ in events_of(cp, name)) for name in pending)
+
+        # each of them was filtered, and refused, at least once
+        wait_until(all_refused, WAIT_S, "a FilteringFailed event for each pending pod", interval=1.0)
         assert not done.errors
     everything = pods(cp, owned)
     bound = {p["metadata"]["name"]: cards_of(p) for p in everything if p["spec"].get("nodeName")}
