@@ -14,11 +14,13 @@ docs/design/real-kubelet.md has what it needs and what was found.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tarfile
 import tempfile
@@ -188,6 +190,8 @@ def kubelet_config(cp: ControlPlane, sock: Path, port: int, healthz: int) -> Obj
         },
         "authorization": {"mode": "AlwaysAllow"},
         "cgroupDriver": "cgroupfs",
+        # this machine mounts cgroup v1 (a hybrid layout); the kubelet refuses v1 unless told
+        "failCgroupV1": False,
         "containerRuntimeEndpoint": f"unix://{sock}",
         "failSwapOn": False,
         "resolvConf": "",
@@ -246,8 +250,7 @@ class RealKubelet:
         kconfig.write_text(yaml.safe_dump(kubelet_config(self.cp, self.sock, free_port(), healthz)))
         argv = [
             str(binary), "--config", str(kconfig), "--kubeconfig", str(kubeconfig),
-            "--root-dir", str(self.kubelet_root), "--hostname-override", self.node,
-            "--node-ip", "127.0.0.1", "--v", "2",
+            "--root-dir", str(self.kubelet_root), "--hostname-override", self.node, "--v", "2",
         ]  # fmt: skip
         if self.labels:
             argv.append("--node-labels=" + ",".join(f"{k}={v}" for k, v in self.labels.items()))
@@ -268,10 +271,39 @@ class RealKubelet:
         return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
     def stop(self) -> None:
-        for child in (self.kubelet, self.containerd):
-            if child is not None and child in self.cp.procs.children:
-                self.cp.stop_child(child)
+        """The kubelet, the pods' containers (their shims outlive containerd), containerd, then the
+        mounts the kubelet and containerd left under the root directory, and the directory."""
+        if self.kubelet is not None and self.kubelet in self.cp.procs.children:
+            self.cp.stop_child(self.kubelet)
+        ctr = ["ctr", "--address", str(self.sock), "-n", "k8s.io"]
+        if self.containerd is not None and self.containerd.alive():
+            tasks = subprocess.run([*ctr, "tasks", "ls", "-q"], capture_output=True, text=True, timeout=60,
+                                   check=False).stdout.split()  # fmt: skip
+            for task in tasks:
+                subprocess.run([*ctr, "tasks", "kill", "-s", "SIGKILL", task], capture_output=True, timeout=60,
+                               check=False)  # fmt: skip
+        if self.containerd is not None and self.containerd in self.cp.procs.children:
+            self.cp.stop_child(self.containerd)
+        for pid in _shims(self.sock):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+        for target in reversed([m for m in mounts if m.startswith(str(self.root))]):
+            subprocess.run(["umount", "-l", target], capture_output=True, timeout=60, check=False)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _shims(sock: Path) -> list[int]:
+    """The containerd shims serving our containerd (``-address <sock>`` on their command line)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"containerd-shim-runc-v2") and str(sock).encode() in argv:
+            found.append(int(proc.name))
+    return found
 
 
 __all__ = ["RealKubelet", "ensure_kubelet", "oci_image", "pki", "problem"]
