@@ -66,6 +66,8 @@ def gpu_pod(name: str, out: Path) -> Obj:
     pod["spec"]["nodeSelector"] = {OWNER_LABEL: OWNER}
     pod["spec"]["tolerations"] = [{"key": TAINT, "operator": "Equal", "value": OWNER, "effect": "NoSchedule"}]
     pod["spec"]["terminationGracePeriodSeconds"] = 0
+    # no pod network here: containerd's CNI has only the loopback plugin, which gives no address
+    pod["spec"]["hostNetwork"] = True
     pod.pop("status")
     return pod
 

@@ -41,6 +41,7 @@ PAUSE_IMAGE = "hami.local/pause:1"
 BUSYBOX_IMAGE = "hami.local/busybox:1"
 TOOLS = ("containerd", "runc", "ctr", "unshare")
 READY_S = 240.0
+DEVICE_PLUGINS = Path("/var/lib/kubelet/device-plugins")
 
 
 def kubelet_path() -> Path:
@@ -223,7 +224,8 @@ class RealKubelet:
         self.root = Path(tempfile.mkdtemp(prefix="hami-kl-"))
         self.sock = self.root / "containerd.sock"
         self.kubelet_root = self.root / "kubelet"
-        self.plugin_dir = self.kubelet_root / "device-plugins"
+        # the kubelet's device plugin manager ignores --root-dir: this path is compiled in
+        self.plugin_dir = DEVICE_PLUGINS
         self.containerd: Child | None = None
         self.kubelet: Child | None = None
 
