@@ -293,6 +293,9 @@ class RealKubelet:
         for target in reversed([m for m in mounts if m.startswith(str(self.root))]):
             subprocess.run(["umount", "-l", target], capture_output=True, timeout=60, check=False)
         shutil.rmtree(self.root, ignore_errors=True)
+        # the kubelet's socket and checkpoint there: the next kubelet starts from a clean directory
+        for leftover in DEVICE_PLUGINS.glob("*"):
+            leftover.unlink(missing_ok=True)
 
 
 def _shims(sock: Path) -> list[int]:
