@@ -279,11 +279,12 @@ class RealKubelet:
             self.cp.stop_child(self.kubelet)
         ctr = ["ctr", "--address", str(self.sock), "-n", "k8s.io"]
         if self.containerd is not None and self.containerd.alive():
-            tasks = subprocess.run([*ctr, "tasks", "ls", "-q"], capture_output=True, text=True, timeout=60,
-                                   check=False).stdout.split()  # fmt: skip
-            for task in tasks:
-                subprocess.run([*ctr, "tasks", "kill", "-s", "SIGKILL", task], capture_output=True, timeout=60,
-                               check=False)  # fmt: skip
+            listed = subprocess.run(
+                [*ctr, "tasks", "ls", "-q"], capture_output=True, text=True, timeout=60, check=False
+            )
+            for task in listed.stdout.split():
+                kill = [*ctr, "tasks", "kill", "-s", "SIGKILL", task]
+                subprocess.run(kill, capture_output=True, timeout=60, check=False)
         if self.containerd is not None and self.containerd in self.cp.procs.children:
             self.cp.stop_child(self.containerd)
         for pid in _shims(self.sock):

@@ -16,6 +16,7 @@ they leave the role labels of the chart's pods alone.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -67,16 +68,14 @@ class Replica:
         return f"http://127.0.0.1:{self.ports['metrics']}"
 
     def metric(self, sample: str) -> float | None:
-        """The value of one unlabelled sample on its /metrics; None when it does not answer."""
+        """One sample of its /metrics, summed over its labels (0 when absent); None when it does
+        not answer."""
         try:
             text = requests.get(self.metrics_url + "/metrics", timeout=10).text
         except requests.RequestException:
             return None
-        for line in text.splitlines():
-            name, _, value = line.partition(" ")
-            if name == sample:
-                return float(value)
-        return None
+        found = re.findall(rf"^{re.escape(sample)}(?:\{{[^}}]*\}})? (\S+)$", text, re.MULTILINE)
+        return sum(float(v) for v in found)
 
 
 def start_extender(
