@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import sys
 import tempfile
 import threading
@@ -68,6 +69,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--nodes", type=int, default=500)
     p.add_argument("--pods", type=int, default=1000, help="pods per phase")
     p.add_argument("--node-policy", default="spread", help="the extender's --node-scheduler-policy")
+    p.add_argument(
+        "--kube-qps",
+        default="-1",
+        help="the extender's --kube-qps (default -1: no client-side limit; the chart's default, 5, "
+        "caps its API writes at 5/s, so a few pods/s)",
+    )
     p.add_argument("--workdir", type=Path, help="keep the logs here (default: a temporary directory)")
     return p.parse_args(argv)
 
@@ -219,6 +226,8 @@ def run_phase(
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so that the control plane's processes are stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="bench-real-") as tmp:
         work = args.workdir or Path(tmp)
         with ControlPlane(work / "cp") as cp:
@@ -235,7 +244,7 @@ def bench(cp: ControlPlane, work: Path, args: argparse.Namespace) -> int:
         f"{args.nodes} nodes x {CARDS} GPUs in {time.monotonic() - started:.1f}s",
         flush=True,
     )
-    hami.start_scheduler([f"--node-scheduler-policy={args.node_policy}"])
+    hami.start_scheduler([f"--node-scheduler-policy={args.node_policy}", f"--kube-qps={args.kube_qps}"])
     watch: dict[str, Phase] = {}
 
     def seen(pod: Obj) -> None:
@@ -276,7 +285,7 @@ def report(args: argparse.Namespace, without: Phase, through: Phase) -> None:
     n = args.pods
     print(
         f"real control plane, {args.nodes} nodes x {CARDS} GPUs, {n} pods per phase, "
-        f"extender node policy {args.node_policy}, {os.cpu_count()} CPUs"
+        f"extender node policy {args.node_policy}, --kube-qps {args.kube_qps}, {os.cpu_count()} CPUs"
     )
     print(f"without the extender (CPU-only pods, same kube-scheduler and nodes): {without.rate:.0f} pods/s")
     print(
