@@ -42,6 +42,7 @@ BUSYBOX_IMAGE = "hami.local/busybox:1"
 TOOLS = ("containerd", "runc", "ctr", "unshare")
 READY_S = 240.0
 DEVICE_PLUGINS = Path("/var/lib/kubelet/device-plugins")
+LOOPBACK_CNI = Path("/usr/lib/cni/loopback")
 
 
 def kubelet_path() -> Path:
@@ -77,10 +78,12 @@ def problem() -> str | None:
     if os.geteuid() != 0:
         return "a kubelet and containerd need root (they create cgroups, mounts and namespaces)"
     missing = [t for t in TOOLS if shutil.which(t) is None]
-    if not BUSYBOX.exists():
-        missing.append(str(BUSYBOX))
+    missing += [str(p) for p in (BUSYBOX, LOOPBACK_CNI) if not p.exists()]
     if missing:
-        return f"missing {', '.join(missing)}: apt-get install containerd runc busybox-static"
+        return (
+            f"missing {', '.join(missing)}: apt-get install containerd runc busybox-static "
+            "containernetworking-plugins (scripts/system-deps.sh)"
+        )
     controllers = _cgroup_controllers()
     absent = {"cpu", "memory", "pids"} - controllers
     if absent:
