@@ -30,6 +30,7 @@ imports: venv
 # tests run on: built once from the Go module proxy into ~/.cache/hami/controlplane (progress shown).
 control-plane-bin: venv
 	$(PY) -m hami.testing.controlplane --build-only
+	$(PY) -m hami.testing.controlplane.kubelet
 
 # Builds it if needed, starts it on loopback, prints the kubeconfig; Ctrl-C stops it.
 control-plane: venv

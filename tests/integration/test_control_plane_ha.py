@@ -40,7 +40,8 @@ from hami.testing.controlplane.replicas import (
 )
 from hami.testing.wait import wait_until
 
-pytestmark = pytest.mark.slow
+# bounded waits of a few minutes each on a loaded 2-core machine, beyond the default 300 s
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 Obj = dict[str, Any]
 WAIT_S = 180.0  # every bounded wait: generous for a loaded 2-core machine
 CARD_MIB = 8000

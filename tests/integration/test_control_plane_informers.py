@@ -21,7 +21,8 @@ from hami.testing import builders
 from hami.testing.controlplane import Binaries, ControlPlane
 from hami.testing.wait import wait_until
 
-pytestmark = pytest.mark.slow
+# bounded waits of a few minutes each on a loaded 2-core machine, beyond the default 300 s
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 Obj = dict[str, Any]
 WAIT_S = 180.0  # generous for a loaded 2-core machine
 NS = "default"

@@ -28,7 +28,8 @@ from hami.testing.controlplane.deploy import Hami
 from hami.testing.processes import log_tail
 from hami.testing.wait import wait_until
 
-pytestmark = pytest.mark.slow
+# bounded waits of a few minutes each on a loaded 2-core machine, beyond the default 300 s
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 Obj = dict[str, Any]
 NODE = "kubelet-gpu"
 OWNER = "real-kubelet"

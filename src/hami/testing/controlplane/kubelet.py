@@ -22,6 +22,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tarfile
 import tempfile
 from collections.abc import Sequence
@@ -30,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from hami.testing.controlplane import build, pki
+from hami.testing.controlplane import build
 from hami.testing.controlplane.run import ControlPlane
 from hami.testing.processes import Child, free_port, log_tail
 from hami.testing.wait import wait_until
@@ -315,4 +316,18 @@ def _shims(sock: Path) -> list[int]:
     return found
 
 
-__all__ = ["RealKubelet", "ensure_kubelet", "oci_image", "pki", "problem"]
+def main() -> int:
+    """``python -m hami.testing.controlplane.kubelet`` (``make control-plane-bin``): build it, print
+    its path; exit 2 with the reason when it cannot be built."""
+    try:
+        print(ensure_kubelet())
+    except build.BuildError as err:
+        print(
+            f"kubelet: cannot build k8s.io/kubernetes/cmd/kubelet {build.K8S_VERSION}: {err}", file=sys.stderr
+        )
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
