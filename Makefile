@@ -28,9 +28,10 @@ imports: venv
 
 # The real Kubernetes control plane (etcd, kube-apiserver, kube-scheduler, kubectl) the integration
 # tests run on: built once from the Go module proxy into ~/.cache/hami/controlplane (progress shown).
+# Where it cannot be built, the tests that need it skip saying why; in CI (CI=true) that is a failure.
 control-plane-bin: venv
-	$(PY) -m hami.testing.controlplane --build-only
-	$(PY) -m hami.testing.controlplane.kubelet
+	$(PY) -m hami.testing.controlplane --build-only || [ "$$CI" != true ]
+	$(PY) -m hami.testing.controlplane.kubelet || [ "$$CI" != true ]
 
 # Builds it if needed, starts it on loopback, prints the kubeconfig; Ctrl-C stops it.
 control-plane: venv

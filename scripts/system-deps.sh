@@ -12,8 +12,8 @@ command -v prometheus-alertmanager >/dev/null 2>&1 || need+=(prometheus-alertman
 command -v go >/dev/null 2>&1 || need+=(golang-go)
 command -v jq >/dev/null 2>&1 || need+=(jq)
 command -v curl >/dev/null 2>&1 || need+=(curl)
-# kubectl: where none is installed, Debian's kubernetes-client (1.20 on Debian 12: enough for tests/deploy
-# kustomize checks; tests/deploy/test_recipes.py needs 1.27+, which validates through OpenAPI v3).
+# kubectl: where none is installed, Debian's kubernetes-client (1.20 on Debian 12: enough for the
+# emulator's kubectl tests; the recipe test runs the kubectl built with the control plane).
 command -v kubectl >/dev/null 2>&1 || need+=(kubernetes-client)
 # A real kubelet's container runtime (tests/integration/test_real_kubelet.py): containerd, runc, the
 # loopback CNI plugin, and busybox-static for the local image (docs/design/real-kubelet.md).
@@ -21,7 +21,40 @@ command -v containerd >/dev/null 2>&1 || need+=(containerd)
 command -v runc >/dev/null 2>&1 || need+=(runc)
 [ -x /usr/lib/cni/loopback ] || need+=(containernetworking-plugins)
 [ -x /bin/busybox ] || need+=(busybox-static)
-[ ${#need[@]} -eq 0 ] && exit 0
+
+# Go 1.21+ for the control plane's build (1.21-1.25 fetch 1.26 themselves). Debian 12's golang-go is
+# 1.19: where no Go 1.21+ is on PATH or in /usr/local/go, Go's own toolchain module is unpacked into
+# /usr/local/go from the Go module proxy (hami.testing.controlplane.build looks there too).
+GO_TOOLCHAIN=go1.26.8
+go_ok() {
+  local g
+  for g in "$(command -v go || true)" /usr/local/go/bin/go; do
+    [ -n "$g" ] && [ -x "$g" ] && GOTOOLCHAIN=local "$g" env GOVERSION 2>/dev/null \
+      | grep -qE '^go1\.(2[1-9]|[3-9][0-9])' && return 0
+  done
+  return 1
+}
+fetch_go() {
+  go_ok && return 0
+  if [ "$(id -u)" -ne 0 ] || [ -e /usr/local/go ]; then
+    echo "no Go 1.21+ for the control plane build: install Go ${GO_TOOLCHAIN#go} from https://go.dev/dl" >&2
+    return 0  # `make control-plane-bin` says it again, and fails in CI
+  fi
+  local arch tmp
+  arch=$(dpkg --print-architecture)
+  tmp=$(mktemp -d)
+  curl -fsSL -o "$tmp/go.zip" \
+    "https://proxy.golang.org/golang.org/toolchain/@v/v0.0.1-${GO_TOOLCHAIN}.linux-${arch}.zip"
+  python3 -m zipfile -e "$tmp/go.zip" "$tmp"
+  mv "$tmp/golang.org/toolchain@v0.0.1-${GO_TOOLCHAIN}.linux-${arch}" /usr/local/go
+  chmod -R a+x /usr/local/go/bin /usr/local/go/pkg/tool  # a zip keeps no modes
+  rm -rf "$tmp"
+}
+
+if [ ${#need[@]} -eq 0 ]; then
+  fetch_go
+  exit 0
+fi
 if [ "$(id -u)" -ne 0 ]; then
   echo "missing Debian packages: ${need[*]} (run as root, or: sudo apt-get install ${need[*]})" >&2
   exit 1
@@ -33,3 +66,4 @@ apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 for svc in prometheus prometheus-alertmanager prometheus-node-exporter containerd; do
   (systemctl stop "$svc" || service "$svc" stop) >/dev/null 2>&1 || true
 done
+fetch_go

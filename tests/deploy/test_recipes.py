@@ -72,6 +72,11 @@ def batch_script() -> str:
     return text.split("```bash\n", 1)[1].split("```", 1)[0]
 
 
+GOCACHE = (
+    subprocess.run(["go", "env", "GOCACHE"], capture_output=True, text=True, check=False).stdout.strip()
+    if shutil.which("go")
+    else ""
+)
 DEPLOYMENT = f"/apis/apps/v1/namespaces/{names.NAMESPACE}/deployments/{names.SCHEDULER_DEPLOYMENT}"
 
 
@@ -117,6 +122,9 @@ class Env:
         env = {
             "PATH": f"{self.cp.binaries.kubectl.parent}{os.pathsep}{os.environ['PATH']}",
             "HOME": str(self.work),
+            # Go 1.26 builds `go tool pprof` on first use: from the shared build cache, not an empty one
+            # under this HOME (minutes on a loaded machine)
+            "GOCACHE": GOCACHE,
             "KUBECONFIG": str(self.kubeconfig),
             "PPROF_TMPDIR": str(self.work / "pprof"),
             "EDITOR": str(self.work / "editor.py"),
@@ -438,7 +446,8 @@ CHECKS: dict[str, Callable[[Result, Env], None]] = {
     "000-handshake": _ok("Requesting_"),
     "000-handshake-age": _ok("Handshake timestamp: Requesting_", "Current timestamp: "),
     "000-get-scheduler": _ok("READY", "Running", "hami-scheduler-"),
-    "000-resources": _ok('"nvidia.com/gpumem":"900000"'),
+    # kube-apiserver writes quantities canonically (900000 -> 900k) and defaults requests to the limits
+    "000-resources": _ok('"limits":{"nvidia.com/gpu":"1","nvidia.com/gpumem":"900k"}', '"requests":'),
     "000-scheduler-name": _ok("hami-scheduler"),
     "000-batch": _batch,
     "000-pprof-cpu": _pprof("cpu"),

@@ -30,6 +30,7 @@ def hami(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) 
         tmp_path_factory.mktemp("hami-chart"),
         nodes=[(gpu_node(n), CARDS * SPLIT) for n in GPU_NODES],
     )
+    deployed.start_node_agents(CARDS, SPLIT)
     deployed.start_scheduler()
     yield deployed
     deployed.stop_scheduler()

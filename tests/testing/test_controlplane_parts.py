@@ -61,6 +61,9 @@ def test_an_old_go_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     fake.write_text("#!/bin/sh\necho go1.19.8\n")
     fake.chmod(stat.S_IRWXU)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    real_access = os.access  # and no /usr/local/go
+    mine = str(tmp_path)
+    monkeypatch.setattr(build.os, "access", lambda p, m: str(p).startswith(mine) and real_access(p, m))
     with pytest.raises(build.BuildError, match=r"is go1\.19\.8; k8s\.io/kubernetes .* needs Go 1\.26"):
         build.find_go()
 
@@ -146,3 +149,14 @@ def test_the_egress_proxy_connects_routed_targets_only(tmp_path: Path, echo: int
         refused.close()
     finally:
         proxy.stop()
+
+
+def test_an_unreachable_proxy_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HAMI_CONTROL_PLANE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("GOMODCACHE", str(tmp_path / "mod"))  # nothing downloaded yet
+    monkeypatch.setenv("GOPROXY", "http://127.0.0.1:1")  # nothing listens there
+    monkeypatch.setenv("GOSUMDB", "off")
+    unreachable = r"go mod tidy .* the Go module proxy cannot be reached \(GOPROXY=http://127\.0\.0\.1:1\)"
+    with pytest.raises(build.BuildError, match=unreachable):
+        build.ensure(progress=lambda _: None)
+    assert build.cached() is None

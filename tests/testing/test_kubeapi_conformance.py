@@ -1,8 +1,9 @@
 """The API emulator against the real kube-apiserver: the same requests to both, and the status codes
 and the fields our code reads compared. Where they differ the emulator is wrong (fix it, not this).
 
-Each scenario runs on a fresh emulator (history 5, so that an old resourceVersion is expired on
-both) and on the session's real control plane, in a namespace of its own there."""
+Each scenario runs on a fresh emulator (a history of 5 changes, so that an old resourceVersion
+expires) and on the session's real control plane (restarted when the scenario needs it), in a
+namespace of its own there. The 410 scenario restarts kube-apiserver."""
 
 from __future__ import annotations
 
@@ -29,8 +30,11 @@ _namespaces = itertools.count()
 class Api:
     """One server, one namespace: raw requests, (status, decoded body) back."""
 
-    def __init__(self, url: str, session: requests.Session, namespace: str) -> None:
+    def __init__(
+        self, url: str, session: requests.Session, namespace: str, expire: Callable[[], object] = lambda: None
+    ) -> None:
         self.url, self.s, self.ns = url, session, namespace
+        self.expire = expire  # the history behind the current resourceVersion made unavailable
 
     def call(self, method: str, path: str, body: Any = None, ctype: str = "application/json",
              accept: str = "application/json", **params: str) -> tuple[int, Obj]:  # fmt: skip
@@ -77,7 +81,9 @@ def both(control_plane: ControlPlane) -> Iterator[tuple[Api, Api]]:
         meta = {"name": ns, "labels": {"hami.io/webhook": "ignore"}}
         created = s.post(control_plane.url + "/api/v1/namespaces", json={"metadata": meta}, timeout=30)
         assert created.status_code == 201, created.text
-        yield Api(emulator.url, es, ns), Api(control_plane.url, s, ns)
+        # the emulator's history holds 5 changes; kube-apiserver's watch cache starts again at the
+        # current resourceVersion when it restarts (compacting etcd alone leaves the cache serving)
+        yield Api(emulator.url, es, ns), Api(control_plane.url, s, ns, control_plane.restart_apiserver)
 
 
 def same(both: tuple[Api, Api], scenario: Callable[[Api], Any]) -> Any:
@@ -140,6 +146,7 @@ def test_watch_from_an_expired_resource_version_is_410(both: tuple[Api, Api]) ->
     def scenario(api: Api) -> Any:
         for i in range(6):
             api.pod(f"p{i}")
+        api.expire()
         (event,) = api.watch("/api/v1/namespaces/{ns}/pods", 1, resourceVersion="1")
         obj = event["object"]
         return event["type"], obj["kind"], obj["code"], obj["reason"]

@@ -23,6 +23,7 @@ from pathlib import Path
 from hami.core import names
 from hami.core.duration import prometheus_duration_flag
 from hami.testing import chart, cluster
+from hami.testing.controlplane.build import BuildError
 from hami.testing.monitoring import DASHBOARDS
 from hami.testing.processes import StartError
 from hami.testing.stack import (
@@ -244,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, lambda *_: done.set())
     try:
         stack.start()
-    except (StartError, WaitTimeout) as err:
+    except (StartError, WaitTimeout, BuildError) as err:
         print(f"demo: {err}", file=sys.stderr)
         return 1
     print(banner(stack, skipped), flush=True)

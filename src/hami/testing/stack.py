@@ -1,6 +1,7 @@
 """The whole product on one machine: the processes of ``make demo`` and of the integration tests.
 
-Start order: Kubernetes API emulator (seeded with ``hami.testing.cluster``), kube-state-metrics
+Start order: Kubernetes API emulator or, with ``control_plane="real"``, the real control plane
+(``controlplane/stackkube.py``), seeded with ``hami.testing.cluster``; kube-state-metrics
 stand-in, simulated GPU node with the vGPU monitor, device plugin, scheduler extender, Alertmanager,
 Prometheus. ``stop()`` ends them in reverse order. Every wait has a deadline; a child that exits
 early fails the start with the tail of its log. Prometheus's and Alertmanager's configuration is

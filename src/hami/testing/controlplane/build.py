@@ -116,26 +116,28 @@ def find_go() -> tuple[str, str]:
     for Go 1.21 to 1.25, which then fetches Go 1.26 from the module proxy (golang.org/toolchain) as
     the generated go.mod asks. BuildError saying what to install otherwise."""
     want = f"Go {GO_MIN[0]}.{GO_MIN[1]}"
-    go = shutil.which("go") or next((p for p in ("/usr/local/go/bin/go",) if os.access(p, os.X_OK)), None)
-    if go is None:
+    # PATH's first, then where scripts/system-deps.sh unpacks one (Debian's 1.19 may be on PATH)
+    found = [g for g in (shutil.which("go"), "/usr/local/go/bin/go") if g and os.access(g, os.X_OK)]
+    if not found:
         raise BuildError(
             f"no Go toolchain: the control plane is built from source with {want} or later; install it "
-            "from https://go.dev/dl (or Debian's golang-go 1.21+, which fetches 1.26) and put `go` on PATH"
+            "from https://go.dev/dl (or run scripts/system-deps.sh as root) and put `go` on PATH"
         )
-    env = {**os.environ, "GOTOOLCHAIN": "local"}
-    out = subprocess.run(
-        [go, "env", "GOVERSION"], capture_output=True, text=True, timeout=60, check=False, env=env
-    )
-    m = re.match(r"go(\d+)\.(\d+)", out.stdout.strip())
-    version = (int(m[1]), int(m[2])) if m else (0, 0)
-    if version >= GO_MIN:
-        return go, "local"
-    if version >= TOOLCHAIN_MIN:
-        return go, "auto"
-    raise BuildError(
-        f"{go} is {out.stdout.strip() or 'unusable: ' + out.stderr.strip()}; k8s.io/kubernetes "
-        f"{K8S_VERSION} needs {want} or later (https://go.dev/dl)"
-    )
+    seen = []
+    for go in dict.fromkeys(found):
+        env = {**os.environ, "GOTOOLCHAIN": "local"}
+        out = subprocess.run(
+            [go, "env", "GOVERSION"], capture_output=True, text=True, timeout=60, check=False, env=env
+        )
+        m = re.match(r"go(\d+)\.(\d+)", out.stdout.strip())
+        version = (int(m[1]), int(m[2])) if m else (0, 0)
+        if version >= GO_MIN:
+            return go, "local"
+        if version >= TOOLCHAIN_MIN:
+            return go, "auto"
+        seen.append(f"{go} is {out.stdout.strip() or 'unusable: ' + out.stderr.strip()}")
+    needs = f"k8s.io/kubernetes {K8S_VERSION} needs {want} or later (https://go.dev/dl)"
+    raise BuildError(f"{'; '.join(seen)}; {needs}")
 
 
 def _go_env(toolchain: str = "local") -> dict[str, str]:

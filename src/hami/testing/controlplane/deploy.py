@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from hami.core import names
-from hami.testing import chart
+from hami.testing import chart, cluster
 from hami.testing import install as standins
 from hami.testing.controlplane import pki, schedconfig
 from hami.testing.controlplane.run import ControlPlane
@@ -37,6 +37,7 @@ Obj = dict[str, Any]
 # cert-manager issues the extender's certificates by default; here they are given as Secrets
 PROVIDED_TLS = "scheduler.extender.tls.certManager=false"
 EXTENDER_SA = pki.service_account_user(names.NAMESPACE, names.SCHEDULER_DEPLOYMENT)
+DEVICE_PLUGIN_SA = pki.service_account_user(names.NAMESPACE, names.DEVICE_PLUGIN_DAEMONSET)
 SA_GROUPS = ("system:serviceaccounts", f"system:serviceaccounts:{names.NAMESPACE}")
 WEBHOOK_PORT = 443  # the chart's Service port for the webhook
 
@@ -65,6 +66,38 @@ class Hami:
     def scheduler_pod(self) -> Obj:
         """The Deployment's first pod (by name): the replica the extender process stands for."""
         return min(self.pods[names.SCHEDULER_DEPLOYMENT], key=lambda p: str(p["metadata"]["name"]))
+
+    def start_node_agents(self, gpus: int, split: int) -> None:
+        """On each of this install's nodes, what runs there: the device plugin (``gpus`` fake cards,
+        ``split`` slots each, UUIDs ``GPU-<node>-<i>``, as the ServiceAccount ``hami-device-plugin``)
+        and a kubelet stand-in that calls its Allocate for the pods bound to the node, as the kubelet
+        does when it starts them: the plugin then releases the node lock the bind took."""
+        api = self.cp.start_proxy()
+        kubeconfig = self.cp.kubeconfig_for(DEVICE_PLUGIN_SA, SA_GROUPS)
+        for node in self.nodes:
+            work = self.workdir / "nodes" / node
+            plugins = work / "device-plugins"
+            plugins.mkdir(parents=True, exist_ok=True)
+            spec = cluster.fake_nvml_spec(gpus)
+            for i, device in enumerate(spec["devices"]):
+                device["uuid"] = f"GPU-{node}-{i}"
+            (work / "fake-nvml.yaml").write_text(yaml.safe_dump(spec))
+            (work / "node-config.json").write_text('{"nodeconfig": []}\n')
+            standin = ["--dir", str(plugins), "--api", api, "--node", node]
+            kubelet = self.cp.procs.python(f"kubelet-{node}", "hami.testing.kubelet", standin)
+            ready = self.cp.ready_timeout
+            self.cp.procs.wait_for_log(kubelet, "kubelet stand-in serving", ready, f"the kubelet on {node}")
+            port = free_port()
+            args = [
+                "--node-name", node, "--nvml", "fake", "--fake-nvml-spec", str(work / "fake-nvml.yaml"),
+                "--device-plugin-path", str(plugins), "--hook-path", str(work / "hook"),
+                "--vgpu-lock-dir", str(work / "vgpulock"), "--mig-apply-lock", str(work / "mig.lock"),
+                "--node-config-file", str(work / "node-config.json"), "--device-split-count", str(split),
+                "--metrics-bind-address", f"127.0.0.1:{port}", "--kubeconfig", str(kubeconfig),
+            ]  # fmt: skip
+            plugin = self.cp.procs.python(f"device-plugin-{node}", "hami.deviceplugin", args)
+            self.cp.wait_http(plugin, f"http://127.0.0.1:{port}/metrics", f"the device plugin on {node}")
+            self.cp.procs.wait_for_log(kubelet, r"registered, \d+ devices", ready, f"registration on {node}")
 
     def stop_scheduler(self) -> dict[str, int | None]:
         """kube-scheduler, then the extender (if in the control plane's processes); exit codes."""
@@ -155,10 +188,18 @@ def run_workloads(cp: ControlPlane, nodes: list[Obj]) -> dict[str, list[Obj]]:
             reply = s.get(f"{cp.url}/apis/apps/v1/namespaces/{names.NAMESPACE}/{plural}", timeout=30)
             reply.raise_for_status()
             workloads += [{**w, "apiVersion": "apps/v1", "kind": kind} for w in reply.json()["items"]]
-        installed, _ = standins.controlled(workloads, nodes)
+        installed, updated = standins.controlled(workloads, nodes)
+        for workload in updated:  # the controllers' status: replicas ready, pods scheduled
+            plural = "deployments" if workload["kind"] == "Deployment" else "daemonsets"
+            path = f"/apis/apps/v1/namespaces/{names.NAMESPACE}/{plural}/{workload['metadata']['name']}"
+            path += "/status"
+            reply = s.patch(cp.url + path, json={"status": workload["status"]}, timeout=30,
+                            headers={"Content-Type": "application/merge-patch+json"})  # fmt: skip
+            if reply.status_code != 200:
+                raise AssertionError(f"status of {workload['kind']}: {reply.status_code} {reply.text}")
         base = f"{cp.url}/api/v1/namespaces/{names.NAMESPACE}/pods"
         out: dict[str, list[Obj]] = {}
-        for workload, pods in installed.pods.items():
+        for owner, pods in installed.pods.items():
             for pod in pods:
                 body = copy.deepcopy(pod)
                 status = body.pop("status")
@@ -174,7 +215,7 @@ def run_workloads(cp: ControlPlane, nodes: list[Obj]) -> dict[str, list[Obj]]:
                 )
                 if running.status_code != 200:
                     raise AssertionError(f"status of {pod['metadata']['name']}: {running.text}")
-                out.setdefault(workload, []).append(running.json())
+                out.setdefault(owner, []).append(running.json())
         return out
 
 

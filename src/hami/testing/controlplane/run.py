@@ -239,17 +239,32 @@ class ControlPlane:
         config = self.work / "kube-scheduler.yaml"
         config.write_text(schedconfig.with_kubeconfig(config_yaml, kubeconfig))
         self.ports["kube-scheduler"] = port = free_port()
+        cert, key = self._pki().serving("kube-scheduler")
         argv = [
             str(self.binaries.kube_scheduler), "--config", str(config),
             "--authentication-kubeconfig", str(kubeconfig), "--authorization-kubeconfig", str(kubeconfig),
             "--bind-address", "127.0.0.1", "--secure-port", str(port),
+            "--tls-cert-file", str(cert), "--tls-private-key-file", str(key),
         ]  # fmt: skip
         self.kube_scheduler = child = self.procs.start("kube-scheduler", argv)
         with requests.Session() as s:
             s.trust_env = False
-            s.verify = False  # its self-signed serving certificate: only liveness is checked here
+            s.verify = str(self._pki().ca)
             self._wait(child, _http_ok(f"https://127.0.0.1:{port}/healthz", s), "kube-scheduler's /healthz")
         return child
+
+    def start_proxy(self, port: int = 0) -> str:
+        """``kubectl proxy`` on 127.0.0.1:``port`` (0: a free one) as the admin: the API in plain
+        HTTP for the stand-ins that speak no TLS (kube-state-metrics, the kubelet stand-in). Its URL."""
+        assert self.binaries is not None
+        port = port or free_port()
+        argv = [
+            str(self.binaries.kubectl), "--kubeconfig", str(self.kubeconfig), "proxy",
+            "--address=127.0.0.1", f"--port={port}",
+        ]  # fmt: skip
+        url = f"http://127.0.0.1:{port}"
+        self.wait_http(self.procs.start(f"kubectl-proxy-{port}", argv), url + "/api", "kubectl proxy")
+        return url
 
     def stop_kube_scheduler(self) -> int | None:
         child, self.kube_scheduler = self.kube_scheduler, None
@@ -287,6 +302,21 @@ class ControlPlane:
                     continue  # kube-apiserver restarting or stopping: the next round tries again
 
     # ---- cluster operations ----
+
+    def compact_etcd(self) -> int:
+        """etcd's history compacted up to now (what kube-apiserver does every 5 minutes): a watch or
+        a list continuing from an older resourceVersion then gets 410 Gone. The revision compacted."""
+        with requests.Session() as s:
+            s.trust_env = False
+            # etcd's JSON gateway: any range answers with the current revision in its header
+            head = s.post(self.etcd_url + "/v3/kv/range", json={"key": "AA=="}, timeout=30)
+            head.raise_for_status()
+            revision = int(head.json()["header"]["revision"])
+            done = s.post(
+                self.etcd_url + "/v3/kv/compaction", json={"revision": revision, "physical": True}, timeout=60
+            )
+            done.raise_for_status()
+        return revision
 
     def kubectl(
         self, *args: str, input: str | None = None, timeout: float = 120.0, check: bool = True

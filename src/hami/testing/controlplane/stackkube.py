@@ -20,7 +20,7 @@ from hami.testing import install
 from hami.testing.controlplane.deploy import Hami
 from hami.testing.controlplane.deploy import install as install_chart
 from hami.testing.controlplane.run import ControlPlane
-from hami.testing.processes import ProcessGroup, http_ok
+from hami.testing.processes import ProcessGroup
 
 Obj = dict[str, Any]
 
@@ -36,13 +36,7 @@ class RealKube:
         """The control plane, ``kubectl proxy`` on 127.0.0.1:``proxy_port``, and its admin
         kubeconfig written to ``kubeconfig``."""
         self.cp.start()
-        assert self.cp.binaries is not None
-        argv = [
-            str(self.cp.binaries.kubectl), "--kubeconfig", str(self.cp.kubeconfig), "proxy",
-            "--address=127.0.0.1", f"--port={self.proxy_port}",
-        ]  # fmt: skip
-        proxy = self.cp.procs.start("kubectl-proxy", argv)
-        self.cp.wait_http(proxy, f"http://127.0.0.1:{self.proxy_port}/api", "kubectl proxy")
+        self.cp.start_proxy(self.proxy_port)
         shutil.copyfile(self.cp.kubeconfig, kubeconfig)
 
     def seed(self, objects: Sequence[Obj]) -> None:
@@ -82,7 +76,6 @@ class RealKube:
         assert self.hami is not None
         self.hami.ports.update(ports)
         self.hami.start_extender(args, procs=procs, name=name)
-        assert http_ok(self.hami.metrics_url + "/metrics")()
 
     def start_kube_scheduler(self) -> None:
         assert self.hami is not None

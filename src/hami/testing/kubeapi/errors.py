@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 REASONS: dict[int, str] = {
@@ -106,3 +107,23 @@ def bad_request(message: str) -> ApiError:
 
 def expired(requested: int, oldest: int) -> ApiError:
     return ApiError(410, f"too old resource version: {requested} ({oldest})", "Expired")
+
+
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_SUBDOMAIN = rf"{_LABEL}(\.{_LABEL})*"
+_LABEL_NAMED = ("namespaces", "services")  # the kinds whose names are DNS labels, not subdomains
+
+
+def invalid_name(key: str, name: str) -> str:
+    """The API server's message when ``name`` is not a valid name for resource ``key`` ("" if it is)."""
+    if key in _LABEL_NAMED:
+        if len(name) <= 63 and re.fullmatch(_LABEL, name):
+            return ""
+        return (f'Invalid value: "{name}": a lowercase RFC 1123 label must consist of lower case '
+                "alphanumeric characters or '-', and must start and end with an alphanumeric character "
+                f"(e.g. 'my-name',  or '123-abc', regex used for validation is '{_LABEL}')")
+    if len(name) <= 253 and re.fullmatch(_SUBDOMAIN, name):
+        return ""
+    return (f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of lower case '
+            "alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character "
+            f"(e.g. 'example.com', regex used for validation is '{_SUBDOMAIN}')")

@@ -195,6 +195,9 @@ class Store:
         if not meta.get("name"):
             raise errors.invalid(rtype.kind, "", "metadata.name",
                                  "Required value: name or generateName is required")
+        name_problem = errors.invalid_name(rtype.key, str(meta["name"]))
+        if name_problem:
+            raise errors.invalid(rtype.kind, str(meta["name"]), "metadata.name", name_problem)
         meta.pop("resourceVersion", None)
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = _now()
