@@ -203,7 +203,14 @@ def phase_pods(label: str, count: int, gpu: bool) -> list[Obj]:
 
 
 def run_phase(
-    hami: Hami, watch: dict[str, Phase], label: str, *, gpu: bool, count: int, sampler: Sampler
+    hami: Hami,
+    watch: dict[str, Phase],
+    label: str,
+    *,
+    gpu: bool,
+    count: int,
+    sampler: Sampler,
+    settled: Callable[[], bool] = lambda: True,
 ) -> Phase:
     cp = hami.cp
     phase = Phase(label, count)
@@ -216,7 +223,8 @@ def run_phase(
     hami.start_kube_scheduler()
     wait_until(lambda: len(phase.bound) >= count, BIND_WAIT_S, f"{label}: every pod bound", interval=0.2)
     first, last = min(phase.bound.values()), max(phase.bound.values())
-    time.sleep(1.0)  # the last pods' events and allocations
+    wait_until(settled, BIND_WAIT_S, f"{label}: every allocation done", interval=0.2)
+    time.sleep(1.0)  # the last pods' events
     phase.cpu = {n: sampler.at(last, n) - sampler.at(first, n) for n in sampler.pids()}
     api1, ext1 = apiserver_requests(cp), extender_requests(hami)
     phase.api = {k: (api1[k] - api0[k]) / count for k in api0}
@@ -273,7 +281,10 @@ def bench(cp: ControlPlane, work: Path, args: argparse.Namespace) -> int:
     try:
         with Allocations(client) as done, sampler.running():
             without = run_phase(hami, watch, "plain", gpu=False, count=args.pods, sampler=sampler)
-            through = run_phase(hami, watch, "gpu", gpu=True, count=args.pods, sampler=sampler)
+            through = run_phase(
+                hami, watch, "gpu", gpu=True, count=args.pods, sampler=sampler,
+                settled=lambda: done.count >= args.pods,
+            )  # fmt: skip
             assert not done.errors, done.errors[:3]
     finally:
         informer.stop()

@@ -29,8 +29,9 @@ Obj = dict[str, Any]
 
 
 class Allocations:
-    def __init__(self, api_client: Any, nodes: Collection[str] | None = None) -> None:
-        """``nodes``: the nodes stood in for (None: every node)."""
+    def __init__(self, api_client: Any, nodes: Collection[str] | None = None, workers: int = 8) -> None:
+        """``nodes``: the nodes stood in for (None: every node); ``workers`` threads, as the plugins
+        of many nodes work at once."""
         self.ops = NodeOps(api_client)
         self.nodes = None if nodes is None else set(nodes)
         self.informer = Informer(api_client, ("", "v1", "pods"))
@@ -40,10 +41,13 @@ class Allocations:
         self._lock = threading.Lock()
         self.count = 0
         self.errors: list[str] = []
-        self._worker = threading.Thread(target=self._run, name="allocations", daemon=True)
+        self._workers = [
+            threading.Thread(target=self._run, name=f"allocations-{i}", daemon=True) for i in range(workers)
+        ]
 
     def __enter__(self) -> Allocations:
-        self._worker.start()
+        for worker in self._workers:
+            worker.start()
         self.informer.start()
         return self
 
@@ -51,8 +55,10 @@ class Allocations:
         self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.informer.stop()
-        self._queue.put(None)
-        self._worker.join(timeout=30)
+        for _ in self._workers:
+            self._queue.put(None)
+        for worker in self._workers:
+            worker.join(timeout=30)
 
     def _seen(self, pod: Obj) -> None:
         node = (pod.get("spec") or {}).get("nodeName")
