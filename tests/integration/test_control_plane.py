@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import re
+import socket
 from typing import Any
 
 import pytest
@@ -132,3 +133,36 @@ def test_the_events_show_in_kubectl_as_the_guides_show_them(hami: Hami) -> None:
 
     out = wait_until(listed, WAIT_S, "BindingSucceed in kubectl get events", interval=1.0)
     assert f"Successfully binding node [{node}] to default/events-fits" in out
+
+
+def test_the_extender_leads_while_the_real_kube_scheduler_holds_the_charts_lease(hami: Hami) -> None:
+    """The chart's leader election, end to end: kube-scheduler (leaderElection from the chart's
+    configuration, as the chart's ServiceAccount) holds the Lease the extender follows
+    (--leader-elect-resource-name), and the extender labels its pod the leader (any other replica
+    follower)."""
+    cp = hami.cp
+    with cp.session() as s:
+        leases = f"/apis/coordination.k8s.io/v1/namespaces/{names.NAMESPACE}/leases"
+
+        def holder() -> str | None:
+            lease = s.get(f"{cp.url}{leases}/{names.SCHEDULER_DEPLOYMENT}", timeout=30)
+            return lease.json()["spec"].get("holderIdentity") if lease.status_code == 200 else None
+
+        held = wait_until(holder, WAIT_S, "kube-scheduler's Lease", interval=1.0)
+        assert held.startswith(socket.gethostname())
+
+        def roles() -> dict[str, str] | None:
+            url = f"{cp.url}/api/v1/namespaces/{names.NAMESPACE}/pods"
+            pods = s.get(url, params={"labelSelector": "app=hami-scheduler"}, timeout=30).json()["items"]
+            seen.append({p["metadata"]["name"]: p["metadata"].get("labels") or {} for p in pods})
+            got = {name: labels.get(ann.SCHEDULER_ROLE_LABEL, "") for name, labels in seen[-1].items()}
+            want = {name: "leader" if name == own else "follower" for name in got}
+            return got if got == want else None
+
+        own = hami.scheduler_pod["metadata"]["name"]  # the replica the extender process stands for
+        seen: list[dict[str, dict[str, str]]] = []
+        try:
+            labels = wait_until(roles, WAIT_S, "the scheduler pods' role labels", interval=1.0)
+        except AssertionError as err:
+            raise AssertionError(f"{err}; last seen: {seen[-1:]}") from None
+    assert labels[own] == "leader"
