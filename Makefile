@@ -31,6 +31,7 @@ imports: venv
 # Where it cannot be built, the tests that need it skip saying why; in CI (CI=true) that is a failure.
 control-plane-bin: venv
 	$(PY) -m hami.testing.controlplane --build-only || [ "$$CI" != true ]
+	$(PY) -m hami.testing.controlplane.kubelet || [ "$$CI" != true ]
 
 # Builds it if needed, starts it on loopback, prints the kubeconfig; Ctrl-C stops it.
 control-plane: venv

@@ -4,6 +4,7 @@ calls one idle register tick costs, with the emulator and the extender in their 
 Run: PYTHONPATH=src python bench/bench_extender.py [--nodes 1000] [--pods 400] [--clients 8] [--pipeline]
      [--pprof SECONDS --pprof-out FILE] [--profiling | --profiling-rounds N] [--heap-from-start]
      [--in-process: the older single-process variant]
+     [--real: through the real kube-scheduler and kube-apiserver, bench_extender_real.py]
 
 The Kubernetes API emulator (``python -m hami.testing.kubeapi``) and the extender
 (``python -m hami.scheduler``) run as child processes; this process seeds ``--nodes`` nodes × 8 GPUs
@@ -378,7 +379,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="share of pods whose trace is sampled (the webhook's decision; default all)")
     parser.add_argument("-v", type=int, default=0, help="the extender's log verbosity")
     parser.add_argument("--in-process", action="store_true", help="the single-process variant")
+    parser.add_argument("--real", action="store_true",
+                        help="through the real kube-scheduler and kube-apiserver (bench_extender_real.py)")
     args, rest = parser.parse_known_args(argv)
+    if args.real:
+        script = Path(__file__).with_name("bench_extender_real.py")
+        rest_argv = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--real"]
+        return subprocess.call([sys.executable, str(script), *rest_argv])
     if args.in_process:
         script = Path(__file__).with_name("bench_extender_inprocess.py")
         rest_argv = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--in-process"]

@@ -15,6 +15,12 @@ command -v curl >/dev/null 2>&1 || need+=(curl)
 # kubectl: where none is installed, Debian's kubernetes-client (1.20 on Debian 12: enough for the
 # emulator's kubectl tests; the recipe test runs the kubectl built with the control plane).
 command -v kubectl >/dev/null 2>&1 || need+=(kubernetes-client)
+# A real kubelet's container runtime (tests/integration/test_real_kubelet.py): containerd, runc, the
+# loopback CNI plugin, and busybox-static for the local image (docs/design/real-kubelet.md).
+command -v containerd >/dev/null 2>&1 || need+=(containerd)
+command -v runc >/dev/null 2>&1 || need+=(runc)
+[ -x /usr/lib/cni/loopback ] || need+=(containernetworking-plugins)
+[ -x /bin/busybox ] || need+=(busybox-static)
 
 # Go 1.21+ for the control plane's build (1.21-1.25 fetch 1.26 themselves). Debian 12's golang-go is
 # 1.19: where no Go 1.21+ is on PATH or in /usr/local/go, Go's own toolchain module is unpacked into
@@ -57,7 +63,7 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 # The Debian packages start their services; the tests run their own instances on free ports.
 apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-for svc in prometheus prometheus-alertmanager prometheus-node-exporter; do
+for svc in prometheus prometheus-alertmanager prometheus-node-exporter containerd; do
   (systemctl stop "$svc" || service "$svc" stop) >/dev/null 2>&1 || true
 done
 fetch_go

@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -216,10 +216,13 @@ class ControlPlane:
             system = _http_ok(self.url + "/api/v1/namespaces/kube-system", s)
             self._wait(self.apiserver, system, "namespace kube-system")
 
-    def restart_apiserver(self) -> None:
-        """SIGTERM kube-apiserver, wait for it to exit, start it again on the same port and data."""
+    def restart_apiserver(self, while_down: Callable[[], None] | None = None) -> None:
+        """SIGTERM kube-apiserver, wait for it to exit, run ``while_down`` (etcd alone is up), start
+        it again on the same port and data."""
         assert self.apiserver is not None
         self.stop_child(self.apiserver, grace=60)
+        if while_down is not None:
+            while_down()
         self._start_apiserver()
 
     def wait_http(self, child: Child, url: str, what: str) -> None:
