@@ -40,14 +40,16 @@ fetch_go() {
     echo "no Go 1.21+ for the control plane build: install Go ${GO_TOOLCHAIN#go} from https://go.dev/dl" >&2
     return 0  # `make control-plane-bin` says it again, and fails in CI
   fi
-  local arch tmp
+  # Debian's Go (1.19) downloads Go's own toolchain module through the configured module proxy,
+  # the same module a Go 1.21+ fetches for GOTOOLCHAIN; its directory is a complete GOROOT.
+  local arch tmp dir
   arch=$(dpkg --print-architecture)
   tmp=$(mktemp -d)
-  curl -fsSL -o "$tmp/go.zip" \
-    "https://proxy.golang.org/golang.org/toolchain/@v/v0.0.1-${GO_TOOLCHAIN}.linux-${arch}.zip"
-  python3 -m zipfile -e "$tmp/go.zip" "$tmp"
-  mv "$tmp/golang.org/toolchain@v0.0.1-${GO_TOOLCHAIN}.linux-${arch}" /usr/local/go
-  chmod -R a+x /usr/local/go/bin /usr/local/go/pkg/tool  # a zip keeps no modes
+  dir=$(cd "$tmp" && GOMODCACHE="$tmp/mod" GOFLAGS=-modcacherw GOTOOLCHAIN=local \
+    "$(command -v go)" mod download -json "golang.org/toolchain@v0.0.1-${GO_TOOLCHAIN}.linux-${arch}" \
+    | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')
+  cp -r "$dir" /usr/local/go
+  chmod -R u+w,a+x /usr/local/go/bin /usr/local/go/pkg/tool  # the module cache keeps no modes
   rm -rf "$tmp"
 }
 

@@ -181,7 +181,7 @@ def _run(
     if code != 0:
         tail = "\n".join(lines[-30:])
         if _NETWORK.search(tail):
-            proxy = _go_env().get("GOPROXY") or "https://proxy.golang.org (Go's default)"
+            proxy = _go_env().get("GOPROXY") or "Go's default"
             raise BuildError(
                 f"{step} failed: the Go module proxy cannot be reached (GOPROXY={proxy}); "
                 f"check the network or set GOPROXY to a reachable proxy. go said:\n{tail}"
