@@ -13,6 +13,7 @@ from hami.exporter.collector import MonitorCollector
 from hami.exporter.discovery import ContainerLister
 from hami.exporter.driver import DriverReader
 from hami.exporter.host import HostReader
+from hami.exporter.reconcile import GRACE_OBSERVATIONS
 from hami.testing import cluster
 from hami.testing.simdriver import BYPASS
 from hami.testing.simhost import DRIVER_USE, PodDrivenNode
@@ -53,7 +54,8 @@ def test_the_monitor_reads_the_simulated_drivers_accounting(tmp_path: Path) -> N
         driver=(driver := DriverReader(node.nvml, str(tmp_path / "cgroup"), lambda calls: None)),
     )
     collector.hosts = HostReader(node.nvml, collector.nvml_errors.add).read
-    fams = {f.name: f for f in collector.families()}
+    for _ in range(GRACE_OBSERVATIONS):  # a finding counts once it held for this many scrapes
+        fams = {f.name: f for f in collector.families()}
     lister.close()
     driver.close()
     node.stop()
