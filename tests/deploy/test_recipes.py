@@ -527,7 +527,7 @@ def test_scheduler_pod_recipe_names_the_leader_of_two_replicas(env: Env) -> None
     role = ann.SCHEDULER_ROLE_LABEL
 
     def replicas() -> list[dict[str, Any]]:
-        pods = env.api.store.list("pods", names.NAMESPACE)
+        pods = (env.get(f"/api/v1/namespaces/{names.NAMESPACE}/pods") or {}).get("items") or []
         mine = [p for p in pods if p["metadata"].get("labels", {}).get("app") == names.SCHEDULER_APP]
         return sorted(mine, key=lambda p: str(p["metadata"]["name"]))
 

@@ -605,6 +605,23 @@ SIDE_ALERTS = [
     ("over-committed card", "HAMiGPUOvercommitExhaustionRisk", {"node": cluster.NODE}, ANY_STATE),
     ("fragmented node", "HAMiGPUPodPending", {"pod": cluster.FRAG_PENDING}, ANY_STATE),
     ("fragmented node", "HAMiGPUMemoryAllocationHigh", {"node": cluster.FRAG_NODE}, ANY_STATE),
+    # HAMi's proposed contract names (alerts/contract.py) for what ours above say; Alertmanager inhibits
+    # one of each pair (docs/runbooks/README.md), Prometheus evaluates both
+    ("fragmented node", "HAMiGPUMemoryNearlyExhausted", {"node": cluster.FRAG_NODE}, ANY_STATE),
+    ("over-limit container", "HAMivGPUMemoryNearLimit", {"pod": "overlimit"}, ANY_STATE),
+    # sim-node's card 1 carries the idle, unlimited and driver-limited scenario pods beside two
+    # workloads: 100 % of its cores are allocated
+    (
+        "driver-limited container",
+        "HAMiGPUCoresNearlyExhausted",
+        {"node": cluster.NODE, "device_uuid": cluster.gpu_uuid(0, cluster.DRIVER_LIMITED.gpu)},
+        ANY_STATE,
+    ),
+    # the real kube-scheduler retries each unschedulable scenario pod: their filter failures, by reason
+    ("pending pod", "HAMiSchedulerFilterFailuresHigh", {"reason": "CardInsufficientMemory"}, ANY_STATE),
+    ("expired handshake", "HAMiSchedulerFilterFailuresHigh", {"reason": "NodeUnregistered"}, ANY_STATE),
+    ("unhealthy device", "HAMiSchedulerFilterFailuresHigh", {"reason": "CardNotHealth"}, ANY_STATE),
+    ("fragmented node", "HAMiSchedulerFilterFailuresHigh", {"reason": "CardTypeMismatch"}, ANY_STATE),
     # each batch pod's bind holds sim-node's lock for a moment, and each new batch pod waits for the
     # stand-in's next scheduling pass: pending, never held for the for:
     ("batch pods", "HAMiNodeLockHeldTooLong", {"node": cluster.NODE}, ("pending",)),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hami.core import annotations as ann
 from hami.testing import metricdiff, podstream
-from hami.testing.sidebyside import Q1, QUOTA_INIT, Outcome, known_difference
+from hami.testing.sidebyside import Q1, QUOTA_INIT, Outcome, added_event, known_difference
 
 
 def test_the_stream_is_seeded_and_covers_every_variation() -> None:
@@ -82,3 +82,11 @@ extra 1
 def test_metric_comparison_reports_each_kind_of_difference() -> None:
     rows = {r.name: r.status for r in metricdiff.compare(metricdiff.families(REF), metricdiff.families(OURS))}
     assert rows == {"a": "same", "b_total": "type", "c": "labels", "d": "values", "e": "missing"}
+
+
+def test_only_the_events_we_add_on_purpose_are_left_out_of_the_comparison() -> None:
+    clamped = ("Warning", "GPUCoresClamped", "container main: nvidia.com/gpucores 120 is more than 100")
+    extra = ("Warning", "FilteringFailed", "Bindingfailed: CardInsufficientMemory on node n1")
+    assert added_event(clamped) and added_event(extra)
+    assert not added_event(("Warning", "FilteringFailed", "1 nodes CardInsufficientMemory(n1)"))
+    assert not added_event(("Normal", "BindingSucceed", "GPUCoresClamped"))

@@ -37,8 +37,15 @@ from hami.testing.wait import wait_until
 
 T = TypeVar("T")
 R = TypeVar("R")
-# Our events HAMi does not write, on purpose (docs/design/differences.md, "Extra FilteringFailed line").
+# Our events HAMi does not write, on purpose (docs/design/differences.md, rows "Extra FilteringFailed
+# line" and "`gpucores` above 100"): matched on the message and on the reason.
 ADDED_EVENT = re.compile(r"^Bindingfailed: ")
+ADDED_REASONS = frozenset({"GPUCoresClamped"})
+
+
+def added_event(event: tuple[str, str, str]) -> bool:
+    """One of our events that HAMi does not write, on purpose: (type, reason, message)."""
+    return event[1] in ADDED_REASONS or bool(ADDED_EVENT.match(event[2]))
 
 
 def fit_scores(events: Iterable[tuple[str, str, str]]) -> dict[str, str]:
@@ -273,7 +280,7 @@ def _compare_events(hami: Side, ours: Side, pods: dict[str, tuple[int, Obj]], re
         if key in skip or key in report.tie_keys:
             continue
         h = he.get(key, Counter())
-        o = Counter({e: n for e, n in oe.get(key, Counter()).items() if not ADDED_EVENT.match(e[2])})
+        o = Counter({e: n for e, n in oe.get(key, Counter()).items() if not added_event(e)})
         if h != o:
             detail = f"events HAMi only: {dict(h - o)}; ours only: {dict(o - h)}"
             report.event_differences.append(Difference(index, pod, None, None, "events", detail))
