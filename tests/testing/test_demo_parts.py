@@ -18,7 +18,17 @@ from hami.core.codec.handshake import REQUESTING, parse_handshake
 from hami.core.codec.node_devices import decode_node_devices
 from hami.core.codec.nodelock import parse_node_lock
 from hami.core.codec.pod_devices import decode_pod_devices
-from hami.testing import alertsink, chart, cluster, dashqueries, demo, ksm, kubesched, promconfig
+from hami.testing import (
+    alertsink,
+    chart,
+    cluster,
+    dashqueries,
+    demo,
+    ksm,
+    kubesched,
+    processes,
+    promconfig,
+)
 from hami.testing.monitoring import ALERTMANAGER_CONFIG, DASHBOARDS, RULES
 from hami.testing.processes import port_problem
 from hami.testing.prometheus import PROMTOOL
@@ -250,3 +260,25 @@ def test_demo_prints_the_helm_lines_for_a_real_cluster(capsys: pytest.CaptureFix
         if "/" in word:
             assert (chart.ROOT / word).exists(), word
     assert chart.render([chart.ROOT / "charts/hami/examples/production.yaml"])
+
+
+def test_free_ports_come_from_below_the_ephemeral_range_and_never_repeat() -> None:
+    # An ephemeral port can be taken by any outbound connection between our pick and the
+    # child's bind (CI: "Address already in use"); ports below that range cannot.
+    ephemeral_low = int(processes.EPHEMERAL_RANGE.read_text().split()[0])
+    picked = [processes.free_port() for _ in range(50)]
+    assert len(set(picked)) == len(picked)
+    assert all(processes.LOWEST_PICKED_PORT <= p < ephemeral_low for p in picked)
+    assert all(port_problem("127.0.0.1", p) is None for p in picked)
+
+
+def test_free_port_never_hands_out_a_port_something_listens_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        taken = s.getsockname()[1]
+        monkeypatch.setattr(processes, "_pick_range", lambda: range(taken, taken + 1))
+        with pytest.raises(processes.StartError, match=f"no free port on 127.0.0.1 in {taken}-{taken}"):
+            processes.free_port()

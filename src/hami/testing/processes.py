@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import random
 import re
 import signal
 import socket
@@ -42,11 +43,39 @@ def port_problem(host: str, port: int) -> str | None:
     return None
 
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST_PICKED_PORT = 10000
+_handed_out: set[int] = set()
+_picker = random.Random()  # seeded per process from the OS: two test runs start apart
+_pick_lock = threading.Lock()
+
+
+def _pick_range() -> range:
+    """Ports below the kernel's ephemeral range, where no outbound connection takes one."""
+    try:
+        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768  # Linux's default
+    return range(LOWEST_PICKED_PORT, max(low, LOWEST_PICKED_PORT + 1000))
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A port nothing listens on, for a child to bind a moment later.
+
+    A port the OS hands out for ``bind(0)`` comes from the ephemeral range, and between our
+    release and the child's bind any outbound connection on the machine (Prometheus scraping,
+    a Go client dialling) may take it: CI saw "Address already in use" that way. So the port is
+    drawn below that range, never twice in one process, and checked bindable now.
+    """
+    ports = _pick_range()
+    with _pick_lock:
+        for _ in range(200):
+            port = _picker.choice(ports)
+            if port in _handed_out or port_problem(host, port) is not None:
+                continue
+            _handed_out.add(port)
+            return port
+    raise StartError(f"no free port on {host} in {ports.start}-{ports.stop - 1} after 200 tries")
 
 
 def log_tail(path: Path, chars: int = 2000) -> str:
