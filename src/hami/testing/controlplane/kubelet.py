@@ -167,6 +167,10 @@ state = "{root}/state"
   address = "{sock}"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{PAUSE_IMAGE}"
+  # the kubelet asks for negative OOM scores (-998 for the sandbox), which take CAP_SYS_RESOURCE;
+  # where root lacks it (a sandboxed VM), runc's init dies on them: containerd raises them to its
+  # own score (no test here depends on which pod the kernel's OOM killer picks)
+  restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "{root}/net.d"
