@@ -43,7 +43,7 @@ def int_quantity(value: object) -> int | None:
 
 
 # A pod's few quantity strings ("1", "2048") are parsed by the filter's check, its request, and the
-# bind again: about 3 µs each through Decimal, a dict hit once seen. Bounded: bodies are untrusted.
+# bind again: through Decimal each time, a dict hit once seen. Bounded: bodies are untrusted.
 @functools.lru_cache(maxsize=1024)
 def _int_from_text(value: str) -> int | None:
     try:
