@@ -171,8 +171,14 @@ def test_every_citation_resolves() -> None:
 
 def test_the_design_docs_and_guides_exist_with_their_sections() -> None:
     design, guides = ROOT / "docs" / "design", ROOT / "docs" / "guides"
-    assert {"4.1", "4.9", "1.5", "5.3", "6.5", "9.3", "10"} <= sections(design / "scheduler.md")
-    assert {"A.3", "A.9", "B.2", "C.4", "C.7", "E"} <= sections(design / "node-agent.md")
+    assert {"1.5", "2.2"} <= sections(design / "scheduler-annotations.md")
+    assert {"3.2", "4.1", "4.9"} <= sections(design / "scheduler-filter.md")
+    assert {"5.3", "6.5", "7.1", "8"} <= sections(design / "scheduler-extender.md")
+    assert {"9.3", "10", "11"} <= sections(design / "scheduler.md")
+    assert {"A.3", "A.9"} <= sections(design / "node-agent-region.md")
+    assert {"B.2", "D.1"} <= sections(design / "node-agent-monitor.md")
+    assert {"C.4", "C.7", "E"} <= sections(design / "node-agent-device-plugin.md")
+    assert {"F"} <= sections(design / "node-agent.md")
     assert {"4.4", "5.4", "7"} <= sections(guides / "device-plugin-debugging.md")
     assert {"2.1", "3.3", "4.5", "6.1"} <= sections(guides / "tuning.md")
     assert {"3.2", "5", "7"} <= sections(guides / "scheduler-debugging.md")
@@ -205,10 +211,10 @@ def test_a_broken_citation_is_reported(case: str) -> None:
 @pytest.mark.parametrize(
     "text",
     [
-        '"""Docs: docs/design/scheduler.md §4.1 and §4.5; docs/guides/tuning.md §2.1-§2.2."""',
+        '"""Docs: docs/design/scheduler-filter.md §4.1 and §4.5; docs/guides/tuning.md §2.1-§2.2."""',
         "rng = random.Random(seed)  # def seed(api), ``seed`` writes, tuple[Seed, int]",
         '"""Bind (§5.3), docs/guides/tuning.md §2.1.\n\n'
-        'Section signs (§) refer to docs/design/scheduler.md."""',
+        'Section signs (§) refer to docs/design/scheduler-extender.md."""',
     ],
 )
 def test_a_sound_citation_passes(text: str) -> None:

@@ -1,6 +1,6 @@
 """Handshake (§1.3) and node-lock (§1.5) values.
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-annotations.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Device cordon (§1.4), MIG allocations (§2.4) and Kubernetes quantities.
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-annotations.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The pod device-allocation grammar (docs/design/scheduler.md §2.2)."""
+"""The pod device-allocation grammar (docs/design/scheduler-annotations.md §2.2)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The chart's values for the driver as a second source of truth: the node's memory enforcement and the
-monitor's cgroup root (docs/design/node-agent.md §B.6, §C.11)."""
+monitor's cgroup root (docs/design/node-agent-monitor.md §B.6,
+docs/design/node-agent-device-plugin.md §C.11)."""
 
 from __future__ import annotations
 

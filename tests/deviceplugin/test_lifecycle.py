@@ -1,6 +1,6 @@
 """Registration, ListAndWatch, health and kubelet restarts, end to end on FakeNvml and the API emulator.
 
-Section signs (§) refer to docs/design/node-agent.md.
+Section signs (§) refer to docs/design/node-agent-device-plugin.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Memory enforcement by the driver on a node (--memory-enforcement, device config, node JSON): what
 Allocate gives a container, and what the node registers (§C.11).
 
-Section signs (§) refer to docs/design/node-agent.md.
+Section signs (§) refer to docs/design/node-agent-device-plugin.md.
 """
 
 from __future__ import annotations

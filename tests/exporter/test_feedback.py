@@ -1,6 +1,6 @@
 """Each branch of the feedback step (§A.9), and the loop against real mapped files.
 
-Section signs (§) refer to docs/design/node-agent.md.
+Section signs (§) refer to docs/design/node-agent-region.md.
 """
 
 import logging

@@ -1,6 +1,6 @@
 """hami_mig_device_info from the hami.io/vgpu-mig-allocations annotation (§B.4).
 
-Section signs (§) refer to docs/design/node-agent.md.
+Section signs (§) refer to docs/design/node-agent-monitor.md.
 """
 
 from __future__ import annotations

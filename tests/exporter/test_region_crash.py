@@ -1,6 +1,6 @@
 """Every crash class of §A: each bad region, slot or device is skipped with a reason.
 
-Section signs (§) refer to docs/design/node-agent.md.
+Section signs (§) refer to docs/design/node-agent-region.md.
 """
 
 import os

@@ -1,7 +1,8 @@
-"""Offsets of the three layouts against the documented numbers (docs/design/node-agent.md §A.3) and the C ABI
+"""Offsets of the three layouts against the documented numbers (docs/design/node-agent-region.md §A.3) and the
+C ABI
 (ctypes).
 
-Section signs (§) refer to docs/design/node-agent.md.
+Section signs (§) refer to docs/design/node-agent-region.md.
 """
 
 import ctypes

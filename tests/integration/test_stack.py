@@ -123,7 +123,7 @@ def test_prometheus_scrapes_every_daemon(stack: Stack) -> None:
     assert {t["labels"]["instance"]: t["labels"]["job"] for t in active} == expected
 
 
-# HAMi v2.10's own name (docs/design/scheduler.md §7.1): promtool's naming lint flags its `_count`
+# HAMi v2.10's own name (docs/design/scheduler-extender.md §7.1): promtool's naming lint flags its `_count`
 # suffix. Only this finding, on only this name, is accepted.
 LINT_ACCEPTED = {
     'hami_gpu_shared_count non-histogram and non-summary metrics should not have "_count" suffix'

@@ -1,6 +1,6 @@
 """Bind's PodGroup node-lock retry (§5.3 step 3, ``--node-lock-retry-timeout``).
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-extender.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""The dry-run filter over HTTP (§4.1 step 2, §9.3): ExtenderArgs with ``Nodes``, as a
+"""The dry-run filter over HTTP (§4.1 step 2, docs/design/scheduler.md §9.3): ExtenderArgs with ``Nodes``, as
+a
 ``nodeCacheCapable: false`` caller (Cluster Autoscaler) sends them.
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-filter.md.
 """
 
 from __future__ import annotations

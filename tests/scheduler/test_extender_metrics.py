@@ -1,7 +1,7 @@
 """HAMi's §7.1 allocation metrics on a live scrape (current and ``--legacy-metrics`` names), and
 ``promtool check metrics`` over a live scrape.
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-extender.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""MIG in the scheduler core: profile choice, placements, revisits, reservations and health (§4.5, §6.2).
+"""MIG in the scheduler core: profile choice, placements, revisits, reservations and health (§4.5,
+docs/design/scheduler-extender.md §6.2).
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-filter.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """NodeLocker (§1.5) against the API emulator: backoff exhaustion, legacy locks, owner checks,
 re-entrancy and malformed values. Sleeps are recorded instead of slept.
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-annotations.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The register loop's role labels (§2.1), ``--node-label-selector`` and per-node revisits.
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-annotations.md.
 """
 
 from __future__ import annotations

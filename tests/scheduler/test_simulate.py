@@ -110,7 +110,8 @@ def test_pod_without_hami_resources_echoes_every_node_sent() -> None:
     pod["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1"}}
     assert pod_request(pod, CONFIG.nvidia) is None
     reply = passthrough(None, [gpu_node("t"), gpu_node("u")])
-    # §4.1 step 1 returns args.NodeNames (null for a caller that only sent Nodes); Nodes is echoed
+    # docs/design/scheduler-filter.md §4.1 step 1 returns args.NodeNames (null for a caller that only sent
+    # Nodes); Nodes is echoed
     # too, or that caller would read "fits nowhere".
     assert (reply["NodeNames"], reply["FailedNodes"]) == (None, None)
     assert [n["metadata"]["name"] for n in reply["Nodes"]["items"]] == ["t", "u"]

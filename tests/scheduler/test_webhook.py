@@ -2,7 +2,7 @@
 AdmissionReview shapes, schedulerName rewrite, pods without HAMi resources left alone, and the
 device config's gpuCorePolicy / runtimeClassName / overwriteEnv applied through the API server.
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-extender.md.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Every patch is applied with the API emulator's RFC 6902 implementation, an applier written
 independently of the webhook's diff, and the result compared with the expected pod.
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-extender.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Annotation and label keys shared by every component (HAMi v2.10, docs/design/scheduler.md §1–§2)."""
+"""Annotation and label keys shared by every component (docs/design/scheduler-annotations.md §1–§2)."""
 
 from typing import Final
 

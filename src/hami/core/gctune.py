@@ -1,8 +1,8 @@
 """Keeping long-lived caches and request churn from costing the cyclic garbage collector.
 
 A daemon's informer caches (every node and pod, as JSON dicts) are built at start and live as long
-as the daemon. In the collector's oldest generation every full collection walks all of them: about
-25 ms per pass at 1,000 nodes, several times a minute under load, charged to whichever request
+as the daemon. In the collector's oldest generation every full collection walks all of them, a
+pass that grows with the cluster, several times a minute under load, charged to whichever request
 happened to allocate at that moment. ``settle`` moves what is alive now into the permanent
 generation, which the collector never scans. Frozen objects are still freed by reference counting
 when the caches drop them (they hold no cycles); objects created later are collected as usual.

@@ -1,5 +1,5 @@
 """Where HAMi-core lives on a node and what turns it off in a container
-(docs/design/node-agent.md §A.7, §C.7).
+(docs/design/node-agent-region.md §A.7, docs/design/node-agent-device-plugin.md §C.7).
 
 The device plugin mounts these files into every vGPU container; the monitor and hami-doctor look
 for them when a container's GPU use is not limited.

@@ -1,6 +1,6 @@
 """Allocate against the cluster: pending-pod lookup, annotation pop/erase, bind phase, node lock (§C.7).
 
-Section signs (§) refer to docs/design/node-agent.md.
+Section signs (§) refer to docs/design/node-agent-device-plugin.md.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ name or a shell wildcard (``inference-pool-*``, docs/guides/tuning.md §4.4); wi
 exact ones last, so a named node always beats its pool. As in HAMi (mergo WithOverride), zero values in the
 JSON never override.
 
-Section signs (§) refer to docs/design/node-agent.md.
+Section signs (§) refer to docs/design/node-agent-device-plugin.md.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ docs/guides/device-plugin-debugging.md §4.4).
 Nothing here touches the API server or the filesystem; the servicer feeds it the pending pod's decoded
 annotation and the facts about the host it needs (whether a versioned libvgpu or a license exists).
 
-Section signs (§) refer to docs/design/node-agent.md.
+Section signs (§) refer to docs/design/node-agent-device-plugin.md.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ says the condition has gone:
   hovering at the threshold does not flap in and out of the kubelet's allocatable count;
 - ``device-lost``: NVML no longer finds the device (fallen off the bus); back when found again.
 
-Section signs (§) refer to docs/design/node-agent.md.
+Section signs (§) refer to docs/design/node-agent-device-plugin.md.
 """
 
 from __future__ import annotations

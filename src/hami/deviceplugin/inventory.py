@@ -1,6 +1,6 @@
 """From NVML facts to the register ``DeviceInfo`` list and the kubelet's split device IDs (§C.3–§C.6).
 
-Section signs (§) refer to docs/design/node-agent.md.
+Section signs (§) refer to docs/design/node-agent-device-plugin.md.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Every write is a JSON merge patch of ``metadata.annotations`` (§C.4, §C.7; All
 ``hami.io/vgpu-node`` pod label, see ``allocator``), optionally guarded by
 ``metadata.resourceVersion`` so that the API server refuses it (409) when the object changed.
 
-Section signs (§) refer to docs/design/node-agent.md.
+Section signs (§) refer to docs/design/node-agent-device-plugin.md.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ class NodeOps:
     def release_node_lock(
         self, node: str, namespace: str, pod: str, known: Obj | None = None, attempts: int = 5
     ) -> bool:
-        """docs/design/scheduler.md §1.5 ReleaseNodeLock without skipping the owner check; True if it was
-        removed.
+        """docs/design/scheduler-annotations.md §1.5 ReleaseNodeLock without skipping the owner check; True if
+        it was removed.
 
         A lock owned by another pod is left alone. The delete carries the resourceVersion it read, so a
         concurrent change makes it fail with 409 and the check is repeated on a fresh read. ``known``

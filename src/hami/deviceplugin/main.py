@@ -1,6 +1,6 @@
 """``hami-device-plugin``: HAMi's NVIDIA device plugin (§C) with its own metrics on :9396.
 
-Section signs (§) refer to docs/design/node-agent.md.
+Section signs (§) refer to docs/design/node-agent-device-plugin.md.
 """
 
 from __future__ import annotations

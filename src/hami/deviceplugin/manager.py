@@ -1,6 +1,6 @@
 """Plugin lifecycle (§C.1 "Start"): start, restart on kubelet restart or SIGHUP, retry in 30 s.
 
-Section signs (§) refer to docs/design/node-agent.md.
+Section signs (§) refer to docs/design/node-agent-device-plugin.md.
 """
 
 from __future__ import annotations

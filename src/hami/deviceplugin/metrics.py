@@ -2,7 +2,7 @@
 
 HAMi's plugin exports none (§C.10); these are new names and follow Prometheus conventions.
 
-Section signs (§) refer to docs/design/node-agent.md.
+Section signs (§) refer to docs/design/node-agent-device-plugin.md.
 """
 
 from __future__ import annotations

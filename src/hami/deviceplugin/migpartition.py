@@ -8,7 +8,7 @@ half-made. Instances no live pod holds are destroyed by ``reconcile``, at start 
 restart) and every few seconds, except those created in the last ``grace_s`` (their pod annotation may
 not have reached the informer yet).
 
-Section signs (§) refer to docs/design/node-agent.md.
+Section signs (§) refer to docs/design/node-agent-device-plugin.md.
 """
 
 from __future__ import annotations

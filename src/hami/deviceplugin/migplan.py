@@ -2,7 +2,7 @@
 instances one Allocate must create at the placements the scheduler chose, and the instances no pod
 holds any more. Pure; ``migpartition`` does the NVML calls.
 
-Section signs (§) refer to docs/design/node-agent.md.
+Section signs (§) refer to docs/design/node-agent-device-plugin.md.
 """
 
 from __future__ import annotations

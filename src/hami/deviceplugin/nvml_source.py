@@ -1,6 +1,6 @@
 """The NVML edge: GPU facts for registration (§C.3–§C.4) and the health loop (§C.9 and beyond).
 
-Section signs (§) refer to docs/design/node-agent.md.
+Section signs (§) refer to docs/design/node-agent-device-plugin.md.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ An instance lives from one (re)start to the next; a kubelet restart or SIGHUP bu
 NVML facts, which is also the only way back from HAMi's unhealthy reasons (§C.6: no recovery path);
 the opt-in reasons of health.py come back when NVML says so.
 
-Section signs (§) refer to docs/design/node-agent.md.
+Section signs (§) refer to docs/design/node-agent-device-plugin.md.
 """
 
 from __future__ import annotations

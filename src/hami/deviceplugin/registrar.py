@@ -5,7 +5,7 @@ per plugin start, as the topology does not change while the plugin runs.
 Unlike HAMi, the "last written" cache is updated only after the patch succeeded, so a failed write is
 really retried 5 s later instead of waiting for the next device change.
 
-Section signs (§) refer to docs/design/node-agent.md.
+Section signs (§) refer to docs/design/node-agent-device-plugin.md.
 """
 
 from __future__ import annotations

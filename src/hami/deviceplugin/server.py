@@ -1,6 +1,6 @@
 """The kubelet-facing gRPC DevicePlugin service on a unix socket (§C.6, §E).
 
-Section signs (§) refer to docs/design/node-agent.md.
+Section signs (§) refer to docs/design/node-agent-device-plugin.md.
 """
 
 from __future__ import annotations

@@ -29,7 +29,8 @@ HAMI_RESOURCES = (
     ann.RESOURCE_GPUMEM_PERCENTAGE,
     ann.RESOURCE_GPUCORES,
 )
-MAX_INT32 = 2**31 - 1  # HAMi rejects gpumem above MaxInt32 (docs/design/scheduler.md §3.2; memoryFactor 1)
+# HAMi rejects gpumem above MaxInt32 (docs/design/scheduler-filter.md §3.2; memoryFactor 1)
+MAX_INT32 = 2**31 - 1
 FIX_ADD_RESOURCES = (
     "add nvidia.com/gpu (and nvidia.com/gpumem / gpucores) to the container resources"
 )
@@ -51,7 +52,7 @@ class PodCluster:
 
 
 def _resource(container: Obj, name: str) -> str | None:
-    """HAMi reads limits first, then requests (docs/design/scheduler.md §3.2)."""
+    """HAMi reads limits first, then requests (docs/design/scheduler-filter.md §3.2)."""
     res = container.get("resources") or {}
     for part in ("limits", "requests"):
         value = (res.get(part) or {}).get(name)

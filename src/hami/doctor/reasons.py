@@ -1,4 +1,4 @@
-"""Filter reason codes (docs/design/scheduler.md §4.8) with the meaning and fix of the scheduler
+"""Filter reason codes (docs/design/scheduler-filter.md §4.8) with the meaning and fix of the scheduler
 guide's table, and the parser for the FilteringFailed messages the scheduler aggregates (§4.2)."""
 
 from __future__ import annotations

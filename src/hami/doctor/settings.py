@@ -2,7 +2,8 @@
 
 Handshake: the scheduler writes ``Requesting_<local time>`` itself and v2.10 device plugins no longer
 answer it, so an old handshake is normal. A node turns unhealthy only when the request is older than
-**60 s and** kubelet reports no allocatable ``nvidia.com/gpu`` (docs/design/scheduler.md §1.3); the
+**60 s and** kubelet reports no allocatable ``nvidia.com/gpu`` (docs/design/scheduler-annotations.md §1.3);
+the
 doctor applies the same rule the scheduler does (``--handshake-timeout``, the allocatable check).
 
 Node lock: expiry is the scheduler's ``--node-lock-timeout`` (default 5m, §1.5). A lock younger than

@@ -6,7 +6,7 @@ but without a region yet (no CUDA call so far) gets 0-valued usage with its allo
 container whose region exists but cannot be read gets no series at all: zeros would claim an idle
 container that may be using its whole card (the skip metrics report it instead).
 
-Section signs (§) refer to docs/design/node-agent.md.
+Section signs (§) refer to docs/design/node-agent-monitor.md.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ joined (``under_root``). A cgroup removed while it is read (its container exited
 None of these hides another container. The walk is kept between scrapes (``CgroupIndex``); a
 container's directory is opened again, component by component, for each read.
 
-Section signs (§) refer to docs/design/node-agent.md (§B.6).
+Section signs (§) refer to docs/design/node-agent-monitor.md (§B.6).
 """
 
 from __future__ import annotations

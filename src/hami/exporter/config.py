@@ -3,7 +3,7 @@
 ``HAMI_RESYNC_INTERVAL`` is a Go duration as in HAMi; an invalid one keeps 5m with a warning. Unlike
 HAMi, a negative one is invalid too (no resync interval is negative).
 
-Section signs (§) refer to docs/design/node-agent.md.
+Section signs (§) refer to docs/design/node-agent-monitor.md.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ One directory per container, named ``<podUID>_<containerName>``, holding the reg
 container writes that directory, so nothing in it is trusted: it is opened by descriptor without
 following a symlink, and so is the region file in it (``region.file``).
 
-Section signs (§) refer to docs/design/node-agent.md.
+Section signs (§) refer to docs/design/node-agent-region.md.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ the same way. A value is bytes, or ``max`` (no limit; ``dmem.min`` and ``dmem.lo
 unset). The driver names a region after its device, ``drm/<PCI bus id>/<memory>`` for DRM devices,
 so a region belongs to the GPU whose bus id it carries (``region_bus_id``).
 
-Section signs (§) refer to docs/design/node-agent.md (§B.6).
+Section signs (§) refer to docs/design/node-agent-monitor.md (§B.6).
 """
 
 from __future__ import annotations

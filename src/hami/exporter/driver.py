@@ -13,7 +13,7 @@ convention, 0 = no limit. A source the node lacks (no NVML, a driver or a kernel
 reported once with its reason and stays out of the way; a refused cgroup is counted by reason, as
 regions are, and hides no other container.
 
-Section signs (§) refer to docs/design/node-agent.md.
+Section signs (§) refer to docs/design/node-agent-monitor.md.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ its 0-100 scale on ``*_utilization_ratio``; they gain the contract's ``node`` jo
 family carries HAMi's ``zone="vGPU"``. ``device_type`` is the registered type string
 (``NVIDIA-`` prefixed only when the model lacks it), never double-prefixed.
 
-Section signs (§) refer to docs/design/node-agent.md.
+Section signs (§) refer to docs/design/node-agent-monitor.md.
 """
 
 from __future__ import annotations

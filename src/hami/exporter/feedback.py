@@ -4,7 +4,7 @@
 applies its writes on a 5 s ticker, after rescanning the container dirs, through the descriptor
 each region file was opened with (never through its name: see ``region.file``).
 
-Section signs (§) refer to docs/design/node-agent.md.
+Section signs (§) refer to docs/design/node-agent-region.md.
 """
 
 from __future__ import annotations

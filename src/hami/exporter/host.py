@@ -5,7 +5,7 @@ handle or UUID cannot be had is skipped for that scrape. Critical Xid events are
 watcher thread and mark the GPU unhealthy (application Xids are ignored, as HAMi's health check
 does, §C.9).
 
-Section signs (§) refer to docs/design/node-agent.md.
+Section signs (§) refer to docs/design/node-agent-device-plugin.md.
 """
 
 from __future__ import annotations

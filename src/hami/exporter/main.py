@@ -3,7 +3,7 @@
 Wiring only: the container lister and feedback loop, the pod informer (this node's pods), NVML
 (opened once), the collector, and ``/metrics`` through ``hami.core.serve``.
 
-Section signs (§) refer to docs/design/node-agent.md.
+Section signs (§) refer to docs/design/node-agent-monitor.md.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The layouts are declared as ctypes structures that mirror HAMi-core's C structs (MML.h), so the
 offsets come from the C ABI rules, independently of the reader's offset tables. Writes follow
 HAMi-core's order: the magic is stored last on creation, and in v1.2 every ``used[]`` update is
-bracketed by the slot seqlock (odd while writing, docs/design/node-agent.md §A.6). ``open_region``
+bracketed by the slot seqlock (odd while writing, docs/design/node-agent-region.md §A.6). ``open_region``
 opens a file for the monitor's reader the way its discovery does (by directory descriptor).
 """
 

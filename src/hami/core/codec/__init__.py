@@ -3,7 +3,7 @@
 Every decoder takes text and returns data from ``hami.core.devices``; on malformed input it raises
 ``CodecError`` and nothing else.
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-annotations.md.
 """
 
 from hami.core.codec.errors import CodecError

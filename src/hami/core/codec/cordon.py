@@ -1,6 +1,6 @@
 """``hami.io/device-cordon``: comma-separated GPU UUIDs (§1.4).
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-annotations.md.
 """
 
 from __future__ import annotations

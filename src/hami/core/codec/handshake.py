@@ -1,10 +1,10 @@
-"""``hami.io/node-handshake`` values (§1.3, docs/design/node-agent.md §C.5).
+"""``hami.io/node-handshake`` values (§1.3, docs/design/node-agent-device-plugin.md §C.5).
 
 ``Requesting_<ts>`` (scheduler), ``Reported_<ts>`` and ``Deleted_<ts>`` (older releases), where
 ``<ts>`` is local time as Go ``time.DateTime`` (``2006-01-02 15:04:05``). The ≤ v2.7 device plugin
 wrote ``Reported <Go time.String()>``; ``parse_handshake`` reads that too.
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-annotations.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""``hami.io/vgpu-mig-allocations`` (§2.4, docs/design/node-agent.md §B.4).
+"""``hami.io/vgpu-mig-allocations`` (§2.4, docs/design/node-agent-monitor.md §B.4).
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-annotations.md.
 """
 
 from __future__ import annotations

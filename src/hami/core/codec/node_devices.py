@@ -7,7 +7,7 @@ One key is ours: ``memoryEnforcement`` (``driver``; omitted for HAMi-core), writ
 ``UnMarshalNodeDevices`` is ``json.Unmarshal`` into its ``DeviceInfo``, which has no such field (nor one
 that folds to it), so HAMi's scheduler reads the annotation as before (docs/design/differences.md).
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-annotations.md.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Current form ``<RFC3339>,<namespace>,<pod>`` (second precision, local offset, ``Z`` for UTC);
 legacy form a bare RFC3339 timestamp with no owner.
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-annotations.md.
 """
 
 from __future__ import annotations

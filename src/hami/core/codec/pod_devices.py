@@ -3,7 +3,7 @@
 ``<UUID>,<Type>,<Usedmem>,<Usedcores>:`` per device, ``;`` after each container, init containers
 first. Decoding keeps HAMi's empty trailing container (the final ``;`` opens one more piece).
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-annotations.md.
 """
 
 from __future__ import annotations

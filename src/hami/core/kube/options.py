@@ -1,6 +1,6 @@
 """API-client options and their command-line flags.
 
-Flag names and defaults follow HAMi's ``pkg/util/client/options.go`` (docs/design/scheduler.md §7.2):
+Flag names and defaults follow HAMi's ``pkg/util/client/options.go`` (docs/design/scheduler-extender.md §7.2):
 ``--kube-qps`` 5 and ``--kube-burst`` 10 are client-go's ``rest.DefaultQPS``/``rest.DefaultBurst``;
 ``--kube-timeout`` is in seconds and defaults to 0, meaning no timeout. (HAMi's tuning guide lists 15 s as
 the default; HAMi's code says 0, and we follow the code: docs/guides/tuning.md §2.1. Its recommended values,

@@ -1,9 +1,10 @@
 """A lean keep-alive HTTP/1.1 transport to the API server.
 
-Every request the daemons make goes through ``raw``, and most carry a small JSON body. Through the
-generated client and urllib3 such a request cost about 0.45 ms of client CPU, through ``http.client``
-0.2 ms (its header parsing alone is most of that); this speaks the little HTTP/1.1 the API server
-needs (one buffered ``sendall``, Content-Length and chunked bodies, keep-alive) in under 0.1 ms.
+Every request the daemons make goes through ``raw``, and most carry a small JSON body. The
+generated client with urllib3, and even ``http.client`` (its header parsing above all), cost several
+times the client CPU of this, which speaks only the little HTTP/1.1 the API server needs (one
+buffered ``sendall``, Content-Length and chunked bodies, keep-alive); docs/design/extender-performance.md
+has the figures.
 That is what lets the extender make its six API calls per pod within its per-pod budget (see
 bench/bench_extender.py). Server address and TLS settings come from the same
 ``kubernetes.client.Configuration`` as the rest of the client; the caller adds auth headers.

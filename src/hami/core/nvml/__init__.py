@@ -14,7 +14,8 @@ NVML calls covered (method → NVML function):
   ``pci_bus_id`` → ``nvmlDeviceGetPciInfo``; ``numa_node_id`` → ``nvmlDeviceGetNumaNodeId``;
   ``minor_number`` → ``nvmlDeviceGetMinorNumber``;
   ``cuda_compute_capability`` → ``nvmlDeviceGetCudaComputeCapability``.
-- device (monitor metrics, §B.2 and the metrics contract): ``memory_info`` → ``nvmlDeviceGetMemoryInfo``;
+- device (monitor metrics, docs/design/node-agent-monitor.md §B.2 and the metrics contract): ``memory_info`` →
+  ``nvmlDeviceGetMemoryInfo``;
   ``utilization_rates`` → ``nvmlDeviceGetUtilizationRates`` (gpu and memory-controller);
   ``temperature`` → ``nvmlDeviceGetTemperature`` (GPU sensor); ``power_usage`` → ``nvmlDeviceGetPowerUsage``;
   ``total_ecc_errors`` → ``nvmlDeviceGetTotalEccErrors``; ``retired_pages`` → ``nvmlDeviceGetRetiredPages``
@@ -46,7 +47,7 @@ Backends: ``hami.core.nvml.real`` (pynvml) and ``hami.core.nvml.fake`` (``FakeNv
 ``open_nvml(kind)``; with ``kind="auto"`` the environment decides: ``HAMI_NVML=fake`` plus
 ``HAMI_FAKE_NVML_SPEC=<yaml>`` give the fake, anything else the real library.
 
-Section signs (§) refer to docs/design/node-agent.md.
+Section signs (§) refer to docs/design/node-agent-device-plugin.md.
 """
 
 from __future__ import annotations

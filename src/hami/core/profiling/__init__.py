@@ -20,7 +20,7 @@ Component-facing API::
 `--profiling` costs nothing until a profile is asked for: CPU samples are taken only for the
 request's window, and `heap`/`allocs` trace allocations only for theirs (heap.py). Go's heap
 profile samples one allocation per 512 KiB from start-up at next to no cost; Python has no
-sampling allocator, and tracing every allocation costs the extender about 11x its CPU per pod, so
+sampling allocator, and tracing every allocation multiplies the extender's CPU per pod, so
 the view "everything alive since start-up" is the explicit opt-in `--profiling.heap-from-start`.
 `make_pprof_app()` is what `hami.core.serve` mounts; `mount_pprof(app)` puts it in front of another
 WSGI app (the extender's HTTPS listener).

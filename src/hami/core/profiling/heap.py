@@ -6,7 +6,7 @@ alloc_* equals inuse_* (`heap` shows inuse_space, `allocs` alloc_space by defaul
 
 Go samples one allocation per 512 KiB from start-up, which costs next to nothing, so its heap
 profile is on whenever pprof is mounted. Python has no sampling allocator: tracemalloc records the
-stack of every allocation, which costs the extender about 11x its CPU per pod. So by default
+stack of every allocation, which multiplies the extender's CPU per pod. So by default
 nothing traces until a heap or allocs request comes: the request traces for its window
 (`?seconds=N`, default `DEFAULT_WINDOW_S`) and answers the blocks allocated in it and still alive
 at its end. A daemon run with `--profiling.heap-from-start` calls `start_tracing` at start-up, as
@@ -18,7 +18,7 @@ points use `go tool pprof -base old.pb.gz new.pb.gz`. Each answer says which it 
 
 The snapshot is taken here; grouping, naming and encoding run in a child process
 (`heap_encode`), because every allocation made while tracemalloc traces costs a stack capture,
-which made building the profile in-process 10-20x slower.
+which made building the profile in-process many times slower (docs/design/extender-performance.md).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 x86-64 Linux/glibc, little-endian, naturally aligned. ``tests/exporter/test_region_layout.py`` checks every
 offset against ctypes structures (the C ABI).
 
-Section signs (§) refer to docs/design/node-agent.md.
+Section signs (§) refer to docs/design/node-agent-region.md.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ its v1.2 seqlock is even and unchanged across the read, and its pid too (§A.6):
 buffer the guard words are read before and after the slot; on copies, from a copy taken before
 and one taken after the copy the slot is read from.
 
-Section signs (§) refer to docs/design/node-agent.md.
+Section signs (§) refer to docs/design/node-agent-region.md.
 """
 
 from __future__ import annotations

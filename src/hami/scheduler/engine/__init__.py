@@ -10,7 +10,7 @@ weights), ``usage`` (node usage from decoded allocation annotations, init-contai
 GenReason, event/kube-scheduler messages), ``ranking`` (incremental node order), ``decision``
 (``filter_pod`` + ``commit``) and ``admission`` (the webhook's patch).
 
-Decisions on the quirks of §4.9 and other divergences from HAMi v2.10:
+Decisions on the quirks of docs/design/scheduler-filter.md §4.9 and other divergences from HAMi v2.10:
 
 - Q1 placeholder keys — FIXED. Containers without a device request get an empty entry under the
   vendor key, so the pod's devices always have one entry per container, init containers first,
@@ -45,7 +45,8 @@ Decisions on the quirks of §4.9 and other divergences from HAMi v2.10:
   placements that the device plugin cannot both create. Here every placement chosen for the
   pod (init containers included) is in use for its later containers; slot, memory and core
   accounting keep HAMi's init/app peak rule.
-- MIG reservations (§6.2): an undecodable ``hami.io/vgpu-mig-allocations`` counts as no
+- MIG reservations (docs/design/scheduler-extender.md §6.2): an undecodable ``hami.io/vgpu-mig-allocations``
+  counts as no
   reservation, so the card is taken out of service (unknown placement) rather than overbooked.
 - Devices are placed only on the chosen node (``FilterResult.devices``); HAMi computes them for
   every fitting node and discards all but one. Whether a node fits is decided by an order-free

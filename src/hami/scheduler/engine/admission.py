@@ -12,7 +12,7 @@ warning that the scheduler takes it as 100 (``core_clamps``); privileged contain
 the scheduler name is set and the quota is pre-checked. Env entries are appended like HAMi does
 (a user's entry of the same name stays; the last definition wins in the container).
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-extender.md.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ here) and calls it with the candidate nodes, the usage index and the quota manag
 the verdict with ``commit`` (drop the pod's previous reservation, record the new one) before
 patching the pod. Nothing here does I/O or mutates its inputs.
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-filter.md.
 """
 
 from __future__ import annotations

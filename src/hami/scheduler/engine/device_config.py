@@ -1,11 +1,12 @@
-"""The part of HAMi's device-config YAML (``--device-config-file``) the scheduler uses (§3.1): what
+"""The part of HAMi's device-config YAML (``--device-config-file``) the scheduler uses
+(docs/design/scheduler-filter.md §3.1): what
 requests and fit need, and the admission webhook's ``gpuCorePolicy``, ``runtimeClassName`` and
 ``overwriteEnv`` (§8).
 
 The loader is pure: it takes the already-parsed YAML document (a dict) and returns a frozen config;
 reading the file is the caller's job.
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-extender.md.
 """
 
 from __future__ import annotations

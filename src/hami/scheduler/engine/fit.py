@@ -6,7 +6,7 @@ is either the pod's devices (one entry per container, init containers first) or 
 A card in ``mig`` mode also needs a MIG profile with a free placement (``hami.scheduler.engine.mig``); it
 may serve several devices of one container, one instance each (HAMi's ``i++`` revisit).
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-filter.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""MIG placement for the scheduler (§4.4, §4.5 step 15, §2.4, §6.2).
+"""MIG placement for the scheduler (§4.4, §4.5 step 15, docs/design/scheduler-annotations.md §2.4,
+docs/design/scheduler-extender.md §6.2).
 
 A card in ``mig`` mode registers the profiles it may be cut into (``migProfiles``: memory, compute
 share, slice count and the slice ranges each profile may start at). A request is served by the
@@ -6,7 +7,7 @@ smallest profile whose memory covers it and that still has a placement overlappi
 use on the card: reservations of other pods (``hami.io/vgpu-mig-allocations``) and the instances
 this pod was given earlier. Pure functions; no I/O.
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-filter.md.
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ def allocations(
 def unreserved(devices: PodDevices, allocs: Iterable[MigAllocation]) -> frozenset[str]:
     """UUIDs of the pod's container devices that have no matching MIG reservation.
 
-    A device entry on a ``mig`` card without one has an unknown placement, so §6.2 takes that
+    A device entry on a ``mig`` card without one has an unknown placement, so
+    docs/design/scheduler-extender.md §6.2 takes that
     card out of service; for ``hami-core`` cards the set is simply ignored.
     """
     reserved = {(a.container_index, a.device_index, a.gpu_uuid) for a in allocs}

@@ -8,7 +8,7 @@ flat per-device fields and the precomputed node score.
 (unhealthy) while a pod holds it without a reservation (its placement is unknown); a
 ``hami-core`` card that has a MIG reservation is out of service too (the two disagree).
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-extender.md.
 """
 
 from __future__ import annotations

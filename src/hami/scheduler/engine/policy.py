@@ -1,6 +1,7 @@
-"""Scheduling policies (§3.4, §4.4, §4.8, §9.2): GPU ordering, node choice, device-scoring weights.
+"""Scheduling policies (§3.4, §4.4, §4.8, docs/design/scheduler.md §9.2): GPU ordering, node choice,
+device-scoring weights.
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-filter.md.
 """
 
 from __future__ import annotations

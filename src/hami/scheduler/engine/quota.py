@@ -4,7 +4,7 @@ Only ``spec.hard`` keys ``limits.nvidia.com/gpumem`` and ``limits.nvidia.com/gpu
 the device config) with exact-integer quantities count. An explicit limit of 0 blocks; a namespace
 without limits is unconstrained. Memory limits are scaled by ``memoryFactor`` like the requests.
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-extender.md.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Per node, Fit counts why each card was rejected and ``gen_reason`` renders the c
 does (``1/4 AllocatedCardsInsufficientRequest, 3/4 ResourceQuotaNotFit``); these strings are the
 extender's FailedNodes values, which kube-scheduler then folds into ``0/N nodes are available: …``.
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-filter.md.
 """
 
 from __future__ import annotations

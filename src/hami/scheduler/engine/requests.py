@@ -5,7 +5,7 @@ and a quantity counts only when it is an exact int64, as in HAMi ``GenerateResou
 ``pod_request`` decodes a pod once into the ``PodRequest`` that the filter, the ranking and the
 pod patch share, and is where "this pod asks for no HAMi device" is decided.
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-filter.md.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def int_quantity(value: object) -> int | None:
 
 
 # A pod's few quantity strings ("1", "2048") are parsed by the filter's check, its request, and the
-# bind again: about 3 µs each through Decimal, a dict hit once seen. Bounded: bodies are untrusted.
+# bind again: through Decimal each time, a dict hit once seen. Bounded: bodies are untrusted.
 @functools.lru_cache(maxsize=1024)
 def _int_from_text(value: str) -> int | None:
     try:
@@ -261,7 +261,8 @@ def pod_requests(pod: Mapping[str, Any], cfg: NvidiaConfig) -> tuple[Requests, i
 
 
 def webhook_limits(container: Mapping[str, Any], cfg: NvidiaConfig) -> dict[str, int]:
-    """Limits HAMi's admission webhook injects (§3.3, §8): ``defaultGPUNum`` and exclusive cores.
+    """Limits HAMi's admission webhook injects (§3.3, docs/design/scheduler-extender.md §8): ``defaultGPUNum``
+    and exclusive cores.
 
     ``nvidia.com/gpu: 1`` alone becomes an exclusive card (gpucores 100); a gpumem request or a
     percentage below 100 stays shareable. The scheduler reads pods after this mutation.

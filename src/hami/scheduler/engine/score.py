@@ -1,6 +1,6 @@
-"""Node and GPU scores (§4.4 step 1, §4.8, §9.2).
+"""Node and GPU scores (§4.4 step 1, §4.8, docs/design/scheduler.md §9.2).
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-filter.md.
 """
 
 from __future__ import annotations

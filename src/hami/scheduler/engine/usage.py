@@ -5,7 +5,7 @@ per container, init containers first) plus its identity and MIG reservations
 (``hami.io/vgpu-mig-allocations``). ``UsageIndex`` keeps per-node, per-UUID totals and MIG
 placements incrementally and caches one ``NodeView`` per node until that node's usage changes.
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-extender.md.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ Binding (docs/design/tracing.md).
 On success the lock stays held: the device plugin releases it after Allocate (or it expires).
 Only the leader binds (§6.5); a follower answers with an error and writes nothing.
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-extender.md.
 """
 
 from __future__ import annotations
@@ -73,7 +73,8 @@ class BindArgs:
 
 
 def _pod_group(pod: Mapping[str, Any]) -> bool:
-    """PodGroup member (§2.1): the pod-group label or ``spec.schedulingGroup.podGroupName``."""
+    """PodGroup member (docs/design/scheduler-annotations.md §2.1): the pod-group label or
+    ``spec.schedulingGroup.podGroupName``."""
     labels = labels_of(pod)
     group = (pod.get("spec") or {}).get("schedulingGroup") or {}
     return bool(labels.get(ann.POD_GROUP_LABEL)) or (

@@ -16,7 +16,7 @@ up to date by the informer handlers (``ClusterState``).
 tests/scheduler/test_collector_exposition.py checks it byte for byte against prometheus_client as
 reservations come and go.
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-extender.md.
 """
 
 from __future__ import annotations

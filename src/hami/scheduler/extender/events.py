@@ -5,7 +5,7 @@ failed filter records the operator-facing line docs/guides/scheduler-debugging.m
 describe pod``: ``Bindingfailed: CardInsufficientMemory on node gpu-node-01`` (one per reason type, at most
 ``MAX_NODES_LISTED`` nodes named).
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-extender.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The extender's scrape-time metric families (docs/design/scheduler.md §7.1,
+"""The extender's scrape-time metric families (docs/design/scheduler-extender.md §7.1,
 pre-2.9 names), without samples."""
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ differ:
   under the lock, so concurrent filters never hand out the same cards, and the allocation
   annotations HAMi patches onto the pod here are kept as the pod's ``Assignment`` for /bind to
   carry in the Binding (see ``state``): the filter writes nothing but its event.
-- dry run (``Nodes``, §4.1 step 2, §9.3): a caller configured with ``nodeCacheCapable: false``
+- dry run (``Nodes``, §4.1 step 2, docs/design/scheduler.md §9.3): a caller configured with
+  ``nodeCacheCapable: false``
   (Cluster Autoscaler asking "would this pod fit on a node like this template?") sends whole
   Node objects. Each is decoded from its own annotations with the register loop's decoder
   (``node_state``), its usage starts at zero, and the pod is scored exactly as the live filter
@@ -19,7 +20,7 @@ differ:
   annotations yield no device, or fail to decode, is ``node unregistered``. Its latency is
   recorded under ``simulated_<outcome>``.
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-filter.md.
 """
 
 from __future__ import annotations
@@ -126,7 +127,8 @@ def dry_run(
 
 
 def _annotations(result: FilterResult) -> dict[str, str]:
-    """HAMi's filter-time pod annotations (§2.1) for the chosen devices."""
+    """HAMi's filter-time pod annotations (docs/design/scheduler-annotations.md §2.1) for the chosen
+    devices."""
     assert result.node is not None
     devices = encode_pod_devices(result.devices)
     annotations = {

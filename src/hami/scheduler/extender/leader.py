@@ -6,7 +6,7 @@ with it) and was renewed, as observed by us, within ``leaseDurationSeconds``. Wi
 replica leads. Only the leader writes handshakes and binds; followers keep warm caches and answer
 ``/filter``.
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-extender.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``hami-scheduler`` (also ``python -m hami.scheduler``): the scheduler extender daemon, flags of §7.2.
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-extender.md.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Counters and histograms are updated on the request path. Everything about cluste
 states, handshake ages, locks held, allocations, quotas, leadership) is computed at scrape time
 from the caches by ``StateCollector``, so series of deleted nodes and pods vanish with them.
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-extender.md.
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ KNOWN_CODES: Final = frozenset(
 # The bounded label values of the request-path families. Each is exported at 0 from start-up, so
 # that increase()/rate() see the first event (a series born at 1 has no increase).
 FILTER_RESULTS: Final = ("fit", "unschedulable", "passthrough", "error")
-# Dry runs (ExtenderArgs with Nodes, §9.3) are timed under these; they count no failures.
+# Dry runs (ExtenderArgs with Nodes, docs/design/scheduler.md §9.3) are timed under these; they count no
+# failures.
 SIMULATED: Final = "simulated_"
 SIMULATED_FILTER_RESULTS: Final = tuple(SIMULATED + result for result in FILTER_RESULTS)
 BIND_RESULTS: Final = ("success", "error", "not_leader")
@@ -122,8 +123,8 @@ class SchedulerMetrics:
         )
         self.filter_failures = Counter(
             "hami_scheduler_filter_failures_total",
-            "Nodes rejected by /filter, per reason code (docs/design/scheduler.md §4.8); one count per node "
-            "and reason type "
+            "Nodes rejected by /filter, per reason code (docs/design/scheduler-filter.md §4.8); one count "
+            "per node and reason type "
             "(dry runs not counted).",
             ["reason"],
             registry=registry,

@@ -7,7 +7,7 @@ holding it blocks the node for at most the expiry. The expiry is ``--node-lock-t
 (default 5m); as in HAMi's scheduler the flag overrides ``HAMI_NODELOCK_EXPIRE``, which only
 provides the flag's default here.
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-annotations.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The register pass (§6.1, §1.3): node annotations → registered ``NodeState``s, and the handshake.
+"""The register pass (docs/design/scheduler-extender.md §6.1, §1.3): node annotations → registered
+``NodeState``s, and the handshake.
 
 HAMi's ``RegisterFromNodeAnnotations`` re-decodes every node's register annotation and GETs and
 patches nodes on every 15 s tick; HAMi's heap profile (docs/guides/profiling.md §2.2) shows it as the
@@ -9,7 +10,7 @@ informer's copy without a GET, so an idle cluster costs no API call per tick.
 Only the leader writes (handshake, cleanup); a follower decodes the same way so that it answers
 ``/filter`` from a warm cache.
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-annotations.md.
 """
 
 from __future__ import annotations

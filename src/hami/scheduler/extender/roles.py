@@ -6,7 +6,7 @@ Replicas are the pods labelled ``app.kubernetes.io/component=hami-scheduler`` in
 this replica is ``$POD_NAME``. The pods come from the pod informer, and only a label that differs
 is patched: a settled cluster costs no API call.
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-annotations.md.
 """
 
 from __future__ import annotations

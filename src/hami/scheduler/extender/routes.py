@@ -11,7 +11,7 @@ an extender error). Errors from scheduling are HTTP 200 with ``Error``; so is a 
 or impossible HAMi resource values, which HAMi would schedule (``container_problems``). A
 ``gpucores`` above 100 is placed as 100, as HAMi does, with a Warning event (``pod_clamps``).
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-extender.md.
 """
 
 from __future__ import annotations
@@ -139,7 +139,9 @@ def filter_reply(filters: FilterService, args: Any) -> Reply:
     items = None
     try:
         bodies.check(pod, bodies.POD, "Pod")
-        if nodes is not None:  # §4.1 step 2: a nodeCacheCapable: false caller gets a dry run (§9.3)
+        # docs/design/scheduler-filter.md §4.1 step 2: a nodeCacheCapable: false caller gets a dry run
+        # (docs/design/scheduler.md §9.3)
+        if nodes is not None:
             items = node_items(nodes)
             for i, node in enumerate(items):
                 bodies.check(node, bodies.NODE, f"Nodes.items[{i}]")

@@ -8,7 +8,7 @@ per-device lines and each pod's per-container lines as UTF-8, redone when a rese
 pass replaces a node's ``NodeState``, and each node's scheduler lines (handshake age, lock,
 schedulable) per node and reason: a scrape, even right after a burst of binds, joins bytes instead
 of formatting lines (the cache holds about one body's worth). The cost moved into each change is
-about 65 µs of CPU per reservation (docs/design/extender-performance.md).
+a little CPU per reservation, measured in docs/design/extender-performance.md.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ write per pod, and the device plugin never sees a pod with half of its annotatio
 bind needs the replica that filtered the pod (kube-scheduler's sidecar extender is that one), and
 a bind after a restart or a leadership change fails, so kube-scheduler filters the pod again.
 
-Section signs (§) refer to docs/design/scheduler.md.
+Section signs (§) refer to docs/design/scheduler-extender.md.
 """
 
 from __future__ import annotations

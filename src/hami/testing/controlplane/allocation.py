@@ -1,6 +1,7 @@
 """The device plugin's last step, for nodes where no kubelet runs: once a GPU pod is bound to one
-of them, what ``hami-device-plugin`` does after kubelet's Allocate (docs/design/node-agent.md §C.7):
-``hami.io/bind-phase: success`` on the pod, then the node lock released with the plugin's own
+of them, what ``hami-device-plugin`` does after kubelet's Allocate
+(docs/design/node-agent-device-plugin.md §C.7): ``hami.io/bind-phase: success`` on the pod, then the
+node lock released with the plugin's own
 ``NodeOps.release_node_lock`` (owner check, resourceVersion, 409 retried on a fresh read).
 
     with Allocations(api_client, nodes={"gpu-1"}) as done:   # a pod informer on the real server
