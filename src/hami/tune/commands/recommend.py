@@ -30,11 +30,10 @@ from hami.core.duration import duration_flag, prometheus_duration_flag
 from hami.core.promapi import PrometheusClient, PrometheusError
 from hami.core.snapshot import model as snap
 from hami.core.snapshot import reader as snapread
-from hami.tune import chargeback, compare, patch, report, tables, values
+from hami.tune import compare, patch, render, tables, values
+from hami.tune.cli import EXIT_BAD_SNAPSHOT, EXIT_REFUSED
 from hami.tune.collect import InputError, Settings, preflight, recommend_all
-from hami.tune.defrag_cli import EXIT_BAD_SNAPSHOT, EXIT_REFUSED, defrag_main
 from hami.tune.recommend import Recommendation
-from hami.tune.simulate import cli as simulate_cli
 from hami.tune.simulate import verify
 from hami.tune.simulate.cluster import ClusterError
 
@@ -54,9 +53,10 @@ def instant(text: str) -> float:
     return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="hami-tune", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    # hami-tune without a subcommand: its help and errors are hami-tune's own (see hami.tune.main)
+    p = commands.add_parser(
+        "recommend", prog="hami-tune", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     p.add_argument(
         "--prometheus-url", required=True, help="base URL of Prometheus, e.g. http://localhost:9090"
@@ -138,93 +138,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="replay each recommendation against a snapshot (hami-doctor snapshot) and print what it "
         "would change",
     )
-    return p
+    p.set_defaults(func=run, parser=p)
 
 
-def _price(text: str) -> tuple[str, float]:
-    model, sep, price = text.rpartition("=")
-    try:
-        value = float(price)
-    except ValueError:
-        value = -1.0
-    if not sep or not model or not value >= 0:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: give MODEL=PRICE, a GPU model as the device_type label names it and a price per "
-            "card-hour >= 0, e.g. NVIDIA-A100=2.5"
-        )
-    return model, value
-
-
-def build_report_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="hami-tune report",
-        description=chargeback.__doc__,
-        formatter_class=argparse.RawTextHelpFormatter,
-    )
-    p.add_argument("--prometheus-url", required=True, help="base URL of Prometheus")
-    p.add_argument(
-        "--since",
-        type=prometheus_duration_flag,
-        default="7d",
-        help="the window that ends at --time, a Prometheus duration (default 7d)",
-    )
-    p.add_argument(
-        "--step",
-        type=duration_flag(bare_seconds=True),
-        default=timedelta(minutes=1),
-        help="integration step, a Go duration or seconds; at most the rules' evaluation interval "
-        "(default 1m)",
-    )
-    p.add_argument("--format", choices=("text", "csv"), default="text")
-    p.add_argument(
-        "--price",
-        type=_price,
-        action="append",
-        default=[],
-        metavar="MODEL=PRICE",
-        help="price of one card-hour of a GPU model (repeatable); adds the cost columns",
-    )
-    p.add_argument("--time", type=float, default=None, help="end of the window, unix seconds (default: now)")
-    p.add_argument("--timeout", type=float, default=60.0, help="HTTP timeout per query, seconds")
-    return p
-
-
-def report_main(argv: list[str]) -> int:
-    p = build_report_parser()
-    args = p.parse_args(argv)
-    step_s = int(args.step.total_seconds())
-    if step_s < 1:
-        p.error(f"--step {args.step}: must be at least 1s")
-    client = PrometheusClient(args.prometheus_url, timeout=args.timeout, at=args.time)
-    try:
-        rows = chargeback.collect(client.query, args.since, step_s, dict(args.price))
-    except PrometheusError as exc:
-        print(f"hami-tune report: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        client.close()
-    if not rows:
-        print(
-            "hami-tune report: no chargeback series in the window; load alerts/hami-rules.yaml into "
-            "Prometheus (group hami-chargeback.rules), or backfill them with "
-            "`promtool tsdb create-blocks-from rules`",
-            file=sys.stderr,
-        )
-        return EXIT_REFUSED
-    print(chargeback.to_csv(rows) if args.format == "csv" else chargeback.to_text(rows), end="")
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["simulate"]:
-        return simulate_cli.main(argv[1:])
-    if argv[:1] == ["report"]:
-        return report_main(argv[1:])
-    if argv[:1] == ["defrag"]:
-        return defrag_main(argv[1:])
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    parser: argparse.ArgumentParser = args.parser
     output = "json" if args.json else args.output
     if output == "patch" and args.device_config is None:
         parser.error("--output patch needs --device-config FILE: the patch carries the whole device config")
@@ -291,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         if checks is not None:
             meta["verification"] = verify.to_json(*checks, str(args.verify))
-        print(report.to_json(recs, meta))
+        print(render.to_json(recs, meta))
     elif output == "patch":
         node_config = args.node_config.read() if args.node_config is not None else None
         names = (args.namespace, args.device_configmap, args.node_configmap)
@@ -303,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     elif output == "values":
         print(values.render(recs, values_doc), end="")
     else:
-        print(report.to_text(recs, args.time if args.time is not None else time.time()), end="")
+        print(render.to_text(recs, args.time if args.time is not None else time.time()), end="")
         if checks is not None:
             print(verify.to_text(*checks, str(args.verify)), end="")
     # a value held back by a guard without data is missing data too: automation should see it
