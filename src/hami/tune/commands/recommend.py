@@ -190,8 +190,8 @@ def run(args: argparse.Namespace) -> int:
             client.close()
     if comparing:
         rows = compare.compare(answers[0], answers[1])
-        render = compare.to_json if output == "json" else compare.to_text
-        print(render(rows, _iso(args.before), _iso(args.after)), end="" if output != "json" else "\n")
+        show = compare.to_json if output == "json" else compare.to_text
+        print(show(rows, _iso(args.before), _iso(args.after)), end="" if output != "json" else "\n")
         return 0
     recs = answers[0]
     checks = None
