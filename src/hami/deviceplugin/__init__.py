@@ -1,1 +1,2 @@
-"""Kubelet device plugin (v1beta1)."""
+"""The ``hami-device-plugin`` daemon: the kubelet device plugin (v1beta1) that registers and allocates
+HAMi's vGPUs."""

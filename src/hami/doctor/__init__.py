@@ -1,4 +1,5 @@
-"""hami-doctor: the debugging decision trees of the HAMi guides as one command.
+"""The ``hami-doctor`` tool (also ``kubectl hami``): the debugging decision trees of the HAMi guides as
+one command.
 
 ``hami-doctor pod NS/NAME`` walks the pod-pending decision trees of
 docs/guides/scheduler-debugging.md and docs/guides/device-plugin-debugging.md (§6) and stops at the

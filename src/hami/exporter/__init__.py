@@ -1,1 +1,1 @@
-"""vGPU monitor: HAMi-core shared regions and NVML into Prometheus."""
+"""The ``hami-monitor`` daemon (HAMi's vGPU monitor): HAMi-core shared regions and NVML into Prometheus."""

@@ -1,1 +1,2 @@
-"""hami-tune: tuning recommendations from Prometheus."""
+"""The ``hami-tune`` tool: tuning recommendations from Prometheus, the chargeback report, drain plans
+(defrag) and the snapshot simulator."""

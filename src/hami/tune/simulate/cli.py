@@ -78,9 +78,9 @@ def simulate(
     return outcomes, fidelity(current)
 
 
-def main(argv: list[str] | None = None, stdout: IO[str] | None = None) -> int:
+def run(args: argparse.Namespace, stdout: IO[str] | None = None) -> int:
+    """``hami-tune simulate`` on arguments parsed by build_parser (hami.tune.commands.simulate)."""
     out = stdout or sys.stdout
-    args = build_parser().parse_args(argv)
     if args.samples < 2:
         print("hami-tune simulate: --samples must be at least 2", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -14,7 +14,7 @@ from hami.core.promapi import PrometheusError, parse_result
 from hami.tune import compare, components, cores, values
 from hami.tune import recommend as r
 from hami.tune.client import ClientInputs, recommend_kube_client
-from hami.tune.main import build_parser
+from hami.tune.main import parse_args
 
 GIB = 1024**3
 
@@ -207,7 +207,7 @@ def test_expiry_never_drops_below_three_binds_nor_exceeds_10m() -> None:
 
 
 def _args(*argv: str) -> argparse.Namespace:
-    return build_parser().parse_args(["--prometheus-url", "http://prometheus:9090", *argv])
+    return parse_args(["--prometheus-url", "http://prometheus:9090", *argv])
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("5m", 300), ("300s", 300), ("1h", 3600), ("42", 42)])

@@ -16,16 +16,13 @@ from hami.core.promapi import PrometheusClient, PrometheusError
 from hami.core.snapshot import model as snap
 from hami.core.snapshot import reader as snapread
 from hami.tune import defrag, drain
+from hami.tune.cli import EXIT_BAD_SNAPSHOT, EXIT_REFUSED
 from hami.tune.simulate.cluster import ClusterError
 
-# hami-tune's exit statuses (main's commands use them too): 3 refused or unplaceable, 2 bad input
-EXIT_REFUSED = 3
-EXIT_BAD_SNAPSHOT = 2
 
-
-def defrag_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(
-        prog="hami-tune defrag", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = commands.add_parser(
+        "defrag", prog="hami-tune defrag", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument(
@@ -50,7 +47,10 @@ def defrag_main(argv: list[str]) -> int:
     p.add_argument("--ksm-selector", default='job="kube-state-metrics"', help="kube-state-metrics' series")
     p.add_argument("--time", type=float, default=None, help="evaluation time, unix seconds (default: now)")
     p.add_argument("--timeout", type=float, default=30.0, help="HTTP timeout per query, seconds")
-    args = p.parse_args(argv)
+    p.set_defaults(func=run, parser=p)
+
+
+def run(args: argparse.Namespace) -> int:
     if args.snapshot is not None:
         return _defrag_snapshot(args.snapshot)
     if args.kubeconfig is not None:
