@@ -13,7 +13,7 @@ from hami.scheduler.engine.quota import QuotaManager
 from hami.scheduler.engine.requests import PodRequest, pod_request
 from hami.scheduler.engine.usage import DeviceShare, PodAllocation, UsageIndex
 from hami.testing.builders import dev, pod, res, resource_quota
-from hami.testing.enginestate import node_state, usage
+from hami.testing.engineinputs import node_state, usage
 from hami.testing.vectors.filters import CASES, FOUR, Case
 
 

@@ -12,7 +12,7 @@ from hami.scheduler.engine.fit import PodContext, fit_devices
 from hami.scheduler.engine.policy import parse_gpu_policy, parse_scoring_weights
 from hami.scheduler.engine.requests import pod_request
 from hami.testing.builders import dev, pod, res
-from hami.testing.enginestate import node_state, usage
+from hami.testing.engineinputs import node_state, usage
 from hami.testing.vectors.fit import FIT_VECTORS, FitRow
 
 

@@ -5,7 +5,7 @@ Start order: Kubernetes API emulator or, with ``control_plane="real"``, the real
 stand-in, simulated GPU node with the vGPU monitor, device plugin, scheduler extender, Alertmanager,
 Prometheus. ``stop()`` ends them in reverse order. Every wait has a deadline; a child that exits
 early fails the start with the tail of its log. Prometheus's and Alertmanager's configuration is
-``hami.testing.monitoring``'s; fragmented-node's plugin registration, ``hami.testing.registration``'s.
+``hami.demo.monitoring``'s; fragmented-node's plugin registration, ``hami.demo.registration``'s.
 """
 
 from __future__ import annotations
@@ -20,15 +20,16 @@ from typing import Any
 import yaml
 
 from hami.core import names
-from hami.testing import chart, cluster, dashqueries, install, jaeger, monitoring, promconfig
+from hami.demo import jaeger, monitoring, promconfig
+from hami.demo.config import chart_flags, demo_values, node_config_json
+from hami.demo.monitoring import ALERTMANAGER, RULES
+from hami.demo.registration import HandshakeReporter
+from hami.testing import chart, cluster, dashqueries, install
 from hami.testing.controlplane.stackkube import RealKube
-from hami.testing.democonfig import chart_flags, demo_values, node_config_json
 from hami.testing.kubeapi import SERVING
 from hami.testing.kubeapi.logs import log_path
-from hami.testing.monitoring import ALERTMANAGER, RULES
 from hami.testing.processes import ProcessGroup, StartError, free_port, http_ok, port_problem
 from hami.testing.prometheus import PROMETHEUS
-from hami.testing.registration import HandshakeReporter
 from hami.testing.wait import wait_until
 
 # Daemons and the module that marks each as present in this checkout.
@@ -267,7 +268,7 @@ class Stack:
 
     def _start_ksm(self) -> None:
         self.procs.python(
-            "kube-state-metrics", "hami.testing.ksm", ["--api", self.kube_url, "--bind", self.addr("ksm")]
+            "kube-state-metrics", "hami.demo.ksm", ["--api", self.kube_url, "--bind", self.addr("ksm")]
         )
         self._wait(self.url("ksm") + "/metrics", "the kube-state-metrics stand-in")
 
@@ -285,7 +286,7 @@ class Stack:
             args += ["--scenarios", "--xid-every", str(self.opts.xid_every)]
             args += ["--leak-rate", str(self.opts.leak_rate)]
         flags, env = jaeger.daemon_tracing(self.opts.tracing)
-        self.procs.python("simnode-monitor", "hami.testing.simhost", args + flags, env=env)
+        self.procs.python("simnode-monitor", "hami.demo.simhost", args + flags, env=env)
         self._wait(self.url(MONITOR) + "/metrics", "the simulated node's monitor")
 
     def _start_scheduler(self) -> None:
@@ -328,7 +329,7 @@ class Stack:
             "--churn-every", str(self.opts.churn_every),
             *(["--admit"] if self.opts.tracing else []),  # their traces start at the webhook
         ]  # fmt: skip
-        child = self.procs.python("kube-scheduler", "hami.testing.kubesched", args)
+        child = self.procs.python("kube-scheduler", "hami.demo.kubesched", args)
         # its SIGTERM handler is in place once it says so: a stop before that would kill it (-15)
         self.procs.wait_for_log(child, r"kubesched: driving", self.opts.ready_timeout, "the stand-in's start")
 
@@ -367,7 +368,7 @@ class Stack:
     def _start_alertmanager(self) -> None:
         self.procs.python(
             "alertsink",
-            "hami.testing.alertsink",
+            "hami.demo.alertsink",
             ["--bind", self.addr("alertsink"), "--out", str(self.notifications)],
         )
         self._wait_for(self.notifications.exists, "the alert sink")
