@@ -37,15 +37,8 @@ from hami.core.codec.nodelock import NodeLock, format_node_lock
 from hami.demo import main as demo
 from hami.demo import promconfig
 from hami.demo.monitoring import ALERTMANAGER, DASHBOARDS, RULES
-from hami.demo.stack import (
-    DEVICE_PLUGIN,
-    MONITOR,
-    SCHEDULER,
-    Ports,
-    Stack,
-    StackOptions,
-    installed,
-)
+from hami.demo.options import DEVICE_PLUGIN, MONITOR, SCHEDULER, Ports, StackOptions, installed
+from hami.demo.stack import Stack
 from hami.doctor.findings import EXIT_BROKEN, EXIT_OK, EXIT_WARNING
 from hami.doctor.main import main as doctor_main
 from hami.testing import cluster, dashqueries, hamipeer

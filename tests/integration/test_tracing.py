@@ -24,7 +24,8 @@ from hami.core import tracing
 from hami.demo import jaeger
 from hami.demo.kubesched import admitted
 from hami.demo.monitoring import ALERTMANAGER
-from hami.demo.stack import DEVICE_PLUGIN, MONITOR, SCHEDULER, Ports, Stack, StackOptions
+from hami.demo.options import DEVICE_PLUGIN, MONITOR, SCHEDULER, Ports, StackOptions
+from hami.demo.stack import Stack
 from hami.testing.builders import gpu_pod
 from hami.testing.prometheus import PROMETHEUS
 from hami.testing.wait import WaitTimeout, wait_until

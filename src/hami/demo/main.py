@@ -26,16 +26,8 @@ from hami.core import names
 from hami.core.duration import prometheus_duration_flag
 from hami.demo import jaeger
 from hami.demo.monitoring import DASHBOARDS
-from hami.demo.stack import (
-    DEVICE_PLUGIN,
-    MODULES,
-    MONITOR,
-    SCHEDULER,
-    Ports,
-    Stack,
-    StackOptions,
-    installed,
-)
+from hami.demo.options import DEVICE_PLUGIN, MODULES, MONITOR, SCHEDULER, Ports, StackOptions, installed
+from hami.demo.stack import Stack
 from hami.testing import chart, cluster
 from hami.testing.controlplane.build import BuildError
 from hami.testing.processes import StartError
