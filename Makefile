@@ -56,7 +56,7 @@ generate: venv
 # HAMI_CONTROL_PLANE=real: on the real control plane (built first if needed) instead of the emulator.
 HAMI_CONTROL_PLANE ?= emulator
 demo: venv sysdeps
-	$(PY) -m hami.testing.demo --control-plane $(HAMI_CONTROL_PLANE)
+	$(PY) -m hami.demo --control-plane $(HAMI_CONTROL_PLANE)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .demo .controlplane

@@ -48,7 +48,7 @@ from hami.scheduler.extender.nodelock import NodeLocker
 from hami.scheduler.extender.routes import hot_routes, make_app
 from hami.scheduler.extender.state import ClusterState
 from hami.testing.builders import dev, pod, res
-from hami.testing.enginestate import node_state
+from hami.testing.engineinputs import node_state
 from hami.testing.jsonhttp import Conn
 
 A100 = "NVIDIA A100-SXM4-80GB"

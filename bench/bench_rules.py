@@ -44,8 +44,8 @@ from typing import Any, NamedTuple
 import requests
 import yaml
 
+from hami.demo.promconfig import seconds
 from hami.testing import prometheus
-from hami.testing.promconfig import seconds
 
 RULES = Path(__file__).resolve().parent.parent / "alerts" / "hami-rules.yaml"
 CAPACITY_GROUPS = {

@@ -32,18 +32,23 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
 
-def import_problems(source: str, *, bench: bool, test_modules: frozenset[str] = frozenset()) -> list[str]:
+def import_problems(
+    source: str, *, bench: bool, test_modules: frozenset[str] = frozenset(), own: frozenset[str] = frozenset()
+) -> list[str]:
     """Imports a test module (``tests``) or a benchmark (``bench``) may not make.
 
     Tests: another test module (``tests.``, ``bench.``, a relative import, or a module of tests/ by its
-    bare name). Benchmarks: anything but ``hami``, the standard library and installed distributions,
-    and any private (``_x``) module, name or attribute of ``hami``.
+    bare name), except ``own``: the helper modules of the test's own folder (fixtures only that folder
+    uses live there, not in hami.testing). Benchmarks: anything but ``hami``, the standard library and
+    installed distributions, and any private (``_x``) module, name or attribute of ``hami``.
     """
     problems: list[str] = []
     hami_names: set[str] = set()  # local names bound to hami modules or objects
 
     def check_module(module: str, line: int) -> None:
         top = module.split(".", maxsplit=1)[0]
+        if module in own:
+            return
         if top in ("tests", "bench") or top in test_modules:
             problems.append(f"line {line}: imports {module}, a test or benchmark module")
         elif bench and top != "hami" and (
@@ -90,6 +95,10 @@ def test_import_rules_catch_what_they_forbid() -> None:
     assert import_problems("import bench.bench_extender\n", bench=False)
     assert import_problems("from . import helpers\n", bench=False)
     assert import_problems("import extender_env\n", bench=False, test_modules=frozenset({"extender_env"}))
+    own = frozenset({"tests.doctor.seeded"})
+    assert import_problems("from tests.doctor.seeded import x\n", bench=False, own=own) == []
+    assert import_problems("from tests.scheduler.seeded import x\n", bench=False, own=own)
+    assert import_problems("from tests.doctor.test_x import x\n", bench=False, own=own)
     assert import_problems("from hami.testing.kubeapi.server import _Handler\n", bench=True)
     assert import_problems("import hami.core._private\n", bench=True)
     assert import_problems("from hami.testing import kubeapi\nkubeapi._x = 1\n", bench=True)
@@ -105,13 +114,30 @@ def test_import_rules_catch_what_they_forbid() -> None:
     assert import_problems(allowed, bench=True) == []
 
 
+def helpers_of(folder: Path) -> frozenset[str]:
+    """The dotted names of a test folder's helper modules (and packages): below it, neither a test
+    module nor a conftest."""
+    names: set[str] = set()
+    for path in folder.rglob("*.py"):
+        if path.stem.startswith("test_") or path.stem == "conftest" or path.parent == ROOT / "tests":
+            continue
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        names.add(".".join(parts[:-1] if path.stem == "__init__" else parts))
+    return frozenset(names)
+
+
 def test_test_modules_import_no_other_test_module() -> None:
     files = sorted(ROOT.glob("tests/**/*.py"))
     modules = frozenset(p.stem for p in files) - {"__init__"}
+    folders = {path.relative_to(ROOT).parts[:2] for path in files}
+    own = {folder: helpers_of(ROOT.joinpath(*folder)) for folder in folders}
     problems = [
         f"{path.relative_to(ROOT)} {problem}"
         for path in files
-        for problem in import_problems(path.read_text(encoding="utf-8"), bench=False, test_modules=modules)
+        for problem in import_problems(
+            path.read_text(encoding="utf-8"), bench=False, test_modules=modules,
+            own=own[path.relative_to(ROOT).parts[:2]],
+        )
     ]
     assert problems == [], "shared test support belongs in hami.testing:\n" + "\n".join(problems)
 

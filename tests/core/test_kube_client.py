@@ -16,8 +16,8 @@ from hami.core.kube import errors, raw
 from hami.core.kube.client import new_api_client
 from hami.core.kube.options import KubeOptions
 from hami.testing.builders import pod
-from hami.testing.clock import FakeClock
 from hami.testing.kubeapi import KubeAPIServer
+from tests.core.clock import FakeClock
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from hami.core.kube.ratelimit import RateLimitTimeout, TokenBucket, effective_limits
-from hami.testing.clock import FakeClock
+from tests.core.clock import FakeClock
 
 
 def test_bucket_starts_full_and_burst_goes_out_at_once() -> None:

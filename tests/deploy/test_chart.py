@@ -18,7 +18,7 @@ from hami.exporter.feedback import MIG_APPLY_LOCK
 from hami.scheduler.engine.device_config import load_nvidia_config
 from hami.scheduler.extender import main as scheduler_main
 from hami.testing import chart
-from hami.testing.manifests import Container
+from tests.deploy.manifests import Container
 
 DEVELOPMENT = chart.EXAMPLES / "development.yaml"
 PRODUCTION = chart.EXAMPLES / "production.yaml"

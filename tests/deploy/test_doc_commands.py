@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from hami.core import annotations as ann
-from hami.testing import manifests as m
+from tests.deploy import manifests as m
 
 DOCS = sorted([*(m.ROOT / "docs").rglob("*.md"), m.ROOT / "README.md"])
 # Labels the pods get at run time, not from the chart: the extender marks the leader and the others.

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from hami.core import thresholds
-from hami.testing import manifests as m
+from tests.deploy import manifests as m
 
 DOCKERFILE = m.ROOT / "Dockerfile"
 
@@ -151,6 +151,8 @@ def test_the_wheel_built_from_the_copied_files_gives_working_console_scripts(tmp
     assert next(line for line in readme.splitlines() if len(line) > 40) in metadata  # it was copied
     assert "hami/deviceplugin/api/deviceplugin.proto" in names
     assert "hami/py.typed" in names
+    # the demo and the test support run from a checkout only (docs/design/packaging.md)
+    assert not [n for n in names if n.startswith(("hami/demo/", "hami/testing/"))]
     site = tmp_path / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],

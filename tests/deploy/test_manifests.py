@@ -13,7 +13,7 @@ from hami.core import names
 from hami.deviceplugin.config import PluginConfig, apply_device_yaml, apply_node_json
 from hami.exporter.config import load_config
 from hami.scheduler.engine.device_config import load_nvidia_config
-from hami.testing import manifests as m
+from tests.deploy import manifests as m
 
 CLUSTER_SCOPED = {
     "ClusterRole",

@@ -10,8 +10,8 @@ import pytest
 import yaml
 from scripts import gen_provisioning as g
 
-from hami.testing import manifests as m
 from hami.testing.prometheus import PROMTOOL
+from tests.deploy import manifests as m
 
 
 def test_checked_in_files_match_the_generator() -> None:

@@ -3,7 +3,7 @@ and nothing else is granted by hami's own roles (least privilege)."""
 
 from __future__ import annotations
 
-from hami.testing import manifests as m
+from tests.deploy import manifests as m
 
 # (verb, resource) a daemon's code performs, and where. "resource" is "<group>/<plural>[/sub]" with
 # "" for the core group; a namespace after "@" means the call is made in that namespace only.

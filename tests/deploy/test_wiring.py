@@ -19,7 +19,7 @@ from hami.core import names, thresholds
 from hami.scheduler.engine.admission import WebhookConfig, admit
 from hami.scheduler.engine.device_config import load_nvidia_config
 from hami.testing import chart
-from hami.testing import manifests as m
+from tests.deploy import manifests as m
 
 
 def _scheduler_config() -> dict[str, Any]:

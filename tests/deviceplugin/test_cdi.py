@@ -20,12 +20,12 @@ from hami.deviceplugin.cdi import SPEC_FILE, SpecGpu, build_spec, device_list_ed
 from hami.deviceplugin.container_setup import RuntimeOptions
 from hami.deviceplugin.specdir import IO_ERROR, NOT_WRITABLE, SpecWriteError, find_driver_files, write_spec
 from hami.testing.builders import allocating_pod
-from hami.testing.cdischema import SCHEMA
 from hami.testing.kubeapi import KubeAPIServer
 from hami.testing.kubelet import FakeKubelet
 from hami.testing.pluginrig import NODE, NVML_SPEC, U0, U1, start_rig
 from hami.testing.processes import Daemon, python_env
 from hami.testing.wait import wait_until
+from tests.deviceplugin.cdischema import SCHEMA
 
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 

@@ -30,10 +30,10 @@ from hami.deviceplugin.migplan import (
 )
 from hami.exporter.attribution import mig_devices
 from hami.testing.builders import allocating_pod
-from hami.testing.gpuboards import board_uuid, mig_board
 from hami.testing.kubeapi import KubeAPIServer
 from hami.testing.pluginrig import NODE, Rig, start_rig
 from hami.testing.wait import wait_until
+from tests.deviceplugin.gpuboards import board_uuid, mig_board
 
 GPU = board_uuid("mig", 0)
 PROFILES = [

@@ -16,10 +16,10 @@ from hami.deviceplugin.config import PluginConfig
 from hami.deviceplugin.nvml_source import read_links
 from hami.deviceplugin.topology import pair_scores
 from hami.testing.extender import bind_pod, create_pod, filter_pod, running
-from hami.testing.gpuboards import CUBE_MESH, board_uuid, nvlink_board, pcie_board
 from hami.testing.kubeapi import KubeAPIServer
 from hami.testing.pluginrig import NODE, start_rig
 from hami.testing.wait import wait_until
+from tests.deviceplugin.gpuboards import CUBE_MESH, board_uuid, nvlink_board, pcie_board
 
 
 def _scores(spec: dict[str, Any]) -> tuple[dict[str, dict[str, int]], tuple[tuple[str, str], ...]]:

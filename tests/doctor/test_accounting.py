@@ -13,8 +13,8 @@ import pytest
 from hami.core.codec.nodelock import parse_rfc3339
 from hami.doctor.accounting import Reading, findings
 from hami.testing import prometheus
-from hami.testing.doctorcluster import NOW, hami_node, run_json, scheduler_pod
 from hami.testing.kubeapi import KubeAPIServer
+from tests.doctor.doctorcluster import NOW, hami_node, run_json, scheduler_pod
 
 END = int(datetime.timestamp(parse_rfc3339(NOW)))
 MIB = 1 << 20

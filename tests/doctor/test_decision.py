@@ -8,9 +8,9 @@ from pathlib import Path
 import yaml
 
 from hami.testing.builders import gpu_node, gpu_pod
-from hami.testing.doctorcluster import codes, hami_node, hami_pod, run_doctor, run_json
 from hami.testing.extender import create_pod, filter_pod, running
 from hami.testing.kubeapi import KubeAPIServer
+from tests.doctor.doctorcluster import codes, hami_node, hami_pod, run_doctor, run_json
 
 
 def test_unschedulable_pod_gets_the_numbers_from_the_record(kube_api: KubeAPIServer, tmp_path: Path) -> None:

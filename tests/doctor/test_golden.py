@@ -11,9 +11,9 @@ from pathlib import Path
 
 from hami.testing import cluster
 from hami.testing.builders import event
-from hami.testing.doctorcluster import NOW, OLD_HANDSHAKE, hami_node, hami_pod, run_doctor, scheduler_pod
 from hami.testing.extender import filter_pod, running
 from hami.testing.kubeapi import KubeAPIServer
+from tests.doctor.doctorcluster import NOW, OLD_HANDSHAKE, hami_node, hami_pod, run_doctor, scheduler_pod
 
 GOLDEN = Path(__file__).parent / "golden"
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from hami.testing.doctorcluster import codes, hami_node, run_json, scheduler_pod
 from hami.testing.kubeapi import KubeAPIServer
+from tests.doctor.doctorcluster import codes, hami_node, run_json, scheduler_pod
 
 UID = "7c1e7f0a-3b2d-4c5e-8f90-a1b2c3d4e5f6"
 GPU = "GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec"

@@ -20,9 +20,9 @@ import yaml
 
 from hami.core import tracing
 from hami.doctor.kubectl import context_namespace, translate
-from hami.testing.doctorcluster import hami_node, hami_pod, scheduler_pod
 from hami.testing.kubeapi import KubeAPIServer
 from hami.testing.processes import python_env
+from tests.doctor.doctorcluster import hami_node, hami_pod, scheduler_pod
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBECTL = shutil.which("kubectl")

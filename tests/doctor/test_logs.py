@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from hami.doctor import logscan
-from hami.testing.doctorcluster import run_doctor, run_json
+from tests.doctor.doctorcluster import run_doctor, run_json
 
 # (line as the guides print it, expected pattern key, the guide's severity)
 GUIDE_LINES = [

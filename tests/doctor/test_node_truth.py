@@ -10,8 +10,8 @@ import pytest
 
 from hami.core.codec.nodelock import parse_rfc3339
 from hami.testing import prometheus
-from hami.testing.doctorcluster import NOW, codes, hami_node, run_json
 from hami.testing.kubeapi import KubeAPIServer
+from tests.doctor.doctorcluster import NOW, codes, hami_node, run_json
 
 pytestmark = pytest.mark.skipif(not prometheus.available(), reason="prometheus/promtool not installed")
 

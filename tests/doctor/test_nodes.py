@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hami.testing.doctorcluster import OLD_HANDSHAKE, UUID0, codes, hami_node, hami_pod, run_doctor, run_json
 from hami.testing.kubeapi import KubeAPIServer
+from tests.doctor.doctorcluster import OLD_HANDSHAKE, UUID0, codes, hami_node, hami_pod, run_doctor, run_json
 
 
 def _dev(**fields: object) -> str:

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from hami.testing.builders import event
-from hami.testing.doctorcluster import OLD_HANDSHAKE, codes, hami_node, hami_pod, run_json, scheduler_pod
 from hami.testing.kubeapi import KubeAPIServer
+from tests.doctor.doctorcluster import OLD_HANDSHAKE, codes, hami_node, hami_pod, run_json, scheduler_pod
 
 Seed = Callable[[KubeAPIServer], None]
 

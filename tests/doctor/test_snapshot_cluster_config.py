@@ -14,11 +14,11 @@ from hami.core import names
 from hami.core.codec.node_devices import encode_node_devices
 from hami.core.snapshot import model as snap
 from hami.core.snapshot import reader as snapread
+from hami.demo.config import demo_values
 from hami.doctor.capture import unhealthy_outages
 from hami.doctor.main import main as doctor
 from hami.testing import chart, cluster, install, whatif
 from hami.testing.builders import dev
-from hami.testing.democonfig import demo_values
 from hami.testing.kubeapi import KubeAPIServer
 
 NOW = datetime(2026, 3, 2, 12, 0, 0, tzinfo=UTC)

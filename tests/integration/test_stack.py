@@ -1,5 +1,5 @@
 """The product end to end: Debian's Prometheus scrapes the running monitor, scheduler extender and device
-plugin on the simulated cluster (``hami.testing.stack``, the processes of ``make demo``) with the rules
+plugin on the simulated cluster (``hami.demo.stack``, the processes of ``make demo``) with the rules
 loaded; its alerts reach Debian's Alertmanager. The cluster's API is the real control plane
 (``make demo HAMI_CONTROL_PLANE=real``): etcd, kube-apiserver, and the real kube-scheduler calling the
 extender with the chart's configuration.
@@ -34,21 +34,16 @@ from dashboards import generate
 from hami.core import annotations as ann
 from hami.core import thresholds
 from hami.core.codec.nodelock import NodeLock, format_node_lock
+from hami.demo import main as demo
+from hami.demo import promconfig
+from hami.demo.monitoring import ALERTMANAGER, DASHBOARDS, RULES
+from hami.demo.options import DEVICE_PLUGIN, MONITOR, SCHEDULER, Ports, StackOptions, installed
+from hami.demo.stack import Stack
 from hami.doctor.findings import EXIT_BROKEN, EXIT_OK, EXIT_WARNING
 from hami.doctor.main import main as doctor_main
-from hami.testing import cluster, dashqueries, demo, hamipeer, promconfig
+from hami.testing import cluster, dashqueries, hamipeer
 from hami.testing.controlplane import Binaries
-from hami.testing.monitoring import ALERTMANAGER, DASHBOARDS, RULES
 from hami.testing.prometheus import PROMETHEUS, PROMTOOL
-from hami.testing.stack import (
-    DEVICE_PLUGIN,
-    MONITOR,
-    SCHEDULER,
-    Ports,
-    Stack,
-    StackOptions,
-    installed,
-)
 from hami.testing.wait import wait_until
 from hami.tune.main import main as tune_main
 

@@ -1,6 +1,6 @@
 """One trace per GPU pod, in a real trace backend (docs/design/tracing.md): the stack of ``make demo``
-(``hami.testing.stack``) with the three daemons tracing into Jaeger all-in-one
-(``hami.testing.jaeger``, built from the Go module proxy and cached), and Prometheus keeping
+(``hami.demo.stack``) with the three daemons tracing into Jaeger all-in-one
+(``hami.demo.jaeger``, built from the Go module proxy and cached), and Prometheus keeping
 exemplars.
 
 A GPU pod created through the extender's webhook is scheduled by the kube-scheduler stand-in,
@@ -21,12 +21,13 @@ import pytest
 import requests
 
 from hami.core import tracing
-from hami.testing import jaeger
+from hami.demo import jaeger
+from hami.demo.kubesched import admitted
+from hami.demo.monitoring import ALERTMANAGER
+from hami.demo.options import DEVICE_PLUGIN, MONITOR, SCHEDULER, Ports, StackOptions
+from hami.demo.stack import Stack
 from hami.testing.builders import gpu_pod
-from hami.testing.kubesched import admitted
-from hami.testing.monitoring import ALERTMANAGER
 from hami.testing.prometheus import PROMETHEUS
-from hami.testing.stack import DEVICE_PLUGIN, MONITOR, SCHEDULER, Ports, Stack, StackOptions
 from hami.testing.wait import WaitTimeout, wait_until
 
 pytestmark = [

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from hami.testing import apicluster, apiside, hamipeer, metricdiff, podstream, sidebyside
+from hami.testing import apiside, hamipeer, metricdiff, podstream, sidebyside
 from hami.testing.processes import ProcessGroup
+from tests.integration import apicluster
 
 SRC = hamipeer.source()
 pytestmark = pytest.mark.skipif(SRC is None, reason=hamipeer.ABSENT)

@@ -16,7 +16,7 @@ import requests
 import yaml
 from alerts.contract import OPTIONAL_GROUP
 
-from hami.testing import monitoring
+from hami.demo import monitoring
 from hami.testing.processes import ProcessGroup, free_port, http_ok
 from hami.testing.wait import wait_until
 

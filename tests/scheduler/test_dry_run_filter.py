@@ -19,7 +19,7 @@ from hami.scheduler.engine.requests import pod_request
 from hami.scheduler.engine.usage import DeviceShare
 from hami.scheduler.extender.filter_service import dry_run, node_items, passthrough
 from hami.testing.builders import gpu_node, gpu_pod
-from hami.testing.enginestate import quota_snapshot
+from hami.testing.engineinputs import quota_snapshot
 
 Obj = dict[str, Any]
 CONFIG = FilterConfig(node_policy="binpack")

@@ -13,7 +13,7 @@ from hami.scheduler.engine.device_config import NvidiaConfig
 from hami.scheduler.engine.requests import PodRequest, pod_request
 from hami.scheduler.engine.usage import UsageIndex
 from hami.testing.builders import dev, pod, res
-from hami.testing.enginestate import node_state
+from hami.testing.engineinputs import node_state
 
 # HAMi v2.10's DeviceInfo JSON keys (pkg/device/devices.go): what its json.Unmarshal can fill.
 HAMI_KEYS = {

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hami.scheduler.extender.daemon import Extender
 from hami.testing.builders import gpu_node, gpu_pod
-from hami.testing.enginestate import quota_snapshot
+from hami.testing.engineinputs import quota_snapshot
 from hami.testing.extender import create_pod, events_for, filter_pod, metrics_text, running, url
 from hami.testing.kubeapi import KubeAPIServer
 

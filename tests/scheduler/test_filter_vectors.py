@@ -1,11 +1,12 @@
 """``filter_pod`` replaying HAMi's scheduler, score and numa_sort test cases
-(``hami.testing.vectors.filters``), and the filter's own edge cases."""
+(``tests.scheduler.vectors.filters``), and the filter's own edge cases."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from tests.scheduler.vectors.filters import CASES, FOUR, Case
 
 from hami.scheduler.engine.decision import FilterConfig, FilterResult, commit, filter_pod
 from hami.scheduler.engine.device_config import NvidiaConfig
@@ -13,8 +14,7 @@ from hami.scheduler.engine.quota import QuotaManager
 from hami.scheduler.engine.requests import PodRequest, pod_request
 from hami.scheduler.engine.usage import DeviceShare, PodAllocation, UsageIndex
 from hami.testing.builders import dev, pod, res, resource_quota
-from hami.testing.enginestate import node_state, usage
-from hami.testing.vectors.filters import CASES, FOUR, Case
+from hami.testing.engineinputs import node_state, usage
 
 
 def decode(the_pod: dict[str, Any]) -> PodRequest:

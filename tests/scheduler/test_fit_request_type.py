@@ -8,7 +8,7 @@ from hami.scheduler.engine.fit import PodContext, fit_devices, fit_node, fits_qu
 from hami.scheduler.engine.policy import parse_gpu_policy, parse_scoring_weights
 from hami.scheduler.engine.requests import ContainerRequest, PodOptions, PodRequest
 from hami.testing.builders import dev
-from hami.testing.enginestate import node_state, usage
+from hami.testing.engineinputs import node_state, usage
 
 
 def _ctx(req: ContainerRequest) -> PodContext:

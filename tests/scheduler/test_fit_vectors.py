@@ -1,10 +1,11 @@
-"""NVIDIA ``Fit`` alone, replaying HAMi's own test cases (``hami.testing.vectors.fit``)."""
+"""NVIDIA ``Fit`` alone, replaying HAMi's own test cases (``tests.scheduler.vectors.fit``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from tests.scheduler.vectors.fit import FIT_VECTORS, FitRow
 
 from hami.core.devices import DeviceInfo
 from hami.scheduler.engine.device_config import NvidiaConfig
@@ -12,8 +13,7 @@ from hami.scheduler.engine.fit import PodContext, fit_devices
 from hami.scheduler.engine.policy import parse_gpu_policy, parse_scoring_weights
 from hami.scheduler.engine.requests import pod_request
 from hami.testing.builders import dev, pod, res
-from hami.testing.enginestate import node_state, usage
-from hami.testing.vectors.fit import FIT_VECTORS, FitRow
+from hami.testing.engineinputs import node_state, usage
 
 
 def fit_one(devices: tuple[DeviceInfo, ...], container: dict[str, Any], *,

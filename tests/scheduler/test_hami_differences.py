@@ -10,7 +10,7 @@ from hami.scheduler.engine.quota import QuotaManager
 from hami.scheduler.engine.requests import pod_request
 from hami.scheduler.engine.usage import UsageIndex
 from hami.testing.builders import dev, pod, res, resource_quota
-from hami.testing.enginestate import node_state
+from hami.testing.engineinputs import node_state
 
 L4 = 23034
 

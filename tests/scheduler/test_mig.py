@@ -20,7 +20,7 @@ from hami.scheduler.engine.mig import unreserved
 from hami.scheduler.engine.requests import PodRequest, pod_request
 from hami.scheduler.engine.usage import DeviceShare, PodAllocation, UsageIndex
 from hami.testing.builders import A100_40GB_PROFILES, dev, mig_dev, pod, res
-from hami.testing.enginestate import node_state
+from hami.testing.engineinputs import node_state
 
 
 def decode(the_pod: dict[str, Any]) -> PodRequest:

@@ -19,7 +19,7 @@ from hami.scheduler.engine.ranking import Ranker
 from hami.scheduler.engine.requests import PodRequest, pod_request
 from hami.scheduler.engine.usage import UsageIndex, compute_usage
 from hami.testing.builders import dev, pod, res
-from hami.testing.enginestate import node_state
+from hami.testing.engineinputs import node_state
 
 SHAPES = (res(1, 1000), res(1, 3000, 30), res(1, 7000), res(2, 2000), res(1, pct=50), res(3, 1000))
 POLICIES = ("binpack", "spread")

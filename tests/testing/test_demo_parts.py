@@ -18,18 +18,10 @@ from hami.core.codec.handshake import REQUESTING, parse_handshake
 from hami.core.codec.node_devices import decode_node_devices
 from hami.core.codec.nodelock import parse_node_lock
 from hami.core.codec.pod_devices import decode_pod_devices
-from hami.testing import (
-    alertsink,
-    chart,
-    cluster,
-    dashqueries,
-    demo,
-    ksm,
-    kubesched,
-    processes,
-    promconfig,
-)
-from hami.testing.monitoring import ALERTMANAGER_CONFIG, DASHBOARDS, RULES
+from hami.demo import alertsink, ksm, kubesched, promconfig
+from hami.demo import main as demo
+from hami.demo.monitoring import ALERTMANAGER_CONFIG, DASHBOARDS, RULES
+from hami.testing import chart, cluster, dashqueries, processes
 from hami.testing.processes import port_problem
 from hami.testing.prometheus import PROMTOOL
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hami.testing import demo, jaeger, monitoring
+from hami.demo import jaeger, monitoring
+from hami.demo import main as demo
 
 
 def test_tracing_is_off_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,4 @@
-"""hami.testing.jaeger without the binary: the pipeline listens on loopback only, the daemons' tracing
+"""hami.demo.jaeger without the binary: the pipeline listens on loopback only, the daemons' tracing
 flags, the cache path, and a clear error where no Go can build it."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hami.core import tracing
-from hami.testing import jaeger
+from hami.demo import jaeger
 
 
 def _endpoints(node: object) -> list[str]:

@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from hami.core.codec.pod_devices import decode_pod_devices
+from hami.demo.simhost import LEAK_CEILING, LEAK_FLOOR, UNLIMITED_USE, PodDrivenNode
 from hami.exporter.host import HostReader
 from hami.exporter.reconcile import Settled, reconcile
 from hami.exporter.region.parse import RegionSnapshot, parse_region
 from hami.testing import cluster
-from hami.testing.simhost import LEAK_CEILING, LEAK_FLOOR, UNLIMITED_USE, PodDrivenNode
 from hami.testing.simnode import MIB
 
 

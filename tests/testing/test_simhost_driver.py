@@ -9,14 +9,14 @@ from typing import Any
 
 from hami.core.codec.pod_devices import decode_pod_devices
 from hami.core.serve.families import Family
+from hami.demo.simdriver import BYPASS
+from hami.demo.simhost import DRIVER_USE, PodDrivenNode
 from hami.exporter.collector import MonitorCollector
 from hami.exporter.discovery import ContainerLister
 from hami.exporter.driver import DriverReader
 from hami.exporter.host import HostReader
 from hami.exporter.reconcile import GRACE_OBSERVATIONS
 from hami.testing import cluster
-from hami.testing.simdriver import BYPASS
-from hami.testing.simhost import DRIVER_USE, PodDrivenNode
 from hami.testing.simnode import MIB
 
 

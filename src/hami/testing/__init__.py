@@ -1,3 +1,4 @@
-"""Test, benchmark and demo support, in one place (tests import it, never each other): the
-Kubernetes API emulator, the region writer, the simulated node and demo stack, object builders,
-waits, the daemons under test and HAMi's own test vectors. Components never import it."""
+"""What tests and benchmarks share (tests import it, never each other): the Kubernetes API emulator,
+the real control plane, the region writer, the simulated node and cluster, object builders, waits,
+the daemons under test and HAMi's peer. Components never import it; ``hami.demo`` may, never the
+reverse. It is not in the wheel or the image (docs/design/packaging.md)."""

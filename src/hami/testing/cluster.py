@@ -94,7 +94,7 @@ POD_SPECS: tuple[GpuPod, ...] = (
 OVERLIMIT = GpuPod("scenarios", "overlimit", 2, 1024, 20, (("app", "overlimit"),))
 IDLE = GpuPod("notebooks", "jupyter-idle", 1, 2048, 10, (("app", "jupyter"),))  # no kernel for hours
 UNLIMITED = GpuPod("scenarios", "unlimited", 1, 2048, 10, (("app", "unlimited"),))  # no HAMi-core
-# The driver's accounting (hami.testing.simdriver): a container the driver limits instead of HAMi-core,
+# The driver's accounting (hami.demo.simdriver): a container the driver limits instead of HAMi-core,
 # and one whose HAMi-core reports less than the driver accounts to it.
 DRIVER_LIMITED = GpuPod("scenarios", "driver-limited", 1, 2048, 10, (("app", "driver-limited"),))
 SHIM_UNDERREPORTS = GpuPod("scenarios", "shim-underreports", 3, 4096, 10, (("app", "shim-underreports"),))

@@ -1,6 +1,6 @@
 """An HTTP endpoint that answers every OTLP/HTTP export with 200 and counts what it got.
 
-Not a trace backend (tests/integration runs Jaeger, ``hami.testing.jaeger``): bench_extender.py's
+Not a trace backend (tests/integration runs Jaeger, ``hami.demo.jaeger``): bench_extender.py's
 ``--tracing-rounds`` measures the extender's CPU with every span exported, and a backend on the same
 cores would take its share of them.
 """

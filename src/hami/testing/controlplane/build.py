@@ -111,16 +111,21 @@ def ldflags() -> str:
 TOOLCHAIN_MIN = (1, 21)  # the first Go that fetches the toolchain a go.mod asks for (GOTOOLCHAIN)
 
 
-def find_go() -> tuple[str, str]:
-    """The Go toolchain and the GOTOOLCHAIN to run it with: ``local`` for Go 1.26 or later; ``auto``
-    for Go 1.21 to 1.25, which then fetches Go 1.26 from the module proxy (golang.org/toolchain) as
-    the generated go.mod asks. BuildError saying what to install otherwise."""
-    want = f"Go {GO_MIN[0]}.{GO_MIN[1]}"
+def find_go(
+    minimum: tuple[int, int] = GO_MIN,
+    what: str = "the control plane",
+    needs: str = f"k8s.io/kubernetes {K8S_VERSION}",
+) -> tuple[str, str]:
+    """The Go toolchain and the GOTOOLCHAIN to run it with: ``local`` for Go ``minimum`` (1.26, the
+    control plane's) or later; ``auto`` for Go 1.21 up to it, which then fetches the Go the generated
+    go.mod asks for from the module proxy (golang.org/toolchain). BuildError saying what to install
+    otherwise (``what`` is built from source, ``needs`` the Go it names)."""
+    want = f"Go {minimum[0]}.{minimum[1]}"
     # PATH's first, then where scripts/system-deps.sh unpacks one (Debian's 1.19 may be on PATH)
     found = [g for g in (shutil.which("go"), "/usr/local/go/bin/go") if g and os.access(g, os.X_OK)]
     if not found:
         raise BuildError(
-            f"no Go toolchain: the control plane is built from source with {want} or later; install it "
+            f"no Go toolchain: {what} is built from source with {want} or later; install it "
             "from https://go.dev/dl (or run scripts/system-deps.sh as root) and put `go` on PATH"
         )
     seen = []
@@ -131,13 +136,12 @@ def find_go() -> tuple[str, str]:
         )
         m = re.match(r"go(\d+)\.(\d+)", out.stdout.strip())
         version = (int(m[1]), int(m[2])) if m else (0, 0)
-        if version >= GO_MIN:
+        if version >= minimum:
             return go, "local"
         if version >= TOOLCHAIN_MIN:
             return go, "auto"
         seen.append(f"{go} is {out.stdout.strip() or 'unusable: ' + out.stderr.strip()}")
-    needs = f"k8s.io/kubernetes {K8S_VERSION} needs {want} or later (https://go.dev/dl)"
-    raise BuildError(f"{'; '.join(seen)}; {needs}")
+    raise BuildError(f"{'; '.join(seen)}; {needs} needs {want} or later (https://go.dev/dl)")
 
 
 def _go_env(toolchain: str = "local") -> dict[str, str]:
@@ -149,7 +153,7 @@ def _go_env(toolchain: str = "local") -> dict[str, str]:
 _NETWORK = re.compile(r"dial tcp|no such host|i/o timeout|connection refused|TLS handshake|proxyconnect")
 
 
-def _run(
+def run_go(
     argv: list[str], cwd: Path, step: str, progress: Progress, *, count: str | None = None, toolchain: str
 ) -> None:
     """Runs one go command, printing a progress line every 30 s (lines matching ``count`` counted)."""
@@ -202,11 +206,11 @@ def _lock(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _stderr(line: str) -> None:
+def to_stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def ensure(progress: Progress = _stderr) -> Binaries:
+def ensure(progress: Progress = to_stderr) -> Binaries:
     """The cached binaries, built first if they are not there yet."""
     found = cached()
     if found is not None:
@@ -232,12 +236,12 @@ def _build(progress: Progress) -> Binaries:
         (work / "tools.go").write_text(TOOLS_GO)
         (work / "etcd").mkdir()
         (work / "etcd" / "main.go").write_text(ETCD_MAIN)
-        _run([go, "mod", "tidy"], work, "go mod tidy (module downloads)", progress, toolchain=toolchain)
+        run_go([go, "mod", "tidy"], work, "go mod tidy (module downloads)", progress, toolchain=toolchain)
         out = work / "bin"
         out.mkdir()
         pkgs = ["./etcd", *(f"k8s.io/kubernetes/cmd/{c}" for c in COMMANDS)]
         argv = [go, "build", "-v", "-ldflags", ldflags(), "-o", str(out) + "/", *pkgs]
-        _run(argv, work, "go build", progress, count=r"^\S+/\S+$", toolchain=toolchain)
+        run_go(argv, work, "go build", progress, count=r"^\S+/\S+$", toolchain=toolchain)
         for name in BINARIES:
             version = ["version", "--client"] if name == "kubectl" else ["--version"]
             check = subprocess.run(

@@ -50,7 +50,7 @@ def kubelet_path() -> Path:
     return build.cache_dir() / "kubelet" / "kubelet"
 
 
-def ensure_kubelet(progress: build.Progress = build._stderr) -> Path:
+def ensure_kubelet(progress: build.Progress = build.to_stderr) -> Path:
     """The cached kubelet, built first (``go build k8s.io/kubernetes/cmd/kubelet`` in the control
     plane's module, so that it reuses its compiled packages) if it is not there."""
     path = kubelet_path()
@@ -66,10 +66,10 @@ def ensure_kubelet(progress: build.Progress = build._stderr) -> Path:
         (work / "tools.go").write_text(tools)
         (work / "etcd").mkdir()
         (work / "etcd" / "main.go").write_text(build.ETCD_MAIN)
-        build._run([go, "mod", "tidy"], work, "go mod tidy", progress, toolchain=toolchain)
+        build.run_go([go, "mod", "tidy"], work, "go mod tidy", progress, toolchain=toolchain)
         argv = [go, "build", "-v", "-ldflags", build.ldflags(), "-o", str(work / "kubelet"),
                 "k8s.io/kubernetes/cmd/kubelet"]  # fmt: skip
-        build._run(argv, work, "go build kubelet", progress, count=r"^\S+/\S+$", toolchain=toolchain)
+        build.run_go(argv, work, "go build kubelet", progress, count=r"^\S+/\S+$", toolchain=toolchain)
         (work / "kubelet").rename(path)
     return path
 

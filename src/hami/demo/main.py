@@ -1,4 +1,4 @@
-"""``make demo`` (``python -m hami.testing.demo``): the whole product on a simulated cluster.
+"""``make demo`` (``python -m hami.demo``): the whole product on a simulated cluster.
 
 Starts the Kubernetes API emulator with a simulated GPU cluster, the simulated node with the vGPU
 monitor (:9394), the scheduler extender (metrics :9395), the device plugin (:9396), a
@@ -8,7 +8,7 @@ emulator, its pods standing for the daemons, so the guides' `kubectl` commands w
 Prints the URLs, the dashboards to import into Grafana and the `helm` lines for a real cluster, runs
 until Ctrl-C, then stops everything. Logs and data live under ``.demo/`` (removed at the next start).
 ``--helm`` prints only the `helm` lines. ``--tracing`` (or ``HAMI_DEMO_TRACING=1 make demo``) also
-starts Jaeger all-in-one (built from the Go module proxy at the first use, ``hami.testing.jaeger``)
+starts Jaeger all-in-one (built from the Go module proxy at the first use, ``hami.demo.jaeger``)
 and runs the three daemons with ``--enable-tracing`` into it; the banner prints where to look.
 """
 
@@ -24,27 +24,20 @@ from pathlib import Path
 
 from hami.core import names
 from hami.core.duration import prometheus_duration_flag
-from hami.testing import chart, cluster, jaeger
+from hami.demo import jaeger
+from hami.demo.monitoring import DASHBOARDS
+from hami.demo.options import DEVICE_PLUGIN, MODULES, MONITOR, SCHEDULER, Ports, StackOptions, installed
+from hami.demo.stack import Stack
+from hami.testing import chart, cluster
 from hami.testing.controlplane.build import BuildError
-from hami.testing.monitoring import DASHBOARDS
 from hami.testing.processes import StartError
-from hami.testing.stack import (
-    DEVICE_PLUGIN,
-    MODULES,
-    MONITOR,
-    SCHEDULER,
-    Ports,
-    Stack,
-    StackOptions,
-    installed,
-)
 from hami.testing.wait import WaitTimeout
 
 COMPONENTS = (MONITOR, SCHEDULER, DEVICE_PLUGIN)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m hami.testing.demo", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m hami.demo", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     d = Ports()
     p.add_argument(
@@ -256,7 +249,7 @@ def reset_workdir(workdir: Path) -> str | None:
             return f"{workdir} exists and is not a demo directory (no {MARKER}); choose another --workdir"
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
-    (workdir / MARKER).write_text("created by python -m hami.testing.demo; emptied at each start\n")
+    (workdir / MARKER).write_text("created by python -m hami.demo; emptied at each start\n")
     return None
 
 

@@ -18,7 +18,7 @@ from hami.exporter import config as exporter_config
 from hami.scheduler.extender import main as scheduler_main
 from hami.testing import chart
 
-ROOT = Path(__file__).resolve().parents[3]  # src/hami/testing/manifests.py
+ROOT = Path(__file__).resolve().parents[2]  # tests/deploy/manifests.py
 DEPLOY = ROOT / "deploy"
 NAMESPACE = names.NAMESPACE
 Obj = dict[str, Any]

@@ -4,15 +4,14 @@ Start order: Kubernetes API emulator or, with ``control_plane="real"``, the real
 (``controlplane/stackkube.py``), seeded with ``hami.testing.cluster``; kube-state-metrics
 stand-in, simulated GPU node with the vGPU monitor, device plugin, scheduler extender, Alertmanager,
 Prometheus. ``stop()`` ends them in reverse order. Every wait has a deadline; a child that exits
-early fails the start with the tail of its log. Prometheus's and Alertmanager's configuration is
-``hami.testing.monitoring``'s; fragmented-node's plugin registration, ``hami.testing.registration``'s.
+early fails the start with the tail of its log. What it runs with is ``hami.demo.options``;
+Prometheus's and Alertmanager's configuration is ``hami.demo.monitoring``'s; fragmented-node's
+plugin registration, ``hami.demo.registration``'s.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -20,68 +19,18 @@ from typing import Any
 import yaml
 
 from hami.core import names
-from hami.testing import chart, cluster, dashqueries, install, jaeger, monitoring, promconfig
+from hami.demo import jaeger, monitoring, promconfig
+from hami.demo.config import chart_flags, demo_values, node_config_json
+from hami.demo.monitoring import ALERTMANAGER
+from hami.demo.options import DEVICE_PLUGIN, MONITOR, SCHEDULER, StackOptions, installed
+from hami.demo.registration import HandshakeReporter
+from hami.testing import chart, cluster, dashqueries, install
 from hami.testing.controlplane.stackkube import RealKube
-from hami.testing.democonfig import chart_flags, demo_values, node_config_json
 from hami.testing.kubeapi import SERVING
 from hami.testing.kubeapi.logs import log_path
-from hami.testing.monitoring import ALERTMANAGER, RULES
 from hami.testing.processes import ProcessGroup, StartError, free_port, http_ok, port_problem
 from hami.testing.prometheus import PROMETHEUS
-from hami.testing.registration import HandshakeReporter
 from hami.testing.wait import wait_until
-
-# Daemons and the module that marks each as present in this checkout.
-MONITOR, SCHEDULER, DEVICE_PLUGIN = "monitor", "scheduler", "deviceplugin"
-MODULES = {
-    MONITOR: "hami.exporter.main",
-    SCHEDULER: "hami.scheduler.extender.main",
-    DEVICE_PLUGIN: "hami.deviceplugin.main",
-}
-
-
-def installed(component: str) -> bool:
-    try:
-        return importlib.util.find_spec(MODULES[component]) is not None
-    except ModuleNotFoundError:
-        return False
-
-
-@dataclass
-class Ports:
-    """0 = a free port from the OS. The demo's defaults are the daemons' documented ports."""
-
-    kubeapi: int = 0
-    ksm: int = 0
-    alertsink: int = 0  # Alertmanager's webhook receiver (notifications to a file)
-    extender: int = 0  # the extender's /filter and /bind
-    monitor: int = 9394
-    scheduler: int = 9395
-    deviceplugin: int = 9396
-    prometheus: int = 9090
-    alertmanager: int = 9093
-
-
-@dataclass
-class StackOptions:
-    workdir: Path
-    host: str = "127.0.0.1"
-    ports: Ports = field(default_factory=Ports)
-    rules: Path = RULES
-    scrape_interval: str = "15s"
-    evaluation_interval: str = "15s"
-    gpus: int = 4
-    scenarios: bool = True  # stale node, pending pods, over-limit, GPU faults, XIDs, capacity scenarios
-    xid_every: float = 60.0
-    leak_rate: float = 4.0  # MiB/s of the over-commit scenario's leaking container
-    churn_every: float = 30.0  # a batch pod created (and scheduled through the extender) this often
-    schedule_every: float = 2.0
-    sim_interval: float = 1.0
-    components: tuple[str, ...] = (MONITOR, SCHEDULER, DEVICE_PLUGIN)
-    ready_timeout: float = 120.0
-    node_lock_timeout: str = ""  # the scheduler's --node-lock-timeout; "" keeps its default (5m)
-    tracing: str = ""  # an OTLP/HTTP endpoint: the three daemons run with --enable-tracing into it
-    control_plane: str = "emulator"  # or "real": hami.testing.controlplane (controlplane/stackkube.py)
 
 
 class Stack:
@@ -267,7 +216,7 @@ class Stack:
 
     def _start_ksm(self) -> None:
         self.procs.python(
-            "kube-state-metrics", "hami.testing.ksm", ["--api", self.kube_url, "--bind", self.addr("ksm")]
+            "kube-state-metrics", "hami.demo.ksm", ["--api", self.kube_url, "--bind", self.addr("ksm")]
         )
         self._wait(self.url("ksm") + "/metrics", "the kube-state-metrics stand-in")
 
@@ -285,7 +234,7 @@ class Stack:
             args += ["--scenarios", "--xid-every", str(self.opts.xid_every)]
             args += ["--leak-rate", str(self.opts.leak_rate)]
         flags, env = jaeger.daemon_tracing(self.opts.tracing)
-        self.procs.python("simnode-monitor", "hami.testing.simhost", args + flags, env=env)
+        self.procs.python("simnode-monitor", "hami.demo.simhost", args + flags, env=env)
         self._wait(self.url(MONITOR) + "/metrics", "the simulated node's monitor")
 
     def _start_scheduler(self) -> None:
@@ -328,7 +277,7 @@ class Stack:
             "--churn-every", str(self.opts.churn_every),
             *(["--admit"] if self.opts.tracing else []),  # their traces start at the webhook
         ]  # fmt: skip
-        child = self.procs.python("kube-scheduler", "hami.testing.kubesched", args)
+        child = self.procs.python("kube-scheduler", "hami.demo.kubesched", args)
         # its SIGTERM handler is in place once it says so: a stop before that would kill it (-15)
         self.procs.wait_for_log(child, r"kubesched: driving", self.opts.ready_timeout, "the stand-in's start")
 
@@ -367,7 +316,7 @@ class Stack:
     def _start_alertmanager(self) -> None:
         self.procs.python(
             "alertsink",
-            "hami.testing.alertsink",
+            "hami.demo.alertsink",
             ["--bind", self.addr("alertsink"), "--out", str(self.notifications)],
         )
         self._wait_for(self.notifications.exists, "the alert sink")

@@ -1,6 +1,6 @@
 """The demo's Alertmanager receiver: webhook notifications appended to a file, one line per alert.
 
-``python -m hami.testing.alertsink --bind HOST:PORT --out FILE`` answers Alertmanager's webhook POSTs
+``python -m hami.demo.alertsink --bind HOST:PORT --out FILE`` answers Alertmanager's webhook POSTs
 (``webhook_configs``) and writes each alert of each notification as
 ``<time> <status> <alertname> <labels> <description>``, so ``tail -f FILE`` shows what a pager would
 receive after grouping and inhibition.
@@ -62,7 +62,7 @@ def make_app(out: Path) -> Flask:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m hami.testing.alertsink", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m hami.demo.alertsink", description=__doc__)
     p.add_argument("--bind", required=True, help="HOST:PORT to listen on")
     p.add_argument("--out", required=True, type=Path, help="file the notifications are appended to")
     args = p.parse_args(argv)

@@ -18,11 +18,11 @@ the real vGPU monitor serving it, and the scenarios the alerts are proven with.
   outpaces the other containers' jitter, and the card stays under 90 % full; ``--scenarios`` gives the GPUs
   the hardware faults of ``cluster.fake_nvml_spec``; ``--xid-every`` injects a critical XID (79,
   fallen off the bus) into the last GPU.
-- The driver's accounting (``--cgroup-root``, ``hami.testing.simdriver``): a cgroup v2 tree with dmem
+- The driver's accounting (``--cgroup-root``, ``hami.demo.simdriver``): a cgroup v2 tree with dmem
   files and the fake NVML's per-cgroup limits, with the ``scenarios/driver-limited`` container limited by
   the driver and the ``scenarios/shim-underreports`` one allocating past HAMi-core.
 
-``python -m hami.testing.simhost --kubeconfig FILE --hook-path DIR --proc-root DIR --bind :9394``
+``python -m hami.demo.simhost --kubeconfig FILE --hook-path DIR --proc-root DIR --bind :9394``
 """
 
 from __future__ import annotations
@@ -46,14 +46,14 @@ from hami.core.kube.client import new_api_client
 from hami.core.kube.informer import Informer
 from hami.core.kube.options import KubeOptions
 from hami.core.nvml.fake import FakeNvml
+from hami.demo.simdriver import DriverAccounting, hook_limits
 from hami.exporter.config import load_config
 from hami.exporter.main import Monitor
 from hami.testing import cluster
 from hami.testing.regions import MEM_DATA
-from hami.testing.simdriver import DriverAccounting, hook_limits
 from hami.testing.simnode import HOST_PID_OFFSET, MIB, SimContainer, SimNode
 
-log = klog.get_logger("hami.testing.simhost")
+log = klog.get_logger("hami.demo.simhost")
 XID_FALLEN_OFF_BUS = cluster.XID_FALLEN_OFF_BUS
 OVERLIMIT_FACTOR = 1.5
 IDLE_FOR_S = 7200
@@ -244,7 +244,7 @@ class PodDrivenNode(SimNode):
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m hami.testing.simhost", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m hami.demo.simhost", description=__doc__)
     p.add_argument("--kubeconfig", required=True)
     p.add_argument("--hook-path", required=True, help="the monitor's HOOK_PATH (HAMi-core's directory)")
     p.add_argument("--proc-root", required=True, help="the host /proc stand-in the GPU processes live in")

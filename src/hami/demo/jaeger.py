@@ -4,7 +4,7 @@ Jaeger v2 (``github.com/jaegertracing/jaeger/cmd/jaeger``, pinned to ``VERSION``
 OpenTelemetry Collector with Jaeger's in-memory storage and query API: a real OTLP receiver, not a
 fake of ours. It is built from the Go module proxy once and cached under
 ``~/.cache/hami/jaeger/<version>/bin/jaeger`` (``$HAMI_CACHE`` moves ``~/.cache/hami``), beside
-the control plane's binaries: ``python -m hami.testing.jaeger build`` builds it (``.ci/run`` does,
+the control plane's binaries: ``python -m hami.demo.jaeger build`` builds it (``.ci/run`` does,
 before the tests), and a test skips only when the Go toolchain is absent.
 
 ``Jaeger.start`` runs it on free loopback ports from a configuration of our own (Jaeger's defaults
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -27,6 +26,7 @@ import requests
 import yaml
 
 from hami.core import tracing
+from hami.testing.controlplane.build import BuildError, find_go
 from hami.testing.processes import ProcessGroup, free_port, http_ok
 from hami.testing.wait import wait_until
 
@@ -69,24 +69,16 @@ def go_available() -> bool:
 
 
 GO_MIN: Final = (1, 24)  # Jaeger v1.76's go.mod (1.24.6); `go get -tool` too
-TOOLCHAIN_MIN: Final = (1, 21)  # the first Go that fetches the toolchain a go.mod asks for
 
 
-def toolchain() -> str:
-    """GOTOOLCHAIN for the build: ``local`` for Go 1.24 or later, ``auto`` for Go 1.21 to 1.23, which
-    then fetches the go.mod's Go from the module proxy (golang.org/toolchain)."""
-    out = subprocess.run(["go", "env", "GOVERSION"], capture_output=True, text=True, timeout=60, check=False,
-                         env={**os.environ, "GOTOOLCHAIN": "local"})
-    found = re.match(r"go(\d+)\.(\d+)", out.stdout.strip())
-    version = (int(found.group(1)), int(found.group(2))) if found else (0, 0)
-    if version >= GO_MIN:
-        return "local"
-    if version >= TOOLCHAIN_MIN:
-        return "auto"
-    raise JaegerBuildError(
-        f"go is {out.stdout.strip() or 'unusable'}; Jaeger {VERSION} needs Go 1.24 or later, or Go 1.21+ "
-        "which fetches it (https://go.dev/dl)"
-    )
+def toolchain() -> tuple[str, str]:
+    """The Go toolchain and the GOTOOLCHAIN for the build: the control plane's finder
+    (``find_go``), with Jaeger's minimum: ``local`` for Go 1.24 or later, ``auto`` for Go 1.21 to
+    1.23, which then fetches the go.mod's Go from the module proxy (golang.org/toolchain)."""
+    try:
+        return find_go(GO_MIN, f"Jaeger {VERSION}", f"Jaeger {VERSION}")
+    except BuildError as err:
+        raise JaegerBuildError(str(err)) from err
 
 
 def build(timeout: float = BUILD_TIMEOUT_S) -> Path:
@@ -105,11 +97,12 @@ def build(timeout: float = BUILD_TIMEOUT_S) -> Path:
         found = cached()  # another process built it while this one waited
         if found is not None:
             return found
-        env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": toolchain()}
+        go, gotoolchain = toolchain()
+        env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": gotoolchain}
         if not (work / "go.mod").exists():
             (work / "go.mod").write_text("module hami.local/jaeger-tool\n\ngo 1.24.6\n")
         for step in (
-            ["go", "get", "-tool", f"{MODULE}@{VERSION}"], ["go", "build", "-o", "bin/jaeger.tmp", MODULE]
+            [go, "get", "-tool", f"{MODULE}@{VERSION}"], [go, "build", "-o", "bin/jaeger.tmp", MODULE]
         ):
             done = subprocess.run(step, cwd=work, env=env, capture_output=True, text=True, timeout=timeout,
                                   check=False)
@@ -194,10 +187,10 @@ class Jaeger:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m hami.testing.jaeger build``: build and cache the binary, print its path."""
+    """``python -m hami.demo.jaeger build``: build and cache the binary, print its path."""
     args = sys.argv[1:] if argv is None else argv
     if args != ["build"]:
-        print("usage: python -m hami.testing.jaeger build", file=sys.stderr)
+        print("usage: python -m hami.demo.jaeger build", file=sys.stderr)
         return 2
     try:
         print(build())

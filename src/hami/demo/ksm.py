@@ -6,7 +6,7 @@ pods and nodes of an API server listed at scrape time: ``kube_pod_status_phase``
 ``kube_pod_container_resource_requests``, ``kube_node_labels`` and ``kube_node_status_allocatable`` (the node
 GPU headroom rule).
 
-``python -m hami.testing.ksm --api URL --bind :PORT``
+``python -m hami.demo.ksm --api URL --bind :PORT``
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def http_lister(api_url: str, timeout: float = 5.0) -> Lister:
 
 
 def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m hami.testing.ksm", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m hami.demo.ksm", description=__doc__)
     p.add_argument("--api", required=True, help="API server URL, e.g. http://127.0.0.1:6443")
     p.add_argument("--bind", default=":8080")
     args = p.parse_args(argv)

@@ -13,7 +13,7 @@ With ``--admit``, a batch pod is first passed through the extender's ``/webhook`
 applies the chart's MutatingWebhookConfiguration (``admitted``): with tracing on, its trace then
 starts at the webhook (docs/design/tracing.md).
 
-``python -m hami.testing.kubesched --api URL --extender URL``
+``python -m hami.demo.kubesched --api URL --extender URL``
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def run(driver: Driver, done: threading.Event, interval: float, churn_every: flo
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m hami.testing.kubesched", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m hami.demo.kubesched", description=__doc__)
     p.add_argument("--api", required=True, help="Kubernetes API URL")
     p.add_argument("--extender", default="", help="scheduler extender URL; empty: create batch pods only")
     p.add_argument("--scheduler-name", default=cluster.SCHEDULER_NAME)

@@ -1,7 +1,7 @@
 """The stack's monitoring half: Debian's Prometheus and Alertmanager with this checkout's rules,
 Alertmanager configuration and dashboards. Each ``*_argv`` writes the server's configuration for the
 stack's addresses under ``work`` and returns the command line that serves it; starting and waiting
-stay with ``hami.testing.stack``.
+stay with ``hami.demo.stack``.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import requests
 
-from hami.testing import promconfig
+from hami.demo import promconfig
 from hami.testing.prometheus import PROMETHEUS
 
 ROOT = Path(__file__).resolve().parents[3]

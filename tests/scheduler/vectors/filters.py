@@ -8,7 +8,7 @@ from typing import Any
 
 from hami.scheduler.engine.nodes import NodeState
 from hami.testing.builders import dev, pod, res, resource_quota
-from hami.testing.enginestate import node_state
+from hami.testing.engineinputs import node_state
 
 
 @dataclass
