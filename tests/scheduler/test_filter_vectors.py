@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tests.scheduler.vectors.filters import CASES, FOUR, Case
 
 from hami.scheduler.engine.decision import FilterConfig, FilterResult, commit, filter_pod
 from hami.scheduler.engine.device_config import NvidiaConfig
@@ -15,6 +14,7 @@ from hami.scheduler.engine.requests import PodRequest, pod_request
 from hami.scheduler.engine.usage import DeviceShare, PodAllocation, UsageIndex
 from hami.testing.builders import dev, pod, res, resource_quota
 from hami.testing.engineinputs import node_state, usage
+from tests.scheduler.vectors.filters import CASES, FOUR, Case
 
 
 def decode(the_pod: dict[str, Any]) -> PodRequest:

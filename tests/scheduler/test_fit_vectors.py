@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tests.scheduler.vectors.fit import FIT_VECTORS, FitRow
 
 from hami.core.devices import DeviceInfo
 from hami.scheduler.engine.device_config import NvidiaConfig
@@ -14,6 +13,7 @@ from hami.scheduler.engine.policy import parse_gpu_policy, parse_scoring_weights
 from hami.scheduler.engine.requests import pod_request
 from hami.testing.builders import dev, pod, res
 from hami.testing.engineinputs import node_state, usage
+from tests.scheduler.vectors.fit import FIT_VECTORS, FitRow
 
 
 def fit_one(devices: tuple[DeviceInfo, ...], container: dict[str, Any], *,

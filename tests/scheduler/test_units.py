@@ -6,8 +6,6 @@ from operator import itemgetter
 from typing import Any
 
 import pytest
-from tests.scheduler.vectors.filters import CASES
-from tests.scheduler.vectors.fit import FIT_VECTORS
 
 from hami.core.codec.node_devices import encode_node_devices
 from hami.core.devices import ContainerDevice
@@ -36,6 +34,8 @@ from hami.scheduler.engine.requests import (
 from hami.scheduler.engine.score import node_score
 from hami.scheduler.engine.usage import DeviceShare, collapse_init_containers
 from hami.testing.builders import dev, pod, res
+from tests.scheduler.vectors.filters import CASES
+from tests.scheduler.vectors.fit import FIT_VECTORS
 
 CR = ContainerRequest
 LESS = "TestDeviceUsageList_Less/"
