@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from hami.core import annotations as ann
-from hami.scheduler.engine import reasons as r
+from hami.core import reasons as r
 from hami.testing.apiside import Obj, Side
 from hami.testing.podstream import Step
 from hami.testing.wait import wait_until
