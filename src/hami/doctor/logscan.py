@@ -289,7 +289,7 @@ def classify(line: str) -> tuple[LogPattern, str, str, str] | None:
         if p.key == "filtered-out":  # keyed by the first code the verdict names
             code = reasons.verdict_codes(m.group("codes"))[0]
             meaning, action = reasons.explain(code)
-            return p, f"{p.key}:{code}", f"Filter: {meaning}", action
+            return p, f"{p.key}:{code.replace(' ', '-')}", f"Filter: {meaning}", action
         return p, p.key, p.meaning, p.action
     return None
 

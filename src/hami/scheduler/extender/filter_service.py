@@ -236,7 +236,7 @@ class FilterService:
             if self.recorder is not None:
                 self.recorder.filtered(pod, request.reqs, result.failed, result.node, result.error)
             if klog.v(4):
-                self._log_verdicts(request, names, result)
+                self.log_verdicts(request, names, result)
         if result.error is not None:
             self.metrics.allocation_failures.labels(ann.VENDOR_NVIDIA, INVALID_REQUEST).inc()
             self.events.filtering(pod, result.events(len(names)))
@@ -261,7 +261,7 @@ class FilterService:
         # As HAMi answers a fit: the chosen node only, no FailedNodes (the events name the others).
         return {"NodeNames": [result.node], "FailedNodes": None, "Error": ""}, "fit"
 
-    def _log_verdicts(self, request: PodRequest, names: list[str], result: FilterResult) -> None:
+    def log_verdicts(self, request: PodRequest, names: list[str], result: FilterResult) -> None:
         """-v4 per-node lines in the form operators grep for (called under the state lock)."""
         requested = max((q.memreq for q in request.reqs if q is not None), default=0)
         for node in names:
