@@ -10,6 +10,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hami.core import klog
 from hami.core import reasons as r
@@ -139,3 +141,39 @@ def test_the_doctor_reads_the_node_list_past_its_first_node() -> None:
     assert line.endswith(" and 2 more")
     parsed = r.parse_filter_messages([line])
     assert parsed.by_reason == {r.CARD_CORDONED: nodes[: r.MAX_NODES_LISTED]}
+
+
+_nodes = st.from_regex(r"[a-z0-9]([a-z0-9.-]{0,20}[a-z0-9])?", fullmatch=True)
+_WHOLE = sorted(code for code, reason in r.CATALOGUE.items() if reason.form == r.WHOLE)
+_COUNTED = sorted(set(r.CATALOGUE) - set(_WHOLE))
+# What Fit leaves for a node: a whole failure text, or <n>/<m> items.
+_texts = st.one_of(
+    st.sampled_from(_WHOLE),
+    st.dictionaries(st.sampled_from(_COUNTED), st.integers(1, 8), min_size=1, max_size=4).map(
+        lambda counts: r.gen_reason(counts, 8)
+    ),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(_nodes, _texts, max_size=12))
+def test_the_doctor_reads_back_what_the_scheduler_wrote(failed: dict[str, str]) -> None:
+    """For any FailedNodes, the messages the scheduler writes read back as the nodes of each code (the
+    first MAX_NODES_LISTED of a code that only the node list line names) and the node total."""
+    messages = [*r.failure_events(failed), r.no_fit_message(len(failed)), *r.node_list_messages(failed)]
+    parsed = r.parse_filter_messages(messages)
+    counted: dict[str, set[str]] = {}  # named by HAMi's per-reason events
+    whole: dict[str, list[str]] = {}  # named by the node list line only
+    for node, text in sorted(failed.items()):
+        for code in r.parse_reason(text):
+            counted.setdefault(code, set()).add(node)
+        if not r.parse_reason(text) and " " not in text:
+            whole.setdefault(text, []).append(node)
+    truth = {**{code: set(nodes[: r.MAX_NODES_LISTED]) for code, nodes in whole.items()}, **counted}
+    assert parsed.nodes_not_fit == len(failed) and parsed.other == []
+    assert {code: set(nodes) for code, nodes in parsed.by_reason.items()} == truth
+    for node, text in failed.items():
+        line = f"I0101 00:00:00.000000       1 filter_service.py:1] {r.filtered_out_line(node, text)}\n"
+        fields = r.FILTERED_OUT.find(line)
+        assert fields is not None and fields["node"] == node
+        assert r.verdict_codes(fields["codes"]) == (list(r.parse_reason(text)) or [text])

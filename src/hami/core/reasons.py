@@ -142,8 +142,8 @@ class Format:
             if name is not None:
                 parts.append(f"(?P<{name}>{fields[name]})")
         self.pattern = "".join(parts)
-        # A klog line ends with its message: the message is read from the end of the line.
-        self.line_pattern = self.pattern + r"\s*$"
+        # A klog line ends with its message: the message is read up to the end of the line.
+        self.line_pattern = self.pattern + "$"
         self._whole = re.compile(self.pattern)
         self._line = re.compile(self.line_pattern)
 
@@ -162,6 +162,9 @@ class Format:
 
 
 _NODE, _COUNT, _CODE = r"[^\s,()]+", r"\d+", r"\S+"
+# Between the items of a FailedNodes string, the codes of a verdict line and the nodes of the node list
+# line; HAMi's per-reason event joins its nodes with a bare comma.
+_SEP, _EVENT_SEP = ", ", ","
 # One item of a FailedNodes string (HAMi's GenReason/ParseReason: "%d/%d %s").
 ITEM: Final = Format("{count}/{total} {code}", count=_COUNT, total=_COUNT, code=_CODE)
 _ITEM_PREFIX = re.compile(ITEM.pattern)
@@ -175,15 +178,15 @@ FIT: Final = Format(
     node=_NODE, unfit=_COUNT, fit=_COUNT, scores=r"[^()]*",
 )
 # The extender's line for operators (docs/guides/scheduler-debugging.md §3.1), at most MAX_NODES_LISTED
-# nodes named.
+# nodes named; not HAMi's (docs/design/differences.md).
 MORE_NODES: Final = Format(" and {hidden} more", hidden=_COUNT)
 NODE_LIST: Final = Format("Bindingfailed: {code} on node {nodes}{more}", code=_CODE,
-                          nodes=f"{_NODE}(?:, {_NODE})*", more=f"(?:{MORE_NODES.pattern})?")
+                          nodes=f"{_NODE}(?:{_SEP}{_NODE})*", more=f"(?:{MORE_NODES.pattern})?")
 MAX_NODES_LISTED: Final = 5
-# The extender's -v=4 lines (§5.4): one per node, then the verdict of a rejected one. The verdict names
-# the codes without HAMi's "<n>/<m>" card counts; memory adds what was compared.
+# The extender's -v=4 lines (§5.4), not HAMi's (docs/design/differences.md): one per node, then the
+# verdict of a rejected one. The verdict names the codes without the "<n>/<m>" card counts; memory adds
+# what was compared.
 FILTERING_NODE: Final = Format("Filtering node {node} for pod {pod}", node=_NODE, pod=r"\S+")
-_CODES_SEP = ", "
 MEMORY_DETAIL: Final = Format(", requested {requested}Mi but available {free}Mi", requested=_COUNT,
                               free=_COUNT)
 FILTERED_OUT: Final = Format("Node {node} filtered out: {codes}{detail}", node=_NODE, codes=r".+?",
@@ -195,13 +198,13 @@ NODE_UNFIT: Final = Format('"{code}" pod="{pod}" node="{node}" reason="{reason}"
 
 def gen_reason(counts: Mapping[str, int], total: int) -> str:
     """HAMi ``GenReason``: ``<n>/<total> <Reason>`` items, sorted as strings, joined by ``", "``."""
-    return ", ".join(sorted(ITEM.render(count=n, total=total, code=code) for code, n in counts.items()))
+    return _SEP.join(sorted(ITEM.render(count=n, total=total, code=code) for code, n in counts.items()))
 
 
 def parse_reason(text: str) -> dict[str, int]:
     """HAMi ``ParseReason``: reason type -> count; items that are not ``<n>/<m> <Reason>`` are dropped."""
     out: dict[str, int] = {}
-    for item in text.split(", "):
+    for item in text.split(_SEP):
         m = _ITEM_PREFIX.match(item)
         if m is not None:
             out[m["code"]] = int(m["count"])
@@ -210,7 +213,7 @@ def parse_reason(text: str) -> dict[str, int]:
 
 def verdict_codes(codes: str) -> list[str]:
     """The codes of a -v=4 verdict line's ``codes`` field (``filtered_out_line``)."""
-    return codes.split(_CODES_SEP)
+    return codes.split(_SEP)
 
 
 def failure_events(failed_nodes: Mapping[str, str]) -> list[str]:
@@ -225,7 +228,7 @@ def failure_events(failed_nodes: Mapping[str, str]) -> list[str]:
         for kind in parse_reason(reason):
             by_reason.setdefault(kind, []).append(node)
     return [
-        PER_REASON.render(nodes_count=len(nodes), code=kind, nodes=",".join(sorted(nodes)))
+        PER_REASON.render(nodes_count=len(nodes), code=kind, nodes=_EVENT_SEP.join(sorted(nodes)))
         for kind, nodes in sorted(by_reason.items())
     ]
 
@@ -242,7 +245,7 @@ def node_list_messages(failed: Mapping[str, str]) -> list[str]:
         nodes.sort()
         hidden = len(nodes) - MAX_NODES_LISTED
         more = MORE_NODES.render(hidden=hidden) if hidden > 0 else ""
-        out.append(NODE_LIST.render(code=kind, nodes=", ".join(nodes[:MAX_NODES_LISTED]), more=more))
+        out.append(NODE_LIST.render(code=kind, nodes=_SEP.join(nodes[:MAX_NODES_LISTED]), more=more))
     return out
 
 
@@ -260,7 +263,7 @@ def fit_message(node: str, requested_nodes: int, labels: Sequence[str]) -> str:
 
 def filtered_out_line(node: str, reason: str, detail: str = "") -> str:
     """The -v=4 verdict of a rejected node: its codes without the card counts, then ``detail``."""
-    codes = _CODES_SEP.join(parse_reason(reason)) or reason
+    codes = _SEP.join(parse_reason(reason)) or reason
     return FILTERED_OUT.render(node=node, codes=codes, detail=detail)
 
 
@@ -298,12 +301,12 @@ def parse_filter_messages(messages: list[str]) -> FilterFailures:
     for message in messages:
         text = message.strip()
         if (f := PER_REASON.read(text)) is not None:
-            out.add(f["code"], [n for n in f["nodes"].split(",") if n])
+            out.add(f["code"], [n for n in f["nodes"].split(_EVENT_SEP) if n])
         elif (f := NO_FIT.read(text)) is not None:
             out.nodes_not_fit = int(f["nodes_count"])
         elif (f := NODE_LIST.read(text)) is not None:
-            out.add(f["code"], f["nodes"].split(", "))
-        elif counted := [m["code"] for item in text.split(", ") if (m := _ITEM_PREFIX.search(item))]:
+            out.add(f["code"], f["nodes"].split(_SEP))
+        elif counted := [m["code"] for item in text.split(_SEP) if (m := _ITEM_PREFIX.search(item))]:
             for code in counted:
                 out.add(code, [])
         else:
