@@ -52,7 +52,7 @@ COUNTED, WHOLE, LOG_ONLY = "counted", "whole", "log only"
 class Reason:
     code: str
     form: str  # COUNTED, WHOLE or LOG_ONLY
-    meaning: str  # what it says, for a person (the scheduler guide's table, §4, extended to every code)
+    meaning: str  # for a person: docs/guides/scheduler-debugging.md §4's table, extended to every code
     action: str  # what to do
 
     @property
@@ -262,7 +262,7 @@ def fit_message(node: str, requested_nodes: int, labels: Sequence[str]) -> str:
     """The FilteringSucceed event of §4.1 step 10; ``labels`` ("<node>:<score %.2f>") in HAMi's
     sorted order."""
     unfit = requested_nodes - len(labels)
-    return FIT.render(node=node, unfit=unfit, fit=len(labels), scores=",".join(labels))
+    return FIT.render(node=node, unfit=unfit, fit=len(labels), scores=_EVENT_SEP.join(labels))
 
 
 def filtered_out_line(node: str, reason: str, detail: str = "") -> str:
@@ -282,7 +282,7 @@ def unschedulable_message(failed_nodes: Mapping[str, str], all_nodes: int) -> st
     for reason in failed_nodes.values():
         histogram[reason] = histogram.get(reason, 0) + 1
     items = sorted(f"{n} {reason}" for reason, n in histogram.items())
-    return f"0/{all_nodes} nodes are available: {', '.join(items)}."
+    return f"0/{all_nodes} nodes are available: {_SEP.join(items)}."
 
 
 @dataclass
