@@ -7,7 +7,7 @@ cannot drift. Per node, Fit counts why each card was rejected and ``gen_reason``
 way HAMi does (``1/4 AllocatedCardsInsufficientRequest, 3/4 ResourceQuotaNotFit``); these strings are
 the extender's FailedNodes values, which kube-scheduler then folds into ``0/N nodes are available: …``.
 
-Section signs (§) refer to docs/design/scheduler.md.
+Every section sign (§) here names its document.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-# HAMi's codes (pkg/device/common/common.go, §4.8).
+# HAMi's codes (pkg/device/common/common.go, docs/design/scheduler.md §4.8).
 CARD_TYPE_MISMATCH: Final = "CardTypeMismatch"
 CARD_UUID_MISMATCH: Final = "CardUuidMismatch"
 CARD_TIME_SLICING_EXHAUSTED: Final = "CardTimeSlicingExhausted"
@@ -172,7 +172,7 @@ _SEP, _EVENT_SEP = ", ", ","
 # One item of a FailedNodes string (HAMi's GenReason/ParseReason: "%d/%d %s").
 ITEM: Final = Format("{count}/{total} {code}", count=_COUNT, total=_COUNT, code=_CODE)
 _ITEM_PREFIX, _ITEM_PRINTF = re.compile(ITEM.pattern), ITEM.printf  # Fit writes one per rejected node
-# The events HAMi records (§4.1 steps 6 and 10, §4.2).
+# The events HAMi records (docs/design/scheduler.md §4.1 steps 6 and 10, docs/design/scheduler.md §4.2).
 PER_REASON: Final = Format(
     "{nodes_count} nodes {code}({nodes})", nodes_count=_COUNT, code=r"\S+?", nodes=r".*"
 )
@@ -187,9 +187,9 @@ MORE_NODES: Final = Format(" and {hidden} more", hidden=_COUNT)
 NODE_LIST: Final = Format("Bindingfailed: {code} on node {nodes}{more}", code=_CODE,
                           nodes=f"{_NODE}(?:{_SEP}{_NODE})*", more=f"(?:{MORE_NODES.pattern})?")
 MAX_NODES_LISTED: Final = 5
-# The extender's -v=4 lines (§5.4), not HAMi's (docs/design/differences.md): one per node, then the
-# verdict of a rejected one. The verdict names the codes without the "<n>/<m>" card counts; memory adds
-# what was compared.
+# The extender's -v=4 lines (docs/design/scheduler.md §5.4), not HAMi's (docs/design/differences.md):
+# one per node, then the verdict of a rejected one. The verdict names the codes without the "<n>/<m>"
+# card counts; memory adds what was compared.
 FILTERING_NODE: Final = Format("Filtering node {node} for pod {pod}", node=_NODE, pod=r"\S+")
 MEMORY_DETAIL: Final = Format(", requested {requested}Mi but available {free}Mi", requested=_COUNT,
                               free=_COUNT)
@@ -221,7 +221,8 @@ def verdict_codes(codes: str) -> list[str]:
 
 
 def failure_events(failed_nodes: Mapping[str, str]) -> list[str]:
-    """Messages of the per-reason FilteringFailed events HAMi records when no node fits (§4.2).
+    """Messages of the per-reason FilteringFailed events HAMi records when no node fits
+    (docs/design/scheduler.md §4.2).
 
     One per reason type, ``<k> nodes <Reason>(<sorted, comma-joined nodes>)``, in reason order.
     Nodes whose reason has no ``n/m`` items (``NodeInsufficientDevice``, ``node unregistered``)
@@ -254,13 +255,13 @@ def node_list_messages(failed: Mapping[str, str]) -> list[str]:
 
 
 def no_fit_message(requested_nodes: int) -> str:
-    """The FilteringFailed event of §4.1 step 6."""
+    """The FilteringFailed event of docs/design/scheduler.md §4.1 step 6."""
     return NO_FIT.render(nodes_count=requested_nodes)
 
 
 def fit_message(node: str, requested_nodes: int, labels: Sequence[str]) -> str:
-    """The FilteringSucceed event of §4.1 step 10; ``labels`` ("<node>:<score %.2f>") in HAMi's
-    sorted order."""
+    """The FilteringSucceed event of docs/design/scheduler.md §4.1 step 10; ``labels``
+    ("<node>:<score %.2f>") in HAMi's sorted order."""
     unfit = requested_nodes - len(labels)
     return FIT.render(node=node, unfit=unfit, fit=len(labels), scores=_EVENT_SEP.join(labels))
 
