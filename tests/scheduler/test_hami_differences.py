@@ -3,7 +3,7 @@ test_vs_hami.py) found different on purpose; each has its row in docs/design/dif
 
 from __future__ import annotations
 
-from hami.scheduler.engine import reasons as r
+from hami.core import reasons as r
 from hami.scheduler.engine.decision import FilterConfig, filter_pod
 from hami.scheduler.engine.device_config import NvidiaConfig
 from hami.scheduler.engine.quota import QuotaManager

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from hami.core import reasons as r
 from hami.core.codec.node_devices import encode_node_devices
 from hami.core.devices import ContainerDevice
-from hami.scheduler.engine import reasons as r
 from hami.scheduler.engine.device_config import DeviceConfigError, NvidiaConfig, load_nvidia_config
 from hami.scheduler.engine.nodes import NodeState, Unregistered, node_state
 from hami.scheduler.engine.policy import (
@@ -241,8 +241,9 @@ def test_reason_format_and_parse() -> None:
 
 
 def test_every_reason_code_is_explained_and_produced() -> None:
-    codes = {v for k, v in vars(r).items() if k.isupper() and isinstance(v, str) and v.isalpha()}
-    assert codes <= set(r.MEANINGS)
+    constants = (v for k, v in vars(r).items() if k.isupper() and isinstance(v, str))
+    codes = {v for v in constants if v.isalpha() and v[0].isupper()}
+    assert codes == r.HAMI_CODES and codes <= set(r.CATALOGUE)
     expected = [row[-1] for row in FIT_VECTORS] + [str(c.failed) for c in CASES.values()]
     text = " ".join(str(e) for e in expected)
     never_emitted = {r.NODE_UNFIT_POD, r.NODE_FIT_POD, r.MODE_NOT_FIT, r.CARD_NOT_FOUND_CUSTOM_FILTER_RULE}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from hami.doctor import reasons
+from hami.core import reasons
 from hami.doctor.findings import BROKEN, OK, WARNING, Finding, Section, Severity, Table
 from hami.doctor.logcatalog import OWN_PATTERNS
 from hami.doctor.logpattern import LogPattern
@@ -248,7 +248,8 @@ PATTERNS: tuple[LogPattern, ...] = (
         "another pod holds the node lock",
         "hami-doctor node NAME shows the holder and its age; an expired lock is taken over",
     ),
-    _p("filtered-out", r"Node (?P<node>\S+) filtered out: (?P<reason>[A-Za-z]+)", SCHED, "Warning", "", ""),
+    # The extender's -v=4 lines, read with the scheduler's own formats.
+    _p("filtered-out", reasons.FILTERED_OUT.line_pattern, SCHED, "Warning", "", ""),
     _p(
         "filtering-failed",
         r"FilteringFailed",
@@ -257,7 +258,7 @@ PATTERNS: tuple[LogPattern, ...] = (
         "no node fits the pod",
         "read the reason codes (hami-doctor pod NS/NAME)",
     ),
-    _p("filtering-node", r"Filtering node \S+ for pod \S+", SCHED, "Info", "V(4) Filter trace", "none"),
+    _p("filtering-node", reasons.FILTERING_NODE.line_pattern, SCHED, "Info", "V(4) Filter trace", "none"),
     *OWN_PATTERNS,
 )
 
@@ -285,9 +286,10 @@ def classify(line: str) -> tuple[LogPattern, str, str, str] | None:
         m = p.regex.search(line)
         if m is None:
             continue
-        if "reason" in p.regex.groupindex:
-            meaning, action = reasons.explain(m.group("reason"))
-            return p, f"{p.key}:{m.group('reason')}", f"Filter: {meaning}", action
+        if p.key == "filtered-out":  # keyed by the first code the verdict names
+            code = reasons.verdict_codes(m.group("codes"))[0]
+            meaning, action = reasons.explain(code)
+            return p, f"{p.key}:{code.replace(' ', '-')}", f"Filter: {meaning}", action
         return p, p.key, p.meaning, p.action
     return None
 

@@ -14,11 +14,12 @@ from datetime import datetime
 from typing import Any
 
 from hami.core import annotations as ann
+from hami.core import reasons
 from hami.core.codec import CodecError
 from hami.core.codec.nodelock import parse_rfc3339
 from hami.core.duration import format_duration
 from hami.core.objects import annotations_of, meta_field, name_of, namespace_of
-from hami.doctor import nodecheck, nodeprotocol, reasons, verdict
+from hami.doctor import nodecheck, nodeprotocol, verdict
 from hami.doctor.findings import BROKEN, OK, WARNING, Finding, Section, is_broken
 from hami.doctor.podinputs import PodCluster, check_requests, check_scheduler, check_scheduler_name
 from hami.doctor.settings import Settings
@@ -175,7 +176,7 @@ def _filtering_failed(events: list[Obj], c: PodCluster, s: Settings, now: dateti
         )
     for text in parsed.other:
         out.append(Finding(BROKEN, "pod.filter.error", f"filter failed: {text}", described, FIX_RAISE_V4))
-    unregistered = {"NodeUnfitPod", "node unregistered"} & parsed.by_reason.keys()
+    unregistered = {reasons.NODE_UNFIT_POD, reasons.NODE_UNREGISTERED} & parsed.by_reason.keys()
     if unregistered or not parsed.by_reason:
         named = sorted({n for r in unregistered for n in parsed.by_reason[r]})
         out += _node_annotations(named or sorted(c.nodes), c, s, now)

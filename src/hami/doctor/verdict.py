@@ -12,9 +12,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from hami.core import readable
+from hami.core import readable, reasons
 from hami.core.duration import format_duration
-from hami.doctor import reasons
 from hami.doctor.findings import BROKEN, OK, WARNING, Finding
 
 Obj = dict[str, Any]
@@ -100,11 +99,11 @@ def _on(_rec: Obj, nodes: list[Obj]) -> str:
 
 
 NUMBERS: dict[str, Callable[[Obj, list[Obj]], str]] = {
-    "CardInsufficientMemory": _memory,
-    "CardInsufficientCore": _cores,
-    "NodeInsufficientDevice": _devices,
-    "CardTimeSlicingExhausted": _slots,
-    "ResourceQuotaNotFit": _quota,
+    reasons.CARD_INSUFFICIENT_MEMORY: _memory,
+    reasons.CARD_INSUFFICIENT_CORE: _cores,
+    reasons.NODE_INSUFFICIENT_DEVICE: _devices,
+    reasons.CARD_TIME_SLICING_EXHAUSTED: _slots,
+    reasons.RESOURCE_QUOTA_NOT_FIT: _quota,
 }
 
 

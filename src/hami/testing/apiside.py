@@ -15,6 +15,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from hami.core import annotations as ann
+from hami.core import reasons
 from hami.testing.wait import wait_until
 
 Obj = dict[str, Any]
@@ -25,9 +26,6 @@ ALLOCATED_FAMILY = "hami_vgpu_memory_allocated_bytes"
 CARD_MEMORY = re.compile(r"^hami_gpu_memory_allocated_bytes\{[^}]*\} (\S+)$", re.MULTILINE)
 ALLOCATED_LINE = re.compile(r"^" + ALLOCATED_FAMILY + r"\{([^}]*)\}", re.MULTILINE)
 LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-FIT = re.compile(
-    r"^find fit node\((?P<node>[^)]*)\), (?P<unfit>\d+) nodes not fit, \d+ nodes fit\((?P<labels>.*)\)$"
-)
 
 
 @dataclass
@@ -122,11 +120,11 @@ def _normal(event: Obj) -> str:
     """The message, with a FilteringSucceed's node scores as a sorted set (HAMi orders equal scores by
     an unstable sort)."""
     msg = str(event.get("message", ""))
-    m = FIT.match(msg)
-    if not m:
+    fields = reasons.FIT.read(msg)
+    if fields is None:
         return msg
-    labels = ",".join(sorted(x for x in m.group("labels").split(",") if x))
-    return f"find fit node(*), {m.group('unfit')} nodes not fit, fit({labels})"
+    labels = ",".join(sorted(x for x in fields["scores"].split(",") if x))
+    return f"find fit node(*), {fields['unfit']} nodes not fit, fit({labels})"
 
 
 def seed(api: str, nodes: Sequence[Obj], quotas: Sequence[Obj], namespaces: Iterable[str] = (),

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from hami.core import annotations as ann
-from hami.scheduler.engine import reasons as r
+from hami.core import reasons as r
 from hami.testing.apiside import Obj, Side
 from hami.testing.podstream import Step
 from hami.testing.wait import wait_until
@@ -39,13 +39,12 @@ T = TypeVar("T")
 R = TypeVar("R")
 # Our events HAMi does not write, on purpose (docs/design/differences.md, rows "Extra FilteringFailed
 # line" and "`gpucores` above 100"): matched on the message and on the reason.
-ADDED_EVENT = re.compile(r"^Bindingfailed: ")
 ADDED_REASONS = frozenset({"GPUCoresClamped"})
 
 
 def added_event(event: tuple[str, str, str]) -> bool:
     """One of our events that HAMi does not write, on purpose: (type, reason, message)."""
-    return event[1] in ADDED_REASONS or bool(ADDED_EVENT.match(event[2]))
+    return event[1] in ADDED_REASONS or r.NODE_LIST.read(event[2]) is not None
 
 
 def fit_scores(events: Iterable[tuple[str, str, str]]) -> dict[str, str]:

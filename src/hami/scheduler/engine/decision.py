@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
+from hami.core import reasons as r
 from hami.core.devices import MigAllocation, PodDevices
-from hami.scheduler.engine import reasons as r
 from hami.scheduler.engine.device_config import NvidiaConfig
 from hami.scheduler.engine.fit import Placed, PodContext, fit_node, fits_quickly
 from hami.scheduler.engine.mig import unreserved

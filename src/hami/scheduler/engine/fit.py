@@ -17,8 +17,8 @@ from functools import cached_property
 from itertools import combinations
 from typing import NamedTuple
 
+from hami.core import reasons as r
 from hami.core.devices import ContainerDevice, ContainerDevices, MigAllocation, MigPlacement, PodDevices
-from hami.scheduler.engine import reasons as r
 from hami.scheduler.engine.mig import MigChoice, allocations, select
 from hami.scheduler.engine.nodes import NodeView
 from hami.scheduler.engine.policy import GpuPolicy, Weights, device_sort_key

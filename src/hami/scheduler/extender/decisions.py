@@ -19,10 +19,10 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from hami.core import annotations as ann
+from hami.core import reasons as r
 from hami.core.codec.errors import CodecError
 from hami.core.codec.nodelock import parse_node_lock
 from hami.core.objects import annotations_of, meta_field
-from hami.scheduler.engine import reasons as r
 from hami.scheduler.engine.requests import PERCENT_UNSET, ContainerRequest
 from hami.scheduler.extender.schedulable import node_reason
 from hami.scheduler.extender.state import ClusterState
@@ -67,7 +67,7 @@ def dominant_reason(failed: Mapping[str, str]) -> str:
     counts: Counter[str] = Counter()
     for text in failed.values():
         codes = r.parse_reason(text)
-        counts.update(codes or [_PLAIN.get(text, text if text in r.MEANINGS else "Other")])
+        counts.update(codes or [_PLAIN.get(text, text if text in r.HAMI_CODES else "Other")])
     if not counts:
         return "Other"
     return min(counts, key=lambda code: (-counts[code], code))

@@ -3,7 +3,8 @@
 Besides HAMi's per-reason FilteringFailed events (``2 nodes CardInsufficientMemory(n1,n2)``), a
 failed filter records the operator-facing line docs/guides/scheduler-debugging.md §3.1 shows in ``kubectl
 describe pod``: ``Bindingfailed: CardInsufficientMemory on node gpu-node-01`` (one per reason type, at most
-``MAX_NODES_LISTED`` nodes named).
+``hami.core.reasons.MAX_NODES_LISTED`` nodes named). The messages are the reason catalogue's
+(``hami.core.reasons``), which hami-doctor reads back.
 
 Section signs (§) refer to docs/design/scheduler-extender.md.
 """
@@ -14,8 +15,8 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from hami.core import klog
+from hami.core import reasons as r
 from hami.core.kube.events import NORMAL, WARNING, EventRecorder, ObjectRef
-from hami.scheduler.engine import reasons as r
 from hami.scheduler.extender.metrics import SchedulerMetrics
 
 FILTERING_FAILED: Final = "FilteringFailed"
@@ -24,25 +25,8 @@ BINDING_FAILED: Final = "BindingFailed"
 BINDING_SUCCEED: Final = "BindingSucceed"
 # Not HAMi's (it only logs the clamp): says on the pod what the filter changed in its request.
 REQUEST_CLAMPED: Final = "GPUCoresClamped"
-MAX_NODES_LISTED: Final = 5
 
 log = klog.get_logger(__name__)
-
-
-def guide_failure_messages(failed: Mapping[str, str]) -> list[str]:
-    """``Bindingfailed: <Reason> on node <node>[, <node>…]`` per reason type
-    (docs/guides/scheduler-debugging.md §3.1)."""
-    by_reason: dict[str, list[str]] = {}
-    for node, reason in failed.items():
-        for kind in r.parse_reason(reason) or ([reason] if " " not in reason else []):
-            by_reason.setdefault(kind, []).append(node)
-    out = []
-    for kind, nodes in sorted(by_reason.items()):
-        nodes.sort()
-        shown = ", ".join(nodes[:MAX_NODES_LISTED])
-        more = f" and {len(nodes) - MAX_NODES_LISTED} more" if len(nodes) > MAX_NODES_LISTED else ""
-        out.append(f"Bindingfailed: {kind} on node {shown}{more}")
-    return out
 
 
 class PodEvents:
@@ -68,7 +52,7 @@ class PodEvents:
         for type_, message in events:
             self.record(ref, type_, FILTERING_SUCCEED if type_ == NORMAL else FILTERING_FAILED, message)
         if failed:
-            for message in guide_failure_messages(failed):
+            for message in r.node_list_messages(failed):
                 self.record(ref, WARNING, FILTERING_FAILED, message)
 
     def clamped(self, pod: Mapping[str, Any], messages: list[str]) -> None:

@@ -32,10 +32,10 @@ from typing import Any, cast
 
 from hami.core import annotations as ann
 from hami.core import klog, tracing
+from hami.core import reasons as r
 from hami.core.codec.mig import encode_mig_allocations
 from hami.core.codec.pod_devices import encode_pod_devices
 from hami.core.objects import annotations_of, name_of
-from hami.scheduler.engine import reasons as r
 from hami.scheduler.engine.decision import FilterConfig, FilterResult, commit, filter_pod
 from hami.scheduler.engine.nodes import NodeState, node_state
 from hami.scheduler.engine.quota import QuotaManager
@@ -238,7 +238,7 @@ class FilterService:
             if self.recorder is not None:
                 self.recorder.filtered(pod, request.reqs, result.failed, result.node, result.error)
             if klog.v(4):
-                self._log_verdicts(request, names, result)
+                self.log_verdicts(request, names, result)
         if result.error is not None:
             self.metrics.allocation_failures.labels(ann.VENDOR_NVIDIA, INVALID_REQUEST).inc()
             self.events.filtering(pod, result.events(len(names)))
@@ -263,11 +263,11 @@ class FilterService:
         # As HAMi answers a fit: the chosen node only, no FailedNodes (the events name the others).
         return {"NodeNames": [result.node], "FailedNodes": None, "Error": ""}, "fit"
 
-    def _log_verdicts(self, request: PodRequest, names: list[str], result: FilterResult) -> None:
+    def log_verdicts(self, request: PodRequest, names: list[str], result: FilterResult) -> None:
         """-v4 per-node lines in the form operators grep for (called under the state lock)."""
         requested = max((q.memreq for q in request.reqs if q is not None), default=0)
         for node in names:
-            log.info("Filtering node %s for pod %s", node, request.name)
+            log.info(r.FILTERING_NODE.render(node=node, pod=request.name))
             reason = result.failed.get(node)
             if reason is None:
                 continue
@@ -276,10 +276,8 @@ class FilterService:
             if state is not None and r.CARD_INSUFFICIENT_MEMORY in reason and requested:
                 view = self.state.usage.view(state)
                 free = max((view.devs[i].totalmem - view.umem[i] for i in view.nvidia), default=0)
-                detail = f", requested {requested}Mi but available {free}Mi"
-            # The line names the reason codes without HAMi's "<n>/<m>" card counts.
-            codes = ", ".join(r.parse_reason(reason)) or reason
-            log.info("Node %s filtered out: %s%s", node, codes, detail)
+                detail = r.MEMORY_DETAIL.render(requested=requested, free=free)
+            log.info(r.filtered_out_line(node, reason, detail))
             if reason not in _NOT_FITTED:  # HAMi's V(4) line where a registered node's devices do not fit
-                log.info('"%s" pod="%s/%s" node="%s" reason="%s"', r.NODE_UNFIT_POD,
-                         request.namespace, request.name, node, reason)
+                pod = f"{request.namespace}/{request.name}"
+                log.info(r.NODE_UNFIT.render(code=r.NODE_UNFIT_POD, pod=pod, node=node, reason=reason))

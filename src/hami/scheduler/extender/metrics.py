@@ -15,7 +15,7 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from hami.scheduler.engine import reasons as r
+from hami.core import reasons as r
 
 # kube-scheduler style exponential buckets, from 0.1 ms doubling to ~52 s.
 LATENCY_BUCKETS: Final = tuple(0.0001 * 2**i for i in range(20))

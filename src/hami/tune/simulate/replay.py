@@ -37,8 +37,8 @@ import heapq
 import math
 from collections.abc import Mapping, Sequence
 
+from hami.core import reasons as r
 from hami.core.snapshot import model as snap
-from hami.scheduler.engine import reasons as r
 from hami.scheduler.engine.decision import commit
 from hami.scheduler.engine.nodes import NodeState
 from hami.tune.simulate import cluster as cl
