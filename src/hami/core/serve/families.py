@@ -1,8 +1,11 @@
-"""Metric families as plain data, and a text renderer with cached label sets.
+"""Metric families declared once, as plain data, and a text renderer with cached label sets.
 
-A component builds ``Family`` rows each scrape (the monitor's per-container series, the extender's
-per-device ones). They reach Prometheus two ways, which must agree sample for sample
-(tests/exporter/test_exposition_fast.py, tests/scheduler/test_collector_exposition.py):
+A component declares each scrape-time family once, as a ``Declared`` (name, type, help, label
+names), beside where its value comes from (docs/design/metric-families.md). Each scrape it makes
+the declaration's ``Family`` and fills its rows (the monitor's per-container series, the
+extender's per-device ones). They reach Prometheus two ways, derived from those same rows, which
+must agree sample for sample (tests/exporter/test_exposition_fast.py,
+tests/scheduler/test_collector_exposition.py):
 
 - ``to_metric``: a ``prometheus_client`` metric, for the collector path (OpenMetrics, ``name[]``).
 - ``TextRenderer.render``: the bytes ``generate_latest`` (text 0.0.4) or the OpenMetrics one would
@@ -34,6 +37,38 @@ _SUFFIX: Final = {"gauge": "", "counter": "_total", "info": "_info"}
 _TEXT_TYPE: Final = {"gauge": "gauge", "counter": "counter", "info": "gauge"}
 
 
+@dataclass(frozen=True)
+class Declared:
+    """One family as declared: what ``describe()`` reports and every scrape's ``Family`` is made of."""
+
+    name: str  # without the ``_total`` / ``_info`` suffix
+    kind: Kind
+    help: str
+    labels: Labels = ()
+    legacy: bool = False  # HAMi's pre-2.9 name: exported only with ``--legacy-metrics``
+
+    def family(self) -> Family:
+        """An empty family of this declaration, for one scrape's rows."""
+        return Family(self.name, self.kind, self.help, self.labels)
+
+
+def gauge(name: str, doc: str, labels: Sequence[str] = (), *, legacy: bool = False) -> Declared:
+    return Declared(name, "gauge", doc, tuple(labels), legacy)
+
+
+def counter(name: str, doc: str, labels: Sequence[str] = (), *, legacy: bool = False) -> Declared:
+    return Declared(name, "counter", doc, tuple(labels), legacy)
+
+
+def info(name: str, doc: str, labels: Sequence[str] = ()) -> Declared:
+    return Declared(name, "info", doc, tuple(labels))
+
+
+def declared(catalogue: Iterable[Declared], legacy: bool) -> list[Declared]:
+    """The declarations a daemon exports: the legacy ones only with ``legacy``."""
+    return [d for d in catalogue if legacy or not d.legacy]
+
+
 @dataclass
 class Family:
     name: str  # without the ``_total`` / ``_info`` suffix
@@ -61,7 +96,7 @@ def to_metric(family: Family) -> Metric:
     return metric
 
 
-def declared_metric(family: Family) -> Metric:
+def declared_metric(family: Family | Declared) -> Metric:
     """The family without samples but with its label names, for ``describe()``."""
     labels = list(family.labels)
     if family.kind == "counter":
@@ -120,7 +155,7 @@ def _go_int(value: int) -> str:
     return f"{mantissa}e+{len(digits) - 1:02d}"
 
 
-def sample_name(f: Family) -> str:
+def sample_name(f: Family | Declared) -> str:
     """The name ``f``'s sample lines start with."""
     return _escaped_name(f.name + _SUFFIX[f.kind])
 
