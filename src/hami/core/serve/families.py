@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
@@ -37,7 +37,7 @@ _SUFFIX: Final = {"gauge": "", "counter": "_total", "info": "_info"}
 _TEXT_TYPE: Final = {"gauge": "gauge", "counter": "counter", "info": "gauge"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # one object per family: compared and hashed as itself
 class Declared:
     """One family as declared: what ``describe()`` reports and every scrape's ``Family`` is made of."""
 
@@ -46,27 +46,60 @@ class Declared:
     help: str
     labels: Labels = ()
     legacy: bool = False  # HAMi's pre-2.9 name: exported only with ``--legacy-metrics``
+    sparse: bool = False  # left out of a scrape that has no series of it (not even HELP and TYPE)
 
     def family(self) -> Family:
         """An empty family of this declaration, for one scrape's rows."""
         return Family(self.name, self.kind, self.help, self.labels)
 
 
-def gauge(name: str, doc: str, labels: Sequence[str] = (), *, legacy: bool = False) -> Declared:
-    return Declared(name, "gauge", doc, tuple(labels), legacy)
+class Catalogue:
+    """A daemon's scrape-time families in exposition order: a declaration made through it joins it,
+    so that ``describe()`` and every scrape follow from the declarations alone."""
+
+    def __init__(self, *parts: Catalogue) -> None:
+        self._entries: list[Declared] = [d for part in parts for d in part]
+
+    def __iter__(self) -> Iterator[Declared]:
+        return iter(self._entries)
+
+    def add(self, declared: Declared) -> Declared:
+        self._entries.append(declared)
+        return declared
+
+    def gauge(self, name: str, doc: str, labels: Sequence[str] = (), *, legacy: bool = False,
+              sparse: bool = False) -> Declared:
+        return self.add(Declared(name, "gauge", doc, tuple(labels), legacy, sparse))
+
+    def counter(self, name: str, doc: str, labels: Sequence[str] = (), *, legacy: bool = False) -> Declared:
+        return self.add(Declared(name, "counter", doc, tuple(labels), legacy))
+
+    def info(self, name: str, doc: str, labels: Sequence[str] = (), *, sparse: bool = False) -> Declared:
+        return self.add(Declared(name, "info", doc, tuple(labels), sparse=sparse))
+
+    def declared(self, legacy: bool) -> list[Declared]:
+        """The declarations a daemon exports: the legacy ones only with ``legacy``."""
+        return [d for d in self._entries if legacy or not d.legacy]
+
+    def scrape(self, legacy: bool) -> Scrape:
+        return Scrape(self.declared(legacy))
 
 
-def counter(name: str, doc: str, labels: Sequence[str] = (), *, legacy: bool = False) -> Declared:
-    return Declared(name, "counter", doc, tuple(labels), legacy)
+class Scrape:
+    """One scrape's families, one per declaration: filled by declaration, written in its order."""
 
+    def __init__(self, declared: Iterable[Declared]) -> None:
+        self._families = {d: d.family() for d in declared}
 
-def info(name: str, doc: str, labels: Sequence[str] = ()) -> Declared:
-    return Declared(name, "info", doc, tuple(labels))
+    def __getitem__(self, declared: Declared) -> Family:
+        return self._families[declared]
 
+    def get(self, declared: Declared) -> Family | None:
+        """The family, or None where the scrape leaves its declaration out (a legacy one)."""
+        return self._families.get(declared)
 
-def declared(catalogue: Iterable[Declared], legacy: bool) -> list[Declared]:
-    """The declarations a daemon exports: the legacy ones only with ``legacy``."""
-    return [d for d in catalogue if legacy or not d.legacy]
+    def families(self) -> list[Family]:
+        return [f for d, f in self._families.items() if f.rows or f.text or not d.sparse]
 
 
 @dataclass

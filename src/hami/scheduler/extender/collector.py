@@ -39,6 +39,7 @@ from hami.scheduler.engine.nodes import NodeState
 from hami.scheduler.engine.usage import PodAllocation
 from hami.scheduler.extender.decisions import BOUND_REASON, DecisionStore
 from hami.scheduler.extender.families import (
+    ALLOCATION,
     CACHE_SYNCED,
     DECISION_RECORDS,
     HANDSHAKE_AGE,
@@ -57,7 +58,6 @@ from hami.scheduler.extender.families import (
     DeviceColumn,
     PodColumn,
     Use,
-    allocation_families,
     state_families,
 )
 from hami.scheduler.extender.metrics import SchedulerMetrics
@@ -119,7 +119,7 @@ class StateCollector(Collector):
         """The extender's own state families. ``rendered``: the per-node series (handshake age,
         lock, schedulable) come as text from label sets kept per node between scrapes; only the
         age's value is formatted every time."""
-        fams = {d: d.family() for d in STATE}
+        fams = STATE.scrape(legacy=False)
         leader, synced, pending, states = fams[IS_LEADER], fams[CACHE_SYNCED], fams[PENDING_PODS], fams[NODES]
         ages, held, schedulable = fams[HANDSHAKE_AGE], fams[LOCK_HELD], fams[NODE_SCHEDULABLE]
         size = fams[DECISION_RECORDS]
@@ -159,7 +159,7 @@ class StateCollector(Collector):
                 schedulable.add((name, reason), 1.0 if reason == SCHEDULABLE else 0.0)
             for name in locked:
                 held.add((name,), 1.0)
-        return list(fams.values())
+        return fams.families()
 
     def node_reasons(
         self, records: dict[str, NodeRecord], now: datetime, locks: Mapping[str, str],
@@ -190,7 +190,7 @@ class StateCollector(Collector):
         """HAMi's §7.1 families. ``rendered``: the per-device and per-pod series come as the text
         ``SeriesText`` keeps, one bytes piece per family (a scrape at 1,000 nodes × 8 GPUs would
         otherwise format ~66k lines); only a node with a new ``NodeState`` is rendered here."""
-        fams = {d: d.family() for d in allocation_families(self.legacy)}
+        fams = ALLOCATION.scrape(self.legacy)
         device_columns, pod_columns = self._text.devices, self._text.pods
         device_families = [fams[c.declared] for c in device_columns]
         nodes: dict[str, NodeText] = {}
@@ -229,7 +229,7 @@ class StateCollector(Collector):
                     family.text.append(b"".join(chunks))
             if rendered:  # only the nodes this scrape saw: the cache cannot outgrow the cluster
                 self._text.nodes = nodes
-        return list(fams.values())
+        return fams.families()
 
     @staticmethod
     def _device_rows(
