@@ -1,11 +1,11 @@
 """Metric families declared once, as plain data, and a text renderer with cached label sets.
 
 A component declares each scrape-time family once, as a ``Declared`` (name, type, help, label
-names), beside where its value comes from (docs/design/metric-families.md). Each scrape it makes
-the declaration's ``Family`` and fills its rows (the monitor's per-container series, the
-extender's per-device ones). They reach Prometheus two ways, derived from those same rows, which
-must agree sample for sample (tests/exporter/test_exposition_fast.py,
-tests/scheduler/test_collector_exposition.py):
+names) in its ``Catalogue``, beside where its value comes from (docs/design/metric-families.md).
+Each scrape makes a ``Scrape`` of the catalogue, one ``Family`` per declaration, and fills their rows
+(the monitor's per-container series, the extender's per-device ones). They reach Prometheus two
+ways, derived from those same rows, which must agree sample for sample
+(tests/exporter/test_exposition_fast.py, tests/scheduler/test_collector_exposition.py):
 
 - ``to_metric``: a ``prometheus_client`` metric, for the collector path (OpenMetrics, ``name[]``).
 - ``TextRenderer.render``: the bytes ``generate_latest`` (text 0.0.4) or the OpenMetrics one would
@@ -109,7 +109,7 @@ class Family:
     help: str
     labels: Labels
     rows: list[Row] = field(default_factory=list)
-    # Sample lines rendered ahead (``sample_lines``), written after ``rows`` by ``TextRenderer``
+    # Sample lines rendered ahead (``label_set``, ``number``), written after ``rows`` by ``TextRenderer``
     # only: a component that caches them keeps them for the rendered path alone. Bytes (UTF-8) go
     # into the body as they are: text a component keeps encoded is not encoded again every scrape.
     text: list[str | bytes] = field(default_factory=list)
@@ -129,14 +129,14 @@ def to_metric(family: Family) -> Metric:
     return metric
 
 
-def declared_metric(family: Family | Declared) -> Metric:
+def declared_metric(declared: Declared) -> Metric:
     """The family without samples but with its label names, for ``describe()``."""
-    labels = list(family.labels)
-    if family.kind == "counter":
-        return CounterMetricFamily(family.name, family.help, labels=labels)
-    if family.kind == "info":
-        return InfoMetricFamily(family.name, family.help, labels=labels)
-    return GaugeMetricFamily(family.name, family.help, labels=labels)
+    labels = list(declared.labels)
+    if declared.kind == "counter":
+        return CounterMetricFamily(declared.name, declared.help, labels=labels)
+    if declared.kind == "info":
+        return InfoMetricFamily(declared.name, declared.help, labels=labels)
+    return GaugeMetricFamily(declared.name, declared.help, labels=labels)
 
 
 def escape_value(value: str) -> str:
@@ -196,23 +196,6 @@ def sample_name(f: Family | Declared) -> str:
 @functools.lru_cache(maxsize=1024)
 def _escaped_name(name: str) -> str:
     return escape_metric_name(name)
-
-
-def sample_lines(f: Family) -> str:
-    """``f``'s rows as the sample lines ``TextRenderer`` writes for them (both formats), uncached:
-    for a component that keeps the text of series whose values rarely change."""
-    return sample_values(sample_heads(f), f)
-
-
-def sample_heads(f: Family) -> tuple[str, ...]:
-    """Each row's ``name{labels} `` as ``sample_lines`` writes it: kept while the series persist."""
-    sample = sample_name(f)
-    return tuple(f"{sample}{label_set(names, values)} " for names, values, _ in f.rows)
-
-
-def sample_values(heads: Sequence[str], f: Family) -> str:
-    """``sample_lines(f)`` from the rows' ``sample_heads`` (same series, in the same order)."""
-    return "".join(f"{head}{number(row[2])}\n" for head, row in zip(heads, f.rows, strict=True))
 
 
 def _header(f: Family, openmetrics: bool) -> str:

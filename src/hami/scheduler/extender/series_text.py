@@ -1,8 +1,8 @@
-"""The extender's per-device, per-pod and per-node series: their labels and values, and their text
-kept between scrapes.
+"""The extender's per-device, per-pod and per-node series: their labels and values (from the
+declarations in ``.families``), and their text kept between scrapes.
 
-``StateCollector`` (``.collector``) reads the layout here on both paths: as ``Family`` rows for
-``collect()``, and through ``SeriesText`` for a rendered scrape. ``SeriesText`` keeps each node's
+``StateCollector`` (``.collector``) reads them on both paths: as ``Family`` rows for ``collect()``,
+and through ``SeriesText`` for a rendered scrape. ``SeriesText`` keeps each node's
 per-device lines and each pod's per-container lines as UTF-8, redone when a reservation changes
 (the usage index tells it, under the state lock, from the first rendered scrape on) or the register
 pass replaces a node's ``NodeState``, and each node's scheduler lines (handshake age, lock,
