@@ -55,7 +55,6 @@ from hami.scheduler.extender.families import (
     QUOTA_USED,
     STATE,
     ZONE,
-    DeviceColumn,
     PodColumn,
     Use,
     state_families,
@@ -64,10 +63,9 @@ from hami.scheduler.extender.metrics import SchedulerMetrics
 from hami.scheduler.extender.schedulable import SCHEDULABLE, devices_reason, node_reason
 from hami.scheduler.extender.series_text import (
     IDLE,
+    DeviceLayout,
     NodeText,
     SeriesText,
-    device_labels,
-    device_values,
     pod_series,
 )
 from hami.scheduler.extender.state import NODE_STATES, ClusterState, NodeRecord
@@ -191,8 +189,8 @@ class StateCollector(Collector):
         ``SeriesText`` keeps, one bytes piece per family (a scrape at 1,000 nodes × 8 GPUs would
         otherwise format ~66k lines); only a node with a new ``NodeState`` is rendered here."""
         fams = ALLOCATION.scrape(self.legacy)
-        device_columns, pod_columns = self._text.devices, self._text.pods
-        device_families = [fams[c.declared] for c in device_columns]
+        layout, pod_columns = self._text.devices, self._text.pods
+        device_families = [fams[c.declared] for c in layout.columns]
         nodes: dict[str, NodeText] = {}
         with self.state.lock:
             usage = self.state.usage
@@ -200,7 +198,7 @@ class StateCollector(Collector):
                 self._text.refresh_nodes()
             for name, node in self.state.nodes.items():
                 if not rendered:
-                    self._device_rows(device_columns, device_families, name, node, usage.node_usage(name))
+                    self._device_rows(layout, device_families, name, node, usage.node_usage(name))
                     continue
                 nodes[name] = self._text.node(name, node)
             if nodes:  # one piece per family, joined in C
@@ -233,12 +231,11 @@ class StateCollector(Collector):
 
     @staticmethod
     def _device_rows(
-        columns: Sequence[DeviceColumn], families: Sequence[Family], name: str, node: NodeState,
-        usage: dict[str, Use],
+        layout: DeviceLayout, families: Sequence[Family], name: str, node: NodeState, usage: dict[str, Use],
     ) -> None:
         for d in node.devices:
-            values = device_values(columns, d, usage.get(d.id, IDLE))
-            labels_of = device_labels(columns, name, d)
+            values = layout.values(d, usage.get(d.id, IDLE))
+            labels_of = layout.labels(name, d)
             for family, labels, value in zip(families, labels_of, values, strict=True):
                 if value is not None:
                     family.add(labels, value)

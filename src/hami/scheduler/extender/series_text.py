@@ -35,14 +35,24 @@ IDLE: Use = (0, 0, 0)
 _LOCKED = "\0locked"  # the key of a node's lock-held line among its reasons' (no reason has a NUL)
 
 
-def device_labels(columns: Sequence[DeviceColumn], name: str, d: DeviceInfo) -> tuple[Labels, ...]:
-    """One device's label values in each of ``columns``."""
-    return tuple([c.labels(name, d) for c in columns])
+class DeviceLayout:
+    """The per-device families' label values and values of one device, read from their columns.
+    Columns share a few label sources (``_base``...): each is called once per device."""
 
+    def __init__(self, columns: Sequence[DeviceColumn]) -> None:
+        self.columns = tuple(columns)
+        self._sources = tuple(dict.fromkeys(c.labels for c in columns))
+        self._source_of = tuple(self._sources.index(c.labels) for c in columns)
+        self._values = tuple(c.value for c in columns)
 
-def device_values(columns: Sequence[DeviceColumn], d: DeviceInfo, use: Use) -> tuple[float | None, ...]:
-    """One device's value in each of ``columns``; None where it has no series."""
-    return tuple([c.value(d, use) for c in columns])
+    def labels(self, name: str, d: DeviceInfo) -> tuple[Labels, ...]:
+        """One device's label values in each column's family."""
+        sets = [source(name, d) for source in self._sources]
+        return tuple([sets[i] for i in self._source_of])
+
+    def values(self, d: DeviceInfo, use: Use) -> tuple[float | None, ...]:
+        """One device's value in each column's family; None where it has no series."""
+        return tuple([value(d, use) for value in self._values])
 
 
 def pod_series(
@@ -80,8 +90,9 @@ class SeriesText:
         self.nodes: dict[str, NodeText] = {}  # guarded by the state lock
         self._pods: dict[str, PodText] = {}
         self._usage_seq = -1  # ``state.usage.seq`` when ``nodes`` was last brought up to date
-        self.devices = device_columns(legacy)
+        self.devices = DeviceLayout(device_columns(legacy))
         self.pods = pod_columns(legacy)
+        self._pod_families = tuple(c.declared for c in self.pods)
         state.usage.listeners.append(self._usage_changed)
         # Outside the state lock: two scrapes at once may each replace this with their own; every
         # entry is keyed by all its text depends on, so a race costs a re-render, never a wrong line.
@@ -168,11 +179,12 @@ class SeriesText:
         uses = tuple([usage.get(d.id, IDLE) for d in devices])
         if cached is not None and cached.uses == uses:
             return cached
-        columns = self.devices
+        layout = self.devices
+        columns = layout.columns
         heads = cached.heads if cached is not None else tuple(
             tuple(
                 f"{sample_name(c.declared)}{label_set(c.declared.labels, labels)} "
-                for c, labels in zip(columns, device_labels(columns, name, d), strict=True)
+                for c, labels in zip(columns, layout.labels(name, d), strict=True)
             )
             for d in devices
         )
@@ -190,13 +202,13 @@ class SeriesText:
         """One device's line in each ``device_columns`` family (``""`` where it has no series)."""
         return tuple([
             "" if value is None else f"{head}{number(value)}\n"
-            for head, value in zip(heads, device_values(self.devices, d, use), strict=True)
+            for head, value in zip(heads, self.devices.values(d, use), strict=True)
         ])
 
     def _pod_lines(self, alloc: PodAllocation) -> tuple[bytes, ...]:
         """``pod_series`` as text, one chunk per family (families with the same label names share
         each label set)."""
-        families = [c.declared for c in self.pods]
+        families = self._pod_families
         lines: list[list[str]] = [[] for _ in families]
         for labels, values in pod_series(self.pods, alloc):
             sets: dict[Labels, str] = {}
