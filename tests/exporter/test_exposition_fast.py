@@ -1,4 +1,6 @@
-"""The cached text renderer writes exactly what prometheus_client writes for the same families."""
+"""The cached text renderer writes exactly what prometheus_client writes for the same families: every
+family the monitor declares, on both of its paths (rows for ``collect()``, kept container lines for a
+rendered scrape)."""
 
 from __future__ import annotations
 
@@ -11,14 +13,18 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics.exposition import generate_latest as om_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from hami.core.nvml import RemappedRows, RetiredPages
 from hami.core.serve import families as serve_families
 from hami.core.serve.families import PIECE, Family, TextRenderer, go_float, to_metric
-from hami.exporter import families
-from hami.exporter.attribution import ContainerView, MigView, PodLabels
+from hami.exporter.attribution import ContainerView, MigView, PodLabels, UnlimitedView
 from hami.exporter.container_text import ContainerText
+from hami.exporter.driver import SOURCES
+from hami.exporter.exposition import declarations, scrape_families
+from hami.exporter.families import CONTAINER, GPU, KERNEL_AGE, container_rows
+from hami.exporter.reconcile import KINDS
 from hami.exporter.region import reasons
 from hami.exporter.region.parse import DeviceUsage
-from hami.exporter.view import Counters, HostDevice, MigIdentity, NodeView
+from hami.exporter.view import Counters, DriverUsage, DriverView, HostDevice, MigIdentity, NodeView
 
 # Label values with everything the format escapes, plus non-ASCII and empty strings.
 text = st.text(alphabet=st.sampled_from(['a', 'Z', '0', '-', '"', "\\", "\n", " ", "é", "漢", "{", "}", "="]),
@@ -31,7 +37,7 @@ def device(index: int) -> st.SearchStrategy[DeviceUsage]:
     return st.builds(
         DeviceUsage, index=st.just(index), uuid=text, limit_bytes=count, sm_limit_percent=count,
         used_bytes=count, context_bytes=count, module_bytes=count, buffer_bytes=count,
-        offset_bytes=count, sm_util_percent=count,
+        offset_bytes=count, sm_util_percent=count, over_limit=st.booleans(), sm_util_sum=count,
     )
 
 
@@ -47,6 +53,10 @@ hosts = st.builds(
     util_memory=st.none() | count, temperature=st.none() | count,
     power_watts=st.none() | st.floats(allow_nan=False), ecc_corrected=st.none() | count,
     ecc_uncorrected=st.none() | count, xid_errors=st.integers(0, 100), healthy=st.booleans(),
+    temperature_slowdown=st.none() | count, clock_event_reasons=st.none() | st.integers(0, 2**16),
+    retired=st.none() | st.builds(RetiredPages, single_bit=count, double_bit=count, pending=st.booleans()),
+    remapped=st.none() | st.builds(RemappedRows, correctable=count, uncorrectable=count,
+                                   pending=st.booleans(), failure=st.booleans()),
     migs=st.lists(st.builds(MigIdentity, uuid=text, profile=text, gpu_instance_id=st.integers(0, 14),
                             compute_instance_id=st.integers(0, 7)), max_size=2).map(tuple),
 )
@@ -65,20 +75,26 @@ views = st.builds(
                             gpu_instance_id=st.integers(0, 14), compute_instance_id=st.integers(0, 7)),
                   max_size=2).map(tuple),
     regions=st.dictionaries(st.sampled_from(["ok", "initialising", "skipped"]), st.integers(0, 9)),
+    skipped=st.dictionaries(st.sampled_from(reasons.ALL), st.integers(0, 9)),
+    inconsistencies=st.dictionaries(st.sampled_from(KINDS), st.integers(0, 9)),
+    unlimited=st.lists(st.builds(UnlimitedView, namespace=text, pod=text, container=text, reason=text,
+                                 processes=count), max_size=2).map(tuple),
+    driver=st.builds(
+        DriverView,
+        usage=st.lists(st.builds(DriverUsage, namespace=text, pod=text, container=text,
+                                 vdevice_index=st.integers(0, 3), device_uuid=text,
+                                 source=st.sampled_from(SOURCES), soft_limit=count, hard_limit=count,
+                                 used=count), max_size=3).map(tuple),
+        sources=st.none() | st.dictionaries(st.sampled_from(SOURCES), text),
+    ),
 )
 tallies = st.dictionaries(st.sampled_from(reasons.ALL), st.integers(0, 10**6))
 
 
-def build(view: NodeView, legacy: bool, skips: dict[str, int]) -> list[Family]:
-    return [
-        *families.host_families(view, legacy),
-        *families.container_families(view, legacy),
-        *families.mig_families(view, legacy),
-        *families.pod_label_families(view),
-        *families.self_families(
-            view, Counters(skips, {"nvmlDeviceGetPowerUsage": 3}), reasons.ALL, ("nvmlDeviceGetCount",)
-        ),
-    ]
+def build(view: NodeView, legacy: bool, skips: dict[str, int] | None = None,
+          text: ContainerText | None = None) -> list[Family]:
+    """Every family of a scrape of ``view``, as the collector builds it (``text``: the rendered path's)."""
+    return scrape_families(view, Counters(skips or {}, {"nvmlDeviceGetPowerUsage": 3}), legacy, text)
 
 
 class Fixed:
@@ -121,14 +137,30 @@ def test_renderer_matches_collector_path(first: NodeView, second: NodeView, lega
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(first=views, second=views, legacy=st.booleans())
-def test_container_text_matches_the_rows(first: NodeView, second: NodeView, legacy: bool) -> None:
+@given(first=views, second=views, legacy=st.booleans(), skips=tallies)
+def test_rendered_path_matches_the_collector_path(first: NodeView, second: NodeView, legacy: bool,
+                                                  skips: dict[str, int]) -> None:
+    """Every family, the container ones from the lines ``ContainerText`` keeps: the bytes
+    prometheus_client writes for the rows ``collect()`` yields."""
     text, renderer = ContainerText(), TextRenderer()
     for view in (first, second, second, first):  # cold, changed, unchanged, changed back
-        expected = families.container_families(view, legacy)
-        fams = text.families(view, legacy)
+        expected = build(view, legacy, skips)
+        fams = build(view, legacy, skips, text)
         assert b"".join(renderer.render(fams)) == reference(expected)
         assert b"".join(renderer.render(fams, openmetrics=True)) == reference(expected, openmetrics=True)
+
+
+@given(view=views, legacy=st.booleans())
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_scrape_yields_the_declared_families_in_their_order(view: NodeView, legacy: bool) -> None:
+    """What describe() reports is what a scrape writes, in the same order; the MIG and pod-label
+    families only where the node has series of them."""
+    names = [f.name for f in build(view, legacy)]
+    declared = [d.name for d in declarations(legacy, pod_labels=True)]
+    optional = {"hami_mig_device_info", "MigInfo", "hami_pod_labels"}
+    assert names == [n for n in declared if n not in optional or n in names]
+    assert ("hami_mig_device_info" in names) == bool(view.migs)
+    assert ("hami_pod_labels" in names) == bool(view.pod_labels)
 
 
 def _ctr(pod: str, uuid: str = "GPU-1", used: int = 5, last_kernel: int = 0) -> ContainerView:
@@ -147,8 +179,8 @@ def test_container_text_follows_values_and_identities() -> None:
     ]
     bodies = []
     for view in steps:
-        body = b"".join(renderer.render(text.families(view, False)))
-        assert body == reference(families.container_families(view, False))
+        body = b"".join(renderer.render(build(view, False, text=text)))
+        assert body == reference(build(view, False))
         bodies.append(body.decode())
     assert 'hami_vgpu_memory_used_bytes{container="main",device_uuid="GPU-1",namespace="ns",node="n1",' \
         'pod="a",vdevice_index="0",zone="vGPU"} 7.516192768e+09\n' in bodies[1]
@@ -158,18 +190,25 @@ def test_container_text_follows_values_and_identities() -> None:
     assert text.cached_devices == 2  # a and c: b's lines are gone
 
 
+def container_families(view: NodeView) -> list[Family]:
+    """The container families' rows alone (``collect()``'s)."""
+    fams = GPU.scrape(legacy=False)
+    container_rows(view, fams)
+    return [fams[d] for d in (*(c.declared for c in CONTAINER), KERNEL_AGE)]
+
+
 def test_cache_follows_series_identity() -> None:
     renderer = TextRenderer()
     before = NodeView("n1", 0.0, containers=(_ctr("a"), _ctr("b")))
-    renderer.render(families.container_families(before, False))
+    renderer.render(container_families(before))
     assert renderer.cached_series == 2
     # pod b replaced by c: b's label set is dropped, c's rendered fresh with its own values
     after = NodeView("n1", 0.0, containers=(_ctr("a"), _ctr("c", 'GPU-"2"')))
-    body = b"".join(renderer.render(families.container_families(after, False))).decode()
+    body = b"".join(renderer.render(container_families(after))).decode()
     assert renderer.cached_series == 2
     assert 'pod="b"' not in body
     assert 'device_uuid="GPU-\\"2\\"",namespace="ns",node="n1",pod="c"' in body
-    assert body.encode() == reference(families.container_families(after, False))
+    assert body.encode() == reference(container_families(after))
 
 
 def test_a_large_body_comes_in_pieces_that_join_to_the_reference() -> None:

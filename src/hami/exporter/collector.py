@@ -1,8 +1,8 @@
 """The scrape-time collector: read every region, join pods, read NVML, build the families.
 
-Two outputs of the same families: ``collect()`` (prometheus_client metrics, for OpenMetrics and
-filtered scrapes) and ``render()`` (text 0.0.4 or OpenMetrics through the cached ``TextRenderer``,
-the fast path ``hami.core.serve`` takes for a scrape in either format).
+Two outputs of the same families (``hami.exporter.exposition``): ``collect()`` (prometheus_client
+metrics, for OpenMetrics and filtered scrapes) and ``render()`` (text 0.0.4 or OpenMetrics through
+the cached ``TextRenderer``, the fast path ``hami.core.serve`` takes for a scrape in either format).
 """
 
 from __future__ import annotations
@@ -28,19 +28,17 @@ from hami.core.serve import build_info, listener_metrics
 from hami.core.serve.describe import DescribingRegistry, MetricDescriptor
 from hami.core.serve.families import Family, TextRenderer, declared_metric, to_metric
 from hami.core.tracing import tracing_metrics
-from hami.exporter import families
 from hami.exporter.attribution import ContainerView, unlimited_containers
 from hami.exporter.cgroups import owner_of
 from hami.exporter.container_text import ContainerText
 from hami.exporter.discovery import ContainerLister
-from hami.exporter.driver import SOURCES, DriverReader
+from hami.exporter.driver import DriverReader
+from hami.exporter.exposition import declarations, scrape_families
 from hami.exporter.firstsight import FirstSight
-from hami.exporter.host import NVML_CALLS
+from hami.exporter.node_families import REGION_STATES
 from hami.exporter.podjoin import PodJoin
-from hami.exporter.reconcile import KINDS, Settled, counts, driver_limited, driver_only, memory_findings
-from hami.exporter.region import reasons
+from hami.exporter.reconcile import Settled, counts, driver_limited, driver_only, memory_findings
 from hami.exporter.region.parse import RegionRejected, RegionSnapshot
-from hami.exporter.source_families import source_families
 from hami.exporter.view import Counters, DriverView, HostDevice, NodeView
 
 log = klog.get_logger(__name__)
@@ -256,20 +254,7 @@ class MonitorCollector(Collector):
         if log.v(4):
             self._log_view(view, time.perf_counter() - start)
         counters = Counters(self.skips.snapshot(), self.nvml_errors.snapshot())
-        return [
-            *families.host_families(view, self._legacy),
-            *(
-                self._container_text.families(view, self._legacy)
-                if rendered
-                else families.container_families(view, self._legacy)
-            ),
-            *families.unlimited_families(view),
-            *families.mig_families(view, self._legacy),
-            *families.pod_label_families(view),
-            *families.self_families(view, counters, reasons.ALL, NVML_CALLS),
-            *families.inconsistency_families(view, KINDS),
-            *source_families(view, SOURCES),
-        ]
+        return scrape_families(view, counters, self._legacy, self._container_text if rendered else None)
 
     @staticmethod
     def _log_view(view: NodeView, seconds: float) -> None:
@@ -302,7 +287,7 @@ class MonitorCollector(Collector):
                         d.sm_limit_percent,
                         source,
                     )
-        regions = " ".join(f"{state}={view.regions.get(state, 0)}" for state in families.REGION_STATES)
+        regions = " ".join(f"{state}={view.regions.get(state, 0)}" for state in REGION_STATES)
         idle = sum(1 for c in view.containers if not c.started)
         log.v(4).info(
             "Finished collecting metrics for vGPUMonitor: %d container(s) (%d without a region yet), "
@@ -331,9 +316,7 @@ class MonitorCollector(Collector):
         return body
 
     def describe(self) -> Iterator[Metric]:
-        declared = families.describe(self._legacy, pod_labels=bool(self._allowlist))
-        declared += source_families(NodeView(node="", now=0.0), ())
-        return iter(declared_metric(f) for f in declared)
+        return iter(declared_metric(d) for d in declarations(self._legacy, pod_labels=bool(self._allowlist)))
 
 
 def describe(legacy: bool = False) -> list[MetricDescriptor]:

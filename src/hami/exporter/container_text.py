@@ -1,8 +1,8 @@
 """The container families' sample lines, kept per container device across scrapes.
 
-A node's container series (eleven gauges per device, plus the kernel's age) are most of a scrape.
-``ContainerText.families`` yields the families ``families.container_families`` builds, with their
-sample lines in ``Family.text`` instead of rows, for the rendered path alone
+A node's container series (the ``families.CONTAINER`` gauges per device, plus the kernel's age) are
+most of a scrape. ``ContainerText.fill`` gives a scrape the series ``families.container_rows``
+would, as sample lines in ``Family.text`` instead of rows, for the rendered path alone
 (``MonitorCollector.render``): a device's label set is escaped once while the device persists, and
 its lines are formatted again only when one of its values changes (they are kept, not their
 ``name{labels}`` heads: a thousand devices' heads would be as many megabytes again). The kernel's
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from hami.core.serve.families import Family, Labels, label_set, number, sample_name
+from hami.core.serve.families import Labels, Scrape, label_set, number, sample_name
 from hami.exporter import families
 from hami.exporter.attribution import ContainerView
 from hami.exporter.region.parse import DeviceUsage
@@ -42,11 +42,11 @@ class ContainerText:
     def cached_devices(self) -> int:
         return len(self._devices)
 
-    def families(self, view: NodeView, legacy: bool) -> list[Family]:
-        defs = families.container_defs()
-        names = [sample_name(f) for f in defs[:-1]]
-        texts = [f.text for f in defs[:-1]]
-        aged, aged_name = defs[-1].text, sample_name(defs[-1])
+    def fill(self, view: NodeView, fams: Scrape) -> None:
+        """The ``CONTAINER`` families' and the kernel age's series of ``view``, as text."""
+        names = [sample_name(c.declared) for c in families.CONTAINER]
+        texts = [fams[c.declared].text for c in families.CONTAINER]
+        aged, aged_name = fams[families.KERNEL_AGE].text, sample_name(families.KERNEL_AGE)
         # Devices absent from this scrape are dropped: the cache holds this scrape's devices only.
         previous, current = self._devices, dict[Labels, _Device]()
         views, self._views = self._views, {}
@@ -68,7 +68,6 @@ class ContainerText:
                 if since is not None:
                     aged.append(f"{aged_name}{known.labels} {number(since)}\n")
         self._devices = current
-        return [*defs, *families.legacy_container_families(view)] if legacy else defs
 
     @staticmethod
     def _device(

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from hami.core.serve.families import Family
+from hami.core.serve.families import Catalogue, Scrape
 from hami.exporter.driver import AVAILABLE, NO_GPU
 from hami.exporter.families import CTR_LABELS, ZONE
 from hami.exporter.reconcile import accounting_gaps
@@ -30,36 +30,37 @@ HAMI_CORE = "hami-core"
 SOURCE_LABELS = (*CTR_LABELS, "source")
 
 
-def _g(name: str, doc: str, labels: tuple[str, ...]) -> Family:
-    return Family(name, "gauge", doc, labels)
+# The families above, in exposition order (the order declared).
+SOURCE = Catalogue()
+USED = SOURCE.gauge(
+    "hami_vgpu_source_memory_used_bytes",
+    "Container device memory in use, by accounting source: hami-core (the shim's own report), nvml "
+    "(nvmlDeviceGetMemoryLimits_v1) or dmem (the cgroup's dmem.current)",
+    SOURCE_LABELS,
+)
+LIMITS = SOURCE.gauge(
+    "hami_vgpu_source_memory_limit_bytes",
+    "Container device memory limit by accounting source and limit soft/hard, in bytes (0 = none)",
+    (*SOURCE_LABELS, "limit"),
+)
+GAP = SOURCE.gauge(
+    "hami_vgpu_memory_accounting_gap_bytes",
+    "The driver's accounting of a container device's memory minus HAMi-core's self-reported use "
+    "(> 0: the shim under-reports), by driver source",
+    SOURCE_LABELS,
+)
+AVAILABLE_SOURCE = SOURCE.gauge(
+    "hami_monitor_driver_source_available",
+    "1 when the node gives the driver's per-container memory accounting through this source, else 0 "
+    "with the reason (no_nvml, driver_too_old, not_supported, no_gpu, no_cgroup_root, cgroup_v1, "
+    "no_dmem_controller)",
+    ("source", "reason", "node", "zone"),
+)
 
 
-def source_families(view: NodeView, sources: Iterable[str]) -> list[Family]:
+def source_series(view: NodeView, sources: Iterable[str], fams: Scrape) -> None:
     """The families above; ``sources``: every driver source, each exported in the availability gauge."""
-    used = _g(
-        "hami_vgpu_source_memory_used_bytes",
-        "Container device memory in use, by accounting source: hami-core (the shim's own report), nvml "
-        "(nvmlDeviceGetMemoryLimits_v1) or dmem (the cgroup's dmem.current)",
-        SOURCE_LABELS,
-    )
-    limits = _g(
-        "hami_vgpu_source_memory_limit_bytes",
-        "Container device memory limit by accounting source and limit soft/hard, in bytes (0 = none)",
-        (*SOURCE_LABELS, "limit"),
-    )
-    gap = _g(
-        "hami_vgpu_memory_accounting_gap_bytes",
-        "The driver's accounting of a container device's memory minus HAMi-core's self-reported use "
-        "(> 0: the shim under-reports), by driver source",
-        SOURCE_LABELS,
-    )
-    available = _g(
-        "hami_monitor_driver_source_available",
-        "1 when the node gives the driver's per-container memory accounting through this source, else 0 "
-        "with the reason (no_nvml, driver_too_old, not_supported, no_gpu, no_cgroup_root, cgroup_v1, "
-        "no_dmem_controller)",
-        ("source", "reason", "node", "zone"),
-    )
+    used, limits, gap, available = fams[USED], fams[LIMITS], fams[GAP], fams[AVAILABLE_SOURCE]
     node = view.node
     for c in view.containers:
         if not c.started:
@@ -81,4 +82,3 @@ def source_families(view: NodeView, sources: Iterable[str]) -> list[Family]:
     for source in sources if states else ():  # none: no driver reader (a collector built without it)
         state = states.get(source, NO_GPU)
         available.add((source, state, node, ZONE), 1 if state == AVAILABLE else 0)
-    return [used, limits, gap, available]

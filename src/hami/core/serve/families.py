@@ -1,7 +1,10 @@
-"""Metric families as plain data, and a text renderer with cached label sets.
+"""Metric families declared once, as plain data, and a text renderer with cached label sets.
 
-A component builds ``Family`` rows each scrape (the monitor's per-container series, the extender's
-per-device ones). They reach Prometheus two ways, which must agree sample for sample
+A component declares each scrape-time family once, as a ``Declared`` (name, type, help, label
+names) in its ``Catalogue``, beside where its value comes from (docs/design/metric-families.md).
+Each scrape makes a ``Scrape`` of the catalogue, one ``Family`` per declaration, and fills their rows
+(the monitor's per-container series, the extender's per-device ones). They reach Prometheus two
+ways, derived from those same rows, which must agree sample for sample
 (tests/exporter/test_exposition_fast.py, tests/scheduler/test_collector_exposition.py):
 
 - ``to_metric``: a ``prometheus_client`` metric, for the collector path (OpenMetrics, ``name[]``).
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
@@ -34,6 +37,71 @@ _SUFFIX: Final = {"gauge": "", "counter": "_total", "info": "_info"}
 _TEXT_TYPE: Final = {"gauge": "gauge", "counter": "counter", "info": "gauge"}
 
 
+@dataclass(frozen=True, eq=False)  # one object per family: compared and hashed as itself
+class Declared:
+    """One family as declared: what ``describe()`` reports and every scrape's ``Family`` is made of."""
+
+    name: str  # without the ``_total`` / ``_info`` suffix
+    kind: Kind
+    help: str
+    labels: Labels = ()
+    legacy: bool = False  # HAMi's pre-2.9 name: exported only with ``--legacy-metrics``
+    sparse: bool = False  # left out of a scrape that has no series of it (not even HELP and TYPE)
+
+    def family(self) -> Family:
+        """An empty family of this declaration, for one scrape's rows."""
+        return Family(self.name, self.kind, self.help, self.labels)
+
+
+class Catalogue:
+    """A daemon's scrape-time families in exposition order: a declaration made through it joins it,
+    so that ``describe()`` and every scrape follow from the declarations alone."""
+
+    def __init__(self, *parts: Catalogue) -> None:
+        self._entries: list[Declared] = [d for part in parts for d in part]
+
+    def __iter__(self) -> Iterator[Declared]:
+        return iter(self._entries)
+
+    def add(self, declared: Declared) -> Declared:
+        self._entries.append(declared)
+        return declared
+
+    def gauge(self, name: str, doc: str, labels: Sequence[str] = (), *, legacy: bool = False,
+              sparse: bool = False) -> Declared:
+        return self.add(Declared(name, "gauge", doc, tuple(labels), legacy, sparse))
+
+    def counter(self, name: str, doc: str, labels: Sequence[str] = (), *, legacy: bool = False) -> Declared:
+        return self.add(Declared(name, "counter", doc, tuple(labels), legacy))
+
+    def info(self, name: str, doc: str, labels: Sequence[str] = (), *, sparse: bool = False) -> Declared:
+        return self.add(Declared(name, "info", doc, tuple(labels), sparse=sparse))
+
+    def declared(self, legacy: bool) -> list[Declared]:
+        """The declarations a daemon exports: the legacy ones only with ``legacy``."""
+        return [d for d in self._entries if legacy or not d.legacy]
+
+    def scrape(self, legacy: bool) -> Scrape:
+        return Scrape(self.declared(legacy))
+
+
+class Scrape:
+    """One scrape's families, one per declaration: filled by declaration, written in its order."""
+
+    def __init__(self, declared: Iterable[Declared]) -> None:
+        self._families = {d: d.family() for d in declared}
+
+    def __getitem__(self, declared: Declared) -> Family:
+        return self._families[declared]
+
+    def get(self, declared: Declared) -> Family | None:
+        """The family, or None where the scrape leaves its declaration out (a legacy one)."""
+        return self._families.get(declared)
+
+    def families(self) -> list[Family]:
+        return [f for d, f in self._families.items() if f.rows or f.text or not d.sparse]
+
+
 @dataclass
 class Family:
     name: str  # without the ``_total`` / ``_info`` suffix
@@ -41,7 +109,7 @@ class Family:
     help: str
     labels: Labels
     rows: list[Row] = field(default_factory=list)
-    # Sample lines rendered ahead (``sample_lines``), written after ``rows`` by ``TextRenderer``
+    # Sample lines rendered ahead (``label_set``, ``number``), written after ``rows`` by ``TextRenderer``
     # only: a component that caches them keeps them for the rendered path alone. Bytes (UTF-8) go
     # into the body as they are: text a component keeps encoded is not encoded again every scrape.
     text: list[str | bytes] = field(default_factory=list)
@@ -61,14 +129,14 @@ def to_metric(family: Family) -> Metric:
     return metric
 
 
-def declared_metric(family: Family) -> Metric:
+def declared_metric(declared: Declared) -> Metric:
     """The family without samples but with its label names, for ``describe()``."""
-    labels = list(family.labels)
-    if family.kind == "counter":
-        return CounterMetricFamily(family.name, family.help, labels=labels)
-    if family.kind == "info":
-        return InfoMetricFamily(family.name, family.help, labels=labels)
-    return GaugeMetricFamily(family.name, family.help, labels=labels)
+    labels = list(declared.labels)
+    if declared.kind == "counter":
+        return CounterMetricFamily(declared.name, declared.help, labels=labels)
+    if declared.kind == "info":
+        return InfoMetricFamily(declared.name, declared.help, labels=labels)
+    return GaugeMetricFamily(declared.name, declared.help, labels=labels)
 
 
 def escape_value(value: str) -> str:
@@ -120,7 +188,7 @@ def _go_int(value: int) -> str:
     return f"{mantissa}e+{len(digits) - 1:02d}"
 
 
-def sample_name(f: Family) -> str:
+def sample_name(f: Family | Declared) -> str:
     """The name ``f``'s sample lines start with."""
     return _escaped_name(f.name + _SUFFIX[f.kind])
 
@@ -128,23 +196,6 @@ def sample_name(f: Family) -> str:
 @functools.lru_cache(maxsize=1024)
 def _escaped_name(name: str) -> str:
     return escape_metric_name(name)
-
-
-def sample_lines(f: Family) -> str:
-    """``f``'s rows as the sample lines ``TextRenderer`` writes for them (both formats), uncached:
-    for a component that keeps the text of series whose values rarely change."""
-    return sample_values(sample_heads(f), f)
-
-
-def sample_heads(f: Family) -> tuple[str, ...]:
-    """Each row's ``name{labels} `` as ``sample_lines`` writes it: kept while the series persist."""
-    sample = sample_name(f)
-    return tuple(f"{sample}{label_set(names, values)} " for names, values, _ in f.rows)
-
-
-def sample_values(heads: Sequence[str], f: Family) -> str:
-    """``sample_lines(f)`` from the rows' ``sample_heads`` (same series, in the same order)."""
-    return "".join(f"{head}{number(row[2])}\n" for head, row in zip(heads, f.rows, strict=True))
 
 
 def _header(f: Family, openmetrics: bool) -> str:

@@ -39,22 +39,33 @@ from hami.scheduler.engine.nodes import NodeState
 from hami.scheduler.engine.usage import PodAllocation
 from hami.scheduler.extender.decisions import BOUND_REASON, DecisionStore
 from hami.scheduler.extender.families import (
+    ALLOCATION,
+    CACHE_SYNCED,
+    DECISION_RECORDS,
+    HANDSHAKE_AGE,
+    IS_LEADER,
+    LEGACY_MIG,
+    LEGACY_QUOTA_USED,
+    LOCK_HELD,
+    MIG_INFO,
+    NODE_SCHEDULABLE,
+    NODES,
+    PENDING_PODS,
+    QUOTA_LIMIT,
+    QUOTA_USED,
+    STATE,
     ZONE,
-    allocation_families,
-    scheduler_families,
+    PodColumn,
+    Use,
     state_families,
 )
 from hami.scheduler.extender.metrics import SchedulerMetrics
 from hami.scheduler.extender.schedulable import SCHEDULABLE, devices_reason, node_reason
 from hami.scheduler.extender.series_text import (
     IDLE,
+    DeviceLayout,
     NodeText,
     SeriesText,
-    Use,
-    device_labels,
-    device_values,
-    per_device,
-    per_pod,
     pod_series,
 )
 from hami.scheduler.extender.state import NODE_STATES, ClusterState, NodeRecord
@@ -102,11 +113,14 @@ class StateCollector(Collector):
         families = [*self._scheduler(rendered=True), *self._allocations(rendered=True)]
         return self._renderer.render(families, openmetrics)
 
-    def _scheduler(self, rendered: bool = False) -> tuple[Family, ...]:
+    def _scheduler(self, rendered: bool = False) -> list[Family]:
         """The extender's own state families. ``rendered``: the per-node series (handshake age,
         lock, schedulable) come as text from label sets kept per node between scrapes; only the
         age's value is formatted every time."""
-        leader, synced, pending, states, ages, held, schedulable, size = scheduler_families()
+        fams = STATE.scrape(legacy=False)
+        leader, synced, pending, states = fams[IS_LEADER], fams[CACHE_SYNCED], fams[PENDING_PODS], fams[NODES]
+        ages, held, schedulable = fams[HANDSHAKE_AGE], fams[LOCK_HELD], fams[NODE_SCHEDULABLE]
+        size = fams[DECISION_RECORDS]
         is_leader = self.is_leader()
         leader.add((), 1.0 if is_leader else 0.0)
         synced.add((), 1.0 if self.state.synced.is_set() and self.state.informers_synced() else 0.0)
@@ -143,7 +157,7 @@ class StateCollector(Collector):
                 schedulable.add((name, reason), 1.0 if reason == SCHEDULABLE else 0.0)
             for name in locked:
                 held.add((name,), 1.0)
-        return (leader, synced, pending, states, ages, held, schedulable, size)
+        return fams.families()
 
     def node_reasons(
         self, records: dict[str, NodeRecord], now: datetime, locks: Mapping[str, str],
@@ -174,9 +188,9 @@ class StateCollector(Collector):
         """HAMi's §7.1 families. ``rendered``: the per-device and per-pod series come as the text
         ``SeriesText`` keeps, one bytes piece per family (a scrape at 1,000 nodes × 8 GPUs would
         otherwise format ~66k lines); only a node with a new ``NodeState`` is rendered here."""
-        # Integer values stay ints: they render as the same float text, and ``number`` caches it.
-        f, legacy = allocation_families()
-        device_families = per_device(f, legacy, self.legacy)
+        fams = ALLOCATION.scrape(self.legacy)
+        layout, pod_columns = self._text.devices, self._text.pods
+        device_families = [fams[c.declared] for c in layout.columns]
         nodes: dict[str, NodeText] = {}
         with self.state.lock:
             usage = self.state.usage
@@ -184,27 +198,28 @@ class StateCollector(Collector):
                 self._text.refresh_nodes()
             for name, node in self.state.nodes.items():
                 if not rendered:
-                    self._device_rows(device_families, name, node, usage.node_usage(name))
+                    self._device_rows(layout, device_families, name, node, usage.node_usage(name))
                     continue
                 nodes[name] = self._text.node(name, node)
             if nodes:  # one piece per family, joined in C
                 columns = zip(*[n.text for n in nodes.values()], strict=True)
                 for family, chunks in zip(device_families, columns, strict=True):
                     family.text.append(b"".join(chunks))
+            legacy_quota = fams.get(LEGACY_QUOTA_USED)
             for ns, rname, entry in self.state.quotas.items():
                 limit = str(entry.limit) if entry.limit_set else "0"
-                f.q_used.add((ns, rname, limit, ZONE), entry.used)
+                fams[QUOTA_USED].add((ns, rname, limit, ZONE), entry.used)
                 if entry.limit_set:
-                    f.q_limit.add((ns, rname, ZONE), entry.limit)
-                if self.legacy:
-                    legacy[7].add((ns, rname, limit, ZONE), entry.used)
-            pod_families = per_pod(f, legacy, self.legacy)
+                    fams[QUOTA_LIMIT].add((ns, rname, ZONE), entry.limit)
+                if legacy_quota is not None:
+                    legacy_quota.add((ns, rname, limit, ZONE), entry.used)
+            pod_families = [fams[c.declared] for c in pod_columns]
             texts = list[tuple[bytes, ...]]()
             for alloc in usage.pods():
                 if alloc.mig:
-                    self._mig_instances(alloc, f.mig_info, legacy[10])
+                    self._mig_instances(alloc, fams[MIG_INFO], fams.get(LEGACY_MIG))
                 if not rendered:
-                    self._pod_rows(pod_families, alloc)
+                    self._pod_rows(pod_columns, pod_families, alloc)
                     continue
                 texts.append(self._text.pod(alloc))
             if texts:
@@ -212,24 +227,26 @@ class StateCollector(Collector):
                     family.text.append(b"".join(chunks))
             if rendered:  # only the nodes this scrape saw: the cache cannot outgrow the cluster
                 self._text.nodes = nodes
-        return [*f, *legacy] if self.legacy else list(f)
+        return fams.families()
 
+    @staticmethod
     def _device_rows(
-        self, families: Sequence[Family], name: str, node: NodeState, usage: dict[str, Use],
+        layout: DeviceLayout, families: Sequence[Family], name: str, node: NodeState, usage: dict[str, Use],
     ) -> None:
         for d in node.devices:
-            values = device_values(d, usage.get(d.id, IDLE), self.legacy)
-            labels_of = device_labels(name, d, self.legacy)
+            values = layout.values(d, usage.get(d.id, IDLE))
+            labels_of = layout.labels(name, d)
             for family, labels, value in zip(families, labels_of, values, strict=True):
                 if value is not None:
                     family.add(labels, value)
 
-    def _pod_rows(self, families: Sequence[Family], alloc: PodAllocation) -> None:
-        for labels, values in pod_series(alloc, self.legacy):
+    @staticmethod
+    def _pod_rows(columns: Sequence[PodColumn], families: Sequence[Family], alloc: PodAllocation) -> None:
+        for labels, values in pod_series(columns, alloc):
             for family, value in zip(families, values, strict=True):
                 family.add(labels, value)
 
-    def _mig_instances(self, alloc: PodAllocation, info: Family, legacy: Family) -> None:
+    def _mig_instances(self, alloc: PodAllocation, info: Family, legacy: Family | None) -> None:
         """One series per MIG reservation the device plugin realised (runtime identity set)."""
         node = self.state.nodes.get(alloc.node)
         if node is None:
@@ -244,7 +261,7 @@ class StateCollector(Collector):
                  str(a.compute_instance_id), str(a.placement.start), str(a.placement.size), ZONE),
                 1.0,
             )
-            if self.legacy:
+            if legacy is not None:
                 legacy.add((alloc.node, a.gpu_uuid, idx, f"{a.profile}-{a.gpu_instance_id}", ZONE), 1.0)
 
 

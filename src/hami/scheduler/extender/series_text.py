@@ -1,8 +1,8 @@
-"""The extender's per-device, per-pod and per-node series: their labels and values, and their text
-kept between scrapes.
+"""The extender's per-device, per-pod and per-node series: their labels and values (from the
+declarations in ``.families``), and their text kept between scrapes.
 
-``StateCollector`` (``.collector``) reads the layout here on both paths: as ``Family`` rows for
-``collect()``, and through ``SeriesText`` for a rendered scrape. ``SeriesText`` keeps each node's
+``StateCollector`` (``.collector``) reads them on both paths: as ``Family`` rows for ``collect()``,
+and through ``SeriesText`` for a rendered scrape. ``SeriesText`` keeps each node's
 per-device lines and each pod's per-container lines as UTF-8, redone when a reservation changes
 (the usage index tells it, under the state lock, from the first rendered scrape on) or the register
 pass replaces a node's ``NodeState``, and each node's scheduler lines (handshake age, lock,
@@ -13,65 +13,56 @@ a little CPU per reservation, measured in docs/design/extender-performance.md.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 from hami.core.devices import DeviceInfo
 from hami.core.serve.families import Family, Labels, label_set, number, sample_name
 from hami.scheduler.engine.nodes import NodeState
 from hami.scheduler.engine.usage import PodAllocation
-from hami.scheduler.extender.families import MIB, ZONE, Allocation, allocation_families
+from hami.scheduler.extender.families import (
+    DeviceColumn,
+    PodColumn,
+    Use,
+    device_columns,
+    pod_columns,
+    pod_labels,
+)
 from hami.scheduler.extender.schedulable import SCHEDULABLE
 from hami.scheduler.extender.state import ClusterState
 
-Use = tuple[int, int, int]  # a device's (slots used, MiB used, cores used)
 IDLE: Use = (0, 0, 0)
 _LOCKED = "\0locked"  # the key of a node's lock-held line among its reasons' (no reason has a NUL)
 
 
-def per_device(f: Allocation, legacy: list[Family], with_legacy: bool) -> tuple[Family, ...]:
-    """The families with one series per device, in ``device_labels`` order."""
-    current = (f.split, f.mem_limit, f.core_limit, f.mem_alloc, f.shared, f.core_alloc, f.overview,
-               f.mem_ratio)
-    return (*current, *legacy[:7]) if with_legacy else current
+class DeviceLayout:
+    """The per-device families' label values and values of one device, read from their columns.
+    Columns share a few label sources (``_base``...): each is called once per device."""
+
+    def __init__(self, columns: Sequence[DeviceColumn]) -> None:
+        self.columns = tuple(columns)
+        self._sources = tuple(dict.fromkeys(c.labels for c in columns))
+        self._source_of = tuple(self._sources.index(c.labels) for c in columns)
+        self._values = tuple(c.value for c in columns)
+
+    def labels(self, name: str, d: DeviceInfo) -> tuple[Labels, ...]:
+        """One device's label values in each column's family."""
+        sets = [source(name, d) for source in self._sources]
+        return tuple([sets[i] for i in self._source_of])
+
+    def values(self, d: DeviceInfo, use: Use) -> tuple[float | None, ...]:
+        """One device's value in each column's family; None where it has no series."""
+        return tuple([value(d, use) for value in self._values])
 
 
-def per_pod(f: Allocation, legacy: list[Family], with_legacy: bool) -> tuple[Family, ...]:
-    """The families with one series per reserved device of a pod, in ``pod_series`` order."""
-    return (f.v_mem, f.v_core, legacy[8], legacy[9]) if with_legacy else (f.v_mem, f.v_core)
-
-
-def device_labels(name: str, d: DeviceInfo, with_legacy: bool) -> tuple[Labels, ...]:
-    """One device's label values in each ``per_device`` family."""
-    idx = str(d.index)
-    base = (name, d.id, idx, d.type, ZONE)
-    cores = (name, d.id, idx, str(d.devcore), d.type, ZONE)
-    overview = (name, d.id, idx, str(d.devcore), str(d.devmem), d.type, ZONE)
-    out: tuple[Labels, ...] = (base, base, base, cores, base, base, overview, base)
-    if with_legacy:
-        out += (base, base, cores, base, base, overview, (name, d.id, idx, ZONE))
-    return out
-
-
-def device_values(d: DeviceInfo, use: Use, with_legacy: bool) -> tuple[float | None, ...]:
-    """One device's value in each ``per_device`` family; None where it has no series."""
-    used, umem, ucores = use
-    mem, amem = d.devmem * MIB, umem * MIB
-    ratio = umem / d.devmem if d.devmem > 0 else None
-    out: tuple[float | None, ...] = (d.count, mem, d.devcore, amem, used, ucores, amem, ratio)
-    if with_legacy:
-        out += (mem, d.devcore, amem, used, ucores, amem, ratio)
-    return out
-
-
-def pod_series(alloc: PodAllocation, with_legacy: bool) -> Iterator[tuple[Labels, tuple[int, ...]]]:
-    """Per reserved device of the pod: its labels, and its value in each ``per_pod`` family."""
+def pod_series(
+    columns: Sequence[PodColumn], alloc: PodAllocation,
+) -> Iterator[tuple[Labels, tuple[int, ...]]]:
+    """Per reserved device of the pod: its labels, and its value in each of ``columns``."""
     for share in alloc.shares:
         if share.uuid:
-            values = (share.usedmem * MIB, share.usedcores)
-            yield (alloc.namespace, alloc.node, alloc.name, "0", share.uuid, ZONE), (
-                values * 2 if with_legacy else values
-            )
+            values = tuple([c.value(share) for c in columns])
+            yield pod_labels(alloc.namespace, alloc.node, alloc.name, share), values
 
 
 class NodeText(NamedTuple):
@@ -88,7 +79,7 @@ class NodeText(NamedTuple):
 
 class PodText(NamedTuple):
     alloc: PodAllocation
-    text: tuple[bytes, ...]  # one chunk per ``per_pod`` family, encoded once
+    text: tuple[bytes, ...]  # one chunk per ``pod_columns`` family, encoded once
 
 
 class SeriesText:
@@ -96,14 +87,12 @@ class SeriesText:
 
     def __init__(self, state: ClusterState, legacy: bool) -> None:
         self.state = state
-        self.legacy = legacy
         self.nodes: dict[str, NodeText] = {}  # guarded by the state lock
         self._pods: dict[str, PodText] = {}
         self._usage_seq = -1  # ``state.usage.seq`` when ``nodes`` was last brought up to date
-        # Only the names and label names of these are read (``_node_lines``, ``_pod_lines``).
-        template, legacy_template = allocation_families()
-        self._device_families = per_device(template, legacy_template, legacy)
-        self._pod_families = per_pod(template, legacy_template, legacy)
+        self.devices = DeviceLayout(device_columns(legacy))
+        self.pods = pod_columns(legacy)
+        self._pod_families = tuple(c.declared for c in self.pods)
         state.usage.listeners.append(self._usage_changed)
         # Outside the state lock: two scrapes at once may each replace this with their own; every
         # entry is keyed by all its text depends on, so a race costs a re-render, never a wrong line.
@@ -148,7 +137,7 @@ class SeriesText:
         return cached
 
     def pod(self, alloc: PodAllocation) -> tuple[bytes, ...]:
-        """The pod's lines, one chunk per ``per_pod`` family. Under the state lock."""
+        """The pod's lines, one chunk per ``pod_columns`` family. Under the state lock."""
         held = self._pods.get(alloc.uid)
         if held is None or held.alloc is not alloc:  # before the first rendered scrape
             held = self._pods[alloc.uid] = PodText(alloc, self._pod_lines(alloc))
@@ -190,11 +179,12 @@ class SeriesText:
         uses = tuple([usage.get(d.id, IDLE) for d in devices])
         if cached is not None and cached.uses == uses:
             return cached
-        families = self._device_families
+        layout = self.devices
+        columns = layout.columns
         heads = cached.heads if cached is not None else tuple(
             tuple(
-                f"{sample_name(family)}{label_set(family.labels, labels)} "
-                for family, labels in zip(families, device_labels(name, d, self.legacy), strict=True)
+                f"{sample_name(c.declared)}{label_set(c.declared.labels, labels)} "
+                for c, labels in zip(columns, layout.labels(name, d), strict=True)
             )
             for d in devices
         )
@@ -205,14 +195,14 @@ class SeriesText:
             lines = [text if use == old else self._device_text(h, d, use) for h, d, use, old, text in kept]
         chunks = tuple([
             "".join(column).encode("utf-8") for column in zip(*lines, strict=True)
-        ]) if lines else (b"",) * len(families)
+        ]) if lines else (b"",) * len(columns)
         return NodeText(node, uses, heads, tuple(lines), chunks)
 
     def _device_text(self, heads: tuple[str, ...], d: DeviceInfo, use: Use) -> tuple[str, ...]:
-        """One device's line in each ``per_device`` family (``""`` where it has no series)."""
+        """One device's line in each ``device_columns`` family (``""`` where it has no series)."""
         return tuple([
             "" if value is None else f"{head}{number(value)}\n"
-            for head, value in zip(heads, device_values(d, use, self.legacy), strict=True)
+            for head, value in zip(heads, self.devices.values(d, use), strict=True)
         ])
 
     def _pod_lines(self, alloc: PodAllocation) -> tuple[bytes, ...]:
@@ -220,7 +210,7 @@ class SeriesText:
         each label set)."""
         families = self._pod_families
         lines: list[list[str]] = [[] for _ in families]
-        for labels, values in pod_series(alloc, self.legacy):
+        for labels, values in pod_series(self.pods, alloc):
             sets: dict[Labels, str] = {}
             for out, family, value in zip(lines, families, values, strict=True):
                 text = sets.get(family.labels)
