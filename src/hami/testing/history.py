@@ -4,9 +4,9 @@ The cluster is played at full time resolution: pods arrive (exponential gaps), k
 each to the extender at once (``filter_pod`` + ``commit`` over every node, in the order the API
 lists them), pods that fit nowhere wait and are all retried, in arrival order and over every node,
 whenever a pod finishes. The objects then carry what the API keeps: whole-second
-``creationTimestamp``, ``hami.io/vgpu-time`` and ``finishedAt``, and the extender's first
-``FilteringSucceed`` / ``FilteringFailed`` event of each pod, named as client-go names events (the
-nanosecond time in hex). ``exact`` keeps the true times, so a test can tell which differences of a
+``creationTimestamp``, ``hami.io/vgpu-time`` and ``finishedAt``, and the extender's
+``FilteringSucceed`` / ``FilteringFailed`` events of each pod (the first of each: a repeat is
+counted on it), named as client-go names events (the nanosecond time in hex). ``exact`` keeps the true times, so a test can tell which differences of a
 replay come from the lost sub-second order.
 
 Nodes mix 40 GB and 16 GB cards; pods mix memory sizes, core shares, whole cards, percentages
@@ -65,7 +65,7 @@ class History:
     exact: dict[str, tuple[float, float | None, float | None]] = field(default_factory=dict)
     # uids in the order the extender first filtered them
     order: list[str] = field(default_factory=list)
-    events: list[Obj] = field(default_factory=list)  # the extender's first decision on each pod
+    events: list[Obj] = field(default_factory=list)  # the extender's filter events
 
 
 def decision_event(pod: Obj, placed: bool, at: float) -> Obj:
@@ -202,10 +202,12 @@ def generate(spec: HistorySpec) -> History:
         request = pod_request(p.obj, config.nvidia)
         assert request is not None, "every generated pod asks for a GPU"
         result = filter_pod(request, states, usage, quotas, config, ranks=ranks)
-        if p.obj["metadata"]["uid"] not in seen:
-            seen.add(p.obj["metadata"]["uid"])
-            order.append(p.obj["metadata"]["uid"])
+        uid = p.obj["metadata"]["uid"]
+        if uid not in seen:
+            order.append(uid)
+        if (uid, result.node is not None) not in seen:  # a repeat is counted on the first event
             decisions.append(decision_event(p.obj, result.node is not None, now))
+        seen.update((uid, (uid, result.node is not None)))
         if result.node is None:
             return False
         commit(result, usage, quotas)
@@ -214,7 +216,7 @@ def generate(spec: HistorySpec) -> History:
             heapq.heappush(events, (now + p.life, 0, i))
         return True
 
-    seen: set[str] = set()
+    seen: set[object] = set()
     decisions: list[Obj] = []
     while events:
         now, kind, i = heapq.heappop(events)

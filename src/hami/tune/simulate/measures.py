@@ -16,6 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from hami.core.snapshot import model as snap
 from hami.tune.simulate.records import Placement, PodRun, ReplayResult, placement, recorded_placement
 
 
@@ -146,7 +147,7 @@ def fidelity(result: ReplayResult) -> Fidelity:
     for run in result.runs:
         if run.fixed:
             continue
-        if gone is not None and run.pod.scheduled is not None and run.pod.scheduled >= math.floor(gone):
+        if gone is not None and _decided_after(run.pod, math.floor(gone)):
             unknown += 1  # the cards then held are not all in the snapshot: no record to compare with
             continue
         compared += 1
@@ -156,6 +157,13 @@ def fidelity(result: ReplayResult) -> Fidelity:
         else:
             diffs.append(Difference(run.pod.key, real, got, seconds[int(run.pod.created)] > 1))
     return Fidelity(compared, same, tuple(diffs), unknown)
+
+
+def _decided_after(pod: snap.Pod, t: float) -> bool:
+    """Whether the scheduler's decision on ``pod`` (its placement, or its wait) reaches past ``t``."""
+    if pod.scheduled is not None:
+        return pod.scheduled >= t
+    return pod.allocation is None and (pod.finished is None or pod.finished >= t)
 
 
 def _replayed(run: PodRun) -> Placement:
