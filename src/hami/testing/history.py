@@ -6,8 +6,8 @@ lists them), pods that fit nowhere wait and are all retried, in arrival order an
 whenever a pod finishes. The objects then carry what the API keeps: whole-second
 ``creationTimestamp``, ``hami.io/vgpu-time`` and ``finishedAt``, and the extender's
 ``FilteringSucceed`` / ``FilteringFailed`` events of each pod (the first of each: a repeat is
-counted on it), named as client-go names events (the nanosecond time in hex). ``exact`` keeps the true times, so a test can tell which differences of a
-replay come from the lost sub-second order.
+counted on it), named as client-go names events (the nanosecond time in hex). ``exact`` keeps the
+true times, so a test can tell which differences of a replay come from the lost sub-second order.
 
 Nodes mix 40 GB and 16 GB cards; pods mix memory sizes, core shares, whole cards, percentages
 and two-card requests. Used by the simulator's fidelity test and ``bench/bench_simulate.py``.
