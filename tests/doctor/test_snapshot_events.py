@@ -3,7 +3,9 @@ fraction of a second), and the GPU pods deleted before the snapshot."""
 
 from __future__ import annotations
 
+import io
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,8 +13,11 @@ import pytest
 from hami.core.snapshot import model as snap
 from hami.core.snapshot import reader, writer
 from hami.doctor.capture import CaptureSettings, capture
+from hami.doctor.main import main
 from hami.doctor.snapshot_events import decided_at, first_attempts, gone_since
+from hami.testing import cluster
 from hami.testing.history import HistorySpec, decision_event, generate
+from hami.testing.kubeapi import KubeAPIServer
 
 T = 1_750_000_000.25
 
@@ -101,3 +106,20 @@ def test_a_captured_snapshot_keeps_first_attempts_and_what_is_gone() -> None:
     gone = [h.exact[p["metadata"]["uid"]][1] for p in h.pods[:2]]
     assert back.gone_since == pytest.approx(min(t for t in gone if t is not None), abs=1e-5)
     assert any("2 GPU pod(s) placed since" in note for note in back.notes)
+
+
+def test_events_the_api_refuses_leave_a_note_and_the_snapshot(
+    kube_api: KubeAPIServer, kube_config_file: Path, tmp_path: Path
+) -> None:
+    now = datetime(2025, 6, 15, 16, 0, tzinfo=UTC)
+    for obj in cluster.objects(gpus=2, now=now, scenarios=False):
+        kube_api.store.put(obj)
+    kube_api.faults.add(method="GET", path=r"^/api/v1/events$", status=403, times=None, message="forbidden")
+    out = tmp_path / "s.json"
+    argv = ["snapshot", "-o", str(out), "--kubeconfig", str(kube_config_file), "--now", "2025-06-15T16:00:00Z"]
+    assert main(argv, stdout=io.StringIO()) == 0
+    s = reader.load_snapshot(out)
+    assert s.pods and all(p.first_attempt is None for p in s.pods)
+    assert s.gone_since is None
+    (note,) = [n for n in s.notes if "events could not be listed" in n]
+    assert "searched for" in note
