@@ -116,7 +116,7 @@ def test_events_the_api_refuses_leave_a_note_and_the_snapshot(
         kube_api.store.put(obj)
     kube_api.faults.add(method="GET", path=r"^/api/v1/events$", status=403, times=None, message="forbidden")
     out = tmp_path / "s.json"
-    argv = ["snapshot", "-o", str(out), "--kubeconfig", str(kube_config_file), "--now", "2025-06-15T16:00:00Z"]
+    argv = ["snapshot", "-o", str(out), "--kubeconfig", str(kube_config_file), "--now", now.isoformat()]
     assert main(argv, stdout=io.StringIO()) == 0
     s = reader.load_snapshot(out)
     assert s.pods and all(p.first_attempt is None for p in s.pods)
