@@ -106,6 +106,18 @@ def test_a_captured_snapshot_keeps_first_attempts_and_what_is_gone() -> None:
     gone = [h.exact[p["metadata"]["uid"]][1] for p in h.pods[:2]]
     assert back.gone_since == pytest.approx(min(t for t in gone if t is not None), abs=1e-5)
     assert any("2 GPU pod(s) placed since" in note for note in back.notes)
+    assert not any("reach back only" in note for note in back.notes)
+
+
+def test_placements_older_than_the_oldest_event_are_named_in_a_note() -> None:
+    """Events expire: before the oldest one, a deleted pod would leave no trace at all."""
+    h = generate(HistorySpec(nodes=2, gpus=2, pods=6, mean_gap=2.0, mean_life=600.0))
+    recent = sorted(h.events, key=lambda e: e["metadata"]["name"].rpartition(".")[2])[3:]
+    s = capture(h.nodes, h.pods, [], h.taken, CaptureSettings(scheduler=snap.Scheduler()), events=recent)
+    (note,) = [n for n in s.notes if "reach back only" in n]
+    horizon = min(int(e["metadata"]["name"].rpartition(".")[2], 16) // 10**9 for e in recent)
+    early = sum(1 for p in s.pods if p.scheduled is not None and p.scheduled < horizon)
+    assert early > 0 and f"the {early} placement(s) made before then" in note
 
 
 def test_events_the_api_refuses_leave_a_note_and_the_snapshot(

@@ -10,6 +10,7 @@ are gone from the API; ``--from-prometheus`` recovers them from metric history.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, tzinfo
@@ -24,7 +25,7 @@ from hami.core.codec.pod_devices import decode_pod_devices
 from hami.core.codec.quantity import parse_quantity
 from hami.core.objects import annotations_of, metadata_of, name_of, namespace_of, uid_of
 from hami.core.snapshot import model as snap
-from hami.doctor.snapshot_events import first_attempts, gone_since
+from hami.doctor.snapshot_events import first_attempts, gone_since, oldest
 
 Obj = dict[str, Any]
 
@@ -290,6 +291,15 @@ def capture(
             f"{count} GPU pod(s) placed since {_clock(gone)} were deleted before the snapshot (their events "
             "say so): which cards they held, and until when, the API no longer shows, so pods placed "
             "after that are replayed but not compared (--from-prometheus keeps deleted pods)"
+        )
+    horizon = oldest(decisions)  # whole seconds below: ``scheduled`` is
+    horizon = None if horizon is None else float(math.floor(horizon))
+    early = sum(1 for p in spods if horizon is not None and p.scheduled is not None and p.scheduled < horizon)
+    if horizon is not None and early:
+        notes.append(
+            f"the pods' events reach back only to {_clock(horizon)} (the API server keeps them an hour by "
+            f"default): a GPU pod deleted before then is not known, and the {early} placement(s) made "
+            "before then are compared as if none was"
         )
     return snap.Snapshot(
         source=snap.SOURCE_API,

@@ -104,3 +104,10 @@ def gone_since(events: Iterable[Any], listed: Collection[str]) -> tuple[float | 
         if uid is not None and when is not None and uid not in listed:
             placed[uid] = min(placed.get(uid, when[0]), when[0])
     return min(placed.values(), default=None), len(placed)
+
+
+def oldest(events: Iterable[Any]) -> float | None:
+    """When the oldest of the events was made: what happened before it, they cannot say (the API
+    server drops events after --event-ttl, an hour by default)."""
+    times = [w[0] for e in events if isinstance(e, Mapping) and (w := _when(e)) is not None]
+    return min(times, default=None)
