@@ -18,9 +18,11 @@ from hami.core.codec.handshake import REPORTED, Handshake, format_handshake
 from hami.core.codec.pod_devices import encode_pod_devices
 from hami.core.devices import ContainerDevice
 from hami.core.snapshot import reader as snapread
+from hami.core.snapshot import writer as snapwrite
 from hami.doctor.main import main
 from hami.testing import cluster, prometheus
 from hami.testing.builders import limits, pod
+from hami.testing.history import decision_event
 from hami.testing.kubeapi import KubeAPIServer
 
 pytestmark = pytest.mark.skipif(not prometheus.available(), reason="prometheus/promtool not installed")
@@ -90,19 +92,25 @@ def test_history_completed_by_the_api(
     now = datetime.fromtimestamp(END, UTC)
     kube_api.store.put(cluster.gpu_node("n1", 0, 2, format_handshake(Handshake(REPORTED, now)), "a100"))
     placed = str(START + 40 * STEP)
-    kube_api.store.put(_live("typed", GPU1, 2048, {ann.POD_VGPU_TIME: placed, ann.POD_USE_GPUTYPE: "A100"}))
+    typed = _live("typed", GPU1, 2048, {ann.POD_VGPU_TIME: placed, ann.POD_USE_GPUTYPE: "A100"})
+    typed["metadata"]["creationTimestamp"] = snapwrite.format_time(START + 39 * STEP)  # type: ignore[index]
+    typed = kube_api.store.put(typed)
     kube_api.store.put(_live("by-hand", GPU0, 1024, {}))  # spec.nodeName set at creation: no vgpu-time
+    # the extender's event dates the filter within the minute the samples give
+    kube_api.store.put(decision_event(typed, True, START + 40 * STEP - 30.25))
     out = tmp_path / "history.json"
     argv = ["snapshot", "--from-prometheus", prom_url, "--since", "2h", "--step", "1m", "-o", str(out),
             "--now", now.strftime("%Y-%m-%dT%H:%M:%SZ"), "--kubeconfig", str(kube_config_file)]  # fmt: skip
     assert main(argv, stdout=io.StringIO()) == 0
     snapshot = snapread.load_snapshot(out)
-    pods = {p.name: p for p in snapshot.pods}
+    pods = {p.name: p for p in snapshot.pods}  # typed: rebound below to its snapshot entry
     # placed before the history began, or by hand: held as recorded, not replayed
     assert pods["seeded"].scheduled is None and pods["by-hand"].scheduled is None
     # the scheduler's placement, with the filter annotation and the request only the API has
     typed = pods["typed"]
     assert typed.scheduled == START + 40 * STEP
+    assert typed.first_attempt == pytest.approx(START + 40 * STEP - 30.25, abs=1e-5)
+    assert pods["by-hand"].first_attempt is None
     assert typed.annotations == {ann.POD_USE_GPUTYPE: "A100"}
     assert [c.name for c in typed.containers] == ["main"]
     # the lock ends at the bind and the bind's own lock holds from the next step

@@ -39,6 +39,7 @@ from hami.testing.wait import wait_until
 from hami.tune.simulate.measures import Fidelity, fidelity, summarise
 from hami.tune.simulate.replay import replay
 from hami.tune.simulate.scenario import CURRENT
+from hami.tune.simulate.table import fidelity_line
 
 Times = dict[str, tuple[float, float | None, float | None]]  # uid -> exact (created, scheduled, finished)
 
@@ -236,3 +237,49 @@ def test_demo_cluster_through_the_real_extender(
     assert len(fixed) == len(cluster.POD_SPECS) + 6 + len(cluster.FRAG_PODS)
     assert f.compared == len(snapshot.pods) - len(fixed)
     assert json.loads(out.read_text())["kind"] == snap.KIND
+
+
+# --- many pods in one second: the order their events record --------------------------------------
+
+
+def test_twenty_pods_a_second_replay_in_the_order_their_events_record() -> None:
+    """A saturated cluster taking about twenty pods a second: nearly every pod shares its second with
+    others, and taken in another order (by name) many land elsewhere. The extender's events date each
+    pod's first filter to the nanosecond (``hami.doctor.snapshot_events``): with them the replay is
+    identical, pod for pod."""
+    h = generate(HistorySpec(nodes=8, gpus=4, pods=400, mean_gap=0.05, mean_life=60, min_life=2))
+    s = capture(h.nodes, h.pods, [], h.taken, CaptureSettings(scheduler=snap.Scheduler()), events=h.events)
+    snapshot = snapread.loads(snapwrite.dumps(s))
+    assert all(p.first_attempt is not None for p in snapshot.pods)
+    same_second = sum(1 for a, b in itertools.pairwise(snapshot.pods) if int(a.created) == int(b.created))
+    assert same_second > 350
+    f = fidelity(replay(snapshot, CURRENT))
+    assert (f.same, f.compared) == (400, 400), f.differences[:5]
+    by_name = [p.uid for p in sorted(snapshot.pods, key=lambda p: (p.created, p.namespace, p.name))]
+    assert fidelity(replay(snapshot, CURRENT, order=by_name)).agreement < 0.9
+    summary = summarise(replay(snapshot, CURRENT))
+    assert summary.waited > 0, "the cluster should be full enough that pods wait and are retried"
+
+
+def test_placements_after_a_deleted_pod_took_cards_are_not_compared() -> None:
+    """Pods deleted before an API snapshot leave no trace of their cards, only their events. The
+    placements decided before the first of them replay identically and are compared; the later ones,
+    decided while cards the snapshot cannot show were held, are replayed but not compared, and the
+    report says why instead of a figure it could not measure."""
+    h = generate(HistorySpec(nodes=8, gpus=4, pods=200, mean_gap=0.1, mean_life=60, min_life=2))
+    deleted = {p["metadata"]["uid"] for p in h.pods[120:125]}
+    kept = [p for p in h.pods if p["metadata"]["uid"] not in deleted]
+    s = capture(h.nodes, kept, [], h.taken, CaptureSettings(scheduler=snap.Scheduler()), events=h.events)
+    snapshot = snapread.loads(snapwrite.dumps(s))
+    first_gone = min(t for uid in deleted if (t := h.exact[uid][1]) is not None)
+    assert snapshot.gone_since == pytest.approx(first_gone, abs=1e-5)
+    f = fidelity(replay(snapshot, CURRENT))
+    later = [p for p in snapshot.pods if (p.scheduled or snapshot.taken) >= int(first_gone)]
+    assert f.not_compared == len(later) > 0
+    assert f.compared == len(snapshot.pods) - len(later) > 100
+    assert f.same == f.compared, f.differences[:5]
+    assert any("5 GPU pod(s) placed since" in note for note in snapshot.notes)
+    assert f"{f.not_compared} not compared" in fidelity_line(f)
+    nothing = fidelity(replay(dataclasses.replace(snapshot, gone_since=snapshot.start), CURRENT))
+    assert nothing.compared == 0
+    assert fidelity_line(nothing).startswith("fidelity: not measured")

@@ -56,7 +56,7 @@ def test_outages_reproduce_what_the_end_state_cannot() -> None:
 def test_outages_survive_the_file_and_version_1_is_still_read() -> None:
     s = _history()
     doc = writer.to_document(s)
-    assert doc["version"] == snap.VERSION == 2
+    assert doc["version"] == snap.VERSION == 3
     assert reader.from_document(json.loads(json.dumps(doc))).outages == s.outages
     old = {k: v for k, v in doc.items() if k != "outages"} | {"version": 1}
     assert reader.from_document(old).outages == ()

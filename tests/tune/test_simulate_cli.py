@@ -65,8 +65,8 @@ def _break(path: str, value: Any) -> dict[str, Any]:
     ("path", "value", "message"),
     [
         ("kind", "Pod", "kind: expected 'HAMiSchedulingSnapshot', got 'Pod' (not a snapshot file)"),
-        ("version", 3, "version: 3 is newer than this tool reads (2); upgrade hami"),
-        ("version", 0, "version: 0 is not a snapshot version this tool reads (1 to 2)"),
+        ("version", 4, "version: 4 is newer than this tool reads (3); upgrade hami"),
+        ("version", 0, "version: 0 is not a snapshot version this tool reads (1 to 3)"),
         ("source", "guess", "source: expected one of api, prometheus, generated, got 'guess'"),
         ("taken", "yesterday", "taken: not an RFC 3339 time (e.g. 2025-06-01T12:00:00Z): 'yesterday'"),
         ("nodes", KeyError, "nodes: required"),
@@ -181,7 +181,8 @@ def test_json_has_figures_settings_timelines_and_fidelity(
     assert current["settings"]["nodeLockExpireSeconds"] == 300
     assert len(current["timeline"]) == 10
     assert current["summary"]["placed"] == 4 and current["summary"]["pods"] == 5
-    assert doc["fidelity"] == {"compared": 5, "same": 5, "agreement": 1.0, "differences": []}
+    fidelity = {"compared": 5, "same": 5, "agreement": 1.0, "differences": [], "notCompared": 0}
+    assert doc["fidelity"] == fidelity
     assert doc["snapshot"]["nodes"] == 2
 
 

@@ -10,9 +10,10 @@ are gone from the API; ``--from-prometheus`` recovers them from metric history.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, tzinfo
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, tzinfo
 from typing import Any
 
 from hami.core import annotations as ann
@@ -24,6 +25,7 @@ from hami.core.codec.pod_devices import decode_pod_devices
 from hami.core.codec.quantity import parse_quantity
 from hami.core.objects import annotations_of, metadata_of, name_of, namespace_of, uid_of
 from hami.core.snapshot import model as snap
+from hami.doctor.snapshot_events import first_attempts, gone_since, oldest
 
 Obj = dict[str, Any]
 
@@ -263,12 +265,17 @@ def capture(
     quotas: Sequence[Mapping[str, Any]],
     taken: datetime,
     s: CaptureSettings,
+    *,
+    events: Iterable[Any] = (),
 ) -> snap.Snapshot:
-    """The snapshot of a cluster as listed at ``taken``; nodes in the order given (the API's)."""
+    """The snapshot of a cluster as listed at ``taken``; nodes in the order given (the API's).
+    ``events``: the pods' events, for when the scheduler first decided on each pod."""
     snodes = [n for n in (capture_node(node, taken, s) for node in nodes) if n is not None]
     names = {n.name for n in snodes}
+    decisions = list(events)
+    attempts = first_attempts(decisions)
     spods = sorted(
-        (p for p in (capture_pod(pod, s) for pod in pods) if p is not None),
+        (_attempted(p, attempts) for p in (capture_pod(pod, s) for pod in pods) if p is not None),
         key=lambda p: (p.created, p.namespace, p.name),
     )
     # A pod placed on a node that is gone keeps its request but loses its placement.
@@ -277,6 +284,23 @@ def capture(
     locks = [lk for lk in (capture_lock(n) for n in snodes) if lk is not None]
     t = taken.timestamp()
     start = min((p.created for p in spods), default=t)
+    notes = list(s.notes.values())
+    gone, count = gone_since(decisions, {uid_of(pod) for pod in pods})
+    if gone is not None:
+        notes.append(
+            f"{count} GPU pod(s) placed since {_clock(gone)} were deleted before the snapshot (their events "
+            "say so): which cards they held, and until when, the API no longer shows, so pods placed "
+            "after that are replayed but not compared (--from-prometheus keeps deleted pods)"
+        )
+    horizon = oldest(decisions)  # whole seconds below: ``scheduled`` is
+    horizon = None if horizon is None else float(math.floor(horizon))
+    early = sum(1 for p in spods if horizon is not None and p.scheduled is not None and p.scheduled < horizon)
+    if horizon is not None and early:
+        notes.append(
+            f"the pods' events reach back only to {_clock(horizon)} (the API server keeps them an hour by "
+            f"default): a GPU pod deleted before then is not known, and the {early} placement(s) made "
+            "before then are compared as if none was"
+        )
     return snap.Snapshot(
         source=snap.SOURCE_API,
         taken=t,
@@ -286,9 +310,20 @@ def capture(
         pods=tuple(spods),
         quotas=tuple(squotas),
         locks=tuple(locks),
-        notes=tuple(s.notes.values()),
+        notes=tuple(notes),
         outages=tuple(unhealthy_outages(snodes, spods, min(start, t))),
+        gone_since=gone,
     )
+
+
+def _clock(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _attempted(p: snap.Pod, attempts: Mapping[str, float]) -> snap.Pod:
+    t = attempts.get(p.uid)
+    # a decision before the pod existed is no time of this pod's (its events are not to be trusted)
+    return p if t is None or t < p.created else replace(p, first_attempt=t)
 
 
 def _unplaced(p: snap.Pod) -> snap.Pod:
@@ -304,6 +339,7 @@ def _unplaced(p: snap.Pod) -> snap.Pod:
         p.finished,
         None,
         p.peak_memory_bytes,
+        p.first_attempt,
     )
 
 

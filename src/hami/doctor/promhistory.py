@@ -242,6 +242,11 @@ def _pod(
         finished=None if ongoing else inst.last + h.step,
         allocation=snap.Allocation(inst.node, encode_pod_devices(devices)),
         peak_memory_bytes=peak.get((inst.namespace, inst.pod)),
+        # the API's first filter, when it is this instance's (within the sample it was first seen in)
+        first_attempt=live.first_attempt
+        if same and live is not None and live.first_attempt is not None
+        and first - 2 * h.step <= live.first_attempt <= first
+        else None,
     )
 
 

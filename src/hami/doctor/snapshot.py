@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
@@ -31,7 +32,7 @@ from hami.core.duration import (
     parse_prometheus_duration,
     prometheus_duration_flag,
 )
-from hami.core.kube import raw
+from hami.core.kube import errors, raw
 from hami.core.promapi import PrometheusClient
 from hami.core.snapshot import model as snap
 from hami.core.snapshot import writer as snapwrite
@@ -49,6 +50,7 @@ from hami.doctor.capture import (
 from hami.doctor.promhistory import HistorySettings, from_prometheus, scrape_interval
 
 DEFAULTS = snap.Scheduler()
+NOTE_EVENTS = "events"
 
 
 class SnapshotUsageError(ValueError):
@@ -220,12 +222,28 @@ def settings(args: argparse.Namespace, cluster: clusterconfig.ClusterConfig | No
     )
 
 
+def pod_events(api: Any, notes: dict[str, str]) -> list[dict[str, Any]]:
+    """The pods' events (the order of pods created in one second); none, with a note, when the
+    API refuses them."""
+    path = raw.resource_path("", "v1", "events")
+    try:
+        return fetch.list_all(api, path)
+    except errors.ApiError as err:
+        notes[NOTE_EVENTS] = (
+            f"the pods' events could not be listed ({err}): the order of pods created in the same "
+            "second is searched for"
+        )
+        return []
+
+
 def from_api(api: Any, args: argparse.Namespace, now: datetime) -> snap.Snapshot:
     s = settings(args, clusterconfig.read(api, args.scheduler_namespace))
     nodes = fetch.list_nodes(api)
     pods = fetch.list_all(api, raw.resource_path("", "v1", "pods"))
     quotas = fetch.list_all(api, raw.resource_path("", "v1", "resourcequotas"))
-    return capture(nodes, pods, quotas, now, s)
+    notes = dict(s.notes)
+    events = pod_events(api, notes)
+    return capture(nodes, pods, quotas, now, replace(s, notes=notes), events=events)
 
 
 def from_history(args: argparse.Namespace, now: datetime, api: Any | None = None) -> snap.Snapshot:
@@ -238,10 +256,13 @@ def from_history(args: argparse.Namespace, now: datetime, api: Any | None = None
         raise SnapshotUsageError("--step: want a positive duration such as 30s, 1m")
     s = settings(args, clusterconfig.read(api, args.scheduler_namespace) if api is not None else None)
     live = None
-    if api is not None:  # the pods still in the API: their true requests and annotations
+    if api is not None:  # the pods still in the API: their true requests, annotations, first filter
         nodes = fetch.list_nodes(api)
         pods = fetch.list_all(api, raw.resource_path("", "v1", "pods"))
-        live = {p.key: p for p in capture(nodes, pods, [], now, s).pods}
+        notes = dict(s.notes)
+        events = pod_events(api, notes)
+        s = replace(s, notes=notes)
+        live = {p.key: p for p in capture(nodes, pods, [], now, s, events=events).pods}
     client = PrometheusClient(args.from_prometheus, timeout=args.query_timeout.total_seconds())
     try:
         if step is None:

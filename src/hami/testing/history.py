@@ -4,8 +4,10 @@ The cluster is played at full time resolution: pods arrive (exponential gaps), k
 each to the extender at once (``filter_pod`` + ``commit`` over every node, in the order the API
 lists them), pods that fit nowhere wait and are all retried, in arrival order and over every node,
 whenever a pod finishes. The objects then carry what the API keeps: whole-second
-``creationTimestamp``, ``hami.io/vgpu-time`` and ``finishedAt``. ``exact`` keeps the true times,
-so a test can tell which differences of a replay come from the lost sub-second order.
+``creationTimestamp``, ``hami.io/vgpu-time`` and ``finishedAt``, and the extender's
+``FilteringSucceed`` / ``FilteringFailed`` events of each pod (the first of each: a repeat is
+counted on it), named as client-go names events (the nanosecond time in hex). ``exact`` keeps the
+true times, so a test can tell which differences of a replay come from the lost sub-second order.
 
 Nodes mix 40 GB and 16 GB cards; pods mix memory sizes, core shares, whole cards, percentages
 and two-card requests. Used by the simulator's fidelity test and ``bench/bench_simulate.py``.
@@ -45,6 +47,7 @@ class HistorySpec:
     pods: int = 2000
     mean_gap: float = 30.0  # seconds between arrivals
     mean_life: float = 4 * 3600.0  # seconds a pod runs
+    min_life: float = 0.0  # added to every pod's run
     split: int = 10
     node_policy: str = "binpack"
     gpu_policy: str = "spread"
@@ -62,6 +65,28 @@ class History:
     exact: dict[str, tuple[float, float | None, float | None]] = field(default_factory=dict)
     # uids in the order the extender first filtered them
     order: list[str] = field(default_factory=list)
+    events: list[Obj] = field(default_factory=list)  # the extender's filter events
+
+
+def decision_event(pod: Obj, placed: bool, at: float) -> Obj:
+    """The extender's event for one filter of ``pod`` at ``at``, as the API holds it."""
+    meta = pod["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{meta['name']}.{int(at * 1e9):x}", "namespace": meta["namespace"]},
+        "involvedObject": {
+            "kind": "Pod",
+            "namespace": meta["namespace"],
+            "name": meta["name"],
+            "uid": meta["uid"],
+        },
+        "reason": "FilteringSucceed" if placed else "FilteringFailed",
+        "type": "Normal" if placed else "Warning",
+        "firstTimestamp": _rfc3339(at),
+        "lastTimestamp": _rfc3339(at),
+        "count": 1,
+    }
 
 
 def _rfc3339(t: float) -> str:
@@ -164,7 +189,7 @@ def generate(spec: HistorySpec) -> History:
                 "containers": [{"name": "main", "image": "x", "resources": {"limits": _limits(rng)}}],
             },
         }
-        pods.append(_Pod(obj, t, rng.expovariate(1 / spec.mean_life)))
+        pods.append(_Pod(obj, t, spec.min_life + rng.expovariate(1 / spec.mean_life)))
     end = t + 60.0
     order: list[str] = []
     events: list[tuple[float, int, int]] = []  # (time, kind 0=finish 1=arrive, pod index)
@@ -174,12 +199,15 @@ def generate(spec: HistorySpec) -> History:
 
     def place(i: int, now: float) -> bool:
         p = pods[i]
-        if p.obj["metadata"]["uid"] not in seen:
-            seen.add(p.obj["metadata"]["uid"])
-            order.append(p.obj["metadata"]["uid"])
         request = pod_request(p.obj, config.nvidia)
         assert request is not None, "every generated pod asks for a GPU"
         result = filter_pod(request, states, usage, quotas, config, ranks=ranks)
+        uid = p.obj["metadata"]["uid"]
+        if uid not in seen:
+            order.append(uid)
+        if (uid, result.node is not None) not in seen:  # a repeat is counted on the first event
+            decisions.append(decision_event(p.obj, result.node is not None, now))
+        seen.update((uid, (uid, result.node is not None)))
         if result.node is None:
             return False
         commit(result, usage, quotas)
@@ -188,7 +216,8 @@ def generate(spec: HistorySpec) -> History:
             heapq.heappush(events, (now + p.life, 0, i))
         return True
 
-    seen: set[str] = set()
+    seen: set[object] = set()
+    decisions: list[Obj] = []
     while events:
         now, kind, i = heapq.heappop(events)
         if kind == 1:
@@ -214,6 +243,7 @@ def generate(spec: HistorySpec) -> History:
         [],
         taken,
         order=order,
+        events=decisions,
     )
     for p in pods:
         history.pods.append(_finish(p))

@@ -9,7 +9,7 @@ from typing import Any, Final
 from hami.core import annotations as ann
 
 KIND: Final = "HAMiSchedulingSnapshot"
-VERSION: Final = 2  # 2: outages (version 1, without them, is still read)
+VERSION: Final = 3  # 2: outages; 3: pods' firstAttempt, goneSince (older versions are still read)
 SOURCE_API: Final = "api"
 SOURCE_PROMETHEUS: Final = "prometheus"
 SOURCE_GENERATED: Final = "generated"
@@ -102,6 +102,7 @@ class Pod:
     finished: float | None = None
     allocation: Allocation | None = None
     peak_memory_bytes: float | None = None  # highest device memory it used, when known
+    first_attempt: float | None = None
 
     @property
     def key(self) -> str:
@@ -172,6 +173,10 @@ class Snapshot:
     # Health and registration over the history; a card or node without outages is as its annotation
     # says at ``taken`` throughout.
     outages: tuple[Outage, ...] = ()
+    # The first placement of a GPU pod the snapshot no longer shows (deleted before it was taken; its
+    # events name it): from then on it held cards the snapshot cannot replay, so pods placed later
+    # are not compared. None: no such pod is known.
+    gone_since: float | None = None
 
 
 def _containers(cs: tuple[Container, ...]) -> list[dict[str, Any]]:

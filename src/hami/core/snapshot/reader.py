@@ -240,6 +240,7 @@ def _pod(value: Any, where: str) -> Pod:
             "finished",
             "allocation",
             "peakMemoryBytes",
+            "firstAttempt",
         ),
     )
     pod = Pod(
@@ -254,6 +255,7 @@ def _pod(value: Any, where: str) -> Pod:
         finished=r.optional("finished", _time),
         allocation=r.optional("allocation", _allocation),
         peak_memory_bytes=r.optional("peakMemoryBytes", _number),
+        first_attempt=r.optional("firstAttempt", _time),
     )
     if not pod.containers:
         raise SnapshotError(f"{r.path('containers')}: a pod needs at least one container")
@@ -318,6 +320,7 @@ def from_document(doc: Any) -> Snapshot:
             "quotas",
             "locks",
             "outages",
+            "goneSince",
         ),
     )
     version = r.get("version", _int)
@@ -340,6 +343,7 @@ def from_document(doc: Any) -> Snapshot:
         notes=r.get("notes", lambda v, w: _list(v, w, _str), ()),
         version=version,
         outages=r.get("outages", lambda v, w: _list(v, w, _outage), ()),
+        gone_since=r.optional("goneSince", _time),
     )
     _check_unique(snap)
     return snap

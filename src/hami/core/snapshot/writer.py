@@ -31,6 +31,7 @@ def to_document(snap: Snapshot) -> dict[str, Any]:
         "source": snap.source,
         "taken": format_time(snap.taken),
         "start": format_time(snap.start),
+        "goneSince": _opt_time(snap.gone_since),
         "notes": list(snap.notes),
         "scheduler": {
             "schedulerName": s.scheduler_name,
@@ -70,6 +71,7 @@ def to_document(snap: Snapshot) -> dict[str, Any]:
                     "mig": p.allocation.mig,
                 },
                 "peakMemoryBytes": p.peak_memory_bytes,
+                "firstAttempt": _opt_time(p.first_attempt),
             }
             for p in snap.pods
         ],

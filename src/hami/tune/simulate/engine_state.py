@@ -15,7 +15,7 @@ from hami.scheduler.engine.ranking import Ranker
 from hami.scheduler.engine.requests import PERCENT_UNSET, PodRequest, pod_request
 from hami.scheduler.engine.usage import DeviceShare, PodAllocation, UsageIndex
 from hami.tune.simulate import cluster as cl
-from hami.tune.simulate.records import SAMPLES, Capacity, PodRun, ReplayResult
+from hami.tune.simulate.records import SAMPLES, Capacity, PodRun, ReplayResult, arrival_order
 from hami.tune.simulate.scenario import Scenario
 
 NO_REQUEST = "asks for no GPU under the snapshot's device config"
@@ -61,7 +61,7 @@ class ReplayState:
         self.start, self.end = snapshot.start, snapshot.taken
         self.locks = self._lock_intervals()
         self.capacity = self._capacity()
-        runs = [self._run(p) for p in sorted(snapshot.pods, key=lambda p: (p.created, p.namespace, p.name))]
+        runs = [self._run(p) for p in sorted(snapshot.pods, key=arrival_order)]
         self.runs = runs
         self.result = ReplayResult(
             [],
@@ -73,6 +73,7 @@ class ReplayState:
             self.start,
             self.end,
             self._typical(runs),
+            gone_since=snapshot.gone_since,
         )
         self._sample_times = self._grid(samples)
         self._last_t = self.start

@@ -16,6 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from hami.core.snapshot import model as snap
 from hami.tune.simulate.records import Placement, PodRun, ReplayResult, placement, recorded_placement
 
 
@@ -126,6 +127,8 @@ class Fidelity:
     compared: int
     same: int
     differences: tuple[Difference, ...]
+    # placed by the scheduler after a pod the snapshot lacks took cards (``Snapshot.gone_since``)
+    not_compared: int = 0
 
     @property
     def agreement(self) -> float:
@@ -138,10 +141,14 @@ def fidelity(result: ReplayResult) -> Fidelity:
     for run in result.runs:
         second = int(run.pod.created)
         seconds[second] = seconds.get(second, 0) + 1
-    compared = same = 0
+    compared = same = unknown = 0
     diffs: list[Difference] = []
+    gone = result.gone_since
     for run in result.runs:
         if run.fixed:
+            continue
+        if gone is not None and _decided_after(run.pod, math.floor(gone)):
+            unknown += 1  # the cards then held are not all in the snapshot: no record to compare with
             continue
         compared += 1
         real, got = recorded_placement(run.pod), _replayed(run)
@@ -149,7 +156,14 @@ def fidelity(result: ReplayResult) -> Fidelity:
             same += 1
         else:
             diffs.append(Difference(run.pod.key, real, got, seconds[int(run.pod.created)] > 1))
-    return Fidelity(compared, same, tuple(diffs))
+    return Fidelity(compared, same, tuple(diffs), unknown)
+
+
+def _decided_after(pod: snap.Pod, t: float) -> bool:
+    """Whether the scheduler's decision on ``pod`` (its placement, or its wait) reaches past ``t``."""
+    if pod.scheduled is not None:
+        return pod.scheduled >= t
+    return pod.allocation is None and (pod.finished is None or pod.finished >= t)
 
 
 def _replayed(run: PodRun) -> Placement:

@@ -8,7 +8,14 @@ from itertools import groupby, permutations
 from hami.scheduler.engine.decision import FilterResult, commit
 from hami.scheduler.engine.nodes import NodeState
 from hami.tune.simulate.engine_state import ReplayState
-from hami.tune.simulate.records import ARRIVE, Placement, PodRun, filter_placement, recorded_placement
+from hami.tune.simulate.records import (
+    ARRIVE,
+    Placement,
+    PodRun,
+    arrival_order,
+    filter_placement,
+    recorded_placement,
+)
 
 SEARCH_STEPS = 5000  # filter calls spent looking for the order of one second's events
 GROUP_PERMUTE = 4  # waiting pods created at one time whose retry orders are all tried
@@ -52,6 +59,12 @@ class OrderSearch(ReplayState):
         best_score, best_order = -len(items) - len(waiting) - 1, list(range(len(items)))
         budget = [SEARCH_STEPS]
         trial = _Trial(waiting)
+        # Arrivals whose first filter the snapshot dates (their events) come in that order.
+        known = {
+            i: run.pod.first_attempt
+            for i, (kind, run) in enumerate(items)
+            if kind == ARRIVE and run.pod.first_attempt is not None
+        }
 
         def dfs(rest: list[int], score: int, path: list[int]) -> None:
             nonlocal best_score, best_order
@@ -62,17 +75,20 @@ class OrderSearch(ReplayState):
                 if score > best_score:
                     best_score, best_order = score, path + rest
                 return
+            dated = [i for i in rest if i in known]
+            first = min(dated, key=known.__getitem__) if dated else None
             branches: list[tuple[int, FilterResult | None]] = []
             for i in rest:
                 kind, run = items[i]
-                if kind == ARRIVE and budget[0] > 0:
+                if kind == ARRIVE and budget[0] > 0 and (i not in known or i == first):
                     budget[0] -= 1
                     result = self._filter(run, self.all_nodes)
                     if filter_placement(result) == self._expected(run, t):
                         branches.append((i, result))
             branches += [(i, None) for i in rest if items[i][0] != ARRIVE]
             if not branches:
-                branches.append((rest[0], None))
+                undated = [i for i in rest if i not in known]
+                branches.append((first if first is not None else undated[0], None))
             for i, found in branches:
                 mark, state = len(self._undo), trial.save()
                 gained = self._trial_step(items[i], t, trial, found, budget)
@@ -169,14 +185,16 @@ class OrderSearch(ReplayState):
                 return None
             return [state]
 
-        queue = sorted((run for run in waiting if not skip(run)), key=lambda run: run.pod.created)
+        queue = sorted((run for run in waiting if not skip(run)), key=lambda run: arrival_order(run.pod))
         for _, same in groupby(queue, key=lambda run: run.pod.created):
             group = list(same)
-            if self.rank is None and 1 < len(group) <= GROUP_PERMUTE:
+            # dated by their events: they retry in the order they came (``arrival_order``)
+            search = self.rank is None and any(run.pod.first_attempt is None for run in group)
+            if search and 1 < len(group) <= GROUP_PERMUTE:
                 group = self._group_order(group, nodes_for, t)
             while group:
                 pick = 0
-                if self.rank is None and len(group) > 1:
+                if search and len(group) > 1:
                     for k, run in enumerate(group):
                         nodes = nodes_for(run)
                         if nodes is not None and filter_placement(self._filter(run, nodes)) == self._expected(

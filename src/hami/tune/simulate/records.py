@@ -79,6 +79,14 @@ class ReplayResult:
     core_area: float = 0.0
     locked_seconds: float = 0.0  # node-seconds under a stuck lock within the window
     notes: list[str] = field(default_factory=list)
+    gone_since: float | None = None  # the snapshot's: placements from then on are not compared
+
+
+def arrival_order(pod: snap.Pod) -> tuple[float, bool, float, str, str]:
+    """How the replay orders pods: by creation, and within a second by the scheduler's first
+    decision where the snapshot knows it (its events), before those whose order is unknown."""
+    attempt = pod.first_attempt
+    return pod.created, attempt is None, attempt or 0.0, pod.namespace, pod.name
 
 
 def recorded_placement(pod: snap.Pod) -> Placement:

@@ -5,7 +5,9 @@ and quota manager, then ``commit``. Around it the replay plays kube-scheduler an
 
 - A pod is filtered when it arrives (its creation time). The API keeps times to the second, so
   the order of what happened within one second (arrivals, departures, the retries they caused)
-  is lost. Under the snapshot's own configuration the replay searches, for each second, for the
+  is lost there. Pods whose events dated their first filter (``first_attempt``) arrive, and are
+  retried, in that order. For the rest, and for departures, under the snapshot's own
+  configuration the replay searches, for each second, for the
   order under which the most pods get the outcome the snapshot recorded (depth-first, a bounded
   number of filter calls), and retries waiting pods created in the same second in the order
   under which the most of them get their recorded outcome (every order of up to four, else

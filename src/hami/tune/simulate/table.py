@@ -114,12 +114,20 @@ def heading(snapshot: snap.Snapshot, path: str, cards: int) -> str:
 
 def fidelity_line(f: Fidelity) -> str:
     tied = sum(1 for d in f.differences if d.tied)
-    line = (
-        f"fidelity: replaying the current configuration gives {f.same} of {f.compared} pods "
-        f"({f.agreement * 100:.1f}%) the node and cards the snapshot recorded"
-    )
+    if f.compared:
+        line = (
+            f"fidelity: replaying the current configuration gives {f.same} of {f.compared} pods "
+            f"({f.agreement * 100:.1f}%) the node and cards the snapshot recorded"
+        )
+    else:
+        line = "fidelity: not measured: the snapshot records no placement by the scheduler to compare with"
     if f.differences:
         line += f"; {len(f.differences)} differ ({tied} created in the same second as another pod)"
+    if f.not_compared:
+        line += (
+            f"; {f.not_compared} not compared (placed after pods the snapshot lacks took cards: "
+            "see the notes)"
+        )
     return line
 
 
@@ -178,7 +186,8 @@ def to_json(snapshot: snap.Snapshot, path: str, outcomes: Sequence[Outcome], f: 
         "fidelity": {
             "compared": f.compared,
             "same": f.same,
-            "agreement": f.agreement,
+            "agreement": f.agreement if f.compared else None,
+            "notCompared": f.not_compared,
             "differences": [
                 {
                     "pod": d.pod,

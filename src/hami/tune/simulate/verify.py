@@ -119,7 +119,7 @@ def to_text(checks: Sequence[Check], fidelity: Fidelity, path: str) -> str:
 def to_json(checks: Sequence[Check], fidelity: Fidelity, path: str) -> dict[str, Any]:
     return {
         "snapshot": path,
-        "agreement": fidelity.agreement,
+        "agreement": fidelity.agreement if fidelity.compared else None,
         "checks": [
             {
                 "parameter": c.parameter,
