@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from hami.core.nvml.api import (
     MEMORY_LIMIT_MAX,
@@ -27,16 +28,25 @@ from hami.core.nvml.api import (
     Utilization,
     mig_enabled,
 )
-from hami.core.nvml.fake_spec import FakeGpu
+from hami.core.nvml.fake_spec import FakeGpu, FakeNode
 
-if TYPE_CHECKING:
-    from hami.core.nvml.fake import FakeNvml
+
+class DeviceHost(Protocol):
+    """What a device needs of the ``FakeNvml`` that holds it (declared here, so the two modules do
+    not import each other)."""
+
+    node: FakeNode
+    lock: threading.RLock
+    created: int  # compute instances created, for fresh MIG UUIDs
+
+    def _call(self, call: str, device: int | None = None) -> None: ...
+
 
 NVSWITCH_BUS_ID = "00000000:FF:00.0"  # where the fake's NVSwitch links end
 
 
 class FakeDevice:
-    def __init__(self, nvml: FakeNvml, index: int) -> None:
+    def __init__(self, nvml: DeviceHost, index: int) -> None:
         self._nvml = nvml
         self._index = index
 
