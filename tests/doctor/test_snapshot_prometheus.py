@@ -160,6 +160,28 @@ def test_history_as_a_snapshot(prom_url: str, tmp_path: Path, capsys: pytest.Cap
     assert "--node-scheduler-policy not given" in report and "2 nodes (3 cards), 4 GPU pods" in report
 
 
+def test_a_window_in_the_past_is_read_at_its_end_not_at_the_clock(prom_url: str, tmp_path: Path) -> None:
+    """``--now`` an hour into the history: every query answers for that moment. (Instant queries
+    once ran at the clock's now: the window's start slid with it, and pods placed inside the window
+    read as placed before it.)"""
+    out = tmp_path / "past.json"
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(START + 60 * STEP))
+    argv = ["snapshot", "--from-prometheus", prom_url, "--since", "55m", "--step", "1m", "--now", now]
+    assert main([*argv, "-o", str(out)], stdout=io.StringIO()) == 0
+    s = snapread.load_snapshot(out)
+    assert (_minute(s.start), _minute(s.taken)) == (5, 60)
+    timeline = {
+        (p.key, p.allocation.node if p.allocation else None): (_minute(p.scheduled), _minute(p.finished))
+        for p in s.pods
+    }
+    # a/train on n2 starts at minute 100: after this window
+    assert timeline == {
+        ("a/train", "n1"): (10, None),
+        ("a/serve", "n1"): (20, None),
+        ("b/pair", "n1"): (30, 41),
+    }
+
+
 def test_unreachable_prometheus_is_exit_4(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     url = f"http://127.0.0.1:{prometheus.free_port()}"
     argv = ["snapshot", "--from-prometheus", url, "--query-timeout", "3s", "-o", str(tmp_path / "s.json")]

@@ -263,7 +263,11 @@ def from_history(args: argparse.Namespace, now: datetime, api: Any | None = None
         events = pod_events(api, notes)
         s = replace(s, notes=notes)
         live = {p.key: p for p in capture(nodes, pods, [], now, s, events=events).pods}
-    client = PrometheusClient(args.from_prometheus, timeout=args.query_timeout.total_seconds())
+    # every instant query at the snapshot's end (--now), as the range queries are, not at the
+    # clock's now: the history's start and its series would otherwise slide with the wall clock
+    client = PrometheusClient(
+        args.from_prometheus, timeout=args.query_timeout.total_seconds(), at=now.timestamp()
+    )
     try:
         if step is None:
             # as fine as the samples go: a coarser step puts pods minutes apart in one instant
