@@ -169,6 +169,17 @@ def api_client(args: argparse.Namespace) -> Any:
 Check = Callable[[datetime], tuple[list[Section], Any]]
 
 
+# What the cluster or Prometheus answered instead of data: EXIT_CLUSTER, with one line.
+SOURCE_ERRORS = (KubeConfigError, errors.ApiError, PrometheusError)
+
+
+def source_failure(exc: Exception) -> int:
+    """Says on stderr why the cluster or Prometheus could not be read; the exit status for it."""
+    why = str(exc) if isinstance(exc, PrometheusError) else f"cannot read the cluster: {exc}"
+    print(f"hami-doctor: {why}", file=sys.stderr)
+    return EXIT_CLUSTER
+
+
 def diagnose(args: argparse.Namespace, stdin: IO[str], stdout: IO[str], check: Check) -> int:
     """Run the checks, apply --fix if asked, print the report; the exit status says the worst finding."""
     now = args.now or datetime.now(UTC)
@@ -179,12 +190,8 @@ def diagnose(args: argparse.Namespace, stdin: IO[str], stdout: IO[str], check: C
     except UsageError as exc:
         print(f"hami-doctor: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (KubeConfigError, errors.ApiError) as exc:
-        print(f"hami-doctor: cannot read the cluster: {exc}", file=sys.stderr)
-        return EXIT_CLUSTER
-    except PrometheusError as exc:
-        print(f"hami-doctor: {exc}", file=sys.stderr)
-        return EXIT_CLUSTER
+    except SOURCE_ERRORS as exc:
+        return source_failure(exc)
     applied = None
     if api is not None and args.fix:
         applied = _fix(api, sections, args.yes, stdin)

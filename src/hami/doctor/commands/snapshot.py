@@ -7,12 +7,9 @@ import argparse
 import sys
 from typing import IO
 
-from hami.core.kube import errors
-from hami.core.kube.client import KubeConfigError
-from hami.core.promapi import PrometheusError
 from hami.doctor import cli
 from hami.doctor import snapshot as snapshot_cmd
-from hami.doctor.findings import EXIT_CLUSTER, EXIT_USAGE
+from hami.doctor.findings import EXIT_USAGE
 
 
 def add_parser(commands: argparse._SubParsersAction[cli.Parser], flags: cli.Flags) -> None:
@@ -33,9 +30,5 @@ def run(args: argparse.Namespace, stdin: IO[str], stdout: IO[str]) -> int:
     except snapshot_cmd.SnapshotUsageError as exc:
         print(f"hami-doctor: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (KubeConfigError, errors.ApiError) as exc:
-        print(f"hami-doctor: cannot read the cluster: {exc}", file=sys.stderr)
-        return EXIT_CLUSTER
-    except PrometheusError as exc:
-        print(f"hami-doctor: {exc}", file=sys.stderr)
-        return EXIT_CLUSTER
+    except cli.SOURCE_ERRORS as exc:
+        return cli.source_failure(exc)
