@@ -81,18 +81,14 @@ def _series() -> list[tuple[str, float, int, int]]:
     ]
 
 
-def _samples() -> Iterator[tuple[str, float, float]]:
-    for series, value, first, last in _series():
-        for minute in range(first, last + 1):
-            yield series, value, float(START + minute * STEP)
-
-
 @pytest.fixture(scope="module")
 def prom_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     work = tmp_path_factory.mktemp("prom")
     data = work / "data"
     data.mkdir()
-    prometheus.backfill_openmetrics(prometheus.openmetrics(_samples()), data, work)
+    prometheus.backfill_openmetrics(
+        prometheus.openmetrics(prometheus.held(_series(), START, STEP)), data, work
+    )
     with prometheus.PrometheusServer(data) as server:
         yield server.url
 

@@ -54,6 +54,15 @@ def recorded(
             yield series, _shaped(kind, float(arg), i, points, step), float(start + i * step)
 
 
+def held(
+    series: Iterable[tuple[str, float, int, int]], start: float, step: float
+) -> Iterator[tuple[str, float, float]]:
+    """Samples of ``(series, value, first step, last step)`` rows: the value at every step between."""
+    for name, value, first, last in series:
+        for i in range(first, last + 1):
+            yield name, value, float(start + i * step)
+
+
 def backfill_openmetrics(text: str, data_dir: Path, work_dir: Path) -> None:
     source = work_dir / "backfill.om"
     source.write_text(text, encoding="utf-8")
@@ -118,8 +127,13 @@ class PrometheusServer:
                 raise RuntimeError(f"prometheus exited: {self.log_path.read_text(errors='replace')[-2000:]}")
 
         try:
-            wait_until(http_ok(f"{self.url}/-/ready"), self.ready_timeout, "prometheus ready", alive=alive,
-                       interval=0.2)
+            wait_until(
+                http_ok(f"{self.url}/-/ready"),
+                self.ready_timeout,
+                "prometheus ready",
+                alive=alive,
+                interval=0.2,
+            )
         except WaitTimeout:
             self.stop()
             raise
