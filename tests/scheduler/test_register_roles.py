@@ -64,8 +64,16 @@ def test_leader_labels_itself_and_the_other_replicas_then_idles(kube_api: KubeAP
             ),
             what="cache sees the labels",
         )
-        # one pass first: under load, the labels can land before the same pass's other writes
-        ext.register.run_once()
+
+        # and the node's copy too: a pass on a stale copy writes the handshake again
+        def node_seen() -> bool:
+            stored = kube_api.store.get("nodes", "n1")
+            cached = [n for n in ext.state.node_informer.list() if n["metadata"]["name"] == "n1"]
+            return stored is not None and [n["metadata"].get("annotations") for n in cached] == [
+                stored["metadata"].get("annotations")
+            ]
+
+        wait_until(node_seen, what="cache sees the node's annotations")
         kube_api.requests.clear()
         ext.register.run_once()
         assert kube_api.requests.count(method="PATCH") == 0  # settled: nothing to write
