@@ -100,12 +100,6 @@ QUOTA_INIT = "In-Fit quota check with init containers"
 
 def known_difference(pod: Obj, h: Outcome, o: Outcome) -> str:
     """The row of docs/design/differences.md that explains why the answers differ, or ""."""
-    cores = [
-        int(v) for c in (*pod["spec"].get("initContainers", []), *pod["spec"]["containers"])
-        if (v := ((c.get("resources") or {}).get("limits") or {}).get(ann.RESOURCE_GPUCORES, "")).isdigit()
-    ]  # fmt: skip
-    if any(c > 100 for c in cores) and "is more than 100" in o.error and not h.error:
-        return "Negative or impossible GPU values (gpucores above 100)"
     gpu_init = any(
         ann.RESOURCE_GPU in ((c.get("resources") or {}).get("limits") or {})
         for c in pod["spec"].get("initContainers", [])
