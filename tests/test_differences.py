@@ -34,7 +34,8 @@ def test_every_row_names_modules_that_exist() -> None:
 @pytest.mark.parametrize(
     ("topic", "words"),
     [
-        ("`gpucores` above 100", ("clamps to 100", "GPUCoresClamped", "gpucores_clamped_total")),
+        ("`gpucores` above 100", ("clamps to 100", "GPUCoresClamped", "gpucores_clamped_total", "once per pod")),
+        ("`gpumem-percentage` above 100", ("GenerateResourceRequests", "GPUMemPercentageClamped", "clamps it")),
         ("`NodeUnfitPod`", ("-v=4", "node unregistered")),
         ("The `hami.io/vgpu-node` pod label", ("Binding", "--vgpu-node-label", "HAMi's vGPU monitor")),
         ("Who writes the handshake", ("scheduler", "Requesting_")),

@@ -74,6 +74,9 @@ OWN_PATTERNS: tuple[LogPattern, ...] = (
     _p("cores-clamped", r"GPUCoresClamped", SCHED, "Warning",
        "a pod asked for more than 100 gpucores and is placed as a whole card, as HAMi does",
        "ask for nvidia.com/gpucores 100 or less"),
+    _p("percentage-clamped", r"GPUMemPercentageClamped", SCHED, "Warning",
+       "a pod that skipped the webhook asked for more than 100 gpumem-percentage and gets the whole "
+       "card's memory, as HAMi does", "ask for nvidia.com/gpumem-percentage 100 or less"),
     _p("pod-label-failed", r"failed to label the pod", SCHED, "Warning",
        "--vgpu-node-label: a bound pod did not get its hami.io/vgpu-node label; HAMi's vGPU monitor "
        "will not see it", _API + " (patch pods)"),

@@ -38,8 +38,9 @@ from hami.testing.wait import wait_until
 T = TypeVar("T")
 R = TypeVar("R")
 # Our events HAMi does not write, on purpose (docs/design/differences.md, rows "Extra FilteringFailed
-# line" and "`gpucores` above 100"): matched on the message and on the reason.
-ADDED_REASONS = frozenset({"GPUCoresClamped"})
+# line", "`gpucores` above 100" and "`gpumem-percentage` above 100"): matched on the message and on the
+# reason.
+ADDED_REASONS = frozenset({"GPUCoresClamped", "GPUMemPercentageClamped"})
 
 
 def added_event(event: tuple[str, str, str]) -> bool:
