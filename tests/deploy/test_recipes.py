@@ -163,9 +163,10 @@ def env(tmp_path_factory: pytest.TempPathFactory, control_plane_binaries: Binari
     certs.issue(ca, "kube-scheduler", work / "client.crt", work / "client.key")
     editor = work / "editor.py"
     editor.write_text(
-        f"#!{sys.executable}\nimport sys, yaml\npath = sys.argv[-1]\ndoc = yaml.safe_load(open(path))\n"
+        f"#!{sys.executable}\nimport sys, yaml\npath = sys.argv[-1]\n"
+        "doc = yaml.safe_load(open(path, encoding='utf-8'))\n"
         "doc['spec']['template']['spec']['containers'][0]['args'].append('--v=4')\n"
-        "yaml.safe_dump(doc, open(path, 'w'))\n",
+        "yaml.safe_dump(doc, open(path, 'w', encoding='utf-8'))\n",
         encoding="utf-8",
     )
     editor.chmod(0o755)

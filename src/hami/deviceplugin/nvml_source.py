@@ -51,7 +51,7 @@ def _numa(dev_numa: Callable[[], int], bus_id: Callable[[], str], sysfs: Path) -
         pass
     try:
         path = sysfs / "bus" / "pci" / "devices" / pci_sysfs_id(bus_id()) / "numa_node"
-        return numa_from_sysfs_text(path.read_text())
+        return numa_from_sysfs_text(path.read_text(encoding="utf-8"))
     except (NvmlError, OSError, ValueError) as exc:
         log.warning("failed to get numa information from sysfs: %s", exc)
         return 0

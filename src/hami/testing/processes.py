@@ -53,7 +53,7 @@ _pick_lock = threading.Lock()
 def _pick_range() -> range:
     """Ports below the kernel's ephemeral range, where no outbound connection takes one."""
     try:
-        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+        low = int(EPHEMERAL_RANGE.read_text(encoding="utf-8").split()[0])
     except (OSError, ValueError, IndexError):
         low = 32768  # Linux's default
     return range(LOWEST_PICKED_PORT, max(low, LOWEST_PICKED_PORT + 1000))
@@ -80,7 +80,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def log_tail(path: Path, chars: int = 2000) -> str:
     try:
-        return path.read_text(errors="replace")[-chars:]
+        return path.read_text(encoding="utf-8", errors="replace")[-chars:]
     except OSError:
         return ""
 
