@@ -26,6 +26,18 @@ SRC = str(Path(hami.__file__).resolve().parents[1])
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
+# The locale variables that choose the language of a child's messages (gettext reads LANGUAGE first).
+_LOCALE_VARS = ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG")
+
+
+def untranslated(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` for a child whose messages we parse (bash, kubectl, promtool): ``LC_ALL=C.UTF-8``
+    and no ``LANGUAGE``, so they are never translated whatever the caller's locale, and stay UTF-8."""
+    env = {k: v for k, v in environ.items() if k not in _LOCALE_VARS}
+    env["LC_ALL"] = env["LANG"] = "C.UTF-8"
+    return env
+
+
 class StartError(RuntimeError):
     """A child did not come up; the message names it and quotes the tail of its log."""
 
