@@ -45,7 +45,9 @@ class PodEvents:
         self.metrics.events.labels(reason).inc()
         # docs/guides/scheduler-debugging.md §3.2 greps the scheduler's log for "FilteringFailed" and for the
         # pod's name.
-        if type_ == WARNING:
+        if reason == BINDING_FAILED:  # an error, as HAMi's "Failed to bind pod" and hami-doctor's catalogue
+            log.error("%s %s/%s: %s", reason, pod.namespace, pod.name, message)
+        elif type_ == WARNING:
             log.warning("%s %s/%s: %s", reason, pod.namespace, pod.name, message)
         elif klog.v(4):
             log.info("%s %s/%s: %s", reason, pod.namespace, pod.name, message)
