@@ -10,10 +10,13 @@ import json
 from typing import Any
 
 import requests
+from prometheus_client import CollectorRegistry
 
 from hami.core import annotations as ann
 from hami.core.codec.pod_devices import decode_pod_devices
+from hami.scheduler.engine.requests import Clamps
 from hami.scheduler.extender import events
+from hami.scheduler.extender.metrics import SchedulerMetrics
 from hami.testing.builders import gpu_node, gpu_pod
 from hami.testing.extender import bind_pod, create_pod, events_for, filter_pod, metrics_text, running, url
 from hami.testing.kubeapi import KubeAPIServer
@@ -109,3 +112,19 @@ def test_gpumem_percentage_above_100_at_the_filter_is_placed_as_100_as_hami_does
     assert bound is not None
     container = decode_pod_devices(bound["metadata"]["annotations"][ann.POD_DEVICES_ALLOCATED])[0]
     assert [d.usedmem for d in container] == [16384]
+
+
+def test_the_pods_remembered_are_bounded_and_the_oldest_is_reported_again() -> None:
+    registry = CollectorRegistry()
+    pod_events = events.PodEvents(None, SchedulerMetrics(registry))
+    clamps = Clamps((CLAMPED,), ())
+
+    def filtered(i: int) -> float:
+        pod_events.clamped({"metadata": {"name": f"p{i}", "namespace": "default", "uid": f"u{i}"}}, clamps)
+        return registry.get_sample_value("hami_scheduler_gpucores_clamped_total") or 0.0
+
+    most = events.CLAMPED_PODS_REMEMBERED
+    for i in range(most + 1):  # the last one pushes u0 out
+        filtered(i)
+    assert filtered(most) == most + 1  # still remembered: not counted again
+    assert filtered(0) == most + 2  # forgotten: reported again

@@ -11,6 +11,7 @@ Section signs (§) refer to docs/design/scheduler-extender.md.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Final
@@ -40,6 +41,7 @@ class PodEvents:
         self.recorder = recorder
         self.metrics = metrics
         self._clamped: OrderedDict[str, None] = OrderedDict()  # UIDs already reported, oldest first
+        self._clamped_lock = threading.Lock()
 
     def record(self, pod: ObjectRef, type_: str, reason: str, message: str) -> None:
         self.metrics.events.labels(reason).inc()
@@ -68,12 +70,13 @@ class PodEvents:
         """The clamps' Warning events and counts, once per pod however often it is filtered."""
         ref = ObjectRef.from_object(dict(pod), kind="Pod")
         key = ref.uid or f"{ref.namespace}/{ref.name}"
-        if key in self._clamped:
-            self._clamped.move_to_end(key)
-            return
-        self._clamped[key] = None
-        if len(self._clamped) > CLAMPED_PODS_REMEMBERED:
-            self._clamped.popitem(last=False)
+        with self._clamped_lock:  # /filter calls run concurrently
+            if key in self._clamped:
+                self._clamped.move_to_end(key)
+                return
+            self._clamped[key] = None
+            if len(self._clamped) > CLAMPED_PODS_REMEMBERED:
+                self._clamped.popitem(last=False)
         if clamps.cores:
             self.metrics.cores_clamped.inc()
         if clamps.percentage:
