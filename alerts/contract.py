@@ -3,8 +3,9 @@ and 2639), under their names, so that users of HAMi's chart find the same names 
 
 Three say what one of ours already says; alerts/routing.py inhibits one of each pair, so one fault is
 one notification. `HAMiSchedulerMetricsAbsent` is off by default in HAMi's proposal: it goes in a
-group of its own (OPTIONAL_GROUP), which the chart leaves out unless `prometheusRule.optionalAlerts`
-is set (docs/runbooks/README.md).
+group of its own (OPTIONAL_GROUP) in a file of its own, alerts/hami-rules-optional.yaml, loaded only
+when asked (the chart's `prometheusRule.optionalAlerts`, the mixin's `_config.optionalAlerts`:
+docs/runbooks/README.md).
 """
 
 from __future__ import annotations

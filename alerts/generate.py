@@ -1,4 +1,8 @@
-"""Generate alerts/hami-rules.yaml and alerts/alertmanager.yaml from src/hami/core/thresholds.yaml.
+"""Generate alerts/hami-rules.yaml, alerts/hami-rules-optional.yaml and alerts/alertmanager.yaml from
+src/hami/core/thresholds.yaml.
+
+hami-rules-optional.yaml holds the alerts HAMi's proposal ships off by default
+(``HAMiSchedulerMetricsAbsent``): load it beside hami-rules.yaml to turn them on.
 
 The thresholds file holds every threshold, selector and duration; alerts/recording.py and
 alerts/alerting.py hold the rule shapes, alerts/routing.py the Alertmanager routes and inhibitions.
@@ -25,6 +29,7 @@ from hami.core import thresholds
 
 HERE = Path(__file__).resolve().parent
 OUTPUT = HERE / "hami-rules.yaml"
+OPTIONAL_OUTPUT = HERE / "hami-rules-optional.yaml"
 ALERTMANAGER = HERE / "alertmanager.yaml"
 
 
@@ -70,11 +75,14 @@ def build(cfg: dict[str, Any]) -> dict[str, Any]:
             {"name": "hami-scheduler.alerts", "rules": r.scheduler_alerts()},
             {"name": "hami-absent.alerts", "rules": r.absent_alerts()},
             {"name": "hami-contract.alerts", "rules": r.contract_alerts()},
-            # Off by default (HAMi's proposal): the chart renders this group only with
-            # prometheusRule.optionalAlerts.
-            {"name": OPTIONAL_GROUP, "rules": r.optional_alerts()},
         ]
     }
+
+
+def build_optional(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The alerts off by default (HAMi's proposal), in a file of their own: the chart renders them with
+    prometheusRule.optionalAlerts, the mixin with _config.optionalAlerts."""
+    return {"groups": [{"name": OPTIONAL_GROUP, "rules": _Rules(cfg).optional_alerts()}]}
 
 
 class _Dumper(yaml.SafeDumper):
@@ -100,6 +108,10 @@ def render(cfg: dict[str, Any]) -> str:
     return HEADER + dump(build(cfg))
 
 
+def render_optional(cfg: dict[str, Any]) -> str:
+    return HEADER + dump(build_optional(cfg))
+
+
 def render_alertmanager(cfg: dict[str, Any]) -> str:
     return HEADER + dump(alertmanager_config(cfg))
 
@@ -109,7 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="fail if a checked-in file is stale")
     args = parser.parse_args(argv)
     cfg = load_config()
-    outputs = {OUTPUT: render(cfg), ALERTMANAGER: render_alertmanager(cfg)}
+    outputs = {
+        OUTPUT: render(cfg),
+        OPTIONAL_OUTPUT: render_optional(cfg),
+        ALERTMANAGER: render_alertmanager(cfg),
+    }
     if args.check:
         stale = [p for p, text in outputs.items() if not p.exists() or p.read_text(encoding="utf-8") != text]
         for path in stale:

@@ -50,7 +50,7 @@ PROMETHEUS_ACCEPT = "application/openmetrics-text;version=1.0.0,text/plain;versi
 
 
 def rss_mib() -> float:
-    with open("/proc/self/status") as f:
+    with open("/proc/self/status", encoding="utf-8") as f:
         for line in f:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024

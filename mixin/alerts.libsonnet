@@ -448,7 +448,8 @@
             }
           }
         ]
-      },
+      }
+    ] + (if $._config.optionalAlerts then [
       {
         "name": "hami-optional.alerts",
         "rules": [
@@ -467,6 +468,6 @@
           }
         ]
       }
-    ],
+    ] else []),
   },
 }

@@ -32,6 +32,7 @@
     nodeLockExpiredFor: "0m",
     nodeLockHeldFor: "3m",
     nodeUnschedulableFor: "2m",
+    optionalAlerts: false,
     overcommitExhaustionFor: "15m",
     overcommitExhaustionHorizonSeconds: 14400,
     overcommitInterval: "5m",

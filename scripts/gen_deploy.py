@@ -1,10 +1,11 @@
 """Generate what comes from other sources: the chart's copy of the alerting rules and deploy/.
 
-python scripts/gen_deploy.py           # write charts/hami/files/hami-rules.yaml and deploy/hami.yaml
-python scripts/gen_deploy.py --check   # exit 1 when either differs from what its sources give
+python scripts/gen_deploy.py           # write charts/hami/files/hami-rules*.yaml and deploy/hami.yaml
+python scripts/gen_deploy.py --check   # exit 1 when one differs from what its sources give
 
-charts/hami/files/hami-rules.yaml is alerts/hami-rules.yaml (the chart's PrometheusRule reads it:
-a chart cannot read files outside its directory). deploy/hami.yaml is the chart rendered as
+charts/hami/files/hami-rules.yaml and hami-rules-optional.yaml are alerts/'s (the chart's
+PrometheusRule reads them, the optional one with prometheusRule.optionalAlerts: a chart cannot read
+files outside its directory). deploy/hami.yaml is the chart rendered as
 `helm template hami charts/hami -n kube-system -f charts/hami/examples/production.yaml
 -f deploy/values.yaml` would render it, with Helm's own Go SDK.
 """
@@ -21,6 +22,8 @@ from hami.testing import chart
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "alerts" / "hami-rules.yaml"
 CHART_RULES = chart.CHART / "files" / "hami-rules.yaml"
+OPTIONAL_RULES = ROOT / "alerts" / "hami-rules-optional.yaml"
+CHART_OPTIONAL_RULES = chart.CHART / "files" / "hami-rules-optional.yaml"
 DEPLOY = ROOT / "deploy" / "hami.yaml"
 VALUES_FILES = (chart.EXAMPLES / "production.yaml", ROOT / "deploy" / "values.yaml")
 HEADER = (
@@ -36,7 +39,11 @@ def deploy_text() -> str:
 
 def outputs() -> dict[Path, str]:
     """Every generated file and its content, the rules first (the chart renders them)."""
-    return {CHART_RULES: RULES.read_text(encoding="utf-8"), DEPLOY: deploy_text()}
+    return {
+        CHART_RULES: RULES.read_text(encoding="utf-8"),
+        CHART_OPTIONAL_RULES: OPTIONAL_RULES.read_text(encoding="utf-8"),
+        DEPLOY: deploy_text(),
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -44,12 +51,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="fail when a generated file is stale")
     args = parser.parse_args(argv)
     stale = []
-    rules = RULES.read_text(encoding="utf-8")
-    if args.check:
-        if not CHART_RULES.exists() or CHART_RULES.read_text(encoding="utf-8") != rules:
-            stale.append(CHART_RULES)
-    else:
-        CHART_RULES.write_text(rules, encoding="utf-8")
+    for source, copy in ((RULES, CHART_RULES), (OPTIONAL_RULES, CHART_OPTIONAL_RULES)):
+        rules = source.read_text(encoding="utf-8")
+        if args.check:
+            if not copy.exists() or copy.read_text(encoding="utf-8") != rules:
+                stale.append(copy)
+        else:
+            copy.write_text(rules, encoding="utf-8")
     text = deploy_text()
     if args.check:
         if not DEPLOY.exists() or DEPLOY.read_text(encoding="utf-8") != text:

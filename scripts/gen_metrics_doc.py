@@ -107,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     text = render()
     if args.check:
-        if not DOC.exists() or DOC.read_text() != text:
+        if not DOC.exists() or DOC.read_text(encoding="utf-8") != text:
             print(f"{DOC} is stale: run python scripts/gen_metrics_doc.py", file=sys.stderr)
             return 1
         return 0

@@ -102,17 +102,22 @@ def config_libsonnet(cfg: dict[str, Any]) -> str:
         if k != "runbook_base_url"
     }
     fields["runbookURLPattern"] = f"{cfg['runbook_base_url']}/%s.md"
+    fields["optionalAlerts"] = False  # HAMiSchedulerMetricsAbsent: off by default, as HAMi proposes
     body = ",\n".join(f"    {name}: {json.dumps(v)}" for name, v in sorted(fields.items()))
     return HEADER + "{\n  _config+:: {\n" + body + ",\n  },\n}\n"
 
 
 def rules_libsonnets(cfg: dict[str, Any]) -> tuple[str, str]:
     groups = generate.build(_sentinels(cfg))["groups"]
+    optional = generate.build_optional(_sentinels(cfg))["groups"]
     records = [g for g in groups if all("record" in r for r in g["rules"])]
     alerts = [g for g in groups if g not in records]
+    # HAMi's proposal ships these off: only with _config.optionalAlerts (alerts/hami-rules-optional.yaml)
+    optional_alerts = f" + (if $._config.optionalAlerts then {to_jsonnet(optional, 2)} else [])"
     return (
         HEADER + "{\n  prometheusRules+:: {\n    groups+: " + to_jsonnet(records, 2) + ",\n  },\n}\n",
-        HEADER + "{\n  prometheusAlerts+:: {\n    groups+: " + to_jsonnet(alerts, 2) + ",\n  },\n}\n",
+        HEADER + "{\n  prometheusAlerts+:: {\n    groups+: " + to_jsonnet(alerts, 2) + optional_alerts
+        + ",\n  },\n}\n",
     )
 
 

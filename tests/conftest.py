@@ -13,6 +13,14 @@ from kubernetes import client
 
 from hami.testing import controlplane
 from hami.testing.kubeapi import KubeAPIServer
+from hami.testing.processes import untranslated
+
+# Every child the suite starts (bash, kubectl, promtool, the daemons) inherits this environment: its
+# messages, which tests parse, in untranslated UTF-8 whatever locale the suite was started in.
+_UNTRANSLATED = untranslated(os.environ)
+for _var in set(os.environ) - set(_UNTRANSLATED):
+    del os.environ[_var]
+os.environ.update(_UNTRANSLATED)
 
 KUBE_CLIENT_TIMEOUT = 5.0  # seconds; short, so that a hung call fails a test instead of stalling it
 

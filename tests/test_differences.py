@@ -34,7 +34,9 @@ def test_every_row_names_modules_that_exist() -> None:
 @pytest.mark.parametrize(
     ("topic", "words"),
     [
-        ("`gpucores` above 100", ("clamps to 100", "GPUCoresClamped", "gpucores_clamped_total")),
+        ("`gpucores` above 100", ("clamps to 100", "GPUCoresClamped", "gpucores_clamped_total", "once per")),
+        ("`gpumem-percentage` above 100", ("GenerateResourceRequests", "PercentageClamped", "clamps it")),
+        ("A bind without this replica's in-memory", ("no device reservation", "filters it again")),
         ("`NodeUnfitPod`", ("-v=4", "node unregistered")),
         ("The `hami.io/vgpu-node` pod label", ("Binding", "--vgpu-node-label", "HAMi's vGPU monitor")),
         ("Who writes the handshake", ("scheduler", "Requesting_")),

@@ -234,7 +234,7 @@ def test_demo_clears_only_its_own_workdir(tmp_path: Path, capsys: pytest.Capture
     (precious / "notes.txt").write_text("keep me")
     assert demo.main(["--workdir", str(precious)]) == 1
     assert "is not a demo directory" in capsys.readouterr().err
-    assert (precious / "notes.txt").read_text() == "keep me"
+    assert (precious / "notes.txt").read_text(encoding="utf-8") == "keep me"
     run = tmp_path / "run"
     assert demo.reset_workdir(run) is None
     (run / "old.log").write_text("previous run")
@@ -257,7 +257,7 @@ def test_demo_prints_the_helm_lines_for_a_real_cluster(capsys: pytest.CaptureFix
 def test_free_ports_come_from_below_the_ephemeral_range_and_never_repeat() -> None:
     # An ephemeral port can be taken by any outbound connection between our pick and the
     # child's bind (CI: "Address already in use"); ports below that range cannot.
-    ephemeral_low = int(processes.EPHEMERAL_RANGE.read_text().split()[0])
+    ephemeral_low = int(processes.EPHEMERAL_RANGE.read_text(encoding="utf-8").split()[0])
     picked = [processes.free_port() for _ in range(50)]
     assert len(set(picked)) == len(picked)
     assert all(processes.LOWEST_PICKED_PORT <= p < ephemeral_low for p in picked)

@@ -38,5 +38,5 @@ def test_prometheus_keeps_exemplars(tmp_path: Path) -> None:
         alertmanager="127.0.0.1:0", scrape_interval="1s", evaluation_interval="1s",
     )
     assert "--enable-feature=exemplar-storage" in argv
-    config = yaml.safe_load((tmp_path / "prometheus.yml").read_text())
+    config = yaml.safe_load((tmp_path / "prometheus.yml").read_text(encoding="utf-8"))
     assert config["storage"]["exemplars"]["max_exemplars"] > 0

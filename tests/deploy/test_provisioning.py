@@ -31,6 +31,11 @@ def test_grafana_sidecar_configmap_holds_every_dashboard() -> None:
 def test_plain_prometheus_config_is_valid(tmp_path: Path) -> None:
     rules = yaml.safe_load(g.RULES.read_text(encoding="utf-8"))["data"]["hami-rules.yaml"]
     assert rules == (g.ROOT / "alerts" / "hami-rules.yaml").read_text(encoding="utf-8")
+    # The alerts off by default ship apart: not in the ConfigMap and rule_files everyone loads.
+    assert "HAMiSchedulerMetricsAbsent" not in rules
+    optional_cm = yaml.safe_load(g.OPTIONAL_RULES.read_text(encoding="utf-8"))
+    optional = optional_cm["data"]["hami-rules-optional.yaml"]
+    assert optional == (g.ROOT / "alerts" / "hami-rules-optional.yaml").read_text(encoding="utf-8")
     (tmp_path / "hami-rules.yaml").write_text(rules, encoding="utf-8")
     cfg = yaml.safe_load(g.SCRAPE.read_text(encoding="utf-8"))
     cfg["rule_files"] = [str(tmp_path / "hami-rules.yaml")]

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 import requests
@@ -31,11 +32,12 @@ from hami.testing import builders, certs, chart, cluster, install
 from hami.testing.controlplane import Binaries, ControlPlane
 from hami.testing.controlplane.deploy import PROVIDED_TLS, run_workloads
 from hami.testing.kubeapi.logs import log_path
-from hami.testing.processes import ProcessGroup, free_port, http_ok
+from hami.testing.processes import ProcessGroup, free_port, http_ok, untranslated
 from hami.testing.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "docs" / "guides" / "recipes.md"
+GUIDE = ROOT / "docs" / "guides" / "scheduler-debugging.md"
 GPU_NODE, CPU_NODE = "gpu-node-01", "cpu-node-01"
 PENDING = "train-1"  # a GPU pod in `default`, as the guides' namespace-less commands expect
 _EVENT_WORDS = ("CardInsufficientMemory", "no available node")
@@ -131,18 +133,25 @@ class Env:
             "KUBECONFIG": str(self.kubeconfig),
             "PPROF_TMPDIR": str(self.work / "pprof"),
             "EDITOR": str(self.work / "editor.py"),
-            "LANG": "C.UTF-8",
         }
-        return subprocess.run(
-            ["bash", "-c", command],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-            cwd=self.work,
-            check=False,
-        )
+        return shell(["bash", "-c", command], env, stdin=stdin, timeout=120, cwd=self.work)
+
+
+def shell(
+    args: list[str], env: dict[str, str], stdin: str = "", timeout: float = 30, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run a guide's command as the recipes do: its messages untranslated (the checks read bash's and
+    kubectl's words), its output decoded as UTF-8 (the guides' scripts print Chinese)."""
+    return subprocess.run(
+        args,
+        input=stdin,
+        capture_output=True,
+        encoding="utf-8",
+        timeout=timeout,
+        env=untranslated(env),
+        cwd=cwd,
+        check=False,
+    )
 
 
 def _rendered_device_config(store_cm: dict[str, Any], path: Path) -> Path:
@@ -163,9 +172,10 @@ def env(tmp_path_factory: pytest.TempPathFactory, control_plane_binaries: Binari
     certs.issue(ca, "kube-scheduler", work / "client.crt", work / "client.key")
     editor = work / "editor.py"
     editor.write_text(
-        f"#!{sys.executable}\nimport sys, yaml\npath = sys.argv[-1]\ndoc = yaml.safe_load(open(path))\n"
+        f"#!{sys.executable}\nimport sys, yaml\npath = sys.argv[-1]\n"
+        "doc = yaml.safe_load(open(path, encoding='utf-8'))\n"
         "doc['spec']['template']['spec']['containers'][0]['args'].append('--v=4')\n"
-        "yaml.safe_dump(doc, open(path, 'w'))\n",
+        "yaml.safe_dump(doc, open(path, 'w', encoding='utf-8'))\n",
         encoding="utf-8",
     )
     editor.chmod(0o755)
@@ -539,7 +549,11 @@ def test_scheduler_pod_recipe_names_the_leader_of_two_replicas(env: Env) -> None
     assert leader.stdout.strip() == second, leader.stdout + leader.stderr
     as_the_guide = env.run(recipe.replace(f",{role}=leader", "") + '; echo "$SCHEDULER_POD"')
     assert as_the_guide.stdout.strip() == first  # the follower, whose log has no filter lines
-    assert "FilteringFailed" not in env.run(f"kubectl logs {first} -n kube-system").stdout
+    logs = env.run(f"kubectl logs {first} -n kube-system")
+    # Its own log, read: an empty answer from a failed `kubectl logs` would have no filter lines either.
+    assert logs.returncode == 0, logs.stderr
+    assert "hami-scheduler extender on " in logs.stdout, logs.stdout[-2000:]
+    assert "FilteringFailed" not in logs.stdout
 
 
 @pytest.mark.parametrize(
@@ -571,17 +585,91 @@ def test_batch_check_holds_at_any_time(when: datetime, tmp_path: Path) -> None:
     kubectl.chmod(0o755)
     script = tmp_path / "check-node-annotations.sh"
     script.write_text(batch_script(), encoding="utf-8")
-    done = subprocess.run(
-        ["bash", str(script)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env={"PATH": f"{tmp_path}:{os.environ['PATH']}", "LANG": "C.UTF-8"},
-        check=False,
-    )
+    done = shell(["bash", str(script)], {"PATH": f"{tmp_path}:{os.environ['PATH']}"})
     assert f"--- 节点: {GPU_NODE} ---\n  [OK] GPU 已注册" in done.stdout, done.stdout
     assert _handshake_arithmetic_failed(done), done.stderr
     assert "握手正常" not in done.stdout and "握手超时" not in done.stdout, done.stdout
+
+
+def guide_batch_script() -> str:
+    """docs/guides/scheduler-debugging.md's corrected check-node-annotations.sh."""
+    text = GUIDE.read_text(encoding="utf-8")
+    return text.split("```bash\n#!/bin/bash\n# check-node-annotations.sh", 1)[1].split("```", 1)[0]
+
+
+# (the handshake's instant, the zone the scheduler wrote it in, the reader's shell's TZ, the reader's
+# SCHEDULER_TZ (None: the script's default, UTC)); summer and winter, either side of UTC.
+ZONES = [
+    (datetime(2026, 7, 15, 12, 0, tzinfo=UTC), "Europe/Berlin", "America/New_York", "Europe/Berlin"),
+    (datetime(2026, 1, 15, 12, 0, tzinfo=UTC), "America/New_York", "Asia/Tokyo", "America/New_York"),
+    (datetime(2026, 10, 25, 2, 30, tzinfo=UTC), "Europe/Berlin", "UTC", "Europe/Berlin"),  # just after
+    (datetime(2026, 3, 8, 12, 0, tzinfo=UTC), "UTC", "Australia/Lord_Howe", None),
+]
+
+
+@pytest.mark.parametrize(("written", "zone", "reader_tz", "scheduler_tz"), ZONES)
+@pytest.mark.parametrize(("age", "gpus", "verdict"), [(30, "4", "[OK] handshake 30s old"),
+                                                      (90, "0", "[ERROR] handshake 90s old")])
+def test_guide_batch_script_reads_the_handshake_in_the_schedulers_zone(
+    *,
+    written: datetime, zone: str, reader_tz: str, scheduler_tz: str | None,
+    age: int, gpus: str, verdict: str, tmp_path: Path,
+) -> None:
+    """The guide's own script (GNU date), run in a shell whose zone is not the scheduler's: the
+    handshake is read in SCHEDULER_TZ, so the age is right to the second. `date +%s` (now) is pinned
+    to ``written + age``; `date -d` is the real one."""
+    handshake = format_requesting(written, ZoneInfo(zone))
+    real_date = shutil.which("date")
+    assert real_date is not None
+    (tmp_path / "date").write_text(
+        "#!/bin/bash\n"
+        f'if [ "$*" = "+%s" ]; then echo {int(written.timestamp()) + age}; else exec {real_date} "$@"; fi\n',
+        encoding="utf-8",
+    )
+    (tmp_path / "kubectl").write_text(
+        "#!/bin/bash\n"
+        'case "$*" in\n'
+        f"  *items*) echo {GPU_NODE} ;;\n"
+        '  *register*) echo \'[{"id":"GPU-0"}]\' ;;\n'
+        f"  *handshake*) echo '{handshake}' ;;\n"
+        f"  *allocatable*) echo {gpus} ;;\n"
+        "esac\n",
+        encoding="utf-8",
+    )
+    for stub in ("date", "kubectl"):
+        (tmp_path / stub).chmod(0o755)
+    script = tmp_path / "check-node-annotations.sh"
+    script.write_text(guide_batch_script(), encoding="utf-8")
+    env = {"PATH": f"{tmp_path}:{os.environ['PATH']}", "TZ": reader_tz}
+    if scheduler_tz is not None:
+        env["SCHEDULER_TZ"] = scheduler_tz
+    done = shell(["bash", str(script)], env)
+    assert done.returncode == 0 and not done.stderr, done.stderr
+    assert f"--- node: {GPU_NODE} ---\n  [OK] GPUs registered\n  {verdict}" in done.stdout, done.stdout
+
+
+def test_the_recipes_shell_is_untranslated_under_another_locale(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Started from a German session, the recipes' children still speak C and print UTF-8: the
+    checks' parsers (bash's arithmetic errors, the guides' Chinese lines) hold."""
+    for var, value in (("LANG", "de_DE.UTF-8"), ("LC_ALL", "de_DE.UTF-8"), ("LC_MESSAGES", "de_DE.UTF-8"),
+                       ("LANGUAGE", "de:fr")):
+        monkeypatch.setenv(var, value)
+    said = shell(["bash", "-c", 'echo "$LC_ALL|$LANG|${LANGUAGE-unset}|${LC_MESSAGES-unset}|节点"'],
+                 dict(os.environ))
+    assert said.stdout == "C.UTF-8|C.UTF-8|unset|unset|节点\n", said.stdout
+    handshake = format_requesting(datetime(2025, 6, 13, 8, 30, tzinfo=UTC), UTC)
+    (tmp_path / "kubectl").write_text(
+        f"#!/bin/bash\ncase \"$*\" in *items*) echo n ;; *handshake*) echo '{handshake}' ;; esac\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "kubectl").chmod(0o755)
+    script = tmp_path / "check-node-annotations.sh"
+    script.write_text(batch_script(), encoding="utf-8")
+    done = shell(["bash", str(script)], {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"})
+    assert "--- 节点: n ---" in done.stdout, done.stdout
+    assert _handshake_arithmetic_failed(done), done.stderr
 
 
 def test_pprof_behind_mutual_tls(env: Env) -> None:

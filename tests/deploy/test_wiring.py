@@ -175,19 +175,23 @@ def test_service_monitors_scrape_each_daemon_under_its_alerting_job_name() -> No
     assert set(scraped) == set(program_of_job)
 
 
+def _rules(name: str) -> list[dict[str, Any]]:
+    data = yaml.safe_load((m.ROOT / "alerts" / name).read_text(encoding="utf-8"))
+    groups: list[dict[str, Any]] = data["groups"]
+    return groups
+
+
 def test_prometheus_rule_is_the_alert_rules() -> None:
-    """All groups but the optional one (HAMiSchedulerMetricsAbsent, off by default as HAMi proposes)."""
-    rules = yaml.safe_load((m.ROOT / "alerts" / "hami-rules.yaml").read_text(encoding="utf-8"))
-    shipped = [g for g in rules["groups"] if g["name"] != OPTIONAL_GROUP]
-    assert len(shipped) == len(rules["groups"]) - 1
-    assert m.find("PrometheusRule", "hami")["spec"]["groups"] == shipped
+    """The rules file's groups; not the optional file's (HAMiSchedulerMetricsAbsent, off by default as
+    HAMi proposes)."""
+    assert m.find("PrometheusRule", "hami")["spec"]["groups"] == _rules("hami-rules.yaml")
+    assert OPTIONAL_GROUP not in {g["name"] for g in _rules("hami-rules.yaml")}
 
 
 def test_optional_alerts_render_only_when_asked() -> None:
-    rules = yaml.safe_load((m.ROOT / "alerts" / "hami-rules.yaml").read_text(encoding="utf-8"))
     asked = chart.render(sets=["prometheusRule.enabled=true", "prometheusRule.optionalAlerts=true"])
     (rule,) = [o for o in asked if o["kind"] == "PrometheusRule"]
-    assert rule["spec"]["groups"] == rules["groups"]
+    assert rule["spec"]["groups"] == _rules("hami-rules.yaml") + _rules("hami-rules-optional.yaml")
     names = {r.get("alert") for g in rule["spec"]["groups"] for r in g["rules"]}
     assert "HAMiSchedulerMetricsAbsent" in names
 
@@ -201,6 +205,7 @@ def test_check_reports_a_stale_file(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     stale.write_text("kind: List\n", encoding="utf-8")
     monkeypatch.setattr(gen_deploy, "DEPLOY", stale)
     monkeypatch.setattr(gen_deploy, "CHART_RULES", tmp_path / "hami-rules.yaml")
+    monkeypatch.setattr(gen_deploy, "CHART_OPTIONAL_RULES", tmp_path / "hami-rules-optional.yaml")
     assert gen_deploy.main(["--check"]) == 1
     assert gen_deploy.main([]) == 0
     assert gen_deploy.main(["--check"]) == 0

@@ -102,7 +102,7 @@ def test_the_spec_is_valid_cdi_and_names_every_gpu(tmp_path: Path) -> None:
 def test_a_spec_is_written_whole_or_not_at_all(tmp_path: Path) -> None:
     spec = build_spec([SpecGpu(U0, 0, 0)], "/", "/", [])
     path = write_spec(tmp_path / "cdi", spec)
-    assert path == tmp_path / "cdi" / SPEC_FILE and json.loads(path.read_text()) == spec
+    assert path == tmp_path / "cdi" / SPEC_FILE and json.loads(path.read_text(encoding="utf-8")) == spec
     blocked = tmp_path / "blocked"
     (blocked / SPEC_FILE).mkdir(parents=True)  # the rename cannot replace a directory
     with pytest.raises(SpecWriteError) as info:
@@ -156,7 +156,7 @@ def test_allocate_answers_by_strategy(
         spec_path = cdi_dir / SPEC_FILE
         assert spec_path.exists() == (check != "mounts")  # only the cdi-* strategies need a spec
         if spec_path.exists():
-            spec = json.loads(spec_path.read_text())
+            spec = json.loads(spec_path.read_text(encoding="utf-8"))
             VALIDATOR.validate(spec)
             assert {d["name"] for d in spec["devices"]} == {U0, "0", U1, "1", "all"}
     finally:

@@ -20,8 +20,8 @@ def test_regenerating_gives_identical_files(tmp_path: Path) -> None:
         capture_output=True,
     )
     for name in GENERATED:
-        fresh = (tmp_path / "hami" / "deviceplugin" / "api" / name).read_text()
-        assert fresh == (API / name).read_text(), f"{name} is stale: run scripts/gen_proto.py"
+        fresh = (tmp_path / "hami" / "deviceplugin" / "api" / name).read_text(encoding="utf-8")
+        assert fresh == (API / name).read_text(encoding="utf-8"), f"{name} is stale: run scripts/gen_proto.py"
 
 
 def test_package_ships_no_generated_service_stubs() -> None:

@@ -22,7 +22,7 @@ def _check(name: str, text: str) -> None:
     path = GOLDEN / name
     if os.environ.get("HAMI_DOCTOR_GOLDEN") == "update":
         path.write_text(text)
-    assert text == path.read_text()
+    assert text == path.read_text(encoding="utf-8")
 
 
 def test_golden_pod_filtering_failed(api: KubeAPIServer, kube_config_file: Path) -> None:

@@ -34,7 +34,7 @@ TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 
 def _entry_point(bin_dir: Path) -> Path:
     """``kubectl-hami`` as pip writes a console script: pyproject's entry point, called."""
-    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
     module, func = scripts["kubectl-hami"].split(":")
     path = bin_dir / "kubectl-hami"
     path.write_text(f"#!{sys.executable}\nimport sys\nfrom {module} import {func}\nsys.exit({func}())\n")

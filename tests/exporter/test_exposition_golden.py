@@ -144,7 +144,7 @@ def test_golden_exposition(
     path = GOLDEN / ("monitor_legacy.prom" if legacy else "monitor.prom")
     if os.environ.get("HAMI_UPDATE_GOLDEN"):
         path.write_text(text)
-    assert text == path.read_text()
+    assert text == path.read_text(encoding="utf-8")
     # the rendered path of a twin, cold then with its caches warm, writes the same bytes, scrape by scrape
     twin = MonitorCollector(
         "node-1", lister, lambda: pods, decode_pod_devices, legacy=legacy, labels_allowlist=["app"],

@@ -123,12 +123,13 @@ def test_the_device_plugin_registers_with_a_real_kubelet_which_calls_allocate_fo
         said = re.compile(
             r"Allocate for pod default/on-a-real-kubelet container c0: .*CUDA_DEVICE_MEMORY_LIMIT_0=3000m"
         )
-        assert said.search(plugin.log.read_text()), log_tail(plugin.log, 3000)
+        assert said.search(plugin.log.read_text(encoding="utf-8")), log_tail(plugin.log, 3000)
         assert card.startswith("GPU-")
         # containerd and runc start the container: it sees what Allocate gave it
         written = out / "env"
         wait_until(written.exists, WAIT_S, "the container to write its environment", interval=1.0)
-        env = dict(line.split("=", 1) for line in written.read_text().splitlines() if "=" in line)
+        lines = written.read_text(encoding="utf-8").splitlines()
+        env = dict(line.split("=", 1) for line in lines if "=" in line)
         assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
         assert plugin.alive()
     finally:

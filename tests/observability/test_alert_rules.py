@@ -14,6 +14,7 @@ from alerts import generate
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "alerts" / "hami-rules.yaml"
+OPTIONAL = ROOT / "alerts" / "hami-rules-optional.yaml"
 RULE_TESTS = sorted((ROOT / "alerts" / "tests").glob("*.test.yaml"))
 RUNBOOKS = ROOT / "docs" / "runbooks"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
@@ -38,6 +39,23 @@ def test_checked_in_rules_match_the_generator() -> None:
     assert RULES.read_text(encoding="utf-8") == generate.render(generate.load_config()), (
         "alerts/hami-rules.yaml is stale: run python -m alerts.generate"
     )
+
+
+def test_alerts_off_by_default_are_in_a_file_of_their_own() -> None:
+    """HAMi's proposal ships HAMiSchedulerMetricsAbsent off: not in the rules file everyone loads, but in
+    alerts/hami-rules-optional.yaml, which turns it on when loaded beside it."""
+    assert OPTIONAL.read_text(encoding="utf-8") == generate.render_optional(generate.load_config())
+    assert "HAMiSchedulerMetricsAbsent" not in {r["alert"] for r in _alerts()}
+    optional = yaml.safe_load(OPTIONAL.read_text(encoding="utf-8"))["groups"]
+    assert [r["alert"] for g in optional for r in g["rules"]] == ["HAMiSchedulerMetricsAbsent"]
+
+
+@needs_promtool
+def test_promtool_check_optional_rules() -> None:
+    out = subprocess.run(
+        [PROMTOOL, "check", "rules", str(OPTIONAL)], capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0 and "SUCCESS: 1 rules found" in out.stdout, out.stdout + out.stderr
 
 
 def test_generator_check_mode_detects_a_stale_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

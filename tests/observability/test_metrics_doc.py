@@ -50,7 +50,7 @@ def described(index: int) -> dict[str, MetricDescriptor]:
 
 
 def test_doc_is_generated_from_the_code() -> None:
-    assert gen.DOC.read_text() == gen.render(), "run: python scripts/gen_metrics_doc.py"
+    assert gen.DOC.read_text(encoding="utf-8") == gen.render(), "run: python scripts/gen_metrics_doc.py"
     assert gen.main(["--check"]) == 0
 
 
@@ -62,7 +62,7 @@ def test_check_fails_on_drift(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_units_call_out_hami_percent_ratios() -> None:
-    doc = gen.DOC.read_text()
+    doc = gen.DOC.read_text(encoding="utf-8")
     row = next(line for line in doc.splitlines() if line.startswith("| `hami_gpu_core_allocated_ratio`"))
     assert "0–100" in row
     row = next(
@@ -75,7 +75,7 @@ def test_units_call_out_hami_percent_ratios() -> None:
 
 
 def test_contract_parser_sees_every_section() -> None:
-    text = CONTRACT.read_text() if CONTRACT.exists() else ""
+    text = CONTRACT.read_text(encoding="utf-8") if CONTRACT.exists() else ""
     if not text:
         pytest.skip(f"{CONTRACT} not present")
     req = required(text)
@@ -90,7 +90,7 @@ def test_code_exports_what_the_contract_requires(index: int) -> None:
         pytest.skip(f"{CONTRACT} not present")
     have = described(index)
     problems = []
-    for name, labels in sorted(required(CONTRACT.read_text())[index].items()):
+    for name, labels in sorted(required(CONTRACT.read_text(encoding="utf-8"))[index].items()):
         if name not in have:
             problems.append(f"{name}: missing")
         elif not labels <= set(have[name].labels):
@@ -117,11 +117,11 @@ def contract_names(text: str) -> set[str]:
 def test_every_family_the_contract_names_is_exported() -> None:
     """Anywhere on the page, not only in the required lists: a renamed family fails here until the
     contract says the new name (it once named `hami_gpu_split_count` after the code had moved on)."""
-    names = contract_names(CONTRACT.read_text())
+    names = contract_names(CONTRACT.read_text(encoding="utf-8"))
     assert {"hami_gpu_split_limit", "hami_gpu_shared_count", "rest_client_requests_total"} <= names
     assert sorted(names - exported()) == []
 
 
 def test_a_family_no_daemon_exports_is_caught() -> None:
-    text = CONTRACT.read_text().replace("hami_gpu_split_limit", "hami_gpu_split_count")
+    text = CONTRACT.read_text(encoding="utf-8").replace("hami_gpu_split_limit", "hami_gpu_split_count")
     assert "hami_gpu_split_count" in contract_names(text) - exported()

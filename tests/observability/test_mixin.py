@@ -39,6 +39,15 @@ def test_default_config_renders_exactly_the_generated_files() -> None:
         assert out["dashboards"][path.name] == json.loads(path.read_text(encoding="utf-8")), path.name
 
 
+def test_optional_alerts_are_off_by_default_and_on_with_the_flag() -> None:
+    """HAMiSchedulerMetricsAbsent, off by default as HAMi proposes: _config.optionalAlerts adds
+    alerts/hami-rules-optional.yaml's group."""
+    optional = yaml.safe_load((ROOT / "alerts" / "hami-rules-optional.yaml").read_text(encoding="utf-8"))
+    off = render()["alerts"]["groups"]
+    assert "HAMiSchedulerMetricsAbsent" not in {r["alert"] for g in off for r in g["rules"]}
+    assert render("{ optionalAlerts: true }")["alerts"]["groups"] == off + optional["groups"]
+
+
 def test_config_overrides_reach_the_rules_and_dashboards() -> None:
     out = render(
         "{ schedulerJob: 'my-scheduler', nodeLockHeldFor: '7m', vgpuMemoryUsedRatio: '0.75',"

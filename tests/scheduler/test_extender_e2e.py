@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections import Counter
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from hami.core.codec.handshake import format_requesting
 from hami.core.codec.nodelock import is_owned_by
@@ -20,6 +22,7 @@ from hami.testing.extender import (
 )
 from hami.testing.kubeapi import KubeAPIServer
 from hami.testing.wait import wait_until
+from hami.testing.zone import local_zone
 
 
 def _writes(text: str) -> Counter[str]:
@@ -179,8 +182,25 @@ def test_register_writes_handshake_once_then_idle_ticks_cost_no_calls(kube_api: 
         assert sorted(ext.state.nodes) == [f"n{i}" for i in range(5)]
 
 
+def _handshake_age(text: str, node: str) -> float:
+    for family in text_string_to_metric_families(text):
+        if family.name == "hami_node_handshake_age_seconds":
+            for sample in family.samples:
+                if sample.labels["node"] == node:
+                    return float(sample.value)
+    raise AssertionError(f"no hami_node_handshake_age_seconds for {node}")
+
+
 def test_expired_handshake_and_undecodable_register_are_marked_and_skipped(kube_api: KubeAPIServer) -> None:
-    old = format_requesting(datetime.now().astimezone() - timedelta(minutes=3))
+    # The handshake is the scheduler's local time with no zone: pinned to one without daylight saving,
+    # so "3 minutes ago" cannot fall in a repeated hour, whatever the machine's zone and date.
+    with local_zone("UTC"):
+        _expired_and_undecodable(kube_api)
+
+
+def _expired_and_undecodable(kube_api: KubeAPIServer) -> None:
+    written = datetime.now(UTC)
+    old = format_requesting(written - timedelta(minutes=3))
     kube_api.store.put(gpu_node("stale", annotations={"hami.io/node-handshake": old}, allocatable=0))
     bad = gpu_node("bad")
     bad["metadata"]["annotations"]["hami.io/node-nvidia-register"] = "GPU-0,10,8000,100,T4,0,true:"
@@ -193,7 +213,9 @@ def test_expired_handshake_and_undecodable_register_are_marked_and_skipped(kube_
         assert 'hami_scheduler_nodes{state="decode_error"} 1.0' in text
         assert 'hami_scheduler_nodes{state="healthy"} 1.0' in text
         assert 'hami_scheduler_decode_errors_total{source="node_register"} 1.0' in text
-        assert 'hami_node_handshake_age_seconds{node="stale"} 1' in text
+        # Written to the second (up to 1 s earlier), read after the time this test has taken since.
+        taken = (datetime.now(UTC) - written).total_seconds()
+        assert 180 <= _handshake_age(text, "stale") <= 180 + 1 + taken
         pod = create_pod(kube_api, ext, gpu_pod("p"))
         reply = filter_pod(ext, pod, ["stale", "bad", "good"])
         assert reply["NodeNames"] == ["good"]
@@ -203,11 +225,9 @@ def test_expired_handshake_and_undecodable_register_are_marked_and_skipped(kube_
         # Renewing the handshake resets its age.
         node = kube_api.store.get("nodes", "stale")
         assert node is not None
-        node["metadata"]["annotations"]["hami.io/node-handshake"] = format_requesting(
-            datetime.now().astimezone()
-        )
+        renewed = datetime.now(UTC)
+        node["metadata"]["annotations"]["hami.io/node-handshake"] = format_requesting(renewed)
         kube_api.store.put(node)
-        wait_until(
-            lambda: 'hami_node_handshake_age_seconds{node="stale"} 1' not in metrics_text(ext),
-            what="age reset",
-        )
+        wait_until(lambda: _handshake_age(metrics_text(ext), "stale") < 180, what="age reset")
+        taken = (datetime.now(UTC) - renewed).total_seconds()
+        assert 0 <= _handshake_age(metrics_text(ext), "stale") <= 1 + taken

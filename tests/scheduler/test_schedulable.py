@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from hami.core.codec.handshake import format_requesting
 from hami.core.codec.nodelock import NodeLock, format_node_lock
 from hami.core.devices import DeviceInfo
 from hami.scheduler.engine.nodes import NodeState
@@ -16,6 +17,7 @@ from hami.testing.builders import gpu_node
 from hami.testing.extender import metrics_text, running
 from hami.testing.kubeapi import KubeAPIServer
 from hami.testing.wait import wait_until
+from hami.testing.zone import local_zone
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 TIMEOUT = timedelta(minutes=5)
@@ -78,12 +80,18 @@ def _schedulable(text: str) -> dict[str, tuple[str, float]]:
 
 
 def test_live_scrape_reports_each_node_once(kube_api: KubeAPIServer) -> None:
-    now = datetime.now().astimezone()
+    # The handshake is the scheduler's local time with no zone: pinned to one without daylight saving.
+    with local_zone("UTC"):
+        _each_node_once(kube_api)
+
+
+def _each_node_once(kube_api: KubeAPIServer) -> None:
+    now = datetime.now(UTC)
     lock = format_node_lock(NodeLock(now.replace(microsecond=0), "default", "holder"))
     kube_api.store.put(gpu_node("good"))
     kube_api.store.put(gpu_node("locked", annotations={"hami.io/mutex.lock": lock}))
     kube_api.store.put(gpu_node("broken", annotations={"hami.io/node-nvidia-register": "[{"}))
-    stale = "Requesting_" + (now - timedelta(minutes=20)).strftime("%Y-%m-%d %H:%M:%S")
+    stale = format_requesting(now - timedelta(minutes=20))
     kube_api.store.put(gpu_node("stale", annotations={"hami.io/node-handshake": stale}, allocatable=0))
     kube_api.store.put(
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "holder", "namespace": "default"}}

@@ -58,7 +58,7 @@ def test_the_scheduler_exits_at_once_when_its_metrics_port_is_taken(
         log,
     )
     assert code != 0
-    text = log.read_text()
+    text = log.read_text(encoding="utf-8")
     assert "cannot listen" in text and "--metrics-bind-address" in text and "Traceback" not in text
 
 
@@ -72,7 +72,7 @@ def test_the_monitor_exits_at_once_when_its_port_is_taken(
         log, {"HOOK_PATH": str(tmp_path / "hook"), "NODE_NAME": "n1"},
     )
     assert code == 1
-    text = log.read_text()
+    text = log.read_text(encoding="utf-8")
     assert "cannot start" in text and "--metrics-bind-address" in text and "Traceback" not in text
 
 
@@ -89,7 +89,7 @@ def test_the_device_plugin_exits_at_once_when_its_port_is_taken(
         log,
     )
     assert code == 1
-    text = log.read_text()
+    text = log.read_text(encoding="utf-8")
     assert "cannot serve metrics" in text and "Traceback" not in text
 
 

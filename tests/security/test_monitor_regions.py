@@ -94,7 +94,7 @@ def test_truncating_a_region_while_it_is_scraped_does_not_kill_the_monitor(
         monitor.terminate()
         monitor.wait(30)
         log.close()
-    assert monitor.returncode == 0, (tmp_path / "monitor.log").read_text()[-2000:]
+    assert monitor.returncode == 0, (tmp_path / "monitor.log").read_text(encoding="utf-8")[-2000:]
 
 
 def test_a_symlinked_cache_file_is_never_followed_nor_written_through(tmp_path: Path) -> None:

@@ -102,7 +102,8 @@ def test_the_extender_runs_with_the_deployments_arguments(
     assert (parsed.http_bind, parsed.webhook_bind) == ("127.0.0.1:1", "127.0.0.1:2")
     assert Path(parsed.cert_file).exists() and Path(parsed.client_ca_file).exists()
     device = next(o for o in objects if o["metadata"]["name"] == names.DEVICE_CONFIGMAP)
-    assert Path(parsed.device_config_file).read_text() == device["data"][names.DEVICE_CONFIG_KEY]
+    written = Path(parsed.device_config_file).read_text(encoding="utf-8")
+    assert written == device["data"][names.DEVICE_CONFIG_KEY]
     secrets = files.secrets()
     assert [s["metadata"]["name"] for s in secrets] == ["hami-scheduler-tls", "hami-scheduler-client-tls"]
 

@@ -236,7 +236,7 @@ def test_demo_cluster_through_the_real_extender(
     # the fragmented node's pods
     assert len(fixed) == len(cluster.POD_SPECS) + 6 + len(cluster.FRAG_PODS)
     assert f.compared == len(snapshot.pods) - len(fixed)
-    assert json.loads(out.read_text())["kind"] == snap.KIND
+    assert json.loads(out.read_text(encoding="utf-8"))["kind"] == snap.KIND
 
 
 # --- many pods in one second: the order their events record --------------------------------------

@@ -191,7 +191,7 @@ def test_html_page_draws_the_charts(
 ) -> None:
     page = tmp_path / "what-if.html"
     assert main(["simulate", str(snapshot_file), "--html", str(page), "--set", "deviceSplitCount=1"]) == 0
-    html = page.read_text()
+    html = page.read_text(encoding="utf-8")
     assert (
         html.startswith("<!doctype html>") and "<script" not in html and "http" not in html.split("<body>")[1]
     )

@@ -154,8 +154,8 @@ class Logger:
     def info(self, msg: str, *args: object) -> None:
         self._logger.log(logging.INFO, msg, *args, stacklevel=2)
 
-    def warning(self, msg: str, *args: object) -> None:
-        self._logger.log(logging.WARNING, msg, *args, stacklevel=2)
+    def warning(self, msg: str, *args: object, exc_info: bool = False) -> None:
+        self._logger.log(logging.WARNING, msg, *args, exc_info=exc_info, stacklevel=2)
 
     def error(self, msg: str, *args: object, exc_info: bool = False) -> None:
         self._logger.log(logging.ERROR, msg, *args, exc_info=exc_info, stacklevel=2)

@@ -28,7 +28,7 @@ def stop_within(stop: Callable[[], None], what: str, seconds: float = STOP_GRACE
         try:
             stop()
         except Exception:  # a failed step must not keep the process from exiting
-            log.error("stopping %s failed", what, exc_info=True)
+            log.warning("stopping %s failed", what, exc_info=True)
 
     thread = threading.Thread(target=run, name=f"stop-{what}", daemon=True)
     thread.start()

@@ -92,7 +92,7 @@ def build(timeout: float = BUILD_TIMEOUT_S) -> Path:
         )
     work = cache_dir()
     work.mkdir(parents=True, exist_ok=True)
-    with (work / ".lock").open("w") as lock:
+    with (work / ".lock").open("w", encoding="utf-8") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         found = cached()  # another process built it while this one waited
         if found is not None:

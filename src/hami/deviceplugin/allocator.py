@@ -366,7 +366,7 @@ class Allocator:
             pod, _ = self.find_pending_pod()
             pending = decode_to_allocate(annotations_of(pod).get(ann.POD_DEVICES_TO_ALLOCATE, ""))
         except (AllocateError, CodecError) as exc:
-            log.warning("GetPreferredAllocation: %s", exc)
+            log.error("GetPreferredAllocation: %s", exc)
             return [None] * len(requests)
         return preferred_allocation(pending, requests)
 
@@ -397,4 +397,4 @@ class Allocator:
         try:
             self._ops.release_node_lock(self.node, ns, name, node_obj)
         except Exception as exc:
-            log.error("failed to release node lock of %s for pod %s/%s: %s", self.node, ns, name, exc)
+            log.warning("failed to release node lock of %s for pod %s/%s: %s", self.node, ns, name, exc)

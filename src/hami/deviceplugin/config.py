@@ -283,13 +283,14 @@ def load_config(
     cfg = base
     if device_config_file is not None:
         try:
-            text = device_config_file.read_text()
+            text = device_config_file.read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"failed to load device config file {device_config_file}: {exc}") from exc
         cfg = apply_device_yaml(cfg, text, str(device_config_file))
     if node_config_file is None:
         return cfg, None
     try:
-        return apply_node_json(cfg, node_config_file.read_text(), node_name, str(node_config_file)), None
+        text = node_config_file.read_text(encoding="utf-8")
+        return apply_node_json(cfg, text, node_name, str(node_config_file)), None
     except (OSError, ConfigError) as exc:
         return replace(cfg, operating_mode=""), str(exc)

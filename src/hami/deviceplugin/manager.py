@@ -131,7 +131,7 @@ class Manager:
         log.v(4).info("GPU pair scores: %s", encode_pair_scores(scores.scores))
         now = time.monotonic()
         for a, b in scores.asymmetric:
-            log.error("P2PLinks mismatch between %s and %s: their pair scores 0", a, b)
+            log.warning("P2PLinks mismatch between %s and %s: their pair scores 0", a, b)
             last = self._asymmetric_warned.get((a, b))
             if last is None or now - last >= ASYMMETRIC_EVENT_EVERY_S:
                 self._asymmetric_warned[(a, b)] = now

@@ -143,7 +143,7 @@ class MigPartitioner:
             try:
                 instances[uuid] = self._nvml.device_by_uuid(uuid).gpu_instances()
             except NvmlError as exc:
-                log.warning("cannot list the MIG instances of %s: %s", uuid, exc)
+                log.error("cannot list the MIG instances of %s: %s", uuid, exc)
         # After the listing: a create in progress finishes (and is recorded) before this snapshot.
         with self._mutex:
             now = self._clock()

@@ -51,7 +51,7 @@ def _numa(dev_numa: Callable[[], int], bus_id: Callable[[], str], sysfs: Path) -
         pass
     try:
         path = sysfs / "bus" / "pci" / "devices" / pci_sysfs_id(bus_id()) / "numa_node"
-        return numa_from_sysfs_text(path.read_text())
+        return numa_from_sysfs_text(path.read_text(encoding="utf-8"))
     except (NvmlError, OSError, ValueError) as exc:
         log.warning("failed to get numa information from sysfs: %s", exc)
         return 0
@@ -113,7 +113,7 @@ def with_mig_profiles(nvml: Nvml, facts: Sequence[GpuFacts], cfg: PluginConfig) 
         try:
             offered = nvml.device_by_uuid(fact.uuid).gpu_instance_profiles()
         except NvmlError as exc:
-            log.warning("no MIG profiles on %s: %s", fact.uuid, exc)
+            log.error("no MIG profiles on %s: %s", fact.uuid, exc)
             offered = []
         out.append(replace(fact, mig_profiles=mig_profiles(offered, cfg.allowed_mig_profiles(fact.name))))
     return out
@@ -244,7 +244,7 @@ class HealthChecker:
             try:
                 events = self._nvml.event_set()
             except NvmlError as exc:
-                log.error("Failed to start health check: %s; continuing with health checks disabled", exc)
+                log.warning("Failed to start health check: %s; continuing with health checks disabled", exc)
                 if not self._checks:
                     return
         try:
@@ -316,7 +316,7 @@ class HealthChecker:
     def _apply(self, uuid: str, before: dict[str, str], after: dict[str, str]) -> None:
         self._active[uuid] = after
         for reason in sorted(after.keys() - before.keys()):
-            log.warning("%s on Device=%s: %s; marking device as unhealthy.", reason, uuid, after[reason])
+            log.error("%s on Device=%s: %s; marking device as unhealthy.", reason, uuid, after[reason])
             self._set(uuid, reason, after[reason])
         for reason in sorted(before.keys() - after.keys()):
             log.info("%s cleared on Device=%s: NVML reports it recovered.", reason, uuid)

@@ -89,7 +89,7 @@ class DevicePlugin:
         self.health = HealthState(f.uuid for f in self._facts)
         devices, skipped = self._build()
         for s in skipped:
-            log.error("skipping device %s: %s", s.uuid, s.reason)
+            log.warning("skipping device %s: %s", s.uuid, s.reason)
         minors = {f.uuid: f.minor for f in self._facts}
         self._gpus = {d.id: GpuRef(d.index, minors[d.id]) for d in devices}
         self.allocator = Allocator(

@@ -177,7 +177,7 @@ class FeedbackLoop:
         try:
             os.makedirs(os.path.dirname(self._mig_lock), mode=0o755, exist_ok=True)
         except OSError as err:
-            log.warning("Failed to create MIG apply lock directory: %s", err)
+            log.error("Failed to create MIG apply lock directory: %s", err)
 
     def _locked(self) -> bool:
         if os.path.exists(self._mig_lock):

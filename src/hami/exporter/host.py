@@ -158,7 +158,7 @@ class HostReader:
                     self._stop.wait(1.0)
                 if ev is None or ev.event_type != EVENT_XID_CRITICAL or ev.xid in IGNORED_XIDS:
                     continue
-                log.warning("XidCriticalError: Xid=%d on Device=%s", ev.xid, ev.device_uuid)
+                log.error("XidCriticalError: Xid=%d on Device=%s", ev.xid, ev.device_uuid)
                 with self._lock:
                     self._xids[ev.device_uuid] += 1
                     self._unhealthy.add(ev.device_uuid)

@@ -26,6 +26,18 @@ SRC = str(Path(hami.__file__).resolve().parents[1])
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
+# The locale variables that choose the language of a child's messages (gettext reads LANGUAGE first).
+_LOCALE_VARS = ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG")
+
+
+def untranslated(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` for a child whose messages we parse (bash, kubectl, promtool): ``LC_ALL=C.UTF-8``
+    and no ``LANGUAGE``, so they are never translated whatever the caller's locale, and stay UTF-8."""
+    env = {k: v for k, v in environ.items() if k not in _LOCALE_VARS}
+    env["LC_ALL"] = env["LANG"] = "C.UTF-8"
+    return env
+
+
 class StartError(RuntimeError):
     """A child did not come up; the message names it and quotes the tail of its log."""
 
@@ -53,7 +65,7 @@ _pick_lock = threading.Lock()
 def _pick_range() -> range:
     """Ports below the kernel's ephemeral range, where no outbound connection takes one."""
     try:
-        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+        low = int(EPHEMERAL_RANGE.read_text(encoding="utf-8").split()[0])
     except (OSError, ValueError, IndexError):
         low = 32768  # Linux's default
     return range(LOWEST_PICKED_PORT, max(low, LOWEST_PICKED_PORT + 1000))
@@ -80,7 +92,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def log_tail(path: Path, chars: int = 2000) -> str:
     try:
-        return path.read_text(errors="replace")[-chars:]
+        return path.read_text(encoding="utf-8", errors="replace")[-chars:]
     except OSError:
         return ""
 

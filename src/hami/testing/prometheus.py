@@ -124,7 +124,8 @@ class PrometheusServer:
 
         def alive() -> None:
             if proc.poll() is not None:
-                raise RuntimeError(f"prometheus exited: {self.log_path.read_text(errors='replace')[-2000:]}")
+                said = self.log_path.read_text(encoding="utf-8", errors="replace")[-2000:]
+                raise RuntimeError(f"prometheus exited: {said}")
 
         try:
             wait_until(

@@ -38,8 +38,9 @@ from hami.testing.wait import wait_until
 T = TypeVar("T")
 R = TypeVar("R")
 # Our events HAMi does not write, on purpose (docs/design/differences.md, rows "Extra FilteringFailed
-# line" and "`gpucores` above 100"): matched on the message and on the reason.
-ADDED_REASONS = frozenset({"GPUCoresClamped"})
+# line", "`gpucores` above 100" and "`gpumem-percentage` above 100"): matched on the message and on the
+# reason.
+ADDED_REASONS = frozenset({"GPUCoresClamped", "GPUMemPercentageClamped"})
 
 
 def added_event(event: tuple[str, str, str]) -> bool:
@@ -100,12 +101,6 @@ QUOTA_INIT = "In-Fit quota check with init containers"
 
 def known_difference(pod: Obj, h: Outcome, o: Outcome) -> str:
     """The row of docs/design/differences.md that explains why the answers differ, or ""."""
-    cores = [
-        int(v) for c in (*pod["spec"].get("initContainers", []), *pod["spec"]["containers"])
-        if (v := ((c.get("resources") or {}).get("limits") or {}).get(ann.RESOURCE_GPUCORES, "")).isdigit()
-    ]  # fmt: skip
-    if any(c > 100 for c in cores) and "is more than 100" in o.error and not h.error:
-        return "Negative or impossible GPU values (gpucores above 100)"
     gpu_init = any(
         ann.RESOURCE_GPU in ((c.get("resources") or {}).get("limits") or {})
         for c in pod["spec"].get("initContainers", [])

@@ -1,8 +1,10 @@
 """``hami.io/node-handshake`` values (§1.3, docs/design/node-agent-device-plugin.md §C.5).
 
 ``Requesting_<ts>`` (scheduler), ``Reported_<ts>`` and ``Deleted_<ts>`` (older releases), where
-``<ts>`` is local time as Go ``time.DateTime`` (``2006-01-02 15:04:05``). The ≤ v2.7 device plugin
-wrote ``Reported <Go time.String()>``; ``parse_handshake`` reads that too.
+``<ts>`` is local time as Go ``time.DateTime`` (``2006-01-02 15:04:05``), with no zone: written and
+read with the offset in force at that instant (``time.Local``), so a daylight-saving change moves
+nothing; only the repeated hour is ambiguous, read as Go's ``ParseInLocation`` reads it. The ≤ v2.7
+device plugin wrote ``Reported <Go time.String()>``; ``parse_handshake`` reads that too.
 
 Section signs (§) refer to docs/design/scheduler-annotations.md.
 """
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone, tzinfo
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 
 from hami.core.codec.errors import CodecError
 
@@ -35,12 +37,29 @@ class Handshake:
     time: datetime  # timezone-aware
 
 
-def _local(tz: tzinfo | None) -> tzinfo:
-    if tz is not None:
-        return tz
-    zone = datetime.now().astimezone().tzinfo
-    assert zone is not None
-    return zone
+def _in_zone(instant: datetime, tz: tzinfo | None) -> datetime:
+    """``instant`` in ``tz`` (None = the process's local zone), with the offset in force at that instant."""
+    return instant.astimezone(tz) if tz is not None else instant.astimezone()
+
+
+def _offset_at(instant: datetime, tz: tzinfo | None) -> timedelta:
+    offset = _in_zone(instant, tz).utcoffset()
+    assert offset is not None  # astimezone always gives an aware datetime
+    return offset
+
+
+def _go_date(naive: datetime, tz: tzinfo | None) -> datetime:
+    """Go's ``time.Date`` in a location: the offset in force at the wall time read as UTC, looked up
+    again at the result when that falls outside it. In a repeated hour this picks what Go picks (the
+    later pass east of UTC, the earlier west of it), in a skipped one the same instant as Go. The
+    result has that fixed offset: a ``ZoneInfo`` time in the repeated hour compares unequal to every
+    other zone's (PEP 495) and loses its fold in arithmetic."""
+    as_utc = naive.replace(tzinfo=UTC)
+    offset = _offset_at(as_utc, tz)
+    guess = as_utc - offset
+    if _offset_at(guess, tz) != offset:
+        offset = _offset_at(guess, tz)
+    return (as_utc - offset).astimezone(timezone(offset))
 
 
 def parse_datetime(text: str, where: str = "handshake", tz: tzinfo | None = None) -> datetime:
@@ -51,17 +70,17 @@ def parse_datetime(text: str, where: str = "handshake", tz: tzinfo | None = None
     year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
     micro = int((m.group(7) or "0")[:6].ljust(6, "0"))
     try:
-        naive = datetime(year, month, day, hour, minute, second, micro)
-    except ValueError as exc:
+        return _go_date(datetime(year, month, day, hour, minute, second, micro), tz)
+    except (ValueError, OverflowError) as exc:
         raise CodecError(f"timestamp out of range: {exc}", where, text) from None
-    return naive.replace(tzinfo=tz) if tz is not None else naive.astimezone()
 
 
 def format_datetime(when: datetime, tz: tzinfo | None = None) -> str:
-    """``2006-01-02 15:04:05`` in ``tz`` (None = local); a naive ``when`` is taken as local time."""
+    """``2006-01-02 15:04:05`` in ``tz`` (None = local) with the offset in force at ``when``, as Go's
+    ``Format`` does; a naive ``when`` is taken as local time."""
     if when.tzinfo is None:
         when = when.astimezone()
-    return when.astimezone(_local(tz)).strftime("%Y-%m-%d %H:%M:%S")
+    return _in_zone(when, tz).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def format_handshake(h: Handshake, tz: tzinfo | None = None) -> str:

@@ -155,7 +155,7 @@ class EventRecorder:
                 self._log_once(f"status_{exc.status}", f"unable to write event {item.reason}: {exc}")
             except Exception:
                 self._metrics.events.labels("error").inc()
-                log.error("unable to write event %s", item.reason, exc_info=True)
+                log.warning("unable to write event %s", item.reason, exc_info=True)
 
     def _write(self, ev: _Pending) -> None:
         ref = ev.ref

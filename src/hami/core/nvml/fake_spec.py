@@ -325,7 +325,7 @@ def load_spec(spec: dict[str, Any] | str | Path) -> FakeNode:
     """Build the node from a dict or a YAML file path."""
     if isinstance(spec, (str, Path)):
         try:
-            data = yaml.safe_load(Path(spec).read_text())
+            data = yaml.safe_load(Path(spec).read_text(encoding="utf-8"))
         except (OSError, yaml.YAMLError) as exc:
             raise FakeSpecError(f"cannot read fake NVML spec {spec}: {exc}") from None
     else:

@@ -129,7 +129,7 @@ def make_pprof_app() -> WSGIApp:
             return _text(start_response, "500 Internal Server Error",
                          f"Could not enable CPU profiling: {e}\n")
         except RuntimeError as e:
-            log.error("pprof %s failed: %s", name, e)
+            log.warning("pprof %s failed: %s", name, e)
             return _text(start_response, "500 Internal Server Error", f"{e}\n")
         return _text(start_response, "404 Not Found", "Unknown profile\n")
 

@@ -231,7 +231,7 @@ class ReloadingTLS:
                     self._ctx = build_context(self._tls)
                 except (OSError, ssl.SSLError) as e:
                     self._failed_stamp = stamp
-                    log.error("TLS certificate reload failed, keeping the previous one: %s", e)
+                    log.warning("TLS certificate reload failed, keeping the previous one: %s", e)
                 else:
                     self._stamp = stamp
                     self.reloads += 1

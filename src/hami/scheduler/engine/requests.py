@@ -178,17 +178,17 @@ def container_problems(container: Mapping[str, Any], cfg: NvidiaConfig) -> list[
     Refused: text that is not a quantity (HAMi's decoder fails on the whole request), a negative
     value (HAMi takes ``gpucores: -50`` as asked), a value past int64 or, for the count and the
     cores, past int32 (HAMi wraps it into another number), a ``gpumem`` too large for int32 (HAMi
-    silently schedules the pod as asking for no GPU) and a ``gpumem-percentage`` above 100 (HAMi's
-    webhook refuses it). ``gpucores`` above 100 is not a problem: HAMi clamps it (``core_clamps``).
-    A fraction is left to HAMi's rule (it does not count).
+    silently schedules the pod as asking for no GPU). ``gpucores`` or ``gpumem-percentage`` above 100
+    is not a problem: HAMi clamps both to 100 (``pod_clamps``; its webhook refuses the percentage, which
+    ``hami.scheduler.engine.admission`` does too). A fraction is left to HAMi's rule (it does not count).
     """
     resources = container.get("resources")
     if not isinstance(resources, Mapping):
         return []
-    bounds = (
+    bounds: tuple[tuple[str, int | None, str], ...] = (
         (cfg.resource_count_name, _MAX_INT32, "overflows int32"),
         (cfg.resource_memory_name, _MAX_INT32 // cfg.factor, "is more than {most}"),
-        (cfg.resource_memory_percentage_name, 100, "is more than {most}"),
+        (cfg.resource_memory_percentage_name, None, ""),  # HAMi clamps any int64 to 100
         (cfg.resource_core_name, _MAX_INT32, "overflows int32"),
     )
     problems = []
@@ -204,7 +204,7 @@ def container_problems(container: Mapping[str, Any], cfg: NvidiaConfig) -> list[
             problems.append(f"{who}: {name} {raw} is negative")
         elif value > _INT64_MAX:
             problems.append(f"{who}: {name} {raw} overflows int64")
-        elif value > most and value == value.to_integral_value():
+        elif most is not None and value > most and value == value.to_integral_value():
             problems.append(f"{who}: {name} {raw} " + too_large.format(most=most))
     return problems
 
@@ -223,9 +223,39 @@ def core_clamps(container: Mapping[str, Any], cfg: NvidiaConfig) -> list[str]:
     ]
 
 
-def pod_clamps(pod: Mapping[str, Any], cfg: NvidiaConfig) -> list[str]:
-    """``core_clamps`` of every container, init containers first."""
-    return [p for c in _every_container(pod) for p in core_clamps(c, cfg)]
+def percentage_clamps(container: Mapping[str, Any], cfg: NvidiaConfig) -> list[str]:
+    """``gpumem-percentage`` above 100 that the filter takes as 100, as HAMi's
+    ``GenerateResourceRequests`` does (a pod that skipped the webhook, which refuses it), as messages."""
+    resources = container.get("resources")
+    if not isinstance(resources, Mapping) or not cfg.resource_memory_percentage_name:
+        return []
+    pct = int_quantity(_resource(resources, cfg.resource_memory_percentage_name))
+    if pct is None or pct <= 100:
+        return []
+    return [
+        f"container {container.get('name', '')}: {cfg.resource_memory_percentage_name} {pct} is more "
+        "than 100, taken as 100 (the whole card's memory), as HAMi does"
+    ]
+
+
+@dataclass(frozen=True)
+class Clamps:
+    """What the filter changed in a pod's request, as messages, init containers first."""
+
+    cores: tuple[str, ...]
+    percentage: tuple[str, ...]
+
+    def __bool__(self) -> bool:
+        return bool(self.cores or self.percentage)
+
+
+def pod_clamps(pod: Mapping[str, Any], cfg: NvidiaConfig) -> Clamps:
+    """``core_clamps`` and ``percentage_clamps`` of every container."""
+    every = _every_container(pod)
+    return Clamps(
+        tuple(p for c in every for p in core_clamps(c, cfg)),
+        tuple(p for c in every for p in percentage_clamps(c, cfg)),
+    )
 
 
 def pod_problems(pod: Mapping[str, Any], cfg: NvidiaConfig) -> list[str]:

@@ -298,7 +298,7 @@ class Binder:
         try:
             self.locker.release_node_lock(args.node, args.pod_namespace, args.pod_name)
         except NodeLockError as err:
-            log.error(
+            log.warning(
                 "node %s: failed to release the lock of %s/%s: %s (it expires after %s)",
                 args.node,
                 args.pod_namespace,

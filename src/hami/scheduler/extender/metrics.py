@@ -62,7 +62,8 @@ BIND_RESULTS: Final = ("success", "error", "not_leader")
 BIND_PHASES: Final = ("node_lock", "bind")
 FAILURE_REASONS: Final = (*sorted(KNOWN_CODES), *_PLAIN_REASONS.values(), "Other")
 EVENT_REASONS: Final = (
-    "FilteringFailed", "FilteringSucceed", "BindingFailed", "BindingSucceed", "GPUCoresClamped"
+    "FilteringFailed", "FilteringSucceed", "BindingFailed", "BindingSucceed", "GPUCoresClamped",
+    "GPUMemPercentageClamped",
 )
 LOCK_EXPIRY_CAUSES: Final = ("expired", "owner_gone")
 # The allocation lifecycle counters HAMi's master merged after v2.10, labels bounded to device_type,
@@ -137,14 +138,20 @@ class SchedulerMetrics:
         self.events = Counter(
             "hami_scheduler_events_total",
             "Pod events recorded by the extender, by reason (FilteringFailed, FilteringSucceed, "
-            "BindingFailed, BindingSucceed, GPUCoresClamped).",
+            "BindingFailed, BindingSucceed, GPUCoresClamped, GPUMemPercentageClamped).",
             ["reason"],
             registry=registry,
         )
         self.cores_clamped = Counter(
             "hami_scheduler_gpucores_clamped_total",
-            "Containers whose nvidia.com/gpucores above 100 a /filter call took as 100, as HAMi does "
-            "(one count per container and call; dry runs not counted).",
+            "Pods with a nvidia.com/gpucores above 100 that /filter took as 100, as HAMi does "
+            "(one count per pod, not per /filter retry or container; dry runs not counted).",
+            registry=registry,
+        )
+        self.percentage_clamped = Counter(
+            "hami_scheduler_gpumem_percentage_clamped_total",
+            "Pods with a nvidia.com/gpumem-percentage above 100 that /filter took as 100, as HAMi does "
+            "(one count per pod, not per /filter retry or container; dry runs not counted).",
             registry=registry,
         )
         self.node_lock_wait = Histogram(

@@ -142,7 +142,7 @@ class Register:
                 record.state, record.node, record.key = HANDSHAKE_EXPIRED, None, ()
                 self.state.records[name] = record
             if was_registered and leader:
-                log.warning(
+                log.error(
                     "node %s: handshake %r expired and no %s allocatable, cleaning up", name, value, resource
                 )
                 self._write_handshake(name, None)
@@ -174,7 +174,7 @@ class Register:
             log.v(5).info("node %s: registered %d devices", name, len(decoded.devices))
         elif decoded.source:
             self.state.metrics.decode_errors.labels(decoded.source).inc()
-            log.warning("node %s: skipping undecodable device annotations: %s", name, decoded.reason)
+            log.error("node %s: skipping undecodable device annotations: %s", name, decoded.reason)
         else:
             log.v(4).info("node %s: not registered: %s", name, decoded.reason)
 

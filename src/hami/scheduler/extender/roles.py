@@ -50,7 +50,7 @@ class RoleLabels:
             except errors.ApiError as err:
                 self.state.metrics.api_errors.labels("role_label", errors.error_reason(err)).inc()
                 self.state.metrics.reconciliation_errors.labels("role_label").inc()
-                log.error(
+                log.warning(
                     "pod %s/%s: failed to set %s=%s: %s",
                     self.namespace,
                     name,

@@ -9,7 +9,8 @@ body (``bodies``) is answered 400 with a message, and one over 1 MiB 413 by the 
 app sees it (HAMi truncates and answers 200 with ``Error``; kube-scheduler treats any of them as
 an extender error). Errors from scheduling are HTTP 200 with ``Error``; so is a pod with negative
 or impossible HAMi resource values, which HAMi would schedule (``container_problems``). A
-``gpucores`` above 100 is placed as 100, as HAMi does, with a Warning event (``pod_clamps``).
+``gpucores`` or ``gpumem-percentage`` above 100 is placed as 100, as HAMi does, with a Warning
+event once per pod (``pod_clamps``).
 
 Section signs (§) refer to docs/design/scheduler-extender.md.
 """

@@ -45,7 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     cp = ControlPlane(args.workdir.resolve(), binaries=binaries)
     try:
         cp.start()
-        config = args.scheduler_config.read_text() if args.scheduler_config else PLAIN_SCHEDULER
+        config = PLAIN_SCHEDULER
+        if args.scheduler_config:
+            config = args.scheduler_config.read_text(encoding="utf-8")
         cp.start_kube_scheduler(config)
     except (StartError, OSError) as err:
         cp.stop()

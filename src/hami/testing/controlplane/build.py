@@ -198,7 +198,7 @@ def run_go(
 def _lock(path: Path) -> Iterator[None]:
     """One build at a time per cache (parallel test sessions wait for the first)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as fh:
+    with path.open("w", encoding="utf-8") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
@@ -249,7 +249,8 @@ def _build(progress: Progress) -> Binaries:
             )
             if check.returncode != 0:
                 raise BuildError(f"the built {name} does not run: {check.stdout}{check.stderr}")
-        (out / "go.mod").write_text((work / "go.mod").read_text())  # what they were built from
+        # what they were built from
+        (out / "go.mod").write_text((work / "go.mod").read_text(encoding="utf-8"), encoding="utf-8")
         (out / ".complete").write_text(f"{K8S_VERSION} {ETCD_VERSION}\n")
         final = target / "bin"
         if final.exists():

@@ -233,5 +233,5 @@ def wait_bound(cp: ControlPlane, namespace: str, name: str, timeout: float = 120
 
 def log_lines(child: Child, pattern: str) -> list[str]:
     """The lines of ``child``'s log that match ``pattern``."""
-    text = child.log.read_text(errors="replace")
+    text = child.log.read_text(encoding="utf-8", errors="replace")
     return [line for line in text.splitlines() if re.search(pattern, line)]

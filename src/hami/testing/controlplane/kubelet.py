@@ -95,9 +95,9 @@ def problem() -> str | None:
 def _cgroup_controllers() -> set[str]:
     v2 = Path("/sys/fs/cgroup/cgroup.controllers")
     if v2.exists():
-        return set(v2.read_text().split())
+        return set(v2.read_text(encoding="utf-8").split())
     found = set()
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+    for line in Path("/proc/self/mountinfo").read_text(encoding="utf-8").splitlines():
         if " - cgroup " in line:
             found |= set(line.rsplit(" ", 1)[-1].split(","))
     return found
@@ -298,7 +298,7 @@ class RealKubelet:
         for pid in _shims(self.sock):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text(encoding="utf-8").splitlines()]
         for target in reversed([m for m in mounts if m.startswith(str(self.root))]):
             subprocess.run(["umount", "-l", target], capture_output=True, timeout=60, check=False)
         shutil.rmtree(self.root, ignore_errors=True)
