@@ -202,6 +202,7 @@ def env(tmp_path_factory: pytest.TempPathFactory, control_plane_binaries: Binari
         # The extender runs as the replica listed second (lists are ordered by name), and labels itself
         # the leader: the guide's `.items[0]` of app=hami-scheduler alone names the follower.
         scheduler_pod = max(pods[names.SCHEDULER_DEPLOYMENT], key=lambda p: str(p["metadata"]["name"]))
+        follower_pod = min(pods[names.SCHEDULER_DEPLOYMENT], key=lambda p: str(p["metadata"]["name"]))
         plugin_pod = pods[names.DEVICE_PLUGIN_DAEMONSET][0]
 
         with cp.session() as s:
@@ -215,6 +216,7 @@ def env(tmp_path_factory: pytest.TempPathFactory, control_plane_binaries: Binari
         try:
             for pod, container in (
                 (scheduler_pod, names.EXTENDER_CONTAINER),
+                (follower_pod, names.EXTENDER_CONTAINER),
                 (plugin_pod, names.DEVICE_PLUGIN_CONTAINER),
             ):
                 log_path(logs, names.NAMESPACE, pod["metadata"]["name"], container).parent.mkdir(parents=True)
@@ -238,6 +240,29 @@ def env(tmp_path_factory: pytest.TempPathFactory, control_plane_binaries: Binari
                     "--profiling",
                 ],
                 env=install.downward_env(scheduler_pod, names.EXTENDER_CONTAINER),
+            )
+            # The other replica, a real follower: it follows kube-scheduler's Lease, whose holder (no
+            # kube-scheduler sidecar here) is never this pod, so it only logs its start and keeps its
+            # caches; its log is the one the guide's `.items[0]` reads.
+            procs.python(
+                f"{names.NAMESPACE}_{follower_pod['metadata']['name']}/{names.EXTENDER_CONTAINER}",
+                "hami.scheduler",
+                [
+                    f"--http_bind=127.0.0.1:{free_port()}",
+                    f"--cert_file={work / 'tls.crt'}",
+                    f"--key_file={work / 'tls.key'}",
+                    f"--metrics-bind-address=127.0.0.1:{free_port()}",
+                    "--scheduler-name=hami-scheduler",
+                    f"--device-config-file={config_file}",
+                    f"--kubeconfig={kubeconfig}",
+                    "--leader-elect=true",
+                    f"--leader-elect-resource-name={names.SCHEDULER_DEPLOYMENT}",
+                    f"--leader-elect-resource-namespace={names.NAMESPACE}",
+                    f"--leader-elect-identity={follower_pod['metadata']['name']}",
+                    "--debug",
+                    "-v=4",
+                ],
+                env=install.downward_env(follower_pod, names.EXTENDER_CONTAINER),
             )
             spec = work / "fake-nvml.yaml"
             spec.write_text(yaml.safe_dump(cluster.fake_nvml_spec(2)), encoding="utf-8")
