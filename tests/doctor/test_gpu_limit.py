@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from hami.testing.kubeapi import KubeAPIServer
-from tests.doctor.doctorcluster import codes, hami_node, run_json, scheduler_pod
+from tests.doctor.doctorcluster import REGISTER, codes, hami_node, run_json, scheduler_pod
 
 UID = "7c1e7f0a-3b2d-4c5e-8f90-a1b2c3d4e5f6"
 GPU = "GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec"
@@ -123,3 +123,28 @@ def test_a_pending_pod_gets_no_gpu_limit_walk(
     _, doc = run_json(kube_config_file, "pod", "ml/trainer", "--hook-path", str(tmp_path / "hook"))
     assert [s["title"] for s in doc["sections"]] == ["pod ml/trainer"]
     assert not [c for c in codes(doc) if c.startswith("gpulimit.")]
+
+
+VERDICTS = {"hami-core": ("broken", 2), "driver": ("warning", 1)}  # mode -> (severity, exit code)
+
+
+@pytest.mark.parametrize("mode", VERDICTS)
+def test_a_broken_hami_core_step_is_a_warning_where_the_driver_limits_memory(
+    mode: str, api: KubeAPIServer, kube_config_file: Path, tmp_path: Path
+) -> None:
+    """No libvgpu.so on the node: unlimited memory in HAMi-core mode; in driver mode the driver still
+    holds the memory limit and only the core limit is lost."""
+    severity, exit_code = VERDICTS[mode]
+    hook = tmp_path / "hook"
+    node_files(hook, library=None)
+    register = REGISTER
+    if mode == "driver":
+        register = REGISTER.replace('"health":true}', '"health":true,"memoryEnforcement":"driver"}')
+    for obj in (scheduler_pod(), hami_node("gpu-node-01", register=register), running_pod()):
+        api.store.put(obj)
+    code, doc = run_json(kube_config_file, "pod", "ml/trainer", "--hook-path", str(hook))
+    (limits,) = [s for s in doc["sections"] if s["title"] == "pod ml/trainer: GPU limits"]
+    got = [(f["code"], f["severity"]) for f in limits["findings"]]
+    expected = [("gpulimit.library.missing", severity)]
+    assert got == ([("gpulimit.memory.driver", "ok"), *expected] if mode == "driver" else expected)
+    assert code == exit_code
