@@ -114,7 +114,7 @@ def test_prometheus_scrapes_every_daemon(stack: Stack) -> None:
         return active if active and all(t["health"] == "up" for t in active) else None
 
     active = poll(all_up, "every scrape target up")
-    expected = {stack.metrics_targets()[job]: job for job in stack.metrics_targets()}
+    expected = {addr: job for job, addrs in stack.metrics_targets().items() for addr in addrs}
     assert {t["labels"]["instance"]: t["labels"]["job"] for t in active} == expected
 
 

@@ -154,8 +154,8 @@ class DriverReader:
                 self._on_nvml_error(errors)
         self._report(sources)
         skipped: dict[str, int] = {}
-        for met in refused.values():
-            for r in met:
+        for why in refused.values():
+            for r in why:
                 skipped[r] = skipped.get(r, 0) + 1
         return DriverView(tuple(usage), sources, skipped, refused)
 
