@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from hami.demo.simhost import PodDrivenNode
+from hami.testing import cluster
 from hami.testing.kubeapi import KubeAPIServer
 from tests.doctor.doctorcluster import REGISTER, codes, hami_node, run_json, scheduler_pod
 
@@ -148,3 +151,32 @@ def test_a_broken_hami_core_step_is_a_warning_where_the_driver_limits_memory(
     expected = [("gpulimit.library.missing", severity)]
     assert got == ([("gpulimit.memory.driver", "ok"), *expected] if mode == "driver" else expected)
     assert code == exit_code
+
+
+def test_the_demos_driver_limited_pod_is_limited_for_the_doctor_as_for_the_monitor(
+    api: KubeAPIServer, kube_config_file: Path, tmp_path: Path
+) -> None:
+    """scenarios/driver-limited as the demo runs it on driver-node: HAMi-core loaded (no
+    CUDA_DISABLE_CONTROL), its region there, the memory limit the driver's. The walk says so and
+    finds nothing to warn about, as the monitor counts it limited."""
+    objects = cluster.objects(4, datetime(2025, 6, 13, 9, 10, tzinfo=UTC), scenarios=True)
+    (driver_node,) = [o for o in objects if o["metadata"]["name"] == cluster.DRIVER_NODE]
+    placed = cluster._with_status(cluster.DRIVER_LIMITED)  # bound to driver-node, its container started
+    placed["metadata"]["uid"] = UID
+    placed["metadata"]["annotations"].update(cluster.driver_limited_pod()["metadata"]["annotations"])
+    hook = tmp_path / "hook"
+    node = PodDrivenNode(
+        str(hook / "vgpu"), 1, lambda: [placed], str(tmp_path / "proc"), node=cluster.DRIVER_NODE
+    )
+    node.step()  # the container's first CUDA call: HAMi-core's region
+    node.stop()
+    for obj in (scheduler_pod(), driver_node, placed):
+        api.store.put(obj)
+    _, doc = run_json(kube_config_file, "pod", "scenarios/driver-limited", "--hook-path", str(hook))
+    (limits,) = [s for s in doc["sections"] if s["title"] == "pod scenarios/driver-limited: GPU limits"]
+    assert [(f["code"], f["severity"]) for f in limits["findings"]] == [
+        ("gpulimit.memory.driver", "ok"),
+        ("gpulimit.library.present", "ok"),
+        ("gpulimit.preload.present", "ok"),
+        ("gpulimit.region.present", "ok"),
+    ]
