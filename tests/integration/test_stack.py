@@ -621,8 +621,8 @@ SIDE_ALERTS = [
     ("expired handshake", "HAMiSchedulerFilterFailuresHigh", {"reason": "NodeUnregistered"}, ANY_STATE),
     ("unhealthy device", "HAMiSchedulerFilterFailuresHigh", {"reason": "CardNotHealth"}, ANY_STATE),
     ("fragmented node", "HAMiSchedulerFilterFailuresHigh", {"reason": "CardTypeMismatch"}, ANY_STATE),
-    # the L4 pod's filter: the A100 nodes (sim-node, locked-node, driver-node) refuse it as
-    # CardTypeMismatch, more than fragmented-node's CardInsufficientMemory: its pending reason
+    # the L4 pod's pending reason: the A100 nodes, driver-node now among them, refuse it as
+    # CardTypeMismatch, more of them than fragmented-node refuses it as CardInsufficientMemory
     ("fragmented node", "HAMiSchedulerPendingPods", {"reason": "CardTypeMismatch"}, ANY_STATE),
     # each batch pod's bind holds sim-node's lock for a moment, and each new batch pod waits for the
     # stand-in's next scheduling pass: pending, never held for the for:
