@@ -628,6 +628,9 @@ SIDE_ALERTS = [
     # stand-in's next scheduling pass: pending, never held for the for:
     ("batch pods", "HAMiNodeLockHeldTooLong", {"node": cluster.NODE}, ("pending",)),
     ("batch pods", "HAMiGPUPodPending", {"namespace": "ml-batch"}, ("pending",)),
+    # a scrape inside a simulation step sees a batch container's region already changed and the
+    # driver's accounting not yet: a gap for one scrape, pending, never held for the for:
+    ("batch pods", "HAMiVGPUShimUnderReports", {"namespace": "ml-batch"}, ("pending",)),
 ]
 
 
@@ -733,7 +736,13 @@ def test_the_driver_limits_one_container_and_catches_the_shim_that_under_reports
     shim, limited = cluster.SHIM_UNDERREPORTS.name, cluster.DRIVER_LIMITED.name
     poll(_alert_fires(stack, "HAMiVGPUShimUnderReports", {"pod": shim}), "HAMiVGPUShimUnderReports")
     prom = prometheus(stack)
-    firing = [a["labels"] for a in prom.alerts() if a["labels"]["alertname"] == "HAMiVGPUShimUnderReports"]
+    # firing only: a scrape that lands inside a simulation step (a batch container's region written,
+    # the driver's accounting not yet) makes a pending alert that its for: never lets fire
+    firing = [
+        a["labels"]
+        for a in prom.alerts()
+        if a["labels"]["alertname"] == "HAMiVGPUShimUnderReports" and a["state"] == "firing"
+    ]
     assert {a.get("pod") for a in firing} == {shim}
     hard = f'hami_vgpu_source_memory_limit_bytes{{pod="{limited}", limit="hard"}}'
     limits = poll(lambda: prom.query(hard) if len(prom.query(hard)) == 3 else None, "both sources' limits")
