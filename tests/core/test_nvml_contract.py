@@ -356,3 +356,37 @@ def test_cgroup_memory_limits(nvml: Nvml) -> None:
         assert info.value.call == "nvmlDeviceGetMemoryLimits_v1"  # which code is the driver's own
     if isinstance(nvml, FakeNvml):
         assert answered == 1  # the V100; the A100 runs MIG
+
+
+def test_cgroup_memory_limits_set_read_back_and_clear(nvml: Nvml) -> None:
+    """nvmlDeviceSetMemoryLimits_v1 on this process's cgroup (the toolkit hook's call): what is set reads
+    back from nvmlDeviceGetMemoryLimits_v1, soft above hard is refused before the driver is asked, and
+    (0, NVML_DEVICE_MEMORY_LIMIT_MAX) clears them; each GPU is left cleared, as this test found it."""
+    answered = 0
+    for i in _devices(nvml):
+        dev = nvml.device(i)
+        # the whole card: a limit this process's own allocations (none) cannot reach
+        hard = _or_unsupported(dev.memory_info)
+        hard = hard.total if hard is not None else 1 << 30
+        soft = hard // 2
+        try:
+            dev.set_memory_limits(OWN_CGROUP, soft, hard)
+        except NvmlError as exc:
+            assert exc.call == "nvmlDeviceSetMemoryLimits_v1"
+            assert exc.code in ("NOT_SUPPORTED", "FUNCTION_NOT_FOUND"), exc
+            if exc.code == "NOT_SUPPORTED" and isinstance(nvml, FakeNvml):
+                assert _or_unsupported(dev.mig_mode)[0], "the fake refuses MIG GPUs only"
+            continue
+        answered += 1
+        try:
+            got = dev.memory_limits(OWN_CGROUP)
+            assert (got.soft, got.hard, got.limited) == (soft, hard, True)
+            with pytest.raises(NvmlError) as info:
+                dev.set_memory_limits(OWN_CGROUP, hard, soft)
+            assert (info.value.call, info.value.code) == ("nvmlDeviceSetMemoryLimits_v1", "INVALID_ARGUMENT")
+        finally:
+            dev.set_memory_limits(OWN_CGROUP, 0, MEMORY_LIMIT_MAX)
+        cleared = dev.memory_limits(OWN_CGROUP)
+        assert (cleared.soft, cleared.hard, cleared.limited) == (0, MEMORY_LIMIT_MAX, False)
+    if isinstance(nvml, FakeNvml):
+        assert answered == 1  # the V100; the A100 runs MIG

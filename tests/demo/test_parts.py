@@ -63,7 +63,10 @@ def test_fast_rules_scale_every_for_and_group_interval_and_keep_everything_else(
 @needs_promtool
 def test_prometheus_config_is_valid_for_promtool(tmp_path: Path) -> None:
     text = promconfig.prometheus_config(
-        {promconfig.JOB_MONITOR: "127.0.0.1:9394", promconfig.JOB_KSM: "127.0.0.1:8080"},
+        {
+            promconfig.JOB_MONITOR: ["127.0.0.1:9394", "127.0.0.1:9494"],
+            promconfig.JOB_KSM: ["127.0.0.1:8080"],
+        },
         [RULES],
         "127.0.0.1:9093",
         "1s",
@@ -71,6 +74,8 @@ def test_prometheus_config_is_valid_for_promtool(tmp_path: Path) -> None:
     )
     cfg = yaml.safe_load(text)
     assert [s["job_name"] for s in cfg["scrape_configs"]] == ["hami-monitor", "kube-state-metrics"]
+    # sim-node's monitor and driver-node's: one job, two targets
+    assert cfg["scrape_configs"][0]["static_configs"] == [{"targets": ["127.0.0.1:9394", "127.0.0.1:9494"]}]
     assert cfg["global"]["scrape_timeout"] == "1s"
     path = tmp_path / "prometheus.yml"
     path.write_text(text)
@@ -159,7 +164,13 @@ def test_ksm_families_follow_kube_state_metrics_names() -> None:
 def test_cluster_objects_carry_the_scenarios() -> None:
     objs = cluster.objects(4, NOW, scenarios=True)
     nodes = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Node"}
-    assert set(nodes) == {cluster.NODE, cluster.STALE_NODE, cluster.LOCKED_NODE, cluster.FRAG_NODE}
+    assert set(nodes) == {
+        cluster.NODE, cluster.STALE_NODE, cluster.LOCKED_NODE, cluster.FRAG_NODE, cluster.DRIVER_NODE
+    }
+    # driver-node's cards register the driver's enforcement, sim-node's HAMi-core's (the key left out)
+    driver = decode_node_devices(nodes[cluster.DRIVER_NODE]["metadata"]["annotations"][ann.NODE_REGISTER])
+    assert [d.enforcement for d in driver] == ["driver"] * cluster.DRIVER_GPUS
+    assert [d.id for d in driver] == [d["uuid"] for d in cluster.fake_nvml_spec(1, node_index=4)["devices"]]
     devs = decode_node_devices(nodes[cluster.NODE]["metadata"]["annotations"][ann.NODE_REGISTER])
     assert [d.id for d in devs] == [d["uuid"] for d in cluster.fake_nvml_spec(4)["devices"]]
     # deviceMemoryScaling 1.5: the registered memory is 1.5 times the physical card
@@ -172,8 +183,13 @@ def test_cluster_objects_carry_the_scenarios() -> None:
     assert kubesched.pending_pods(list(pods.values()), cluster.SCHEDULER_NAME) == [
         pods[cluster.PENDING],
         pods[cluster.PINNED],
+        pods[cluster.DRIVER_LIMITED.name],
         pods[cluster.FRAG_PENDING],
     ]
+    # the driver-limited pod asks the scheduler for a driver-enforced card; its env comes from Allocate
+    limited = pods[cluster.DRIVER_LIMITED.name]
+    assert limited["metadata"]["annotations"] == {ann.POD_MEMORY_ENFORCEMENT: "driver"}
+    assert "env" not in limited["spec"]["containers"][0]
     plain = cluster.objects(4, NOW, scenarios=False)
     assert [o["metadata"]["name"] for o in plain if o["kind"] == "Node"] == [cluster.NODE]
     sim = decode_node_devices(plain[0]["metadata"]["annotations"][ann.NODE_REGISTER])

@@ -37,6 +37,17 @@ def test_tuning_inputs_and_device_series_follow_the_state() -> None:
     assert registry.get_sample_value("hami_deviceplugin_health_events_total", event) == 0
 
 
+@pytest.mark.parametrize("mode", ["hami-core", "driver"])
+def test_memory_enforcement_is_one_for_the_configured_mode_and_zero_for_the_other(mode: str) -> None:
+    registry = CollectorRegistry()
+    PluginMetrics(registry, "n1").set_config(PluginConfig(memory_enforcement=mode))
+    got = {
+        e: registry.get_sample_value("hami_device_memory_enforcement", {"node": "n1", "enforcement": e})
+        for e in ("hami-core", "driver")
+    }
+    assert got == {"hami-core": float(mode == "hami-core"), "driver": float(mode == "driver")}
+
+
 def test_health_event_labels_are_bounded() -> None:
     m = PluginMetrics(CollectorRegistry(), "n1")
     m.health_event("GPU-a", "xid_critical")

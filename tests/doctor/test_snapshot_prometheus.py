@@ -61,6 +61,11 @@ def _series() -> list[tuple[str, float, int, int]]:
         *_card("n2", "GPU-c", 0, T4, 23040),
         (f"hami_device_memory_scaling{{{plugin.format(n='n1')}}}", 1.0, 0, 180),
         (f"hami_device_memory_scaling{{{plugin.format(n='n2')}}}", 1.5, 0, 180),
+        # n2's device plugin runs --memory-enforcement driver
+        (f'hami_device_memory_enforcement{{{plugin.format(n="n1")},enforcement="hami-core"}}', 1, 0, 180),
+        (f'hami_device_memory_enforcement{{{plugin.format(n="n1")},enforcement="driver"}}', 0, 0, 180),
+        (f'hami_device_memory_enforcement{{{plugin.format(n="n2")},enforcement="hami-core"}}', 0, 0, 180),
+        (f'hami_device_memory_enforcement{{{plugin.format(n="n2")},enforcement="driver"}}', 1, 0, 180),
         *_held("a", "train", "n1", {"GPU-a": (8192, 30)}, start=10, end=70),
         *_held("a", "serve", "n1", {"GPU-b": (4096, 0)}, start=20, end=180),
         *_held("b", "pair", "n1", {"GPU-a": (2048, 10), "GPU-b": (2048, 10)}, start=30, end=40),
@@ -122,6 +127,9 @@ def test_history_as_a_snapshot(prom_url: str, tmp_path: Path, capsys: pytest.Cap
         "n2": [("GPU-c", 23040, 10, T4)],
     }
     assert {n.name: n.memory_scaling for n in s.nodes} == {"n1": 1.0, "n2": 1.5}
+    # the driver's enforcement on n2's cards, so that a pod asking for it is replayed there only
+    enforcement = {n: [d.enforcement for d in devs] for n, devs in cards.items()}
+    assert enforcement == {"n1": ["", ""], "n2": ["driver"]}
     assert s.scheduler.node_lock_expire == 240  # from the extender's gauge
     pods = {(p.key, p.allocation.node if p.allocation else None): p for p in s.pods}
     assert set(pods) == {("a/train", "n1"), ("a/serve", "n1"), ("b/pair", "n1"), ("a/train", "n2")}

@@ -115,7 +115,9 @@ def test_the_demo_cluster_as_a_snapshot(
     assert code == 0 and s is not None
     assert s.source == snap.SOURCE_API and s.taken == NOW.timestamp()
     names = [n.name for n in s.nodes]
-    assert names == [cluster.FRAG_NODE, cluster.LOCKED_NODE, cluster.NODE, cluster.STALE_NODE]
+    assert names == [
+        cluster.DRIVER_NODE, cluster.FRAG_NODE, cluster.LOCKED_NODE, cluster.NODE, cluster.STALE_NODE
+    ]
     sim = next(n for n in s.nodes if n.name == cluster.NODE)
     assert set(sim.annotations) == {ann.NODE_REGISTER, ann.NODE_HANDSHAKE}
     assert sim.allocatable_gpus == 40 and sim.schedulable
@@ -134,6 +136,9 @@ def test_the_demo_cluster_as_a_snapshot(
     assert bert.allocation is not None and bert.allocation.node == cluster.NODE and bert.scheduled is None
     assert bert.containers[0].resources["limits"] == limits(1, 8192, 50)
     assert pods["scenarios/pending-gpu"].allocation is None
+    # the annotation that makes the filter fit by memory enforcement is kept for the replay
+    limited = pods[f"scenarios/{cluster.DRIVER_LIMITED.name}"]
+    assert limited.annotations == {ann.POD_MEMORY_ENFORCEMENT: "driver"} and limited.allocation is None
     done = pods["batch/done-0"]
     assert done.scheduled == (NOW - timedelta(minutes=49)).timestamp()
     assert done.finished == datetime(2026, 3, 2, 11, 40, tzinfo=UTC).timestamp()
@@ -148,7 +153,7 @@ def test_the_demo_cluster_as_a_snapshot(
     )
     assert len(s.notes) == 1 and "deviceMemoryScaling not given" in s.notes[0]
     err = capsys.readouterr().err
-    assert "snapshot: 4 nodes, 25 GPU pods (22 placed, 1 finished), 1 quotas, 1 held locks" in err
+    assert "snapshot: 5 nodes, 25 GPU pods (21 placed, 1 finished), 1 quotas, 1 held locks" in err
     assert "note: deviceMemoryScaling not given" in err
     # The doctor only read: a GET for every list, nothing else.
     assert {r.method for r in seeded.requests.records} == {"GET"}
@@ -183,7 +188,7 @@ def test_flags_and_the_device_config_win(
     assert s.scheduler.device_config == {"resourceMemoryName": "nvidia.com/gpumem", "defaultMemory": 1024}
     scaling = {n.name: n.memory_scaling for n in s.nodes}
     assert scaling == {
-        **dict.fromkeys((cluster.FRAG_NODE, cluster.LOCKED_NODE, cluster.NODE), 1.5),
+        **dict.fromkeys((cluster.DRIVER_NODE, cluster.FRAG_NODE, cluster.LOCKED_NODE, cluster.NODE), 1.5),
         cluster.STALE_NODE: 2.0,
     }
     assert s.notes == ()

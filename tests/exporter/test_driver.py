@@ -3,6 +3,8 @@ tree on disk and a fake NVML, through the monitor's own code path."""
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 from collections.abc import Iterator
 from dataclasses import replace
@@ -24,7 +26,7 @@ from hami.exporter.host import HostReader
 from hami.exporter.reconcile import accounting_gaps
 from hami.exporter.region import reasons
 from hami.exporter.region.parse import DeviceUsage
-from hami.exporter.view import DriverUsage
+from hami.exporter.view import DriverUsage, DriverView, HostDevice, MigIdentity
 from hami.testing import builders
 from hami.testing.cgrouptree import CgroupTree, Limits, region_of
 from hami.testing.regions import MEM_DATA, RegionWriter
@@ -327,3 +329,127 @@ def test_no_gap_for_a_device_over_its_limit() -> None:
     clamped = replace(view, devices=(replace(dev, over_limit=True),))
     assert accounting_gaps([clamped], [reading]) == []
     assert accounting_gaps([replace(view, started=False)], [reading]) == []  # no region, no self-report
+
+
+# ---- DriverReader alone: the nvml probe's outcomes, MIG, the log-once, the walk and the dmem regions ----
+
+GIB = 1 << 30
+
+
+def _view(pod: str, gpu: str) -> ContainerView:
+    dev = DeviceUsage(0, gpu, 4 * GIB, 100, 0, 0, 0, 0, 0, 0)
+    return ContainerView("team-a", pod, "main", (dev,), 1, 0, True)
+
+
+class Reader:
+    """Two containers, one per GPU, each with its cgroup and dmem files; NVML's spec per test."""
+
+    def __init__(self, tmp_path: Path, *, mig: bool = False, nvml: bool = True) -> None:
+        self.tree = CgroupTree(tmp_path / "cg", capacity={BUS0: 32 * GIB, BUS1: 32 * GIB})
+        self.paths = {
+            "a": self.tree.add_container(UID_CORE, CID_CORE, {BUS0: Limits(used=GIB)}),
+            "b": self.tree.add_container(UID_OTHER, CID_OTHER, {BUS1: Limits(used=2 * GIB)}),
+        }
+        # a GPU in MIG mode (the fake then answers NOT_SUPPORTED, as the driver does)
+        mig_spec = {"enabled": True, "profiles": []} if mig else {"enabled": False}
+        gpus = ((GPU0, BUS0, self.paths["a"], 1024), (GPU1, BUS1, self.paths["b"], 2048))
+        spec = {
+            "devices": [
+                {"uuid": uuid, "memory_mib": 32768, "pci_bus_id": bus, "mig": mig_spec,
+                 "cgroup_memory": {str(path): {"used_mib": used}}}
+                for uuid, bus, path, used in gpus
+            ],
+        }  # fmt: skip
+        self.nvml = FakeNvml(spec) if nvml else None
+        self.hosts = [
+            HostDevice(0, GPU0, "A100", pci_bus_id=BUS0),
+            HostDevice(1, GPU1, "A100", pci_bus_id=BUS1),
+        ]
+        self.pods = [_pod(UID_CORE, "a", CID_CORE, GPU0, 4096), _pod(UID_OTHER, "b", CID_OTHER, GPU1, 4096)]
+        self.containers = [_view("a", GPU0), _view("b", GPU1)]
+        self.reader = DriverReader(self.nvml, str(self.tree.root), lambda calls: None)
+
+    def read(self, hosts: list[HostDevice] | None = None) -> DriverView:
+        return self.reader.read(self.pods, self.containers, self.hosts if hosts is None else hosts)
+
+    def close(self) -> None:
+        self.reader.close()
+        if self.nvml is not None:
+            self.nvml.close()
+
+
+def _sources(view: DriverView) -> set[tuple[str, str]]:
+    return {(u.pod, u.source) for u in view.usage}
+
+
+def test_a_mig_gpu_is_not_asked_for_a_container_and_its_dmem_still_is(tmp_path: Path) -> None:
+    r = Reader(tmp_path)
+    try:
+        mig = MigIdentity("MIG-aaaa", "1g.5gb", 7, 0)
+        view = r.read([replace(r.hosts[0], migs=(mig,)), r.hosts[1]])
+        assert view.sources == {"nvml": "available", "dmem": "available"}
+        # the fake would answer for GPU0: the row is missing because the reader skips MIG handles
+        assert _sources(view) == {("a", "dmem"), ("b", "nvml"), ("b", "dmem")}
+        assert view.skipped == {}
+    finally:
+        r.close()
+
+
+@pytest.mark.parametrize(
+    ("case", "reason"), [("mig", "not_supported"), ("no-nvml", "no_nvml"), ("no-gpu", "no_gpu")]
+)
+def test_an_absent_nvml_source_says_why_and_leaves_dmem_alone(
+    case: str, reason: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    r = Reader(tmp_path, mig=case == "mig", nvml=case != "no-nvml")
+    try:
+        with caplog.at_level(logging.WARNING):
+            for _ in range(5):
+                view = r.read([] if case == "no-gpu" else None)
+        assert view.sources == {"nvml": reason, "dmem": "available"}
+        assert {s for _, s in _sources(view)} <= {"dmem"}
+        assert _sources(view) == (set() if case == "no-gpu" else {("a", "dmem"), ("b", "dmem")})
+        absent = [r.getMessage() for r in caplog.records if "absent" in r.getMessage()]
+        assert absent == [f"The driver's per-container memory accounting through nvml is absent: {reason}"]
+        if case == "no-gpu":  # no GPU to ask yet: asked again once there is one
+            assert r.read().sources == {"nvml": "available", "dmem": "available"}
+    finally:
+        r.close()
+
+
+def test_a_cgroup_removed_during_the_walk_is_counted_and_hides_no_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    r = Reader(tmp_path)
+    try:
+        gone = r.paths["a"].parent  # the pod's directory: listed by its parent, gone before its own listing
+        scandir = os.scandir
+
+        def racing(path: Any) -> Any:
+            if isinstance(path, int) and os.path.samestat(os.fstat(path), os.stat(gone)):
+                raise FileNotFoundError(errno.ENOENT, "No such file or directory")
+            return scandir(path)
+
+        monkeypatch.setattr(os, "scandir", racing)
+        view = r.read()
+        assert view.skipped == {reasons.CGROUP_VANISHED: 1}
+        assert view.refused == {str(gone.relative_to(r.tree.root)): frozenset({reasons.CGROUP_VANISHED})}
+        assert _sources(view) == {("b", "nvml"), ("b", "dmem")}
+    finally:
+        r.close()
+
+
+def test_a_gpu_no_dmem_region_names_is_counted_and_read_through_nvml(tmp_path: Path) -> None:
+    """The region of a GPU is found by its PCI bus id (``drm/<bus>/vram0``); where none matches, the
+    container's dmem row for that GPU is left out and counted, its NVML row and the others stay."""
+    r = Reader(tmp_path)
+    try:
+        r.tree.set_dmem(r.paths["a"], {"00000000:99:00.0": Limits(used=GIB)})  # a region of no known GPU
+        view = r.read()
+        assert view.skipped == {reasons.DMEM_NO_REGION: 1}
+        assert view.refused == {
+            str(r.paths["a"].relative_to(r.tree.root)): frozenset({reasons.DMEM_NO_REGION})
+        }
+        assert _sources(view) == {("a", "nvml"), ("b", "nvml"), ("b", "dmem")}
+    finally:
+        r.close()

@@ -115,8 +115,12 @@ def commands(stack: Stack) -> list[str]:
     out = [f"{doctor} pod scenarios/{cluster.PENDING}{kube}{url}"]
     if url:
         out.append(f"{doctor} nodes{kube}{url}")
+    out.append(f"{doctor} pod {unlimited}{kube}{url} --hook-path {stack.hook_path}")
+    if stack.driver_node:  # driver-node's files are under its own directory
+        driver = f"scenarios/{cluster.DRIVER_LIMITED.name}"
+        prom = f" --prometheus-url {stack.url('prometheus')}"
+        out.append(f"{doctor} pod {driver}{kube}{url} --hook-path {stack.driver_work / 'hook'}{prom}")
     out += [
-        f"{doctor} pod {unlimited}{kube}{url} --hook-path {stack.hook_path}",
         f"{doctor} logs {stack.procs.log_dir}",
         # the demo's history is minutes long: a window the tuner accepts for it, and it says so
         f"{tool('hami-tune')} --prometheus-url {stack.url('prometheus')} --window 10m",
@@ -163,6 +167,9 @@ def banner(stack: Stack, skipped: list[str], backend: jaeger.Jaeger | None = Non
     lines.append(f"    notifications     {stack.notifications}   (tail -f; grouped and inhibited)")
     for c in stack.running:
         lines.append(f"  {titles[c]:<20}{stack.url(c)}/metrics")
+    driver_ports = {MONITOR: "drivermonitor", DEVICE_PLUGIN: "driverplugin"}
+    for c in [c for c in stack.running if c in driver_ports and stack.driver_node]:
+        lines.append(f"    {cluster.DRIVER_NODE:<18}{stack.url(driver_ports[c])}/metrics")
     lines.append(f"  kube-state-metrics  {stack.url('ksm')}/metrics   (stand-in)")
     if stack.real is None:
         lines.append(f"  Kubernetes API      {stack.kube_url}   (KUBECONFIG={stack.kubeconfig})")
@@ -194,6 +201,11 @@ def banner(stack: Stack, skipped: list[str], backend: jaeger.Jaeger | None = Non
         f"  pod notebooks/{cluster.IDLE.name}: no kernel for two hours (idle vGPU)",
         f"  pod {cluster.UNLIMITED.namespace}/{cluster.UNLIMITED.name}: CUDA_DISABLE_CONTROL=true, its GPU"
         " process runs without HAMi-core (not limited)",
+        f"  node {cluster.DRIVER_NODE}: its device plugin runs --memory-enforcement driver; pod"
+        f" scenarios/{cluster.DRIVER_LIMITED.name} asks for it (hami.io/memory-enforcement: driver), the"
+        " driver limits its memory, HAMi-core its cores (both sources shown)",
+        f"  pod scenarios/{cluster.SHIM_UNDERREPORTS.name}: HAMi-core reports less than the driver accounts"
+        " (HAMiVGPUShimUnderReports)",
         f"  GPU {cluster.gpu_uuid(0, stack.opts.gpus - 1)}: XID 79 every {stack.opts.xid_every:.0f}s"
         " (monitor and device plugin)",
     ]

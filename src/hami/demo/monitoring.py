@@ -6,6 +6,7 @@ stay with ``hami.demo.stack``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import requests
@@ -51,13 +52,13 @@ def prometheus_argv(
     bind: str,
     url: str,
     *,
-    targets: dict[str, str],
+    targets: Mapping[str, Sequence[str]],
     rules: Path,
     alertmanager: str,
     scrape_interval: str,
     evaluation_interval: str,
 ) -> list[str]:
-    """Prometheus on ``bind``, reached at ``url``, scraping ``targets`` (job -> address) with
+    """Prometheus on ``bind``, reached at ``url``, scraping ``targets`` (job -> addresses) with
     ``rules`` loaded and alerting the Alertmanager at ``alertmanager``."""
     config = work / "prometheus.yml"
     config.write_text(

@@ -36,6 +36,8 @@ class Ports:
     monitor: int = 9394
     scheduler: int = 9395
     deviceplugin: int = 9396
+    drivermonitor: int = 0  # driver-node's monitor (its device plugin runs --memory-enforcement driver)
+    driverplugin: int = 0  # driver-node's device plugin metrics
     prometheus: int = 9090
     alertmanager: int = 9093
 

@@ -10,7 +10,7 @@ sink.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +28,14 @@ CLUSTER = "hami-demo"
 
 
 def prometheus_config(
-    targets: Mapping[str, str],
+    targets: Mapping[str, Sequence[str]],
     rule_files: list[Path],
     alertmanager: str | None,
     scrape_interval: str = "15s",
     evaluation_interval: str = "15s",
 ) -> str:
-    """prometheus.yml scraping ``targets`` (job name -> host:port) with the rules and Alertmanager."""
+    """prometheus.yml scraping ``targets`` (job name -> its host:port addresses) with the rules and
+    Alertmanager."""
     cfg: dict[str, Any] = {
         "global": {
             "scrape_interval": scrape_interval,
@@ -46,7 +47,7 @@ def prometheus_config(
         "storage": {"exemplars": {"max_exemplars": 100_000}},
         "rule_files": [str(p) for p in rule_files],
         "scrape_configs": [
-            {"job_name": job, "static_configs": [{"targets": [target]}]} for job, target in targets.items()
+            {"job_name": job, "static_configs": [{"targets": list(addrs)}]} for job, addrs in targets.items()
         ],
     }
     if alertmanager is not None:

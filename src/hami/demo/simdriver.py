@@ -6,11 +6,12 @@ under ``--cgroup-root`` (``hami.testing.cgrouptree``, with dmem files) that the 
 driver accounts to it what the container holds on its GPU: its region's use, or its process's when it
 runs without HAMi-core. Two scenarios:
 
-* ``scenarios/driver-limited`` (``cluster.DRIVER_LIMITED``) runs without HAMi-core, on a node whose
-  device plugin would run ``--memory-enforcement=driver``: its spec carries the
-  ``NVIDIA_GPU_MEMORY_LIMIT``/``_REQUEST`` Allocate gives, which the container toolkit's hook applies
-  here as the cgroup's hard and soft limits (``nvmlDeviceSetMemoryLimits_v1``, ``dmem.max``/``min``).
-  It is limited, so HAMiVGPUNotLimited stays quiet for it.
+* ``scenarios/driver-limited`` (``cluster.DRIVER_LIMITED``) runs on driver-node, whose device plugin
+  runs ``--memory-enforcement=driver``: the ``NVIDIA_GPU_MEMORY_LIMIT``/``_REQUEST`` its Allocate gave
+  (the runtime's env, ``hami.testing.kubelet.runtime_env``) are applied here as the container toolkit's
+  hook applies them, as the cgroup's hard and soft limits (``nvmlDeviceSetMemoryLimits_v1``,
+  ``dmem.max``/``min``). HAMi-core still runs in it, without a memory limit, so its region reports
+  the use beside the driver's accounting. It is limited, so HAMiVGPUNotLimited stays quiet for it.
 * ``scenarios/shim-underreports`` (``cluster.SHIM_UNDERREPORTS``) runs HAMi-core, and allocates
   ``BYPASS`` more than its region reports (through an API the shim does not hook): the driver accounts
   it, and HAMiVGPUShimUnderReports fires.
@@ -18,7 +19,7 @@ runs without HAMi-core. Two scenarios:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,19 +32,23 @@ BYPASS = 1536 * MIB  # what the under-reporting container allocates past HAMi-co
 LIMIT_ENV, REQUEST_ENV = "NVIDIA_GPU_MEMORY_LIMIT", "NVIDIA_GPU_MEMORY_REQUEST"
 
 
-def hook_limits(container: Mapping[str, Any]) -> tuple[int, int | None]:
+def hook_limits(env: Mapping[str, str]) -> tuple[int, int | None]:
     """(soft, hard) in bytes as the toolkit's hook would apply the container's variables (whole MiB);
     (0, None) when it has none."""
-    env = {str(e.get("name", "")): str(e.get("value", "")) for e in container.get("env") or []}
     hard = int(env[LIMIT_ENV]) * MIB if env.get(LIMIT_ENV, "").isdigit() else None
     soft = int(env[REQUEST_ENV]) * MIB if env.get(REQUEST_ENV, "").isdigit() else 0
     return soft, hard
 
 
 class DriverAccounting:
-    def __init__(self, root: str | Path, nvml: FakeNvml, gpus: int) -> None:
+    """``env_of``: a container ID's environment as its runtime created it (what the hook reads)."""
+
+    def __init__(
+        self, root: str | Path, nvml: FakeNvml, gpus: int, env_of: Callable[[str], Mapping[str, str]]
+    ) -> None:
         self.tree = CgroupTree(root)
         self._nvml = nvml
+        self._env_of = env_of
         self._bus = [nvml.device(g).pci_bus_id() for g in range(gpus)]
         self._paths: dict[tuple[str, str], Path] = {}  # (pod uid, container) -> its cgroup
 
@@ -53,9 +58,8 @@ class DriverAccounting:
         """``used``: (pod uid, container) -> (GPU index, bytes it holds there as its process sees it)."""
         seen: set[tuple[str, str]] = set()
         for pod in pods:
-            meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+            meta = pod.get("metadata") or {}
             uid = str(meta.get("uid", ""))
-            specs = {str(c.get("name", "")): c for c in spec.get("containers") or []}
             for status in (pod.get("status") or {}).get("containerStatuses") or []:
                 name = str(status.get("name", ""))
                 cid = str(status.get("containerID", "")).rpartition("://")[2]
@@ -64,7 +68,7 @@ class DriverAccounting:
                 gpu, held = used[(uid, name)]
                 if meta.get("name") == cluster.SHIM_UNDERREPORTS.name:
                     held += BYPASS
-                soft, hard = hook_limits(specs.get(name, {}))
+                soft, hard = hook_limits(self._env_of(cid))
                 self._account((uid, name), cid, gpu, Limits(held, soft, hard))
                 seen.add((uid, name))
         for key in set(self._paths) - seen:

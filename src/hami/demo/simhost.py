@@ -1,10 +1,14 @@
-"""The demo's GPU node: the simulated node (``hami.testing.simnode``) driven by the cluster's pods, with
-the real vGPU monitor serving it, and the scenarios the alerts are proven with.
+"""A GPU node of the demo (sim-node, or ``--node driver-node``): the simulated node
+(``hami.testing.simnode``) driven by the cluster's pods, with the real vGPU monitor serving it, and the
+scenarios the alerts are proven with.
 
 - GPUs: a FakeNvml with ``hami.testing.cluster``'s UUIDs (the ones the node's register annotation and
   the device plugin's fake NVML use).
-- Containers: one HAMi-core region per container of every pod the API server binds to this node with
-  ``hami.io/vgpu-devices-allocated``; pods that come and go in the API come and go here. A container
+- Containers: one HAMi-core region per container of every running pod the API server binds to this
+  node with ``hami.io/vgpu-devices-allocated``; pods that come and go in the API come and go here. With
+  ``--runtime-dir`` (the kubelet stand-in's), a container whose Allocate gave it
+  ``NVIDIA_GPU_MEMORY_LIMIT`` (a device plugin in driver mode) gets a region without a memory limit,
+  as HAMi-core then runs, and the driver's limit (``hami.demo.simdriver``). A container
   that sets ``CUDA_DISABLE_CONTROL=true`` gets no region (HAMi-core never loads in it): its GPU
   process is listed by NVML beside the regions' processes, its memory outside HAMi's accounting, and
   placed in its pod's cgroup under ``--proc-root``, the host /proc the monitor reads.
@@ -35,6 +39,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from hami.core import annotations as ann
@@ -50,6 +55,7 @@ from hami.demo.simdriver import DriverAccounting, hook_limits
 from hami.exporter.config import load_config
 from hami.exporter.main import Monitor
 from hami.testing import cluster
+from hami.testing.kubelet import runtime_env
 from hami.testing.regions import MEM_DATA
 from hami.testing.simnode import HOST_PID_OFFSET, MIB, SimContainer, SimNode
 
@@ -58,7 +64,6 @@ XID_FALLEN_OFF_BUS = cluster.XID_FALLEN_OFF_BUS
 OVERLIMIT_FACTOR = 1.5
 IDLE_FOR_S = 7200
 UNLIMITED_USE = 6 * 1024 * MIB  # what a container without HAMi-core takes: 3x the demo pod's limit
-DRIVER_USE = 1536 * MIB  # what the driver-limited container holds, within its 2 GiB
 LEAK_FLOOR, LEAK_CEILING = 2 * 1024 * MIB, 26 * 1024 * MIB  # the leaking container's sawtooth
 LIBRARY = b"HAMi-core stand-in: the simulated node never runs it\n"
 
@@ -88,10 +93,11 @@ def install_hami_core(vgpu_dir: str) -> None:
 
 
 def containers_of(pod: Mapping[str, Any], uuids: list[str]) -> list[SimContainer]:
-    """The simulated containers of one pod: one per container that holds a device of this node."""
+    """The simulated containers of one running pod: one per container that holds a device of this node
+    (a pod the kubelet has not started yet has none: its Allocate has not run)."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     value = (meta.get("annotations") or {}).get(ann.POD_DEVICES_ALLOCATED)
-    if not value:
+    if not value or (pod.get("status") or {}).get("phase") != "Running":
         return []
     try:
         per_container = decode_pod_devices(value)
@@ -131,10 +137,14 @@ class PodDrivenNode(SimNode):
         leak_rate: float = 4.0,
         clock: Callable[[], float] = time.time,
         cgroup_root: str | None = None,
+        node: str = cluster.NODE,
+        runtime_dir: str | None = None,
     ) -> None:
         super().__init__(hook_path, gpus, containers=0, clock=clock)
-        self.uuids = [cluster.gpu_uuid(0, i) for i in range(gpus)]
-        self.nvml = FakeNvml(cluster.fake_nvml_spec(gpus, scenarios))
+        index = cluster.NODE_INDEX[node]
+        self.uuids = [cluster.gpu_uuid(index, i) for i in range(gpus)]
+        self.nvml = FakeNvml(cluster.fake_nvml_spec(gpus, scenarios, index))
+        self._runtime_dir = None if runtime_dir is None else Path(runtime_dir)
         self._pods = pods
         self._proc_root = proc_root
         self.overlimit: set[str] = set()  # pod uids of the over-limit scenario
@@ -143,8 +153,14 @@ class PodDrivenNode(SimNode):
         self.leak_rate = leak_rate * MIB  # bytes per second
         self._leak_start: float | None = None
         self.unlimited: dict[tuple[str, str], UnlimitedProcess] = {}  # by (pod uid, container)
-        self.driver = None if cgroup_root is None else DriverAccounting(cgroup_root, self.nvml, gpus)
+        self.driver = (
+            None if cgroup_root is None else DriverAccounting(cgroup_root, self.nvml, gpus, self.env_of)
+        )
         install_hami_core(hook_path)
+
+    def env_of(self, cid: str) -> dict[str, str]:
+        """Container ``cid``'s environment as the runtime created it ({} without a runtime dir)."""
+        return {} if self._runtime_dir is None or not cid else runtime_env(self._runtime_dir, cid)
 
     def _unlimited(self, pod: Mapping[str, Any], c: SimContainer) -> UnlimitedProcess | None:
         """The process of ``c`` when its container runs without HAMi-core and the runtime named it."""
@@ -156,9 +172,7 @@ class PodDrivenNode(SimNode):
         if known is not None:
             return known
         self._next_pid += 1
-        # limited by the driver (the toolkit hook's variables): it stays within its limit
-        used = DRIVER_USE if hook_limits(specs.get(c.name, {}))[1] is not None else UNLIMITED_USE
-        return UnlimitedProcess(c.gpu, self._next_pid + HOST_PID_OFFSET, cgroup_line(c.pod_uid, cid), used)
+        return UnlimitedProcess(c.gpu, self._next_pid + HOST_PID_OFFSET, cgroup_line(c.pod_uid, cid))
 
     def _sync(self) -> None:
         wanted: dict[tuple[str, str], SimContainer] = {}
@@ -169,6 +183,9 @@ class PodDrivenNode(SimNode):
                 if process is not None:
                     unlimited[(c.pod_uid, c.name)] = process
                     continue
+                # the hook's variables (driver mode): HAMi-core runs without a memory limit
+                env = self.env_of(_container_ids(pod).get(c.name, ""))
+                c.driver_limited = hook_limits(env)[1] is not None
                 wanted[(c.pod_uid, c.name)] = c
                 if pod["metadata"]["name"] == cluster.OVERLIMIT.name:
                     self.overlimit.add(c.pod_uid)
@@ -256,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--leak-rate", type=float, default=4.0, help="MiB/s the leaking container's memory grows")
     p.add_argument("--cgroup-root", default=None, help="the host cgroup v2 root stand-in (driver accounting)")
     p.add_argument("--enable-tracing", action="store_true", help="the monitor's, with the OTEL_* variables")
+    p.add_argument("--node", default=cluster.NODE, choices=(cluster.NODE, cluster.DRIVER_NODE))
+    p.add_argument("--runtime-dir", default=None, help="the kubelet stand-in's containers' env (driver mode)")
     args = p.parse_args(argv)
     klog.setup(0)
     cfg = load_config(
@@ -271,10 +290,10 @@ def main(argv: list[str] | None = None) -> int:
             *(["--cgroup-root", args.cgroup_root] if args.cgroup_root else []),
             *(["--enable-tracing"] if args.enable_tracing else []),
         ],
-        {"HOOK_PATH": args.hook_path, "NODE_NAME": cluster.NODE},
+        {"HOOK_PATH": args.hook_path, "NODE_NAME": args.node},
     )
     api = new_api_client(KubeOptions(kubeconfig=args.kubeconfig, user_agent="hami-simhost"))
-    informer = Informer(api, field_selector=f"spec.nodeName={cluster.NODE}")
+    informer = Informer(api, field_selector=f"spec.nodeName={args.node}")
     informer.start()
     if not informer.wait_for_sync(60):
         print("simhost: the pod informer did not sync in 60s", file=sys.stderr)
@@ -288,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
         args.scenarios,
         leak_rate=args.leak_rate,
         cgroup_root=args.cgroup_root,
+        node=args.node,
+        runtime_dir=args.runtime_dir,
     )
     node.start(args.interval)
 
@@ -301,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     monitor = Monitor(cfg, node.nvml, informer.list, uids, ready=informer.has_synced)
     monitor.start()
     print(
-        f"simhost: {cluster.NODE}, {args.gpus} GPUs, monitor on {monitor.server and monitor.server.url}",
+        f"simhost: {args.node}, {args.gpus} GPUs, monitor on {monitor.server and monitor.server.url}",
         flush=True,
     )
     done = threading.Event()

@@ -3,15 +3,17 @@
 Start order: Kubernetes API emulator or, with ``control_plane="real"``, the real control plane
 (``controlplane/stackkube.py``), seeded with ``hami.testing.cluster``; kube-state-metrics
 stand-in, simulated GPU node with the vGPU monitor, device plugin, scheduler extender, Alertmanager,
-Prometheus. ``stop()`` ends them in reverse order. Every wait has a deadline; a child that exits
-early fails the start with the tail of its log. What it runs with is ``hami.demo.options``;
+Prometheus. With the scenarios, a second simulated GPU node, driver-node, runs its own monitor, kubelet
+stand-in and device plugin, the plugin with ``--memory-enforcement driver``. ``stop()`` ends them in
+reverse order. Every wait has a deadline; a child that exits early fails the start with the tail of
+its log. What it runs with is ``hami.demo.options``;
 Prometheus's and Alertmanager's configuration is ``hami.demo.monitoring``'s; fragmented-node's
 plugin registration, ``hami.demo.registration``'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,7 @@ class Stack:
         # HOOK_PATH, as the chart mounts them) and the host /proc the monitor maps GPU processes with
         self.hook_path = self.work / "hook"
         self.proc_root = self.work / "proc"
+        self.driver_work = self.work / cluster.DRIVER_NODE  # driver-node's filesystem, laid out the same
         self.chart = install.Installed()
         self._reporter: HandshakeReporter | None = None
         self.real: RealKube | None = None
@@ -73,15 +76,24 @@ class Stack:
         """The URL of a Prometheus UI page that answers on this build."""
         return monitoring.prometheus_page(self.url("prometheus"), page)
 
-    def metrics_targets(self) -> dict[str, str]:
-        """Scrape job -> address of every running daemon."""
+    @property
+    def driver_node(self) -> bool:
+        """Whether driver-node's daemons run (with the scenarios)."""
+        return self.opts.scenarios
+
+    def metrics_targets(self) -> dict[str, list[str]]:
+        """Scrape job -> addresses of every running daemon (driver-node's beside sim-node's)."""
         jobs = {
             MONITOR: promconfig.JOB_MONITOR,
             SCHEDULER: promconfig.JOB_SCHEDULER,
             DEVICE_PLUGIN: promconfig.JOB_DEVICE_PLUGIN,
         }
-        out = {jobs[c]: self.reach(c) for c in self.running}
-        out[promconfig.JOB_KSM] = self.reach("ksm")
+        driver = {MONITOR: "drivermonitor", DEVICE_PLUGIN: "driverplugin"}
+        out = {jobs[c]: [self.reach(c)] for c in self.running}
+        for c in self.running:
+            if self.driver_node and c in driver:
+                out[jobs[c]].append(self.reach(driver[c]))
+        out[promconfig.JOB_KSM] = [self.reach("ksm")]
         return out
 
     # ---- lifecycle ----
@@ -220,22 +232,31 @@ class Stack:
         )
         self._wait(self.url("ksm") + "/metrics", "the kube-state-metrics stand-in")
 
-    def _start_monitor(self) -> None:
-        args = [
+    def _simhost_args(self, work: Path, port: str, gpus: int) -> list[str]:
+        return [
             "--kubeconfig", str(self.kubeconfig),
-            "--hook-path", str(self.hook_path / "vgpu"),
-            "--proc-root", str(self.proc_root),
-            "--cgroup-root", str(self.work / "cgroup"),
-            "--bind", self.addr(MONITOR),
-            "--gpus", str(self.opts.gpus),
+            "--hook-path", str(work / "hook" / "vgpu"),
+            "--proc-root", str(work / "proc"),
+            "--cgroup-root", str(work / "cgroup"),
+            "--runtime-dir", str(work / "runtime"),
+            "--bind", self.addr(port),
+            "--gpus", str(gpus),
             "--interval", str(self.opts.sim_interval),
         ]  # fmt: skip
+
+    def _start_monitor(self) -> None:
+        args = self._simhost_args(self.work, MONITOR, self.opts.gpus)
         if self.opts.scenarios:
             args += ["--scenarios", "--xid-every", str(self.opts.xid_every)]
             args += ["--leak-rate", str(self.opts.leak_rate)]
         flags, env = jaeger.daemon_tracing(self.opts.tracing)
         self.procs.python("simnode-monitor", "hami.demo.simhost", args + flags, env=env)
         self._wait(self.url(MONITOR) + "/metrics", "the simulated node's monitor")
+        if self.driver_node:
+            args = self._simhost_args(self.driver_work, "drivermonitor", cluster.DRIVER_GPUS)
+            args += ["--node", cluster.DRIVER_NODE]
+            self.procs.python("drivernode-monitor", "hami.demo.simhost", args + flags, env=env)
+            self._wait(self.url("drivermonitor") + "/metrics", "driver-node's monitor")
 
     def _start_scheduler(self) -> None:
         if self.real is not None:  # the chart's arguments: TLS, the webhook, leader election
@@ -282,36 +303,54 @@ class Stack:
         self.procs.wait_for_log(child, r"kubesched: driving", self.opts.ready_timeout, "the stand-in's start")
 
     def _start_deviceplugin(self) -> None:
-        plugin_dir = self.work / "device-plugins"
-        plugin_dir.mkdir(parents=True, exist_ok=True)
+        node_config = self.work / "deviceplugin-node-config.json"
+        node_config.write_text(node_config_json(self.opts.scenarios))
         nvml = cluster.write_fake_nvml_spec(
             self.work / "fake-nvml.yaml", self.opts.gpus, self.opts.scenarios, self.opts.xid_every
         )
-        node_config = self.work / "deviceplugin-node-config.json"
-        node_config.write_text(node_config_json(self.opts.scenarios))
+        self._start_node_plugin(cluster.NODE, self.work, nvml, node_config, port=DEVICE_PLUGIN)
+        if self.driver_node:
+            work = self.driver_work
+            work.mkdir(parents=True, exist_ok=True)
+            index = cluster.NODE_INDEX[cluster.DRIVER_NODE]
+            spec = work / "fake-nvml.yaml"
+            nvml = cluster.write_fake_nvml_spec(spec, cluster.DRIVER_GPUS, False, 0.0, index)
+            driver = ["--memory-enforcement", "driver"]
+            node = cluster.DRIVER_NODE
+            self._start_node_plugin(node, work, nvml, node_config, port="driverplugin", extra=driver)
+
+    def _start_node_plugin(
+        self, node: str, work: Path, nvml: Path, node_config: Path, *, port: str, extra: Sequence[str] = ()
+    ) -> None:
+        """One node's kubelet stand-in and device plugin, their files under ``work``."""
+        prefix = "" if node == cluster.NODE else f"{node}-"  # sim-node's keep their log names
+        plugin_dir = work / "device-plugins"
+        plugin_dir.mkdir(parents=True, exist_ok=True)
         kubelet = self.procs.python(
-            "kubelet",
+            f"{prefix}kubelet",
             "hami.testing.kubelet",
-            ["--dir", str(plugin_dir), "--api", self.kube_url, "--node", cluster.NODE],
-        )
+            ["--dir", str(plugin_dir), "--api", self.kube_url, "--node", node,
+             "--runtime-dir", str(work / "runtime")],
+        )  # fmt: skip
         ready = self.opts.ready_timeout
-        self.procs.wait_for_log(kubelet, "kubelet stand-in serving", ready, "the kubelet stand-in")
+        self.procs.wait_for_log(kubelet, "kubelet stand-in serving", ready, f"{node}'s kubelet stand-in")
         args = [
-            "--node-name", cluster.NODE,
+            "--node-name", node,
             "--nvml", "fake",
             "--fake-nvml-spec", str(nvml),
             "--device-plugin-path", str(plugin_dir),
-            "--hook-path", str(self.hook_path),
-            "--vgpu-lock-dir", str(self.work / "vgpulock"),
-            "--mig-apply-lock", str(self.work / "mig-apply.lock"),
+            "--hook-path", str(work / "hook"),
+            "--vgpu-lock-dir", str(work / "vgpulock"),
+            "--mig-apply-lock", str(work / "mig-apply.lock"),
             "--node-config-file", str(node_config),
             "--device-split-count", str(cluster.SPLIT_COUNT),
-            "--metrics-bind-address", self.addr(DEVICE_PLUGIN),
+            "--metrics-bind-address", self.addr(port),
             "--kubeconfig", str(self.kubeconfig),
+            *extra,
         ]  # fmt: skip
         flags, env = jaeger.daemon_tracing(self.opts.tracing)
-        self.procs.python("device-plugin", "hami.deviceplugin", args + flags, env=env)
-        self._wait(self.url(DEVICE_PLUGIN) + "/metrics", "the device plugin")
+        self.procs.python(f"{prefix}device-plugin", "hami.deviceplugin", args + flags, env=env)
+        self._wait(self.url(port) + "/metrics", f"{node}'s device plugin")
 
     def _start_alertmanager(self) -> None:
         self.procs.python(

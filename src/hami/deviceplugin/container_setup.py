@@ -275,12 +275,14 @@ def driver_memory_envs(devreq: ContainerDevices) -> dict[str, str]:
     """``NVIDIA_GPU_MEMORY_LIMIT`` and ``NVIDIA_GPU_MEMORY_REQUEST`` for the container toolkit's hook
     (§C.11): one value in whole MiB for every GPU of the container. HAMi gives a container the same
     memory on each of its GPUs unless it asks in percent of differing cards; then the smallest is the
-    only one that holds on every card. The scheduler reserves that memory for the container, so it is
-    also what the container is guaranteed: its request. A container without a memory figure (whole
-    cards) gets neither."""
+    only one that holds on every card. A container without a memory figure (whole cards) gets
+    neither."""
     mem = min((d.usedmem for d in devreq if d.usedmem > 0), default=0)
     if mem <= 0:
         return {}
+    # REQUEST equals LIMIT: a pod declares one figure (nvidia.com/gpumem, an extended resource, whose
+    # request Kubernetes makes equal to its limit) and the scheduler reserves exactly that on the card,
+    # so the reservation is both what the container is guaranteed and the most it may use.
     return {"NVIDIA_GPU_MEMORY_LIMIT": str(mem), "NVIDIA_GPU_MEMORY_REQUEST": str(mem)}
 
 

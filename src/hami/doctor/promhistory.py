@@ -5,7 +5,8 @@ retention period. From the extender's per-device series the history rebuilds eve
 registered cards (``hami_gpu_split_limit``, ``hami_gpu_memory_limit_bytes``,
 ``hami_gpu_core_limit_ratio``) and every pod that held a GPU (``hami_vgpu_memory_allocated_bytes``
 and ``hami_vgpu_core_allocated_ratio``, one series per pod and card while the pod holds it), with
-the device plugin's ``hami_device_memory_scaling`` and the monitor's peak
+the device plugin's ``hami_device_memory_scaling`` and ``hami_device_memory_enforcement`` (a node
+whose cards the driver limits registers them so, for pods that ask for it) and the monitor's peak
 ``hami_vgpu_memory_used_bytes``. ``hami_scheduler_node_lock_held`` gives the locks that stayed
 held across samples, the device plugin's ``hami_device_health`` when each card was unhealthy, and
 ``hami_scheduler_node_schedulable`` when a node's handshake had expired (the snapshot's outages).
@@ -26,7 +27,7 @@ from typing import Protocol
 from hami.core import annotations as ann
 from hami.core.codec.node_devices import encode_node_devices
 from hami.core.codec.pod_devices import encode_pod_devices
-from hami.core.devices import MODE_HAMI_CORE, ContainerDevice, DeviceInfo
+from hami.core.devices import ENFORCE_DRIVER, MODE_HAMI_CORE, ContainerDevice, DeviceInfo
 from hami.core.promapi import Sample, Series
 from hami.core.snapshot import model as snap
 from hami.doctor.capture import NOTE_LOCK, NOTE_SCALING, CaptureSettings
@@ -101,6 +102,12 @@ def _devices(source: Source, h: HistorySettings) -> dict[str, list[DeviceInfo]]:
         _labels(s, "node", "device_uuid"): s.value
         for s in source.query(f"min by (node, device_uuid) (last_over_time(hami_device_health[{w}]))")
     }
+    # the nodes whose device plugin ran --memory-enforcement driver (the scheduler fits by it)
+    enforced = f'hami_device_memory_enforcement{{enforcement="{ENFORCE_DRIVER}"}}'
+    driver = {
+        s.labels.get("node", "")
+        for s in source.query(f"max by (node) (last_over_time({enforced}[{w}])) == 1")
+    }
     nodes: dict[str, list[DeviceInfo]] = defaultdict(list)
     for key in sorted(memory, key=lambda k: (k[0], int(k[2]) if k[2].isdigit() else 0, k[1])):
         node, uuid, index, model = key
@@ -116,6 +123,7 @@ def _devices(source: Source, h: HistorySettings) -> dict[str, list[DeviceInfo]]:
                 mode=MODE_HAMI_CORE,
                 health=health.get((node, uuid), 1.0) > 0,
                 device_vendor=ann.VENDOR_NVIDIA,
+                enforcement=ENFORCE_DRIVER if node in driver else "",
             )
         )
     return dict(nodes)

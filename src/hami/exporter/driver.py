@@ -63,15 +63,20 @@ def limit(value: int | None, none: int | None) -> int:
 
 def dmem_usage(
     c: ContainerView, dmem: Mapping[str, DmemFile], hosts: Sequence[HostDevice]
-) -> list[DriverUsage]:
-    """The container's devices as its dmem files account them (a device without a region: no row)."""
+) -> tuple[list[DriverUsage], bool]:
+    """The container's devices as its dmem files account them, and whether a GPU of known bus id had no
+    region there (no row for it: the region naming ``drm/<bus>/vram0`` is assumed, not verified)."""
     current = dmem["current"].values
     by_bus = {b: r for r in current if (b := region_bus_id(r)) is not None}
     out = []
+    unmatched = False
     for d in c.devices:
         host = _host(hosts, d.uuid)
-        region = None if host is None or not host.pci_bus_id else by_bus.get(bus_id(host.pci_bus_id))
+        if host is None or not host.pci_bus_id:
+            continue
+        region = by_bus.get(bus_id(host.pci_bus_id))
         if region is None:
+            unmatched = True
             continue
         out.append(
             DriverUsage(
@@ -86,7 +91,7 @@ def dmem_usage(
                 current[region] or 0,
             )
         )
-    return out
+    return out, unmatched
 
 
 def _host(hosts: Sequence[HostDevice], uuid: str) -> HostDevice | None:
@@ -138,16 +143,19 @@ class DriverReader:
                     usage += self._nvml_usage(c, cg, hosts, refused, errors)
                 if dmem_reason is None:
                     dmem, reason = self._index.read_dmem(cg)
-                    if reason is not None:
-                        refused[cg.rel] = refused.get(cg.rel, frozenset()) | {reason}
+                    met = {reason} if reason is not None else set()
                     if dmem is not None:
-                        usage += dmem_usage(c, dmem, hosts)
+                        rows, unmatched = dmem_usage(c, dmem, hosts)
+                        usage += rows
+                        met |= {reasons.DMEM_NO_REGION} if unmatched else set()
+                    if met:
+                        refused[cg.rel] = refused.get(cg.rel, frozenset()) | met
             if errors:
                 self._on_nvml_error(errors)
         self._report(sources)
         skipped: dict[str, int] = {}
-        for met in refused.values():
-            for r in met:
+        for why in refused.values():
+            for r in why:
                 skipped[r] = skipped.get(r, 0) + 1
         return DriverView(tuple(usage), sources, skipped, refused)
 

@@ -22,6 +22,11 @@
 - Over-commit: sim-node's device plugin registers its cards with ``deviceMemoryScaling: 1.5`` (the
   scenarios' register annotation says so from the start), and ``scenarios/leaky-trainer`` takes its
   card's limits past the physical memory; the simulated node makes its memory use grow steadily.
+- ``driver-node``: one A100 whose device plugin runs ``--memory-enforcement driver`` (its cards register
+  ``memoryEnforcement: driver``), with its own kubelet stand-in and simulated host (monitor).
+  ``scenarios/driver-limited`` asks for such a card (``hami.io/memory-enforcement: driver``), so the
+  scheduler places it there; its Allocate gives it ``NVIDIA_GPU_MEMORY_LIMIT``/``_REQUEST``, which the
+  simulated host applies as the toolkit's hook would, and HAMi-core, still loaded, keeps its region.
 - ``fragmented-node``: four L4 cards, each with 1.5 GiB free, 6 GiB in all; ``scenarios/l4-inference``
   asks for an L4 with 4 GiB (``nvidia.com/use-gputype``) and stays Pending: it would fit the node's
   free memory, on no single card. Its device plugin is stood in for by the stack's handshake reports.
@@ -32,7 +37,7 @@ Objects are built by pure functions; ``seed`` writes them to an API server over 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -45,7 +50,7 @@ from hami.core.codec.handshake import REPORTED, Handshake, format_handshake, for
 from hami.core.codec.node_devices import encode_node_devices
 from hami.core.codec.nodelock import NodeLock, format_node_lock
 from hami.core.codec.pod_devices import encode_pod_devices
-from hami.core.devices import ContainerDevice, DeviceInfo
+from hami.core.devices import ENFORCE_DRIVER, ContainerDevice, DeviceInfo
 from hami.core.hamicore import DISABLE_CONTROL_ENV
 from hami.testing.builders import dev, limits, node, pod
 
@@ -53,7 +58,10 @@ NODE = "sim-node"
 STALE_NODE = "stale-node"
 LOCKED_NODE = "locked-node"
 FRAG_NODE = "fragmented-node"
-NODE_INDEX = {NODE: 0, STALE_NODE: 1, LOCKED_NODE: 2, FRAG_NODE: 3}  # the node part of its GPU UUIDs
+DRIVER_NODE = "driver-node"
+DRIVER_GPUS = 1
+# the node part of its GPU UUIDs
+NODE_INDEX = {NODE: 0, STALE_NODE: 1, LOCKED_NODE: 2, FRAG_NODE: 3, DRIVER_NODE: 4}
 GPU_TYPE = "NVIDIA A100-SXM4-40GB"
 GPU_MEM_MIB = 40960
 MEMORY_SCALING = 1.5  # sim-node's deviceMemoryScaling with the scenarios (its plugin's node config)
@@ -94,9 +102,9 @@ POD_SPECS: tuple[GpuPod, ...] = (
 OVERLIMIT = GpuPod("scenarios", "overlimit", 2, 1024, 20, (("app", "overlimit"),))
 IDLE = GpuPod("notebooks", "jupyter-idle", 1, 2048, 10, (("app", "jupyter"),))  # no kernel for hours
 UNLIMITED = GpuPod("scenarios", "unlimited", 1, 2048, 10, (("app", "unlimited"),))  # no HAMi-core
-# The driver's accounting (hami.demo.simdriver): a container the driver limits instead of HAMi-core,
-# and one whose HAMi-core reports less than the driver accounts to it.
-DRIVER_LIMITED = GpuPod("scenarios", "driver-limited", 1, 2048, 10, (("app", "driver-limited"),))
+# The driver's accounting (hami.demo.simdriver): a container the driver limits (scheduled onto
+# driver-node), and one on sim-node whose HAMi-core reports less than the driver accounts to it.
+DRIVER_LIMITED = GpuPod("scenarios", "driver-limited", 0, 2048, 10, (("app", "driver-limited"),), DRIVER_NODE)
 SHIM_UNDERREPORTS = GpuPod("scenarios", "shim-underreports", 3, 4096, 10, (("app", "shim-underreports"),))
 # With resnet-0, embed-0 and overlimit its card's limits add up to 43 GiB of 40 (61440 MiB schedulable).
 LEAKY = GpuPod("scenarios", "leaky-trainer", 2, 36864, 20, (("app", "leaky-trainer"),))
@@ -116,9 +124,10 @@ PINNED = "pinned-to-locked-node"
 
 
 def devices(
-    node_index: int, gpus: int, mem_mib: int = GPU_MEM_MIB, gpu_type: str = GPU_TYPE
+    node_index: int, gpus: int, mem_mib: int = GPU_MEM_MIB, gpu_type: str = GPU_TYPE, enforcement: str = ""
 ) -> list[DeviceInfo]:
-    return [dev(gpu_uuid(node_index, i), mem_mib, count=SPLIT_COUNT, index=i, type=gpu_type)
+    return [replace(dev(gpu_uuid(node_index, i), mem_mib, count=SPLIT_COUNT, index=i, type=gpu_type),
+                    enforcement=enforcement)
             for i in range(gpus)]
 
 
@@ -127,12 +136,13 @@ SLOWDOWN_C = 90  # the fake's default slowdown temperature
 SW_THERMAL_SLOWDOWN = 0x20  # nvmlClocksEventReasonSwThermalSlowdown
 
 
-def fake_nvml_spec(gpus: int, scenarios: bool = False) -> dict[str, Any]:
-    """The FakeNvml description of sim-node's GPUs (same UUIDs as its register annotation); with
-    ``scenarios``, the hardware faults of the module docstring (A100s remap rows: no retired pages)."""
+def fake_nvml_spec(gpus: int, scenarios: bool = False, node_index: int = 0) -> dict[str, Any]:
+    """The FakeNvml description of a node's GPUs (sim-node's by default; same UUIDs as its register
+    annotation); with ``scenarios``, the hardware faults of the module docstring (A100s remap rows: no
+    retired pages)."""
     devices: list[dict[str, Any]] = [
         {
-            "uuid": gpu_uuid(0, i),
+            "uuid": gpu_uuid(node_index, i),
             "name": GPU_TYPE,
             "memory_mib": GPU_MEM_MIB,
             "numa": 0,
@@ -149,12 +159,14 @@ def fake_nvml_spec(gpus: int, scenarios: bool = False) -> dict[str, Any]:
     return {"driver_version": "550.54.15", "cuda_driver_version": 12040, "devices": devices}
 
 
-def write_fake_nvml_spec(path: Path, gpus: int, scenarios: bool, xid_every: float) -> Path:
+def write_fake_nvml_spec(
+    path: Path, gpus: int, scenarios: bool, xid_every: float, node_index: int = 0
+) -> Path:
     """The device plugin's fake NVML spec at ``path`` (kept if there): ``fake_nvml_spec`` with the
     XIDs simhost injects into the monitor's fake scheduled here too (the plugin's fake lives in the
     plugin's process)."""
     if not path.exists():
-        spec = fake_nvml_spec(gpus, scenarios)
+        spec = fake_nvml_spec(gpus, scenarios, node_index)
         if xid_every > 0:
             event = {"after_seconds": xid_every, "device": gpus - 1, "xid": XID_FALLEN_OFF_BUS}
             spec["events"] = [{**event, "every_seconds": xid_every}]
@@ -172,16 +184,17 @@ def gpu_node(
     allocatable: int | None = None,
     mem_mib: int = GPU_MEM_MIB,
     gpu_type: str = GPU_TYPE,
+    enforcement: str = "",
 ) -> dict[str, Any]:
-    """A GPU node whose plugin registered ``mem_mib`` per card (deviceMemoryScaling applied);
-    ``allocatable`` overrides the GPUs kubelet advertises (0 once its plugin is gone)."""
+    """A GPU node whose plugin registered ``mem_mib`` per card (deviceMemoryScaling applied) under
+    ``enforcement``; ``allocatable`` overrides the GPUs kubelet advertises (0 once its plugin is gone)."""
     resources = {"cpu": "64", "memory": "512Gi", "pods": "110", ann.RESOURCE_GPU: str(gpus * SPLIT_COUNT)}
     slots = gpus * SPLIT_COUNT if allocatable is None else allocatable
     return node(
         name,
         labels={"kubernetes.io/hostname": name, "gpu": "on", POOL_LABEL: pool},
         annotations={
-            ann.NODE_REGISTER: encode_node_devices(devices(node_index, gpus, mem_mib, gpu_type)),
+            ann.NODE_REGISTER: encode_node_devices(devices(node_index, gpus, mem_mib, gpu_type, enforcement)),
             ann.NODE_HANDSHAKE: handshake,
         },
         capacity=resources,
@@ -250,16 +263,17 @@ def _with_status(spec: GpuPod) -> dict[str, Any]:
 
 
 def driver_limited_pod() -> dict[str, Any]:
-    """``DRIVER_LIMITED``: no HAMi-core, and the variables a device plugin in driver mode gives (the
-    simulated toolkit hook reads them from the spec)."""
-    p = _with_status(DRIVER_LIMITED)
-    mem = str(DRIVER_LIMITED.mem_mib)
-    p["spec"]["containers"][0]["env"] = [
-        {"name": DISABLE_CONTROL_ENV, "value": "true"},
-        {"name": "NVIDIA_GPU_MEMORY_LIMIT", "value": mem},
-        {"name": "NVIDIA_GPU_MEMORY_REQUEST", "value": mem},
-    ]
-    return p
+    """``DRIVER_LIMITED``, Pending: it asks for a card whose memory the driver limits, which only
+    driver-node has; its variables come from that node's Allocate, not from this spec."""
+    p = DRIVER_LIMITED
+    return pod(
+        _container(p.mem_mib, p.cores),
+        name=p.name,
+        namespace=p.namespace,
+        labels=dict(p.labels),
+        annotations={ann.POD_MEMORY_ENFORCEMENT: ENFORCE_DRIVER},
+        scheduler=SCHEDULER_NAME,
+    )
 
 
 def pinned_pod() -> dict[str, Any]:
@@ -313,6 +327,9 @@ def objects(gpus: int, now: datetime, scenarios: bool) -> list[dict[str, Any]]:
         out.append(locked)
         frag, mem_mib, gpu_type = NODE_INDEX[FRAG_NODE], FRAG_GPU_MEM_MIB, FRAG_GPU_TYPE
         out.append(gpu_node(FRAG_NODE, frag, FRAG_GPUS, reported, "l4", mem_mib=mem_mib, gpu_type=gpu_type))
+        # what driver-node's plugin registers at start (--memory-enforcement driver)
+        driver = NODE_INDEX[DRIVER_NODE]
+        out.append(gpu_node(DRIVER_NODE, driver, DRIVER_GPUS, reported, "a100", enforcement=ENFORCE_DRIVER))
     out += [gpu_pod(p) for p in POD_SPECS if p.gpu < gpus]
     if scenarios:
         out += [gpu_pod(OVERLIMIT), gpu_pod(IDLE), unlimited_pod(), pending_pod(), pinned_pod()]

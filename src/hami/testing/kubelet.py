@@ -6,12 +6,18 @@ DevicePlugin clients on the plugin's socket.
 
 ``Kubelet`` (``python -m hami.testing.kubelet --dir DIR --api URL --node NAME``, the demo's): also,
 for every pod the scheduler bound to this node that is still ``allocating``, the ``Allocate`` call
-the kubelet makes when it starts the pod's containers (device IDs from the plugin's ``ListAndWatch``).
+the kubelet makes when it starts the pod's containers (device IDs from the plugin's ``ListAndWatch``),
+then the status a started pod reports (phase ``Running``, each container's runtime ID). With
+``--runtime-dir``, each started container's environment from Allocate is written there as
+``<container id>.json`` (``{"env": {...}}``): the OCI spec's env the container toolkit's hook reads,
+for the simulated host (``hami.demo.simhost``) to apply.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import queue
 import signal
 import sys
@@ -26,6 +32,7 @@ import requests
 from hami.core import annotations as ann
 from hami.core.codec.quantity import parse_quantity
 from hami.deviceplugin.api import deviceplugin_pb2 as pb
+from hami.testing.cluster import container_id
 
 RPC_TIMEOUT = 10.0
 
@@ -130,10 +137,30 @@ def gpu_requests(pod: dict[str, Any], resource: str) -> list[int]:
     return out
 
 
+def write_runtime_env(runtime_dir: Path, cid: str, env: dict[str, str]) -> None:
+    """Container ``cid``'s environment, as the runtime puts it in the container's OCI spec."""
+    runtime_dir.mkdir(parents=True, exist_ok=True)
+    path = runtime_dir / f"{cid}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"env": env}), encoding="utf-8")
+    os.replace(tmp, path)  # whole, as the runtime writes config.json before the container starts
+
+
+def runtime_env(runtime_dir: Path, cid: str) -> dict[str, str]:
+    """The environment the runtime gave container ``cid`` (``Kubelet``'s file); {} when there is none."""
+    try:
+        data = json.loads((runtime_dir / f"{cid}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    env = data.get("env") if isinstance(data, dict) else None
+    return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
+
+
 class Kubelet(FakeKubelet):
-    def __init__(self, directory: Path, api: str, node: str) -> None:
+    def __init__(self, directory: Path, api: str, node: str, runtime_dir: Path | None = None) -> None:
         super().__init__(directory)
         self.api, self.node = api.rstrip("/"), node
+        self.runtime_dir = runtime_dir
         # the registered plugin: resource name, channel, stub
         self.connected: tuple[str, grpc.Channel, DevicePluginClient] | None = None
         self.device_ids: list[str] = []
@@ -172,10 +199,15 @@ class Kubelet(FakeKubelet):
                 continue
             self._done.add(uid)
             ids = iter(self.device_ids)
+            wants = gpu_requests(pod, resource)
             reqs = [pb.ContainerAllocateRequest(devices_ids=[next(ids) for _ in range(n)])
-                    for n in gpu_requests(pod, resource) if n > 0]  # fmt: skip
+                    for n in wants if n > 0]  # fmt: skip
             try:
-                stub.Allocate(pb.AllocateRequest(container_requests=reqs), timeout=RPC_TIMEOUT)
+                reply = stub.Allocate(pb.AllocateRequest(container_requests=reqs), timeout=RPC_TIMEOUT)
+                containers = [str(c.get("name", "")) for c in pod["spec"].get("containers") or []]
+                gpu_containers = [name for name, n in zip(containers, wants, strict=False) if n > 0]
+                for name, response in zip(gpu_containers, reply.container_responses, strict=False):
+                    self._started(pod, name, dict(response.envs))
                 self._running(pod)
                 print(
                     f"kubelet: allocated {pod['metadata']['namespace']}/{pod['metadata']['name']}", flush=True
@@ -183,12 +215,30 @@ class Kubelet(FakeKubelet):
             except grpc.RpcError as err:
                 print(f"kubelet: Allocate for {pod['metadata']['name']} failed: {err.details()}", flush=True)
 
-    def _running(self, pod: dict[str, Any]) -> None:
-        """What the kubelet reports once the containers started."""
+    def _started(self, pod: dict[str, Any], container: str, env: dict[str, str]) -> None:
+        """The runtime creates the container with Allocate's environment (its OCI spec's env)."""
+        if self.runtime_dir is None:
+            return
         meta = pod["metadata"]
+        write_runtime_env(self.runtime_dir, container_id(meta["namespace"], meta["name"], container), env)
+
+    def _running(self, pod: dict[str, Any]) -> None:
+        """What the kubelet reports once the containers started: the phase and each container's ID."""
+        meta = pod["metadata"]
+        statuses = [
+            {
+                "name": c["name"],
+                "containerID": f"containerd://{container_id(meta['namespace'], meta['name'], c['name'])}",
+                "image": c.get("image", ""),
+                "ready": True,
+                "restartCount": 0,
+                "state": {"running": {}},
+            }
+            for c in pod["spec"].get("containers") or []
+        ]
         r = requests.patch(
             f"{self.api}/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
-            json={"status": {"phase": "Running"}},
+            json={"status": {"phase": "Running", "containerStatuses": statuses}},
             headers={"Content-Type": "application/merge-patch+json"},
             timeout=RPC_TIMEOUT,
         )
@@ -201,11 +251,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--api", required=True, help="Kubernetes API URL")
     p.add_argument("--node", required=True)
     p.add_argument("--interval", type=float, default=1.0)
+    p.add_argument("--runtime-dir", type=Path, default=None, help="where started containers' env is written")
     args = p.parse_args(argv)
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
-    kubelet = Kubelet(args.dir, args.api, args.node)
+    kubelet = Kubelet(args.dir, args.api, args.node, args.runtime_dir)
     kubelet.start()
     print(f"kubelet stand-in serving {args.dir / 'kubelet.sock'}", flush=True)
     while not done.wait(args.interval):

@@ -37,6 +37,9 @@ class SimContainer:
     core_limit: int
     start_after: int  # steps before the first CUDA call creates the region
     scripted: bool = False  # one process whose memory a scenario sets: no random walk, no churn
+    # the driver holds its memory limit (a device plugin in driver mode): HAMi-core's region has none,
+    # and its use still stays within mem_limit_mib
+    driver_limited: bool = False
     writer: RegionWriter | None = None
     slots: dict[int, int] = field(default_factory=dict)  # pid -> slot
     used: dict[int, int] = field(default_factory=dict)  # pid -> bytes held
@@ -113,7 +116,8 @@ class SimNode:
         w = RegionWriter.create(
             os.path.join(d, f"{uuidlib.UUID(int=self._rng.getrandbits(128))}.cache"), self.version
         )
-        w.initialise([self.uuids[c.gpu]], limits=[c.mem_limit_mib * MIB], sm_limits=[c.core_limit])
+        limit = 0 if c.driver_limited else c.mem_limit_mib * MIB
+        w.initialise([self.uuids[c.gpu]], limits=[limit], sm_limits=[c.core_limit])
         return w
 
     def step(self) -> None:

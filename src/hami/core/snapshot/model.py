@@ -34,6 +34,7 @@ POD_ANNOTATIONS: Final = (
     ann.POD_NOUSE_GPUUUID,
     ann.POD_NUMA_BIND,
     ann.POD_VGPU_MODE,
+    ann.POD_MEMORY_ENFORCEMENT,  # ours: fits only cards of that enforcement, so a replay must keep it
 )
 MAX_SCALING: Final = 100.0  # a device plugin scaling factor beyond this is a typo, not a setting
 

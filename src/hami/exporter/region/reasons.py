@@ -37,6 +37,8 @@ SM_LIMIT_OUT_OF_RANGE: Final = "sm_limit_out_of_range"  # sm_limit > 100: export
 CGROUP_OUTSIDE_ROOT: Final = "cgroup_outside_root"  # a symlink or a ``..`` path: never followed
 CGROUP_VANISHED: Final = "cgroup_vanished"  # removed while read (its container exited)
 DMEM_MALFORMED: Final = "dmem_malformed"  # a dmem line that is not ``<region> <bytes|max>``: skipped
+# no dmem region names the bus id of one of the container's GPUs (the drm/<bus>/vram0 naming is assumed)
+DMEM_NO_REGION: Final = "dmem_no_region"
 
 ALL: Final = (
     FILE_TOO_SMALL,
@@ -60,4 +62,5 @@ ALL: Final = (
     CGROUP_OUTSIDE_ROOT,
     CGROUP_VANISHED,
     DMEM_MALFORMED,
+    DMEM_NO_REGION,
 )
