@@ -126,3 +126,26 @@ def test_a_context_not_bound_to_this_pod_is_counted_and_allocate_still_succeeds(
     span = _allocate_span(rig, spans)
     assert span.parent is None and span.context.trace_id != int("a" * 32, 16)
     assert _rejected(rig, reason) == 1.0
+
+
+def test_register_passes_and_scrapes_are_traces_of_their_own(rig: Rig, spans: InMemorySpanExporter) -> None:
+    """Work of no single pod: each registration and each /metrics scrape is the root of its own
+    trace, never the pod's whose Allocate ran beside it."""
+    webhook, traceparent = _webhook()
+    _pending(rig, "p1", lambda uid: tracing.bound(KEY.encode(), "default", uid, traceparent))
+    pods = {_allocate_span(rig, spans).context.trace_id, webhook.get_span_context().trace_id}
+    with serve_metrics("127.0.0.1:0", rig.registry, name="hami-device-plugin") as server:
+        for accept in ("", OPENMETRICS):
+            assert requests.get(server.url + "/metrics", headers={"Accept": accept}, timeout=10).ok
+
+    def finished(name: str) -> list[ReadableSpan]:
+        tracing.flush()
+        return [s for s in spans.get_finished_spans() if s.name == name]
+
+    registers = wait_until(lambda: finished("hami.deviceplugin.register"), what="a register pass's span")
+    scrapes = finished("hami.metrics.scrape")
+    assert len(scrapes) == 2
+    for span in (*registers, *scrapes):
+        assert span.parent is None and span.context.trace_id not in pods
+    assert len({s.context.trace_id for s in (*registers, *scrapes)}) == len(registers) + len(scrapes)
+    assert (registers[0].attributes or {})["k8s.node.name"] == NODE

@@ -336,3 +336,21 @@ def test_a_bound_context_copied_onto_another_pod_is_refused_at_filter(
     assert _rejected(ext, tracing.WRONG_POD) == before + 1
     (span,) = _pod_spans(spans, "b")
     assert span.parent is None
+
+
+def test_a_scrape_is_a_trace_of_its_own(
+    kube_api: KubeAPIServer, ext: Extender, spans: InMemorySpanExporter
+) -> None:
+    """Each /metrics request, text or OpenMetrics, is the root of a trace of its own, never the
+    pod's whose filter and bind ran around it."""
+    pod = create_pod(kube_api, ext, _admitted(ext, gpu_pod("p1", mem=1000)))
+    filter_pod(ext, pod, ["n1"])
+    metrics_text(ext)
+    bind_pod(ext, pod, "n1")
+    assert ext.metrics_server is not None
+    openmetrics = {"Accept": "application/openmetrics-text"}
+    assert requests.get(ext.metrics_server.url + "/metrics", headers=openmetrics, timeout=10).ok
+    scrapes = [s for s in _finished(spans) if s.name == "hami.metrics.scrape"]
+    assert len(scrapes) == 2 and all(s.parent is None for s in scrapes)
+    pods = {s.context.trace_id for s in _finished(spans) if s.name != "hami.metrics.scrape"}
+    assert len({s.context.trace_id for s in scrapes} - pods) == 2
