@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from hami.core import annotations as ann
-from hami.core import klog
+from hami.core import klog, tracing
 from hami.core.codec.errors import CodecError
 from hami.core.codec.mig import decode_mig_allocations
 from hami.core.codec.pod_devices import decode_pod_devices
@@ -344,7 +344,8 @@ class ClusterState:
 
     def _pod_update(self, _old: Obj, pod: Obj) -> None:
         self._track_pending(pod)
-        self.traces.seen(pod)
+        if tracing.enabled():  # only a traced filter or bind asks
+            self.traces.seen(pod)
         uid = uid_of(pod)
         phase = (pod.get("status") or {}).get("phase")
         if phase in ("Succeeded", "Failed"):
@@ -368,7 +369,8 @@ class ClusterState:
 
     def _pod_delete(self, pod: Obj) -> None:
         self._forget_pending(f"{namespace_of(pod)}/{name_of(pod)}")
-        self.traces.gone(pod)
+        if tracing.enabled():
+            self.traces.gone(pod)
         uid = uid_of(pod)
         self._released.discard(uid)
         self._logged.discard(uid)
