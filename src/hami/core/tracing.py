@@ -42,7 +42,7 @@ log = klog.get_logger(__name__)
 ANNOTATION: Final = ann.POD_TRACE_CONTEXT
 KEY_ENV: Final = "HAMI_TRACE_KEY"
 # Why a pod's trace context was not joined (hami_trace_context_rejected_total{reason}).
-MALFORMED: Final = "malformed"  # not "<traceparent>;<mac>", or not a valid version-00 traceparent
+MALFORMED: Final = "malformed"  # not "<traceparent>;[<uid>;]<mac>" with a valid version-00 traceparent
 FORGED: Final = "forged"  # the MAC does not verify: not what a daemon wrote for this namespace
 NO_KEY: Final = "no_key"  # this daemon has no HAMI_TRACE_KEY to verify with
 COPIED: Final = "copied"  # the extender refused it: another pod carries, or carried, the same trace
