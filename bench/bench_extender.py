@@ -28,11 +28,15 @@ with ``go tool pprof -top FILE``). ``--profiling`` runs the extender with it and
 freshly seeded cluster, the order flipped every round) and prints the extender CPU per pod of each
 and their ratio (target: within 5 % of off, since ``--profiling`` traces nothing until a profile is
 asked for). ``--heap-from-start`` adds ``--profiling.heap-from-start`` wherever ``--profiling`` is
-given, to measure the opt-in's price the same way. ``--tracing-rounds N`` does the same for
-``--enable-tracing`` (``--tracing-ratio`` of the pods sampled, default all; spans exported over
-OTLP/HTTP to a sink in this process; each pod carrying a trace context that verifies) and prints,
-for tracing off, what the tracing seam's calls cost per pod beside the extender's CPU per pod
-(docs/design/tracing.md).
+given, to measure the opt-in's price the same way. ``--tracing-rounds N`` measures what tracing
+costs (docs/design/tracing.md): N rounds, each of four extenders on freshly seeded clusters, in an
+order that rotates every round: tracing compiled out (the extender started through this script,
+which first replaces the ``hami.core.tracing`` entry points the hot path calls by no-op stubs),
+tracing off, and ``--enable-tracing`` with each of ``--tracing-ratios`` (default 1.0 and 0.1: the
+share of pods whose trace is sampled; spans exported over OTLP/HTTP to a sink in this process;
+each pod carrying a trace context that verifies). It prints the extender CPU per pod of each, the
+difference off minus compiled out beside the rounds' own spread, and the ratios of tracing on to
+off.
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ from hami.testing.wait import wait_until
 
 LOCK = "hami.io/mutex.lock"
 KEY = "bench-trace-key"  # the extender's HAMI_TRACE_KEY with --enable-tracing
+COMPILED_OUT = "--as-extender-without-tracing"
 
 
 def scrape(metrics_url: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
@@ -100,27 +105,6 @@ def signed_pod(pod: dict[str, Any], ratio: float) -> dict[str, Any]:
     annotations = pod["metadata"].setdefault("annotations", {})
     annotations[tracing.ANNOTATION] = tracing.signed(KEY.encode(), namespace, traceparent)
     return pod
-
-
-def seam_off_ns(rounds: int = 200_000) -> float:
-    """ns per pod of the seam's calls on the filter and bind path with tracing off: per pod, the
-    filter takes a start, asks for a span and an exemplar; the bind takes five timestamps, asks for
-    a span, four phases and two exemplars (creation-to-bind included)."""
-    assert not tracing.enabled()
-    pod: dict[str, Any] = {}
-    started = time.perf_counter_ns()
-    for _ in range(rounds):
-        tracing.now_ns()
-        tracing.exemplar(tracing.pod_span("f", pod, 0))
-        for _ in range(5):
-            tracing.now_ns()
-        span = tracing.pod_span("b", pod, 0)
-        for _ in range(4):
-            tracing.phase(span, "p", 0, 0)
-        tracing.exemplar(span)
-        tracing.exemplar(span)
-        tracing.end(span)
-    return (time.perf_counter_ns() - started) / rounds
 
 
 def seed(
@@ -374,13 +358,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heap-from-start", action="store_true",
                         help="with --profiling, also --profiling.heap-from-start (tracing from start-up)")
     parser.add_argument("--tracing-rounds", type=int, default=0,
-                        help="rounds alternating without and with --enable-tracing; prints the CPU ratio")
-    parser.add_argument("--tracing-ratio", type=float, default=1.0,
-                        help="share of pods whose trace is sampled (the webhook's decision; default all)")
+                        help="rounds of: tracing compiled out, off, on at each --tracing-ratios; prints CPU")
+    parser.add_argument("--tracing-ratios", default="1.0,0.1",
+                        help="with --tracing-rounds, the shares of pods sampled (the webhook's decision)")
     parser.add_argument("-v", type=int, default=0, help="the extender's log verbosity")
     parser.add_argument("--in-process", action="store_true", help="the single-process variant")
     parser.add_argument("--real", action="store_true",
                         help="through the real kube-scheduler and kube-apiserver (bench_extender_real.py)")
+    given = sys.argv[1:] if argv is None else argv
+    if given[:1] == [COMPILED_OUT]:  # this script as the extender (``run(stubbed=True)``)
+        return extender_without_tracing(given[1:])
     args, rest = parser.parse_known_args(argv)
     if args.real:
         script = Path(__file__).with_name("bench_extender_real.py")
@@ -413,27 +400,72 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def extender_without_tracing(argv: list[str]) -> int:
+    """``python -m hami.scheduler ARGV`` with the tracing entry points of the filter, bind, pod
+    handlers and scrapes replaced by stubs that do nothing: the baseline with tracing compiled out.
+    The stubs keep the real signatures, so a call costs what calling an empty function costs."""
+    from hami.scheduler.extender.main import main as extender_main
+
+    def now_ns() -> int:
+        return 0
+
+    def pod_span(name: str, pod: Any, start_ns: int = 0, attributes: Any = None, *,
+                 bound_only: bool = False, admit: Any = None) -> None:
+        return None
+
+    def own_span(name: str, attributes: Any = None) -> None:
+        return None
+
+    def phase(parent: Any, name: str, start_ns: int, end_ns: int, attributes: Any = None) -> None:
+        return None
+
+    def end(span: Any, error: str = "", attributes: Any = None) -> None:
+        return None
+
+    def exemplar(span: Any) -> None:
+        return None
+
+    def enabled() -> bool:
+        return False
+
+    for stub in (now_ns, pod_span, own_span, phase, end, exemplar, enabled):
+        setattr(tracing, stub.__name__, stub)
+    return extender_main(argv)
+
+
 def tracing_rounds(args: argparse.Namespace) -> int:
-    """Extender CPU per pod without and with --enable-tracing, ABBA as the profiling rounds."""
-    off: list[float] = []
-    on: list[float] = []
+    """Extender CPU per pod with tracing compiled out, off, and on at each ratio; the order of the
+    variants rotates every round, so a drift over the sitting does not land on one variant."""
+    ratios = [float(r) for r in args.tracing_ratios.split(",")]
+    variants: list[tuple[str, float | None]] = [("compiled out", None), ("off", None)]
+    variants += [(f"on, {r:.0%} sampled", r) for r in ratios]
+    cpu: dict[str, list[float]] = {name: [] for name, _ in variants}
     with OtlpSink() as sink:
         for i in range(args.tracing_rounds):
-            for traced in (False, True) if i % 2 == 0 else (True, False):
-                (on if traced else off).append(run(args, False, sink if traced else None))
-        print(f"OTLP export: {sink.requests} requests, {sink.received / max(len(on), 1) / args.pods:.0f} "
-              "bytes per pod")
-    for i, (a, b) in enumerate(zip(off, on, strict=True), 1):
-        print(f"round {i}: extender CPU per pod {a:.2f} ms off, {b:.2f} ms with --enable-tracing: "
-              f"{b / a:.3f}x")
-    mean_off = sum(off) / len(off)
-    spread = (max(off) - min(off)) / mean_off if len(off) > 1 else float("nan")
-    seam = seam_off_ns() / 1e6
-    print(f"--enable-tracing / off, extender CPU per pod over {len(off)} rounds: {sum(on) / sum(off):.3f}x "
-          f"(pods sampled: {args.tracing_ratio:.0%})")
-    print(f"tracing off: the seam's calls cost {seam * 1000:.2f} us per pod, {seam / mean_off:.5%} of the "
-          f"extender's {mean_off:.2f} ms CPU per pod (target: below the off rounds' own spread, "
-          f"{spread:.1%})")
+            for name, ratio in variants[i % len(variants):] + variants[: i % len(variants)]:
+                print(f"--- round {i + 1}: tracing {name}")
+                traced = sink if ratio is not None else None
+                cpu[name].append(run(args, False, traced, 1.0 if ratio is None else ratio,
+                                     stubbed=name == "compiled out"))
+        exported = sum(len(cpu[name]) for name, r in variants if r is not None) * args.pods
+        print(f"OTLP export: {sink.requests} requests, {sink.received / max(exported, 1):.0f} bytes per pod "
+              "traced (sampled or not)")
+
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values)
+
+    for name, _ in variants:
+        runs = ", ".join(f"{v:.3f}" for v in cpu[name])
+        print(f"extender CPU per pod, tracing {name}: mean {mean(cpu[name]):.3f} ms (rounds: {runs})")
+    base, off = mean(cpu["compiled out"]), mean(cpu["off"])
+    # the noise: how far one round of a variant lands from the next (the largest spread of the two)
+    spread = max((max(v) - min(v)) / mean(v) for v in (cpu["compiled out"], cpu["off"]))
+    print(f"tracing off - compiled out: {(off - base) * 1000:+.1f} us per pod ({(off - base) / base:+.2%}); "
+          f"round-to-round spread of either: {spread:.1%}"
+          + ("" if args.tracing_rounds > 1 else " (one round: no spread)"))
+    for name, ratio in variants:
+        if ratio is not None:
+            print(f"tracing {name} / off: {mean(cpu[name]) / off:.3f}x")
     return 0
 
 
@@ -443,9 +475,13 @@ def profiling_flags(args: argparse.Namespace, profiling: bool) -> list[str]:
     return ["--profiling", *(["--profiling.heap-from-start"] if args.heap_from_start else [])]
 
 
-def run(args: argparse.Namespace, profiling: bool, sink: OtlpSink | None = None) -> float:
+def run(
+    args: argparse.Namespace, profiling: bool, sink: OtlpSink | None = None, ratio: float = 1.0,
+    *, stubbed: bool = False,
+) -> float:
     """One bench on a freshly seeded cluster; prints its figures, returns the extender's CPU ms
-    per pod. With ``sink``: the extender traces every pod into it."""
+    per pod. With ``sink``: the extender traces the pods into it, ``ratio`` of them sampled.
+    ``stubbed``: the extender with tracing compiled out (``extender_without_tracing``)."""
     with tempfile.TemporaryDirectory(prefix="bench-extender-") as tmp:
         workdir = Path(tmp)
         kubeconfig = workdir / "kubeconfig"
@@ -458,7 +494,7 @@ def run(args: argparse.Namespace, profiling: bool, sink: OtlpSink | None = None)
             )
             api_url = children.wait_for_log(emulator, SERVING, 120, "the API emulator").group(1)
             started = time.monotonic()
-            names, pods = seed(api_url, args.nodes, args.pods, args.tracing_ratio)
+            names, pods = seed(api_url, args.nodes, args.pods, ratio)
             print(f"cluster: {args.nodes} nodes x 8 GPUs, {args.pods} pods; seeded over HTTP in "
                   f"{time.monotonic() - started:.1f}s")
             flags = [
@@ -470,11 +506,15 @@ def run(args: argparse.Namespace, profiling: bool, sink: OtlpSink | None = None)
             env = {
                 "HAMI_TRACE_KEY": KEY, "OTEL_EXPORTER_OTLP_ENDPOINT": sink.url,
                 "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
-                "OTEL_TRACES_SAMPLER_ARG": str(args.tracing_ratio),
+                "OTEL_TRACES_SAMPLER_ARG": str(ratio),
             } if sink is not None else None
-            extender = children.python(
-                "extender", "hami.scheduler", [*flags, *profiling_flags(args, profiling), *traced], env
-            )
+            argv = [*flags, *profiling_flags(args, profiling), *traced]
+            if stubbed:
+                extender = children.start(
+                    "extender", [sys.executable, "-u", __file__, COMPILED_OUT, *argv], env
+                )
+            else:
+                extender = children.python("extender", "hami.scheduler", argv, env)
             found = children.wait_for_log(extender, LISTENING, 120, "the extender")
             ext_url, metrics_url = found.group(1), found.group(2)
             wait_until(

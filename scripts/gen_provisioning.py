@@ -5,7 +5,7 @@ Grafana's dashboard sidecar and a plain Prometheus (no Prometheus Operator).
   ``grafana_dashboard: "1"``, the label the Grafana chart's sidecar loads dashboards from.
 - deploy/prometheus/scrape-configs.yaml: ``scrape_configs`` for the three daemons through the
   metrics Services (role endpoints), with ``job`` taken from their ``hami.io/job`` label, as the
-  ServiceMonitors do, so the rules' job selectors match.
+  ServiceMonitors do, so the rules' job selectors match; its comments say how to keep exemplars.
 - deploy/prometheus/rules-configmap.yaml: alerts/hami-rules.yaml in a ConfigMap, for ``rule_files``.
 - deploy/prometheus/rules-optional-configmap.yaml: alerts/hami-rules-optional.yaml, the alerts HAMi's
   proposal ships off by default (``HAMiSchedulerMetricsAbsent``), in a ConfigMap of its own: apply it
@@ -67,6 +67,16 @@ def grafana_configmap() -> str:
     )
 
 
+# Prometheus drops exemplars unless its feature flag keeps them (docs/design/tracing.md §5).
+EXEMPLARS = """\
+# Exemplars: the filter, bind, creation-to-bind and Allocate histograms carry the trace ID of a
+# sampled observation (--enable-tracing, docs/design/tracing.md). Prometheus asks for OpenMetrics,
+# which carries them, but keeps them only when started with
+#   --enable-feature=exemplar-storage
+# (storage.exemplars.max_exemplars in the configuration file sizes the store; 100000 by default).
+"""
+
+
 def scrape_configs() -> str:
     jobs = thresholds.load()["jobs"]
     names = "|".join(jobs[k] for k in ("monitor", "scheduler", "deviceplugin"))
@@ -99,7 +109,7 @@ def scrape_configs() -> str:
         ],
         "rule_files": ["/etc/prometheus/rules/hami-rules.yaml"],
     }
-    return _dump(config)
+    return _dump(config).replace(HEADER, HEADER + EXEMPLARS, 1)
 
 
 def rules_configmap(name: str = "hami-prometheus-rules", rules: str = "hami-rules.yaml") -> str:

@@ -53,11 +53,28 @@ def test_only_the_value_signed_for_the_namespace_verifies() -> None:
 
 
 @pytest.mark.usefixtures("keyed")
+def test_the_binds_form_verifies_only_for_its_pods_uid() -> None:
+    value = tracing.bound(KEY, "team", "uid-a", TRACEPARENT)
+    assert tracing.verify("team", value, "uid-a", bound_only=True) == (TRACEPARENT, None)
+    assert tracing.verify("team", value, "uid-a") == (TRACEPARENT, None)
+    assert tracing.verify("team", value, "uid-b", bound_only=True) == (None, tracing.WRONG_POD)
+    assert tracing.verify("other", value, "uid-a", bound_only=True) == (None, tracing.FORGED)
+    # the UID swapped in by hand: the MAC no longer verifies
+    assert tracing.verify("team", value.replace("uid-a", "uid-b"), "uid-b") == (None, tracing.FORGED)
+    webhooks = tracing.signed(KEY, "team", TRACEPARENT)
+    assert tracing.verify("team", webhooks, "uid-a", bound_only=True) == (None, tracing.UNBOUND)
+    assert tracing.verify("team", f"{TRACEPARENT};UID!;{'0' * 32}", "UID!") == (None, tracing.MALFORMED)
+
+
+@pytest.mark.usefixtures("keyed")
 @given(st.text(max_size=300))
 def test_no_text_makes_the_check_raise(value: str) -> None:
     traceparent, reason = tracing.verify("team", value)
     assert (traceparent is None) != (reason is None)
     assert traceparent is None or value == tracing.signed(KEY, "team", traceparent)
+    traceparent, reason = tracing.verify("team", value, "uid-a", bound_only=True)
+    assert (traceparent is None) != (reason is None)
+    assert traceparent is None or value == tracing.bound(KEY, "team", "uid-a", traceparent)
 
 
 def test_without_a_key_nothing_verifies() -> None:

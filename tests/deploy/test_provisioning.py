@@ -27,6 +27,11 @@ def test_grafana_sidecar_configmap_holds_every_dashboard() -> None:
         assert json.loads(cm["data"][path.name]) == json.loads(path.read_text(encoding="utf-8"))
 
 
+def test_plain_prometheus_config_says_how_to_keep_exemplars() -> None:
+    head = [line for line in g.SCRAPE.read_text(encoding="utf-8").splitlines() if line.startswith("#")]
+    assert "#   --enable-feature=exemplar-storage" in head
+
+
 @pytest.mark.skipif(not Path(PROMTOOL).exists(), reason="promtool is not installed")
 def test_plain_prometheus_config_is_valid(tmp_path: Path) -> None:
     rules = yaml.safe_load(g.RULES.read_text(encoding="utf-8"))["data"]["hami-rules.yaml"]

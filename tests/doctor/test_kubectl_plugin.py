@@ -1,17 +1,15 @@
 """``kubectl hami`` through kubectl's own plugin mechanism (docs/guides/kubectl-plugin.md): the
-real kubectl finds the ``kubectl-hami`` entry point on PATH and runs it; kubectl's --kubeconfig,
---context and -n/--namespace choose the cluster and the pod's namespace; a pod with a trace context
-shows its trace ID."""
+real kubectl (the control plane's, built at the pinned version) finds the ``kubectl-hami`` console
+script pip installed in this environment on PATH and runs it; kubectl's --kubeconfig, --context and
+-n/--namespace choose the cluster and the pod's namespace; a pod with a trace context shows its
+trace ID."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import stat
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -20,26 +18,14 @@ import yaml
 
 from hami.core import tracing
 from hami.doctor.kubectl import context_namespace, translate
+from hami.testing import controlplane
 from hami.testing.kubeapi import KubeAPIServer
 from hami.testing.processes import python_env
 from tests.doctor.doctorcluster import hami_node, hami_pod, scheduler_pod
 
-ROOT = Path(__file__).resolve().parents[2]
-KUBECTL = shutil.which("kubectl")
-needs_kubectl = pytest.mark.skipif(
-    KUBECTL is None, reason="kubectl is not installed (scripts/system-deps.sh installs it)"
-)
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
-
-
-def _entry_point(bin_dir: Path) -> Path:
-    """``kubectl-hami`` as pip writes a console script: pyproject's entry point, called."""
-    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
-    module, func = scripts["kubectl-hami"].split(":")
-    path = bin_dir / "kubectl-hami"
-    path.write_text(f"#!{sys.executable}\nimport sys\nfrom {module} import {func}\nsys.exit({func}())\n")
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return path
+# pip's console script for pyproject's [project.scripts] kubectl-hami, beside this interpreter
+PLUGIN = Path(sys.executable).parent / "kubectl-hami"
 
 
 @pytest.fixture
@@ -53,21 +39,20 @@ def kubeconfig(kube_api: KubeAPIServer, tmp_path: Path) -> Path:
     return path
 
 
-def _kubectl(bin_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    assert KUBECTL is not None
-    env = python_env(PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", KUBECONFIG="/nonexistent")
-    return subprocess.run([KUBECTL, *args], env=env, capture_output=True, text=True, timeout=120, check=False)
+def _kubectl(kubectl: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The real kubectl, with the console script's directory first on PATH for plugin discovery."""
+    path = f"{PLUGIN.parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = python_env(PATH=path, KUBECONFIG="/nonexistent")
+    return subprocess.run([kubectl, *args], env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
-@needs_kubectl
 def test_kubectl_finds_and_runs_the_plugin_with_its_own_flags(
-    kube_api: KubeAPIServer, kubeconfig: Path, tmp_path: Path
+    kube_api: KubeAPIServer, kubeconfig: Path, control_plane_binaries: controlplane.Binaries
 ) -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    plugin = _entry_point(bin_dir)
-    listed = _kubectl(bin_dir, "plugin", "list")
-    assert str(plugin) in listed.stdout, listed.stdout + listed.stderr
+    assert os.access(PLUGIN, os.X_OK), f"{PLUGIN}: no console script (pip install -e . writes it)"
+    kubectl = control_plane_binaries.kubectl
+    listed = _kubectl(kubectl, "plugin", "list")
+    assert str(PLUGIN) in listed.stdout, listed.stdout + listed.stderr
     context = f"00-{TRACE}-00f067aa0ba902b7-01;" + "0" * 32
     for obj in (
         scheduler_pod(), hami_node("gpu-node-01"),
@@ -81,18 +66,18 @@ def test_kubectl_finds_and_runs_the_plugin_with_its_own_flags(
         "NS/NAME": ("hami", "pod", "team-a/train", "--kubeconfig", k, "--json"),
     }
     for how, args in runs.items():
-        done = _kubectl(bin_dir, *args)
+        done = _kubectl(kubectl, *args)
         assert done.stderr == "", (how, done.stderr)
         report = json.loads(done.stdout)
         assert report["command"] == "pod team-a/train", how
         traced = [f for s in report["sections"] for f in s["findings"] if f["code"] == "pod.trace"]
         assert [f["summary"] for f in traced] == [f"trace ID {TRACE}"], how
-    nodes = _kubectl(bin_dir, "hami", "nodes", "--kubeconfig", k, "--json")
+    nodes = _kubectl(kubectl, "hami", "nodes", "--kubeconfig", k, "--json")
     assert [s["title"] for s in json.loads(nodes.stdout)["sections"]] == ["node gpu-node-01"], nodes.stderr
     # kubectl's default namespace: the pod is not in "default"
-    missing = _kubectl(bin_dir, "hami", "pod", "train", "--kubeconfig", k)
+    missing = _kubectl(kubectl, "hami", "pod", "train", "--kubeconfig", k)
     assert missing.returncode == 3 and "pod default/train not found" in missing.stderr
-    wrong = _kubectl(bin_dir, "hami", "pod", "-n", "other", "team-a/train", "--kubeconfig", k)
+    wrong = _kubectl(kubectl, "hami", "pod", "-n", "other", "team-a/train", "--kubeconfig", k)
     assert wrong.returncode == 3 and "not in namespace other" in wrong.stderr
 
 

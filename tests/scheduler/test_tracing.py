@@ -19,12 +19,15 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
+from hami.core import annotations as ann
 from hami.core import tracing
+from hami.core.objects import annotations_of
 from hami.scheduler.extender.daemon import Extender
 from hami.testing.builders import gpu_node, gpu_pod
 from hami.testing.extender import bind_pod, create_pod, filter_pod, metrics_text, running, url
 from hami.testing.kubeapi import KubeAPIServer
 from hami.testing.kubeapi.patch import json_patch as apply_json_patch
+from hami.testing.wait import wait_until
 
 KEY = "test-key"
 BIND_PHASES = [
@@ -223,3 +226,131 @@ def test_a_refused_admission_is_a_trace_with_the_reason(
     (span,) = [s for s in _finished(spans) if s.name == "hami.webhook.mutate"]
     assert span.status.status_code is StatusCode.ERROR
     assert span.status.description == "container c0 is privileged"
+
+
+def _copy_of(pod: dict[str, Any], name: str) -> dict[str, Any]:
+    """A second pod of the namespace with ``pod``'s trace context copied onto it after admission."""
+    copy = gpu_pod(name, mem=1000, namespace=pod["metadata"]["namespace"])
+    copy["metadata"]["annotations"] = {tracing.ANNOTATION: pod["metadata"]["annotations"][tracing.ANNOTATION]}
+    return copy
+
+
+def _stored_context(api: KubeAPIServer, name: str) -> str:
+    pod = api.store.get("pods", name, "default")
+    assert pod is not None
+    return str(pod["metadata"]["annotations"][tracing.ANNOTATION])
+
+
+def _unlock(api: KubeAPIServer, ext: Extender) -> None:
+    node = api.store.get("nodes", "n1")
+    assert node is not None
+    node["metadata"]["annotations"].pop(ann.NODE_LOCK)
+    api.store.put(node)
+    wait_until(lambda: ann.NODE_LOCK not in annotations_of(ext.state.get_node("n1") or {}), what="unlocked")
+
+
+def _trace_of(exporter: InMemorySpanExporter, name: str) -> set[int]:
+    return {s.context.trace_id for s in _pod_spans(exporter, name)}
+
+
+def test_the_bind_binds_the_context_to_the_pods_uid(
+    kube_api: KubeAPIServer, ext: Extender, spans: InMemorySpanExporter
+) -> None:
+    pod = create_pod(kube_api, ext, _admitted(ext, gpu_pod("p1", mem=1000)))
+    filter_pod(ext, pod, ["n1"])
+    assert bind_pod(ext, pod, "n1") == ""
+    value = _stored_context(kube_api, "p1")
+    traceparent, reason = tracing.verify("default", value, pod["metadata"]["uid"], bound_only=True)
+    assert reason is None and traceparent is not None
+    webhook = next(s for s in _finished(spans) if s.name == "hami.webhook.mutate")
+    assert traceparent == (
+        f"00-{webhook.context.trace_id:032x}-{webhook.context.span_id:016x}-{int(webhook.context.trace_flags):02x}"
+    )
+    assert tracing.verify("default", value, "another-uid", bound_only=True) == (None, tracing.WRONG_POD)
+
+
+def test_a_copy_before_bind_is_refused_and_the_original_keeps_its_trace(
+    kube_api: KubeAPIServer, ext: Extender, spans: InMemorySpanExporter
+) -> None:
+    original = create_pod(kube_api, ext, _admitted(ext, gpu_pod("a", mem=1000)))
+    filter_pod(ext, original, ["n1"])
+    copy = create_pod(kube_api, ext, _copy_of(original, "b"))
+    before = _rejected(ext, tracing.COPIED)
+    assert filter_pod(ext, copy, ["n1"])["NodeNames"] == ["n1"]
+    assert bind_pod(ext, copy, "n1") == ""
+    assert _rejected(ext, tracing.COPIED) == before + 2  # the copy's filter and bind
+    _unlock(kube_api, ext)  # as Allocate would
+    assert bind_pod(ext, original, "n1") == ""
+    webhook = next(s for s in _finished(spans) if s.name == "hami.webhook.mutate")
+    assert _trace_of(spans, "a") == {webhook.context.trace_id}
+    assert webhook.context.trace_id not in _trace_of(spans, "b")
+    # the bind wrote nothing for the copy: Allocate and the monitor will not join it either
+    uid = copy["metadata"]["uid"]
+    verdict = tracing.verify("default", _stored_context(kube_api, "b"), uid, bound_only=True)
+    assert verdict == (None, tracing.UNBOUND)
+
+
+def test_a_copy_of_a_context_not_yet_joined_joins_for_neither_pod(
+    kube_api: KubeAPIServer, ext: Extender, spans: InMemorySpanExporter
+) -> None:
+    """Which of two pods carrying one context is the copy is unknowable (an older pod can carry a
+    newer one's context): neither joins, so no tenant's copy ever does."""
+    original = create_pod(kube_api, ext, _admitted(ext, gpu_pod("a", mem=1000)))
+    copy = create_pod(kube_api, ext, _copy_of(original, "b"))
+    before = _rejected(ext, tracing.COPIED)
+    filter_pod(ext, copy, ["n1"])
+    filter_pod(ext, original, ["n1"])
+    assert _rejected(ext, tracing.COPIED) == before + 2
+    webhook = next(s for s in _finished(spans) if s.name == "hami.webhook.mutate")
+    assert webhook.context.trace_id not in _trace_of(spans, "a") | _trace_of(spans, "b")
+
+
+@pytest.mark.parametrize("filtered", [True, False], ids=["joined", "never-filtered"])
+def test_a_copy_from_a_deleted_pod_is_refused(
+    kube_api: KubeAPIServer, ext: Extender, spans: InMemorySpanExporter, filtered: bool
+) -> None:
+    original = create_pod(kube_api, ext, _admitted(ext, gpu_pod("a", mem=1000)))
+    if filtered:
+        filter_pod(ext, original, ["n1"])
+    kube_api.store.remove("pods", "a", "default")
+    wait_until(lambda: ext.state.get_pod("default", "a") is None, what="pod a gone from the cache")
+    copy = create_pod(kube_api, ext, _copy_of(original, "b"))
+    before = _rejected(ext, tracing.COPIED)
+    filter_pod(ext, copy, ["n1"])
+    assert _rejected(ext, tracing.COPIED) == before + 1
+    (span,) = _pod_spans(spans, "b")
+    assert span.parent is None
+
+
+def test_a_bound_context_copied_onto_another_pod_is_refused_at_filter(
+    kube_api: KubeAPIServer, ext: Extender, spans: InMemorySpanExporter
+) -> None:
+    original = create_pod(kube_api, ext, _admitted(ext, gpu_pod("a", mem=1000)))
+    filter_pod(ext, original, ["n1"])
+    bind_pod(ext, original, "n1")
+    bound = kube_api.store.get("pods", "a", "default")
+    assert bound is not None
+    copy = create_pod(kube_api, ext, _copy_of(bound, "b"))
+    before = _rejected(ext, tracing.WRONG_POD)
+    assert filter_pod(ext, copy, ["n1"])["NodeNames"] == ["n1"]
+    assert _rejected(ext, tracing.WRONG_POD) == before + 1
+    (span,) = _pod_spans(spans, "b")
+    assert span.parent is None
+
+
+def test_a_scrape_is_a_trace_of_its_own(
+    kube_api: KubeAPIServer, ext: Extender, spans: InMemorySpanExporter
+) -> None:
+    """Each /metrics request, text or OpenMetrics, is the root of a trace of its own, never the
+    pod's whose filter and bind ran around it."""
+    pod = create_pod(kube_api, ext, _admitted(ext, gpu_pod("p1", mem=1000)))
+    filter_pod(ext, pod, ["n1"])
+    metrics_text(ext)
+    bind_pod(ext, pod, "n1")
+    assert ext.metrics_server is not None
+    openmetrics = {"Accept": "application/openmetrics-text"}
+    assert requests.get(ext.metrics_server.url + "/metrics", headers=openmetrics, timeout=10).ok
+    scrapes = [s for s in _finished(spans) if s.name == "hami.metrics.scrape"]
+    assert len(scrapes) == 2 and all(s.parent is None for s in scrapes)
+    pods = {s.context.trace_id for s in _finished(spans) if s.name != "hami.metrics.scrape"}
+    assert len({s.context.trace_id for s in scrapes} - pods) == 2

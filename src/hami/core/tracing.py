@@ -9,10 +9,12 @@ its ratio come from the standard ``OTEL_*`` variables, which the SDK reads itsel
 One trace per pod: the webhook starts the pod's trace and writes its context on the pod
 (``ANNOTATION``: a W3C traceparent, then ``;`` and a MAC). Filter, bind, Allocate and the monitor
 read it from the pod they already hold. A tenant can edit its pod's annotations, so a context is
-joined only when its MAC verifies: HMAC-SHA256 over the pod's namespace and the traceparent, under
-the key in ``HAMI_TRACE_KEY`` that only the daemons hold. Anything else is ignored, counted by
-reason, and the span starts a trace of its own. Work of no single pod (``own_span``) starts a
-fresh trace, never a pod's.
+joined only when its MAC verifies: HMAC-SHA256 under the key in ``HAMI_TRACE_KEY`` that only the
+daemons hold. The webhook's MAC covers the namespace and the traceparent (a pod has no UID at
+admission), so the extender also refuses a context another pod carries (``admit``); the bind then
+re-signs it bound to the pod's UID (``bound``), and Allocate and the monitor accept only that form,
+for the pod they hold. Anything else is ignored, counted by reason, and the span starts a trace of
+its own. Work of no single pod (``own_span``) starts a fresh trace, never a pod's.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import hmac
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from prometheus_client import CollectorRegistry, Counter
@@ -40,12 +42,16 @@ log = klog.get_logger(__name__)
 ANNOTATION: Final = ann.POD_TRACE_CONTEXT
 KEY_ENV: Final = "HAMI_TRACE_KEY"
 # Why a pod's trace context was not joined (hami_trace_context_rejected_total{reason}).
-MALFORMED: Final = "malformed"  # not "<traceparent>;<mac>", or not a valid version-00 traceparent
-FORGED: Final = "forged"  # the MAC does not verify: not what the webhook wrote for this namespace
+MALFORMED: Final = "malformed"  # not "<traceparent>;[<uid>;]<mac>" with a valid version-00 traceparent
+FORGED: Final = "forged"  # the MAC does not verify: not what a daemon wrote for this namespace
 NO_KEY: Final = "no_key"  # this daemon has no HAMI_TRACE_KEY to verify with
-REASONS: Final = (MALFORMED, FORGED, NO_KEY)
+COPIED: Final = "copied"  # the extender refused it: another pod carries, or carried, the same trace
+WRONG_POD: Final = "wrong_pod"  # the bind's form, bound to another pod's UID
+UNBOUND: Final = "unbound"  # the webhook's form where only the bind's (bound to the pod) is accepted
+REASONS: Final = (MALFORMED, FORGED, NO_KEY, COPIED, WRONG_POD, UNBOUND)
 MAX_VALUE: Final = 256  # a longer annotation is malformed before any parsing
 _TRACEPARENT: Final = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+_UID: Final = re.compile(r"[0-9a-z-]{1,64}")  # the API server's UIDs are UUIDs
 _MAC_HEX: Final = 32  # 128 bits of HMAC-SHA256
 
 
@@ -66,8 +72,9 @@ def tracing_metrics(registry: CollectorRegistry) -> Counter:
     counter = Counter(
         "hami_trace_context_rejected_total",
         f"Pod trace contexts ({ANNOTATION}) ignored with --enable-tracing, by reason (malformed, "
-        "forged: the MAC does not verify, no_key: HAMI_TRACE_KEY unset); the pod's spans start a "
-        "trace of their own.",
+        "forged: the MAC does not verify, no_key: HAMI_TRACE_KEY unset, copied: another pod carries "
+        "the same trace, wrong_pod: bound to another pod's UID, unbound: not bound to the pod by the "
+        "bind); the pod's spans start a trace of their own.",
         ["reason"],
         registry=registry,
     )
@@ -146,45 +153,88 @@ def now_ns() -> int:
 
 
 def signed(key: bytes, namespace: str, traceparent: str) -> str:
-    """The annotation value for ``traceparent`` on a pod in ``namespace``: what only a holder of
-    ``key`` can write."""
+    """The webhook's annotation value for ``traceparent`` on a pod in ``namespace``: what only a
+    holder of ``key`` can write."""
     digest = hmac.new(key, f"{namespace}\n{traceparent}".encode(), hashlib.sha256).hexdigest()
     return f"{traceparent};{digest[:_MAC_HEX]}"
 
 
-def verify(namespace: str, value: str) -> tuple[str | None, str | None]:
-    """(traceparent, None) when ``value`` is what the webhook wrote for ``namespace``, else
-    (None, rejection reason). Pure apart from the key."""
+def bound(key: bytes, namespace: str, uid: str, traceparent: str) -> str:
+    """The bind's annotation value: ``traceparent`` bound to the pod with ``uid`` (``<traceparent>;
+    <uid>;<mac>``), so a copy on another pod does not verify there."""
+    message = f"bound\n{namespace}\n{uid}\n{traceparent}".encode()
+    return f"{traceparent};{uid};{hmac.new(key, message, hashlib.sha256).hexdigest()[:_MAC_HEX]}"
+
+
+def verify(
+    namespace: str, value: str, uid: str = "", *, bound_only: bool = False
+) -> tuple[str | None, str | None]:
+    """(traceparent, None) when ``value`` is what the webhook wrote for ``namespace``, or what the
+    bind wrote for the pod ``uid``; only the latter when ``bound_only``. Else (None, rejection
+    reason). Pure apart from the key."""
     if len(value) > MAX_VALUE:
         return None, MALFORMED
-    traceparent, sep, _ = value.partition(";")
+    parts = value.split(";")
+    traceparent = parts[0]
     match = _TRACEPARENT.fullmatch(traceparent)
-    if not sep or match is None or set(match.group(1)) == {"0"} or set(match.group(2)) == {"0"}:
+    if (
+        len(parts) not in (2, 3)
+        or match is None
+        or set(match.group(1)) == {"0"}
+        or set(match.group(2)) == {"0"}
+        or (len(parts) == 3 and _UID.fullmatch(parts[1]) is None)
+    ):
         return None, MALFORMED
     if not _s.key:
         return None, NO_KEY
-    if not hmac.compare_digest(value.encode(), signed(_s.key, namespace, traceparent).encode()):
+    owner = parts[1] if len(parts) == 3 else ""
+    if owner:
+        expected = bound(_s.key, namespace, owner, traceparent)
+    else:
+        expected = signed(_s.key, namespace, traceparent)
+    if not hmac.compare_digest(value.encode(), expected.encode()):
         return None, FORGED
+    if owner and owner != uid:
+        return None, WRONG_POD
+    if not owner and bound_only:
+        return None, UNBOUND
     return traceparent, None
 
 
-def _pod_parent(pod: Mapping[str, Any]) -> Any:
-    """The pod's verified context, or an empty one (a trace of its own); rejections counted."""
-    from opentelemetry.context import Context
-    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
+Admit = Callable[[Mapping[str, Any], str], bool]
 
+
+def _verified(pod: Mapping[str, Any], bound_only: bool, admit: Admit | None) -> tuple[str | None, str | None]:
+    """``verify`` on the pod's own annotation, then ``admit``: (traceparent, None), (None, None)
+    when the pod carries none, or (None, reason)."""
     metadata = pod.get("metadata") or {}
     annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
     value = annotations.get(ANNOTATION) if isinstance(annotations, Mapping) else None
     if value is None:
-        return Context()
-    namespace = metadata.get("namespace")
-    traceparent, reason = verify(namespace if isinstance(namespace, str) else "", str(value))
+        return None, None
+    namespace, uid = metadata.get("namespace"), metadata.get("uid")
+    traceparent, reason = verify(
+        namespace if isinstance(namespace, str) else "", str(value), uid if isinstance(uid, str) else "",
+        bound_only=bound_only,
+    )
+    if traceparent is not None and admit is not None and not admit(pod, traceparent[3:35]):
+        return None, COPIED
+    return traceparent, reason
+
+
+def _pod_parent(pod: Mapping[str, Any], bound_only: bool, admit: Admit | None) -> Any:
+    """The pod's verified context, or an empty one (a trace of its own); rejections counted."""
+    from opentelemetry.context import Context
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
+
+    traceparent, reason = _verified(pod, bound_only, admit)
     if traceparent is None:
-        if _s.rejected is not None:
-            _s.rejected.labels(reason).inc()
-        where = f"{metadata.get('namespace')}/{metadata.get('name')}"
-        log.v(4).info("pod %s: trace context ignored: %s", where, reason)
+        if reason is not None:
+            if _s.rejected is not None:
+                _s.rejected.labels(reason).inc()
+            metadata = pod.get("metadata") or {}
+            log.v(4).info("pod %s/%s: trace context ignored: %s", metadata.get("namespace"),
+                          metadata.get("name"), reason)
         return Context()
     _, trace_id, span_id, flags = traceparent.split("-")
     remote = SpanContext(int(trace_id, 16), int(span_id, 16), True, TraceFlags(int(flags, 16)))
@@ -192,15 +242,37 @@ def _pod_parent(pod: Mapping[str, Any]) -> Any:
 
 
 def pod_span(
-    name: str, pod: Mapping[str, Any], start_ns: int = 0, attributes: Mapping[str, Any] | None = None
+    name: str,
+    pod: Mapping[str, Any],
+    start_ns: int = 0,
+    attributes: Mapping[str, Any] | None = None,
+    *,
+    bound_only: bool = False,
+    admit: Admit | None = None,
 ) -> Span | None:
-    """A started span in ``pod``'s trace (None when off); the caller ``end``s it."""
+    """A started span in ``pod``'s trace (None when off); the caller ``end``s it. ``bound_only``:
+    join only the bind's form, bound to this pod's UID. ``admit(pod, trace_id)``: whether this pod
+    may join that trace (the extender's check against the other pods carrying it)."""
     if _s.tracer is None:
         return None
     span = _s.tracer.start_span(
-        name, context=_pod_parent(pod), attributes=_attrs(pod, attributes), start_time=start_ns or None
+        name, context=_pod_parent(pod, bound_only, admit), attributes=_attrs(pod, attributes),
+        start_time=start_ns or None,
     )
     return span  # type: ignore[return-value]
+
+
+def bound_annotation(pod: Mapping[str, Any], admit: Admit | None = None) -> dict[str, str]:
+    """For the bind to write: the pod's context, when it joins (as ``pod_span`` with ``admit``
+    decides, sampled or not), bound to the pod's UID; ``{}`` when off or it joins none."""
+    if _s.tracer is None:
+        return {}
+    metadata = pod.get("metadata") or {}
+    uid, namespace = str(metadata.get("uid") or ""), str(metadata.get("namespace") or "")
+    traceparent, _ = _verified(pod, False, admit)
+    if traceparent is None or _UID.fullmatch(uid) is None:
+        return {}
+    return {ANNOTATION: bound(_s.key, namespace, uid, traceparent)}
 
 
 def own_span(name: str, attributes: Mapping[str, Any] | None = None) -> Span | None:
@@ -232,8 +304,10 @@ def webhook_span(namespace: str) -> tuple[Span | None, dict[str, str]]:
 def phase(
     parent: Span | None, name: str, start_ns: int, end_ns: int, attributes: Mapping[str, Any] | None = None
 ) -> None:
-    """A finished child span of ``parent``, timed by the caller (a bind phase)."""
-    if parent is None or _s.tracer is None:
+    """A finished child span of ``parent``, timed by the caller (a bind phase). None under an
+    unsampled parent: it would not be recorded either, and nine pods in ten are unsampled at the
+    chart's ratio."""
+    if parent is None or _s.tracer is None or not parent.is_recording():
         return
     from opentelemetry.trace import set_span_in_context
 

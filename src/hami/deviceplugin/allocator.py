@@ -228,7 +228,9 @@ class Allocator:
         """The Allocate's duration and (tracing on) its span in the pod's trace, or in a trace of its
         own when no pod was found. ``start``: (perf_counter, tracing.now_ns)."""
         attrs["k8s.node.name"] = self.node
-        span = tracing.pod_span(ALLOCATE_SPAN, pod or {}, start[1], attrs) if start[1] else None
+        span = None
+        if start[1]:  # only the bind's form joins: bound to this pod's UID
+            span = tracing.pod_span(ALLOCATE_SPAN, pod or {}, start[1], attrs, bound_only=True)
         duration = time.perf_counter() - start[0]
         self._metrics.allocate_duration.labels(self.node, result).observe(duration, tracing.exemplar(span))
         tracing.end(span, error)

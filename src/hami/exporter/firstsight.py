@@ -38,5 +38,5 @@ class FirstSight:
                 continue
             sighted.add((uid, container))
             where = {"k8s.container.name": container, "k8s.node.name": self.node}
-            tracing.end(tracing.pod_span(SPAN, pod, attributes=where))
+            tracing.end(tracing.pod_span(SPAN, pod, attributes=where, bound_only=True))
         self._seen = (present & self._seen) | sighted

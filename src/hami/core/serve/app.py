@@ -12,7 +12,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, choose_encode
 from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import exposition as openmetrics
 
-from hami.core import klog
+from hami.core import klog, tracing
 from hami.core.profiling import is_pprof_path, make_pprof_app
 from hami.core.serve.guard import Environ, StartResponse, WSGIApp
 from hami.core.serve.landing import Link, links, make_landing
@@ -26,6 +26,8 @@ ReadyCheck = Callable[[], bool | tuple[bool, str]]
 
 _TEXT = [("Content-Type", "text/plain; charset=utf-8")]
 _GZIP: Final = 16 + isal_zlib.MAX_WBITS  # window bits for a gzip header and trailer
+
+SCRAPE_SPAN: Final = "hami.metrics.scrape"  # each /metrics request with tracing on (docs/design/tracing.md)
 
 
 class Exposition(Protocol):
@@ -83,7 +85,12 @@ def make_app(
     def app(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
         if path == "/metrics":
-            return metrics(environ, start_response)
+            # a trace of its own with --enable-tracing: a scrape is no pod's work
+            span = tracing.own_span(SCRAPE_SPAN)
+            try:
+                return metrics(environ, start_response)
+            finally:
+                tracing.end(span)
         if path == "/":
             return landing(environ, start_response)
         if path == "/healthz":

@@ -11,7 +11,8 @@ phases ``node_lock`` and ``bind`` (the Binding with the annotations).
 With tracing on, the bind is a span in the pod's trace, with HAMi's phase spans
 (``hami.scheduler.bind.pod_lookup``, ``.node_lookup``, ``.node_lock``, ``.apiserver_bind``); HAMi's
 ``.patch_annotations`` has no span here, because no patch is made: the annotations ride in the
-Binding (docs/design/tracing.md).
+Binding (docs/design/tracing.md). Among them, the pod's trace context re-signed bound to its UID,
+the only form Allocate and the monitor join.
 
 On success the lock stays held: the device plugin releases it after Allocate (or it expires).
 Only the leader binds (§6.5); a follower answers with an error and writes nothing.
@@ -56,8 +57,8 @@ class _Trace:
     start_ns: int
     span: Any = None
 
-    def begin(self, pod: Mapping[str, Any]) -> None:
-        self.span = tracing.pod_span("hami.scheduler.bind", pod, self.start_ns)
+    def begin(self, pod: Mapping[str, Any], admit: tracing.Admit | None = None) -> None:
+        self.span = tracing.pod_span("hami.scheduler.bind", pod, self.start_ns, admit=admit)
 
     def phase(self, name: str, start_ns: int, attributes: Mapping[str, Any] | None = None) -> None:
         if self.span is not None:
@@ -161,7 +162,7 @@ class Binder:
             log.error("bind %s/%s: pod not found: %s", args.pod_namespace, args.pod_name, err)
             return str(err)
         if trace.start_ns:
-            trace.begin(pod)
+            trace.begin(pod, self.state.traces.admit)
             trace.phase("pod_lookup", trace.start_ns)
         phase = tracing.now_ns()
         node = self.state.get_node(args.node)
@@ -185,6 +186,8 @@ class Binder:
             annotations.update(assignment.annotations)
         annotations[ann.POD_BIND_PHASE] = ann.BIND_PHASE_ALLOCATING
         annotations[ann.POD_BIND_TIME] = str(int(time.time()))
+        if trace.start_ns:  # the context bound to the pod's UID: what Allocate and the monitor accept
+            annotations.update(tracing.bound_annotation(pod, self.state.traces.admit))
         gpus = request is not None  # the decision record follows HAMi pods only
         try:
             if request is not None and request.locks_node:

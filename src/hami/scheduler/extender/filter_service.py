@@ -194,7 +194,7 @@ class FilterService:
             if request is None:
                 outcome = "passthrough"
                 return passthrough(names, nodes)
-            span = tracing.pod_span("hami.scheduler.filter", pod, start_ns)
+            span = tracing.pod_span("hami.scheduler.filter", pod, start_ns, admit=self.state.traces.admit)
             if not self.state.synced.wait(self.sync_wait):
                 reply = {"Error": NOT_SYNCED} if nodes is None else _dry_result(error=NOT_SYNCED)
                 return reply

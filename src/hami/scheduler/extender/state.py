@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from hami.core import annotations as ann
-from hami.core import klog
+from hami.core import klog, tracing
 from hami.core.codec.errors import CodecError
 from hami.core.codec.mig import decode_mig_allocations
 from hami.core.codec.pod_devices import decode_pod_devices
@@ -39,6 +39,7 @@ from hami.scheduler.engine.quota import QuotaManager
 from hami.scheduler.engine.requests import pod_request
 from hami.scheduler.engine.usage import PodAllocation, UsageIndex, collapse_init_containers
 from hami.scheduler.extender.metrics import SchedulerMetrics
+from hami.scheduler.extender.traceowners import TraceOwners
 
 log = klog.get_logger(__name__)
 
@@ -145,6 +146,7 @@ class ClusterState:
         self.usage = ObservedUsage()
         self.quotas = QuotaManager(nvidia)
         self.assignments: dict[str, Assignment] = {}  # pod UID -> the filter's choice, until bound
+        self.traces = TraceOwners()  # which pod may join a trace context (filter and bind)
         self.synced = threading.Event()
         self.wake = threading.Event()  # register work is waiting (see ``take_register_work``)
         self._work_lock = threading.Lock()
@@ -342,6 +344,8 @@ class ClusterState:
 
     def _pod_update(self, _old: Obj, pod: Obj) -> None:
         self._track_pending(pod)
+        if tracing.enabled():  # only a traced filter or bind asks
+            self.traces.seen(pod)
         uid = uid_of(pod)
         phase = (pod.get("status") or {}).get("phase")
         if phase in ("Succeeded", "Failed"):
@@ -365,6 +369,8 @@ class ClusterState:
 
     def _pod_delete(self, pod: Obj) -> None:
         self._forget_pending(f"{namespace_of(pod)}/{name_of(pod)}")
+        if tracing.enabled():
+            self.traces.gone(pod)
         uid = uid_of(pod)
         self._released.discard(uid)
         self._logged.discard(uid)
