@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     for nodes in (int(n) for n in args.nodes.split(",")):
         work = Path(tempfile.mkdtemp(prefix=f"bench-vs-hami-{nodes}-"))
         policy = work / "audit-policy.yaml"
-        policy.write_text(yaml.safe_dump(AUDIT_POLICY))
+        policy.write_text(yaml.safe_dump(AUDIT_POLICY), encoding="utf-8")
         audit = work / "audit.log"
         audit_args = [f"--audit-policy-file={policy}", f"--audit-log-path={audit}", "--audit-log-format=json",
                       "--audit-log-mode=blocking"]  # fmt: skip

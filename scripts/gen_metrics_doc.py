@@ -111,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{DOC} is stale: run python scripts/gen_metrics_doc.py", file=sys.stderr)
             return 1
         return 0
-    DOC.write_text(text)
+    DOC.write_text(text, encoding="utf-8")
     return 0
 
 

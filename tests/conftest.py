@@ -60,7 +60,7 @@ def kube_client(kube_api: KubeAPIServer) -> Iterator[client.ApiClient]:
 def kube_config_file(kube_api: KubeAPIServer, tmp_path: Path) -> Path:
     """A kubeconfig file pointing at `kube_api` (for code that loads one, like the daemons)."""
     path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump(kube_api.kubeconfig(), sort_keys=False))
+    path.write_text(yaml.safe_dump(kube_api.kubeconfig(), sort_keys=False), encoding="utf-8")
     return path
 
 

@@ -1,6 +1,6 @@
-"""Every text file the code or the tests read names its encoding: without one Python uses the
-locale's, so a UTF-8 file (the runbooks, the golden outputs, metrics.md) reads differently, or fails,
-under another LANG."""
+"""Every text file the code or the tests read or write names its encoding: without one Python uses
+the locale's, so a UTF-8 file (the runbooks, the golden outputs, metrics.md) reads differently, or
+fails, under another LANG, and a file written under it is not the UTF-8 its readers expect."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ def _a_path(node: ast.expr) -> bool:
 
 
 def unnamed_encodings(source: str) -> list[int]:
-    """Lines of ``read_text``, ``open(...)`` and ``Path.open(...)`` reads of text with no encoding."""
+    """Lines of ``read_text``, ``write_text``, ``open(...)`` and ``Path.open(...)`` on text with no
+    encoding."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if not isinstance(node, ast.Call) or any(kw.arg == "encoding" for kw in node.keywords):
@@ -38,6 +39,8 @@ def unnamed_encodings(source: str) -> list[int]:
         func = node.func
         if isinstance(func, ast.Attribute) and func.attr == "read_text":
             bad = not node.args  # read_text("utf-8") names it positionally
+        elif isinstance(func, ast.Attribute) and func.attr == "write_text":
+            bad = len(node.args) < 2  # write_text(data, "utf-8") names it positionally
         elif isinstance(func, ast.Name) and func.id == "open":
             bad = len(node.args) < 4 and _text_mode(node, 1)
         elif isinstance(func, ast.Attribute) and func.attr == "open" and _a_path(func.value):
@@ -51,13 +54,14 @@ def unnamed_encodings(source: str) -> list[int]:
 
 def test_the_checker_sees_each_form() -> None:
     source = (
-        "p.read_text()\nopen(x)\nopen(x, 'w')\n(d / 'f').open('w')\n"
+        "p.read_text()\nopen(x)\nopen(x, 'w')\n(d / 'f').open('w')\np.write_text(s)\n"
         "p.read_text(encoding='utf-8')\nopen(x, 'rb')\np.read_text('utf-8')\nos.open(x, 1)\n"
+        "p.write_text(s, encoding='utf-8')\np.write_text(s, 'utf-8')\np.write_bytes(b)\n"
     )
-    assert unnamed_encodings(source) == [1, 2, 3, 4]
+    assert unnamed_encodings(source) == [1, 2, 3, 4, 5]
 
 
-def test_every_text_read_names_its_encoding() -> None:
+def test_every_text_read_and_write_names_its_encoding() -> None:
     bad = [
         f"{path.relative_to(ROOT)}:{line}"
         for tree in TREES

@@ -119,7 +119,7 @@ def go_reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if go is None:
         pytest.skip("go is not installed (Debian package golang-go)")
     home = tmp_path_factory.mktemp("gohome")
-    (home / "main.go").write_text(GO_REFERENCE)
+    (home / "main.go").write_text(GO_REFERENCE, encoding="utf-8")
     env = dict(os.environ, HOME=str(home), GOCACHE=str(home / "cache"), GOPATH=str(home / "gopath"))
     subprocess.run([go, "build", "-o", "durations", "main.go"], cwd=home, env=env, check=True, timeout=240,
                    capture_output=True)

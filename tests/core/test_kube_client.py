@@ -126,7 +126,7 @@ def test_kubeconfig_from_environment_reaches_the_server(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump(kube_api.kubeconfig()))
+    path.write_text(yaml.safe_dump(kube_api.kubeconfig()), encoding="utf-8")
     monkeypatch.setenv("KUBECONFIG", str(path))
     kube_api.store.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
     api = new_api_client(KubeOptions(), registry=registry)
@@ -144,7 +144,7 @@ def test_token_refresh_before_each_request_keeps_the_proxy_chosen_at_start(
     # The kubeconfig loader's refresh hook re-assigns the host before every request; that must
     # not re-read the proxy environment each time (it scans all of os.environ, per request).
     path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump(kube_api.kubeconfig()))
+    path.write_text(yaml.safe_dump(kube_api.kubeconfig()), encoding="utf-8")
     kube_api.store.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
     monkeypatch.delenv("HTTP_PROXY", raising=False)
     monkeypatch.delenv("http_proxy", raising=False)

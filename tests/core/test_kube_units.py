@@ -110,7 +110,7 @@ def test_kubeconfig_file_is_loaded(tmp_path: Path) -> None:
         "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:6443"}}],
         "users": [{"name": "u", "user": {"token": "s3cret"}}],
         "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-    }))
+    }), encoding="utf-8")
     api = new_api_client(KubeOptions(kubeconfig=str(path), user_agent="hami-test/1"),
                          registry=CollectorRegistry())
     try:

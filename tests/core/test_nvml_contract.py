@@ -312,7 +312,7 @@ def test_real_backend_without_driver_fails_at_init() -> None:
 
 def test_open_nvml_selects_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     spec = tmp_path / "node.yaml"
-    spec.write_text("devices:\n  - {uuid: GPU-x, name: Tesla T4, memory_mib: 15360}\n")
+    spec.write_text("devices:\n  - {uuid: GPU-x, name: Tesla T4, memory_mib: 15360}\n", encoding="utf-8")
     monkeypatch.setenv("HAMI_NVML", "fake")
     monkeypatch.setenv("HAMI_FAKE_NVML_SPEC", str(spec))
     with open_nvml() as nvml:

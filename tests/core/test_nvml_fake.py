@@ -239,7 +239,7 @@ def test_init_error_and_yaml_spec(tmp_path: Path) -> None:
         FakeNvml({"init_error": "DRIVER_NOT_LOADED", "devices": []})
     assert (info.value.call, info.value.code) == ("nvmlInit", "DRIVER_NOT_LOADED")
     path = tmp_path / "n.yaml"
-    path.write_text("devices:\n  - {uuid: GPU-y, memory_bytes: 1024, numa: 1}\n")
+    path.write_text("devices:\n  - {uuid: GPU-y, memory_bytes: 1024, numa: 1}\n", encoding="utf-8")
     assert FakeNvml(path).device(0).numa_node_id() == 1
 
 
@@ -277,7 +277,7 @@ def test_scheduled_events_from_the_spec_drive_a_fake_held_elsewhere(tmp_path: Pa
         "devices:\n  - {uuid: GPU-a, memory_mib: 1}\n  - {uuid: GPU-b, memory_mib: 1}\n"
         "events:\n  - {after_seconds: 0, device: 1, xid: 79, every_seconds: 0.05}\n"
         "  - {after_seconds: 0, device: 0, xid: 48}\n"
-    )
+    , encoding="utf-8")
     nvml = FakeNvml(path)
     events = nvml.event_set()
     events.register(nvml.device(1), EVENT_XID_CRITICAL)  # GPU-a is not registered: its Xid is not seen

@@ -149,7 +149,7 @@ def password_hash() -> str:
 
 
 def write_config(path: Path, text: str) -> str:
-    path.write_text(text)
+    path.write_text(text, encoding="utf-8")
     return str(path)
 
 
@@ -238,7 +238,7 @@ def test_certificate_reload(tmp_path: Path, registry: CollectorRegistry, servers
     assert served_certificate(srv) == first.public_bytes(Encoding.DER)
 
     # A half-written update (garbage certificate) keeps the old one in service.
-    (tmp_path / "tls.crt").write_text("not a certificate")
+    (tmp_path / "tls.crt").write_text("not a certificate", encoding="utf-8")
     assert served_certificate(srv) == first.public_bytes(Encoding.DER)
 
     second = issue(ca, "second", tmp_path / "tls.crt", tmp_path / "tls.key")
@@ -318,7 +318,7 @@ def test_root_is_a_landing_page_whose_every_link_opens(
 def test_basic_auth_guards_the_landing_page(tmp_path: Path, registry: CollectorRegistry,
                                             servers: list[Server], password_hash: str) -> None:
     cfg = tmp_path / "web.yml"
-    cfg.write_text(f"basic_auth_users: {{alice: '{password_hash}'}}\n")
+    cfg.write_text(f"basic_auth_users: {{alice: '{password_hash}'}}\n", encoding="utf-8")
     srv = serve_metrics("127.0.0.1:0", registry, web_config_file=str(cfg))
     servers.append(srv)
     assert requests.get(srv.url + "/", timeout=10).status_code == 401

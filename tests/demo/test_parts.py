@@ -55,7 +55,7 @@ def test_fast_rules_scale_every_for_and_group_interval_and_keep_everything_else(
     assert all(promconfig.seconds(new) * 60 == promconfig.seconds(old) for old, new in intervals.values())
     assert [g["name"] for g in fast["groups"] if "interval" in g] == list(intervals)
     path = tmp_path / "fast.yaml"
-    path.write_text(fast_text)
+    path.write_text(fast_text, encoding="utf-8")
     out = _promtool("check", "rules", str(path))
     assert out.returncode == 0, out.stdout + out.stderr
 
@@ -78,7 +78,7 @@ def test_prometheus_config_is_valid_for_promtool(tmp_path: Path) -> None:
     assert cfg["scrape_configs"][0]["static_configs"] == [{"targets": ["127.0.0.1:9394", "127.0.0.1:9494"]}]
     assert cfg["global"]["scrape_timeout"] == "1s"
     path = tmp_path / "prometheus.yml"
-    path.write_text(text)
+    path.write_text(text, encoding="utf-8")
     out = _promtool("check", "config", str(path))
     assert out.returncode == 0, out.stdout + out.stderr
 
@@ -99,7 +99,7 @@ def test_demo_alertmanager_keeps_the_shipped_inhibitions_and_sends_to_the_sink(t
         {"name": "hami", "webhook_configs": [{"url": "http://127.0.0.1:1234/", "send_resolved": True}]}
     ]
     path = tmp_path / "am.yml"
-    path.write_text(text)
+    path.write_text(text, encoding="utf-8")
     out = subprocess.run(
         [AMTOOL, "check-config", str(path)], capture_output=True, text=True, timeout=60, check=False
     )
@@ -247,13 +247,13 @@ def test_demo_fails_with_one_clear_line_when_a_port_is_taken(
 def test_demo_clears_only_its_own_workdir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     precious = tmp_path / "precious"
     precious.mkdir()
-    (precious / "notes.txt").write_text("keep me")
+    (precious / "notes.txt").write_text("keep me", encoding="utf-8")
     assert demo.main(["--workdir", str(precious)]) == 1
     assert "is not a demo directory" in capsys.readouterr().err
     assert (precious / "notes.txt").read_text(encoding="utf-8") == "keep me"
     run = tmp_path / "run"
     assert demo.reset_workdir(run) is None
-    (run / "old.log").write_text("previous run")
+    (run / "old.log").write_text("previous run", encoding="utf-8")
     assert demo.reset_workdir(run) is None
     assert sorted(p.name for p in run.iterdir()) == [demo.MARKER]
 

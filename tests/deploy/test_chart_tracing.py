@@ -46,7 +46,7 @@ def test_off_by_default() -> None:
 
 def test_on_every_daemon_traces_with_the_same_key(tmp_path: Path) -> None:
     values = tmp_path / "values.yaml"
-    values.write_text(yaml.safe_dump(ON))
+    values.write_text(yaml.safe_dump(ON), encoding="utf-8")
     objects = chart.render([values])
     assert not chart.validate(objects)
     secret = chart.find(objects, "Secret", f"{names.RELEASE}-trace-key")

@@ -219,7 +219,7 @@ def test_preferred_allocation_follows_the_scheduler(rig: Rig) -> None:
 def test_an_unpreparable_cache_dir_is_counted(rig: Rig) -> None:
     containers = rig.dir / "hook" / "vgpu" / "containers"
     containers.parent.mkdir(parents=True)
-    containers.write_text("not a directory")
+    containers.write_text("not a directory", encoding="utf-8")
     make_pod(rig, "p5", f"{U0},NVIDIA,1000,0:;")
     assert _fails(rig, [f"{U0}-0"]).startswith("failed to get allocate response: ")
     assert rig.metric("hami_deviceplugin_allocate_errors_total", reason="host_prepare_failed") == 1

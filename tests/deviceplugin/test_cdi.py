@@ -168,7 +168,7 @@ def test_an_unwritable_spec_directory_keeps_the_plugin_from_starting(
 ) -> None:
     client.CoreV1Api(kube_client).create_node({"metadata": {"name": NODE}})
     spec = short_dir / "nvml.yaml"
-    spec.write_text(yaml.safe_dump(NVML_SPEC))
+    spec.write_text(yaml.safe_dump(NVML_SPEC), encoding="utf-8")
     kubelet = FakeKubelet(short_dir)
     kubelet.start()
     daemon = Daemon(

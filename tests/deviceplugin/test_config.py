@@ -115,7 +115,7 @@ def test_missing_device_yaml_is_fatal_with_hamis_text(tmp_path: Path) -> None:
 
 def test_unreadable_node_json_empties_the_mode_as_hami_does(tmp_path: Path) -> None:
     bad = tmp_path / "config.json"
-    bad.write_text("{not json")
+    bad.write_text("{not json", encoding="utf-8")
     cfg, problem = load_config(PluginConfig(), "n", None, bad)
     assert cfg.operating_mode == ""
     assert problem is not None and "not JSON" in problem

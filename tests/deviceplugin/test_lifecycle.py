@@ -115,7 +115,7 @@ def test_a_failed_patch_is_retried(kube_api: KubeAPIServer, kube_client: Any, sh
 def test_mig_apply_lock_pauses_health_and_registration(rig: Rig) -> None:
     _registered(rig)
     lock = rig.plugin.settings.mig_apply_lock
-    lock.write_text("")
+    lock.write_text("", encoding="utf-8")
     before = rig.metric("hami_deviceplugin_register_total", result="unchanged")
     rig.nvml.inject_xid(1, 79)
     time.sleep(0.5)  # several health and register periods pass while paused
@@ -130,7 +130,7 @@ def test_filtered_and_wildcard_configured_node(
 ) -> None:
     (short_dir / "config.json").write_text(
         '{"nodeconfig":[{"name":"gpu-node-*","devicesplitcount":7,"filterdevices":{"index":[0]}}]}'
-    )
+    , encoding="utf-8")
     cfg, problem = load_config(PluginConfig(device_split_count=2), NODE, None, short_dir / "config.json")
     assert problem is None
     rig = start_rig(kube_api, kube_client, short_dir, cfg)

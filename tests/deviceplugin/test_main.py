@@ -67,11 +67,11 @@ def test_daemon_end_to_end(
 ) -> None:
     client.CoreV1Api(kube_client).create_node({"metadata": {"name": NODE}})
     spec = short_dir / "nvml.yaml"
-    spec.write_text(yaml.safe_dump(NVML_SPEC))
+    spec.write_text(yaml.safe_dump(NVML_SPEC), encoding="utf-8")
     device_config = short_dir / "device-config.yaml"
     device_config.write_text(
         "nvidia:\n  deviceSplitCount: 10\n  deviceMemoryScaling: 1.5\n  deviceCoreScaling: 1\n"
-    )
+    , encoding="utf-8")
     kubelet = FakeKubelet(short_dir)
     kubelet.start()
     cmd = [
@@ -137,7 +137,7 @@ def test_a_server_that_keeps_crashing_ends_the_process_as_hami_does(
 ) -> None:
     client.CoreV1Api(kube_client).create_node({"metadata": {"name": NODE}})
     spec = short_dir / "nvml.yaml"
-    spec.write_text(yaml.safe_dump(NVML_SPEC))
+    spec.write_text(yaml.safe_dump(NVML_SPEC), encoding="utf-8")
     kubelet = FakeKubelet(short_dir)
     kubelet.start()
     cmd = [

@@ -162,7 +162,7 @@ def test_bad_input_is_a_clear_error_a_counted_reason_and_nothing_made(  # noqa: 
     lock = rig.plugin.settings.mig_apply_lock
     try:
         if fail == "lock":
-            lock.write_text("")  # someone else is repartitioning
+            lock.write_text("", encoding="utf-8")  # someone else is repartitioning
         elif fail is not None:
             rig.nvml.fail(fail, code="INSUFFICIENT_RESOURCES", times=1)
         _pod(rig, "bad", allocations)

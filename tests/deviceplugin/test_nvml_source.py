@@ -52,7 +52,7 @@ def test_numa_falls_back_to_sysfs(tmp_path: Path) -> None:
     bus = nvml.device(1).pci_bus_id()
     node_dir = tmp_path / "bus" / "pci" / "devices" / bus[4:].lower()
     node_dir.mkdir(parents=True)
-    (node_dir / "numa_node").write_text("3\n")  # NVML would have said 1
+    (node_dir / "numa_node").write_text("3\n", encoding="utf-8")  # NVML would have said 1
     assert [f.numa for f in read_gpu_facts(nvml, tmp_path)] == [0, 3]
 
 

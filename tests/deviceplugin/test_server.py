@@ -129,7 +129,7 @@ def test_allocate_options_preferred_and_prestart(served: tuple[Backend, PluginSe
 
 def test_a_stale_socket_is_replaced(tmp_path: Path) -> None:
     stale = tmp_path / "nvidia-gpu.sock"
-    stale.write_text("left over")
+    stale.write_text("left over", encoding="utf-8")
     backend = Backend()
     server = PluginServer(backend, "nvidia.com/gpu", stale, workers=2)
     server.start()

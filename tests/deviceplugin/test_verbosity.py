@@ -28,8 +28,8 @@ def _run(level: int, api: KubeAPIServer, kube: Any, kubeconfig: Path, directory:
     core = client.CoreV1Api(kube)
     core.create_node({"metadata": {"name": NODE}})
     spec = directory / "nvml.yaml"
-    spec.write_text(yaml.safe_dump(NVML_SPEC))
-    (directory / "config.yaml").write_text("nvidia:\n  deviceSplitCount: 10\n")
+    spec.write_text(yaml.safe_dump(NVML_SPEC), encoding="utf-8")
+    (directory / "config.yaml").write_text("nvidia:\n  deviceSplitCount: 10\n", encoding="utf-8")
     kubelet = FakeKubelet(directory)
     kubelet.start()
     daemon = Daemon(

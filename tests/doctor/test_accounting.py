@@ -62,7 +62,7 @@ def hami_core_files(hook: Path) -> None:
     vgpu = hook / "vgpu"
     (vgpu / "containers" / "7c1e7f0a-3b2d-4c5e-8f90-a1b2c3d4e5f6_main").mkdir(parents=True)
     (vgpu / "libvgpu.so").write_bytes(b"\x7fELF")
-    (vgpu / "ld.so.preload").write_text(f"{vgpu}/libvgpu.so\n")
+    (vgpu / "ld.so.preload").write_text(f"{vgpu}/libvgpu.so\n", encoding="utf-8")
 
 
 def test_findings_compare_the_sources() -> None:

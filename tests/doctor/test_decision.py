@@ -15,7 +15,7 @@ from tests.doctor.doctorcluster import codes, hami_node, hami_pod, run_doctor, r
 
 def test_unschedulable_pod_gets_the_numbers_from_the_record(kube_api: KubeAPIServer, tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump(kube_api.kubeconfig()))
+    kubeconfig.write_text(yaml.safe_dump(kube_api.kubeconfig()), encoding="utf-8")
     kube_api.store.put(gpu_node("gpu-a", mem=40960))
     kube_api.store.put(gpu_node("gpu-b", mem=20480))
     with running(kube_api) as ext:
@@ -39,7 +39,7 @@ def test_unschedulable_pod_gets_the_numbers_from_the_record(kube_api: KubeAPISer
 
 def test_running_pod_is_reported_as_scheduled(kube_api: KubeAPIServer, tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump(kube_api.kubeconfig()))
+    kubeconfig.write_text(yaml.safe_dump(kube_api.kubeconfig()), encoding="utf-8")
     pod = gpu_pod("ok", mem=1000)
     pod["spec"]["schedulerName"] = "hami-scheduler"
     pod["spec"]["nodeName"] = "gpu-a"
@@ -53,7 +53,7 @@ def test_running_pod_is_reported_as_scheduled(kube_api: KubeAPIServer, tmp_path:
 
 def test_unreachable_scheduler_falls_back_to_events(kube_api: KubeAPIServer, tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump(kube_api.kubeconfig()))
+    kubeconfig.write_text(yaml.safe_dump(kube_api.kubeconfig()), encoding="utf-8")
     pod = gpu_pod("waiting", mem=1000)
     pod["spec"]["schedulerName"] = "hami-scheduler"
     kube_api.store.put(pod)
@@ -69,7 +69,7 @@ def test_the_doctor_judges_a_lock_by_the_schedulers_own_expiry(
     lock 10 minutes old holds the node under a 30m expiry (a warning, as HAMiNodeLockHeldTooLong fires),
     and holds nothing under the default 5m (info: the next bind takes it over)."""
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump(kube_api.kubeconfig()))
+    kubeconfig.write_text(yaml.safe_dump(kube_api.kubeconfig()), encoding="utf-8")
     kube_api.store.put(hami_node("n", lock="2025-06-13T09:00:00Z,default,owner"))
     kube_api.store.put(hami_pod("owner", node_name="n"))
     with running(kube_api, node_lock_timeout=timedelta(minutes=30)) as ext:

@@ -21,7 +21,7 @@ GOLDEN = Path(__file__).parent / "golden"
 def _check(name: str, text: str) -> None:
     path = GOLDEN / name
     if os.environ.get("HAMI_DOCTOR_GOLDEN") == "update":
-        path.write_text(text)
+        path.write_text(text, encoding="utf-8")
     assert text == path.read_text(encoding="utf-8")
 
 

@@ -64,7 +64,7 @@ def node_files(
     if library is not None:
         (vgpu / "libvgpu.so").write_bytes(library)
     if preload is not None:
-        (vgpu / "ld.so.preload").write_text(preload or f"{vgpu}/libvgpu.so\n")
+        (vgpu / "ld.so.preload").write_text(preload or f"{vgpu}/libvgpu.so\n", encoding="utf-8")
     if ctr_dir:
         (vgpu / "containers" / f"{UID}_main").mkdir(parents=True)
         if region:

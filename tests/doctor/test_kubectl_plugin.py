@@ -35,7 +35,7 @@ def kubeconfig(kube_api: KubeAPIServer, tmp_path: Path) -> Path:
     base = config["contexts"][0]["context"]
     config["contexts"].append({"name": "team", "context": {**base, "namespace": "team-a"}})
     path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     return path
 
 
@@ -93,5 +93,5 @@ def test_translate_keeps_the_doctors_own_flags() -> None:
 def test_an_unreadable_kubeconfig_means_the_default_namespace(tmp_path: Path) -> None:
     assert context_namespace(str(tmp_path / "absent"), None) == "default"
     bad = tmp_path / "bad"
-    bad.write_text("{not yaml")
+    bad.write_text("{not yaml", encoding="utf-8")
     assert context_namespace(str(bad), "team") == "default"

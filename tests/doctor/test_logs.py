@@ -104,9 +104,9 @@ def test_counts_and_first_occurrence_from_stdin() -> None:
 
 def test_exit_code_is_the_worst_level(tmp_path: Path) -> None:
     path = tmp_path / "dp.log"
-    path.write_text("I Successfully registered annotation\nW GetMemoryInfo not supported\n")
+    path.write_text("I Successfully registered annotation\nW GetMemoryInfo not supported\n", encoding="utf-8")
     assert run_doctor(None, "logs", str(path))[0] == 1
-    path.write_text("I Successfully registered annotation\n")
+    path.write_text("I Successfully registered annotation\n", encoding="utf-8")
     assert run_doctor(None, "logs", str(path))[0] == 0
     assert run_doctor(None, "logs", str(tmp_path / "missing.log"))[0] == 3
 
@@ -127,8 +127,8 @@ def test_python_dash_m_entry_point() -> None:
 
 
 def test_a_directory_is_read_file_by_file(tmp_path: Path) -> None:
-    (tmp_path / "scheduler.log").write_text("W node lock expired, releasing\nI nothing\n")
-    (tmp_path / "device-plugin.log").write_text("E patch node error forbidden\n")
+    (tmp_path / "scheduler.log").write_text("W node lock expired, releasing\nI nothing\n", encoding="utf-8")
+    (tmp_path / "device-plugin.log").write_text("E patch node error forbidden\n", encoding="utf-8")
     (tmp_path / "empty.d").mkdir()
     code, doc = run_json(None, "logs", str(tmp_path))
     assert code == 2

@@ -158,7 +158,7 @@ def test_context_flag_selects_the_cluster(api: KubeAPIServer, tmp_path: Path) ->
     cfg["contexts"].append({"name": "dead", "context": {"cluster": "dead", "user": "dead"}})
     cfg["current-context"] = "dead"
     path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump(cfg))
+    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
     api.store.put(hami_node("n"))
     code, _ = run_doctor(path, "node", "n", "--kube-timeout", "2")
     assert code == 4  # the current context's server does not answer

@@ -166,7 +166,7 @@ def test_flags_and_the_device_config_win(
     config.write_text(
         "nvidia:\n  resourceMemoryName: nvidia.com/gpumem\n  deviceMemoryScaling: 1.5\n"
         "  deviceSplitCount: 10\n  defaultMemory: 1024\n"
-    )
+    , encoding="utf-8")
     code, s, _ = _snapshot(
         kube_config_file,
         tmp_path,
@@ -236,7 +236,7 @@ def test_an_unreachable_cluster_is_exit_4(tmp_path: Path, capsys: pytest.Capture
         "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n"
         "users: [{name: u, user: {}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
         "current-context: x\n"
-    )
+    , encoding="utf-8")
     code = main(
         ["snapshot", "-o", str(tmp_path / "s.json"), "--kubeconfig", str(config), "--kube-timeout", "2"]
     )

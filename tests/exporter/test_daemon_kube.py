@@ -55,7 +55,7 @@ def test_daemon_attributes_pods_from_the_api(kube_api: KubeAPIServer, kube_confi
     spec.write_text(yaml.safe_dump({"devices": [
         {"uuid": GPU0, "name": "NVIDIA A100-SXM4-40GB", "memory_mib": 40960},
         {"uuid": GPU1, "name": "NVIDIA A100-SXM4-40GB", "memory_mib": 40960},
-    ]}))
+    ]}), encoding="utf-8")
     env = python_env(NODE_NAME=NODE, HOOK_PATH=str(hook), HAMI_NVML="fake", HAMI_FAKE_NVML_SPEC=str(spec))
     args = ["--kubeconfig", str(kube_config_file), "--metrics-bind-address", "127.0.0.1:0"]
     daemon = Daemon([sys.executable, "-m", "hami.exporter", *args], env)

@@ -73,7 +73,9 @@ def test_run_serves_api_client_metrics(
     kube_api: KubeAPIServer, kube_config_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spec = tmp_path / "nvml.yaml"
-    spec.write_text("devices:\n  - {uuid: GPU-0, name: Tesla V100-PCIE-32GB, memory_mib: 32768}\n")
+    spec.write_text(
+        "devices:\n  - {uuid: GPU-0, name: Tesla V100-PCIE-32GB, memory_mib: 32768}\n", encoding="utf-8"
+    )
     monkeypatch.setenv("HAMI_NVML", "fake")
     monkeypatch.setenv("HAMI_FAKE_NVML_SPEC", str(spec))
     cfg = load_config(

@@ -38,7 +38,7 @@ def make(tmp: Path, name: str, version: str = "v1.2", cache: str = "a.cache") ->
 def test_update_loads_regions_and_ignores_junk(tmp_path: Path) -> None:
     w = make(tmp_path, "uid1_main")
     (tmp_path / "containers" / "junkdir").mkdir()
-    (tmp_path / "containers" / "uid9_file").write_text("not a dir")
+    (tmp_path / "containers" / "uid9_file").write_text("not a dir", encoding="utf-8")
     (tmp_path / "containers" / "uid2_empty").mkdir()
     bad = tmp_path / "containers" / "uid3_bad"
     bad.mkdir()

@@ -74,7 +74,7 @@ def test_scan_finds_both_layouts_and_refuses_what_points_outside(tmp_path: Path)
     # a container "cgroup" that is a symlink to a directory outside the root, with dmem files of its own
     outside = tmp_path / "outside"
     outside.mkdir()
-    (outside / "dmem.current").write_text(f"{region_of(BUS0)} 999\n")
+    (outside / "dmem.current").write_text(f"{region_of(BUS0)} 999\n", encoding="utf-8")
     link = tmp_path / "cg" / CgroupTree.container_rel(UID_OTHER, CID_OTHER)
     link.parent.mkdir(parents=True)
     link.symlink_to(outside, target_is_directory=True)
@@ -246,8 +246,10 @@ def test_both_sources_beside_hami_core_and_the_gap(node: Node) -> None:
 
 def test_bad_input_is_counted_and_hides_no_other_container(node: Node) -> None:
     node.families()
-    (node.paths["other"] / "dmem.max").write_text("garbage line here\n")
-    (node.paths["other"] / "dmem.current").write_text(f"{region_of(BUS1)} {100 * MIB}\nnot-a-number x\n")
+    (node.paths["other"] / "dmem.max").write_text("garbage line here\n", encoding="utf-8")
+    (node.paths["other"] / "dmem.current").write_text(
+        f"{region_of(BUS1)} {100 * MIB}\nnot-a-number x\n", encoding="utf-8"
+    )
     link = node.cg / CgroupTree.container_rel("0a1b2c3d-0000-4000-8000-00000000000f", "f" * 64)
     link.parent.mkdir(parents=True)
     link.symlink_to("/", target_is_directory=True)
@@ -290,7 +292,7 @@ def test_driver_limited_container_is_not_unlimited(node: Node) -> None:
     procs = node.cg.parent / "proc"
     (procs / "4242").mkdir(parents=True)
     rel = CgroupTree.container_rel(UID_DRV, CID_DRV)
-    (procs / "4242" / "cgroup").write_text(f"0::/{rel}\n")
+    (procs / "4242" / "cgroup").write_text(f"0::/{rel}\n", encoding="utf-8")
     node.nvml.set_processes(0, [(4242, 1024 * MIB)])
     node.collector._proc_root = str(procs)
     assert node.families()["hami_vgpu_unlimited_processes"].rows == []

@@ -143,7 +143,7 @@ def test_golden_exposition(
     text = generate_latest(registry).decode()
     path = GOLDEN / ("monitor_legacy.prom" if legacy else "monitor.prom")
     if os.environ.get("HAMI_UPDATE_GOLDEN"):
-        path.write_text(text)
+        path.write_text(text, encoding="utf-8")
     assert text == path.read_text(encoding="utf-8")
     # the rendered path of a twin, cold then with its caches warm, writes the same bytes, scrape by scrape
     twin = MonitorCollector(

@@ -113,7 +113,7 @@ def test_mig_apply_lock_pauses_rescan_and_writes(tmp_path: Path, caplog: pytest.
     loop = FeedbackLoop(lister, lambda: None, mig_lock=str(lock))
     loop.prepare()
     assert lock.parent.is_dir() and lock.parent.stat().st_mode & 0o777 == 0o755
-    lock.write_text("")
+    lock.write_text("", encoding="utf-8")
     with caplog.at_level(logging.INFO):
         loop.tick()
         loop.tick()

@@ -41,7 +41,7 @@ def test_processes_outside_pods_have_no_owner(tmp_path: Path) -> None:
     assert parse_cgroup("0::/system.slice/sshd.service\n") is None
     assert parse_cgroup(f"0::/kubepods.slice/kubepods-pod{UID}.slice\n") is None  # the pod, no container
     (tmp_path / "42").mkdir()
-    (tmp_path / "42" / "cgroup").write_text(f"0::/kubepods/pod{UID}/{CID}\n")
+    (tmp_path / "42" / "cgroup").write_text(f"0::/kubepods/pod{UID}/{CID}\n", encoding="utf-8")
     assert owner_of(42, str(tmp_path)) == (UID, CID)
     assert owner_of(43, str(tmp_path)) is None  # exited between NVML and /proc
 
@@ -109,7 +109,7 @@ def test_the_monitor_exports_them(tmp_path: Path) -> None:
     side = "5e" * 32
     for pid, cid in ((4001, CID), (4002, CID), (4003, side)):
         (proc / str(pid)).mkdir(parents=True)
-        (proc / str(pid) / "cgroup").write_text(f"0::/kubepods/pod{UID}/{cid}\n")
+        (proc / str(pid) / "cgroup").write_text(f"0::/kubepods/pod{UID}/{cid}\n", encoding="utf-8")
     pod = _pod(UID, {"main": CID, "side": side}, f"{GPU},NVIDIA,1000,30:;{GPU},NVIDIA,500,0:;")
     nvml = FakeNvml({"devices": [{"uuid": GPU, "memory_mib": 16384, "processes": [
         {"pid": 4001, "used_mib": 100}, {"pid": 4002, "used_mib": 100}, {"pid": 4003, "used_mib": 100},

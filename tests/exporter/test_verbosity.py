@@ -56,7 +56,7 @@ def node(kube_api: KubeAPIServer, tmp_path: Path) -> Any:
                 ]
             }
         )
-    )
+    , encoding="utf-8")
     yield hook, spec
     writer.close()
 

@@ -42,5 +42,5 @@ def api_cluster(workdir: Path, real: bool | None = None) -> Iterator[ApiCluster]
         return
     with KubeAPIServer() as api:
         kubeconfig = workdir / "kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump(api.kubeconfig()))
+        kubeconfig.write_text(yaml.safe_dump(api.kubeconfig()), encoding="utf-8")
         yield ApiCluster("emulator", api.url, requests.Session(), kubeconfig)

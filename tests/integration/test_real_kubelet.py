@@ -83,9 +83,9 @@ def test_the_device_plugin_registers_with_a_real_kubelet_which_calls_allocate_fo
     hook = tmp_path / "hook"
     (hook / "vgpu").mkdir(parents=True)
     (hook / "vgpu" / "libvgpu.so").write_bytes(b"")  # busybox is static: nothing is preloaded
-    (hook / "vgpu" / "ld.so.preload").write_text("")
+    (hook / "vgpu" / "ld.so.preload").write_text("", encoding="utf-8")
     spec = tmp_path / "fake-nvml.yaml"
-    spec.write_text(yaml.safe_dump(cluster.fake_nvml_spec(CARDS)))
+    spec.write_text(yaml.safe_dump(cluster.fake_nvml_spec(CARDS)), encoding="utf-8")
     plugin = cp.procs.start("device-plugin", [
         sys.executable, "-u", "-m", "hami.deviceplugin", "--node-name", NODE, "--nvml", "fake",
         "--fake-nvml-spec", str(spec), "--device-plugin-path", f"{real_kubelet.plugin_dir}/",

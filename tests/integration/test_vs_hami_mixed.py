@@ -63,7 +63,7 @@ class Peers:
             self.stack.enter_context(hamipeer.LeaseKeeper(api.url))
             self.leases.add(api.url)
         kubeconfig = self.group.log_dir / f"{which}-kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump(api.kubeconfig()))
+        kubeconfig.write_text(yaml.safe_dump(api.kubeconfig()), encoding="utf-8")
         ext = hamipeer.start(which, self.group, kubeconfig, self.setup, binary=self.binary, verbosity=1,
                              extra_flags=["--kube-qps=-1"])  # fmt: skip
         return apiside.Side(which, api.url, ext.url, ext.metrics_url)

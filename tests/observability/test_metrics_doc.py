@@ -56,7 +56,7 @@ def test_doc_is_generated_from_the_code() -> None:
 
 def test_check_fails_on_drift(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     stale = tmp_path / "metrics.md"
-    stale.write_text(gen.render().replace("hami_vgpu_processes", "hami_vgpu_procs"))
+    stale.write_text(gen.render().replace("hami_vgpu_processes", "hami_vgpu_procs"), encoding="utf-8")
     monkeypatch.setattr(gen, "DOC", stale)
     assert gen.main(["--check"]) == 1
 

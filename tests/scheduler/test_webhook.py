@@ -197,7 +197,7 @@ def test_device_config_webhook_fields_reach_the_pod_through_the_api_server(
 ) -> None:
     """--device-config-file → /webhook → the answered JSON patch applied by the API server."""
     config = tmp_path / "device-config.yaml"
-    config.write_text(DEVICE_CONFIG)
+    config.write_text(DEVICE_CONFIG, encoding="utf-8")
     opts = options(build_parser().parse_args(["--device-config-file", str(config)]))
     pod = gpu_pod("mixed", mem=None)
     pod["spec"]["containers"][0]["env"] = [{"name": "A", "value": "a"}]

@@ -35,7 +35,7 @@ def kubelet(kube_api: KubeAPIServer, kube_config_file: Path) -> Iterator[Kubelet
     directory = Path(tempfile.mkdtemp(prefix="dp", dir="/tmp"))  # unix socket paths stay short
     kube_api.store.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
     spec = directory / "nvml.yaml"
-    spec.write_text(yaml.safe_dump(cluster.fake_nvml_spec(1)))
+    spec.write_text(yaml.safe_dump(cluster.fake_nvml_spec(1)), encoding="utf-8")
     stand_in = Kubelet(directory, kube_api.url, NODE)
     stand_in.start()
     log = directory / "plugin.log"

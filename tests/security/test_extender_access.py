@@ -72,7 +72,7 @@ def test_the_schedulers_metrics_port_takes_the_web_config(
     web.write_text(json.dumps({
         "tls_server_config": {"cert_file": str(tls.cert), "key_file": str(tls.key)},
         "basic_auth_users": {"prometheus": hashed},
-    }))
+    }), encoding="utf-8")
     args = build_parser().parse_args([
         "--web.config.file", str(web), "--metrics-bind-address", "127.0.0.1:0",
         "--http_bind", "127.0.0.1:0", "--web.max-connections", "64",

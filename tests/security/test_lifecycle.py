@@ -80,7 +80,7 @@ def test_the_device_plugin_exits_at_once_when_its_port_is_taken(
     tmp_path: Path, kube_config_file: Path, taken_port: int
 ) -> None:
     spec = tmp_path / "nvml.yaml"
-    spec.write_text(yaml.safe_dump(cluster.fake_nvml_spec(1)))
+    spec.write_text(yaml.safe_dump(cluster.fake_nvml_spec(1)), encoding="utf-8")
     log = tmp_path / "plugin.log"
     code = run_until_exit(
         ["-m", "hami.deviceplugin", "--node-name", "n1", "--nvml", "fake", "--fake-nvml-spec", str(spec),

@@ -145,7 +145,7 @@ def test_a_body_that_never_arrives_is_answered_408(
 def test_a_password_longer_than_72_bytes_is_a_401(tmp_path: Path) -> None:
     hashed = bcrypt.hashpw(b"secret", bcrypt.gensalt(rounds=4)).decode()
     config_file = tmp_path / "web.yml"
-    config_file.write_text(f"basic_auth_users:\n  prometheus: '{hashed}'\n")
+    config_file.write_text(f"basic_auth_users:\n  prometheus: '{hashed}'\n", encoding="utf-8")
     with serve_metrics("127.0.0.1:0", CollectorRegistry(), web_config_file=str(config_file)) as server:
         for password in ("x" * 73, "secret" + "x" * 100, "é" * 40):
             token = base64.b64encode(f"prometheus:{password}".encode()).decode()

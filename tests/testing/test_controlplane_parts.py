@@ -41,10 +41,10 @@ def test_cached_binaries_are_reused_without_go(tmp_path: Path, monkeypatch: pyte
     bin_dir = build.cache_dir() / "bin"
     bin_dir.mkdir(parents=True)
     for name in build.BINARIES:
-        (bin_dir / name).write_text("#!/bin/sh\n")
+        (bin_dir / name).write_text("#!/bin/sh\n", encoding="utf-8")
         (bin_dir / name).chmod(stat.S_IRWXU)
     assert build.cached() is None  # not complete until the marker is written
-    (bin_dir / ".complete").write_text("done\n")
+    (bin_dir / ".complete").write_text("done\n", encoding="utf-8")
     assert build.ensure(progress=lambda _: None).kubectl == bin_dir / "kubectl"
 
 
@@ -58,7 +58,7 @@ def test_no_go_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 
 def test_an_old_go_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake = tmp_path / "go"
-    fake.write_text("#!/bin/sh\necho go1.19.8\n")
+    fake.write_text("#!/bin/sh\necho go1.19.8\n", encoding="utf-8")
     fake.chmod(stat.S_IRWXU)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     real_access = os.access  # and no /usr/local/go

@@ -62,7 +62,7 @@ def test_defrag_command_prints_the_plan(demo_snapshot: Path, capsys: pytest.Capt
 
 def test_a_bad_snapshot_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.json"
-    bad.write_text("{}")
+    bad.write_text("{}", encoding="utf-8")
     assert tune(["defrag", "--snapshot", str(bad)]) == 2
     assert capsys.readouterr().err.startswith("hami-tune defrag: bad snapshot:")
 

@@ -144,7 +144,7 @@ def test_busy_cluster_fires_each_row(
     busy_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     current = tmp_path / "values.yaml"
-    current.write_text("devices:\n  nvidia:\n    libCudaLogLevel: 3\n")
+    current.write_text("devices:\n  nvidia:\n    libCudaLogLevel: 3\n", encoding="utf-8")
     code, recs = _json(capsys, busy_url, "--values", str(current))
     assert code == 3  # the lock rule has no data
 
@@ -258,7 +258,7 @@ def test_values_file_renders_with_the_chart_and_each_value_lands(
     busy_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     current = tmp_path / "current.yaml"
-    current.write_text("devices:\n  nvidia:\n    libCudaLogLevel: 3\n")
+    current.write_text("devices:\n  nvidia:\n    libCudaLogLevel: 3\n", encoding="utf-8")
     tuned = _values_file(capsys, tmp_path, busy_url, "--values", str(current))
     doc = yaml.safe_load(tuned.read_text(encoding="utf-8"))
     # Only the keys the recommendations change (the SM-use rules keep theirs).

@@ -201,9 +201,9 @@ def test_patch_output_rewrites_only_the_recommended_fields(
 ) -> None:
     current = tmp_path / "device-config.yaml"
     current.write_text("nvidia:\n  resourceCountName: nvidia.com/gpu\n  deviceSplitCount: 10\n"
-                       "  deviceMemoryScaling: 1.0\n  libCudaLogLevel: 0\n")  # fmt: skip
+                       "  deviceMemoryScaling: 1.0\n  libCudaLogLevel: 0\n", encoding="utf-8")  # fmt: skip
     nodes = tmp_path / "config.json"
-    nodes.write_text('{"nodeconfig": [{"name": "n2", "devicesplitcount": 4}]}')
+    nodes.write_text('{"nodeconfig": [{"name": "n2", "devicesplitcount": 4}]}', encoding="utf-8")
     args = ["--prometheus-url", prom_url, "--time", str(END), "--window", WINDOW, "--output", "patch"]
     assert main([*args, "--device-config", str(current), "--node-config", str(nodes)]) == 0
     device, node = yaml.safe_load_all(capsys.readouterr().out)
@@ -362,7 +362,7 @@ def test_verify_with_a_bad_snapshot_stops_before_querying(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bad = tmp_path / "bad.json"
-    bad.write_text("{}")
+    bad.write_text("{}", encoding="utf-8")
     url = f"http://127.0.0.1:{free_port()}"
     assert main(["--prometheus-url", url, "--verify", str(bad)]) == 2
     err = capsys.readouterr().err

@@ -100,7 +100,7 @@ def build(timeout: float = BUILD_TIMEOUT_S) -> Path:
         go, gotoolchain = toolchain()
         env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": gotoolchain}
         if not (work / "go.mod").exists():
-            (work / "go.mod").write_text("module hami.local/jaeger-tool\n\ngo 1.24.6\n")
+            (work / "go.mod").write_text("module hami.local/jaeger-tool\n\ngo 1.24.6\n", encoding="utf-8")
         for step in (
             [go, "get", "-tool", f"{MODULE}@{VERSION}"], [go, "build", "-o", "bin/jaeger.tmp", MODULE]
         ):
@@ -158,7 +158,7 @@ class Jaeger:
     def start(self, timeout: float = 120.0) -> Jaeger:
         ports = [free_port() for _ in range(3)]
         path = self.work / "jaeger.yaml"
-        path.write_text(yaml.safe_dump(config(*ports), sort_keys=False))
+        path.write_text(yaml.safe_dump(config(*ports), sort_keys=False), encoding="utf-8")
         self.group.start("jaeger", [str(self.binary), "--config", str(path)])
         self.otlp_endpoint = f"http://127.0.0.1:{ports[0]}"
         self.query_url = f"http://127.0.0.1:{ports[1]}"

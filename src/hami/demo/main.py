@@ -261,7 +261,7 @@ def reset_workdir(workdir: Path) -> str | None:
             return f"{workdir} exists and is not a demo directory (no {MARKER}); choose another --workdir"
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
-    (workdir / MARKER).write_text("created by python -m hami.demo; emptied at each start\n")
+    (workdir / MARKER).write_text("created by python -m hami.demo; emptied at each start\n", encoding="utf-8")
     return None
 
 

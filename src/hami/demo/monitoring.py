@@ -30,7 +30,7 @@ def alertmanager_argv(work: Path, bind: str, url: str, receiver: str, fast: bool
             receiver,
             group_wait="1s" if fast else "10s",
         )
-    )
+    , encoding="utf-8")
     return [
         ALERTMANAGER,
         f"--config.file={config}",
@@ -63,7 +63,7 @@ def prometheus_argv(
     config = work / "prometheus.yml"
     config.write_text(
         promconfig.prometheus_config(targets, [rules], alertmanager, scrape_interval, evaluation_interval)
-    )
+    , encoding="utf-8")
     return [
         PROMETHEUS,
         f"--config.file={config}",

@@ -304,7 +304,7 @@ class Stack:
 
     def _start_deviceplugin(self) -> None:
         node_config = self.work / "deviceplugin-node-config.json"
-        node_config.write_text(node_config_json(self.opts.scenarios))
+        node_config.write_text(node_config_json(self.opts.scenarios), encoding="utf-8")
         nvml = cluster.write_fake_nvml_spec(
             self.work / "fake-nvml.yaml", self.opts.gpus, self.opts.scenarios, self.opts.xid_every
         )

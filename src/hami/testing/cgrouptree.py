@@ -38,10 +38,10 @@ class CgroupTree:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         controllers = "cpuset cpu io memory hugetlb pids rdma misc" + (" dmem" if dmem else "")
-        (self.root / "cgroup.controllers").write_text(controllers + "\n")
+        (self.root / "cgroup.controllers").write_text(controllers + "\n", encoding="utf-8")
         if dmem:
             lines = "".join(f"{region_of(pci)} {size}\n" for pci, size in sorted((capacity or {}).items()))
-            (self.root / "dmem.capacity").write_text(lines)
+            (self.root / "dmem.capacity").write_text(lines, encoding="utf-8")
         self.dmem = dmem
 
     @staticmethod
@@ -63,7 +63,7 @@ class CgroupTree:
         """A container cgroup; ``devices``: PCI bus id -> its dmem accounting (dmem trees only)."""
         path = self.root / self.container_rel(pod_uid, container_id, systemd=systemd)
         path.mkdir(parents=True, exist_ok=True)
-        (path / "cgroup.procs").write_text("")
+        (path / "cgroup.procs").write_text("", encoding="utf-8")
         self.set_dmem(path, devices or {})
         return path
 
@@ -80,7 +80,7 @@ class CgroupTree:
             files["max"].append(f"{region} {'max' if lim.hard is None else lim.hard}\n")
         for name, lines in files.items():
             tmp = path / f".dmem.{name}.tmp"
-            tmp.write_text("".join(lines))
+            tmp.write_text("".join(lines), encoding="utf-8")
             os.replace(tmp, path / f"dmem.{name}")
 
     def remove(self, path: Path) -> None:

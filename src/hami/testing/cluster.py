@@ -170,7 +170,7 @@ def write_fake_nvml_spec(
         if xid_every > 0:
             event = {"after_seconds": xid_every, "device": gpus - 1, "xid": XID_FALLEN_OFF_BUS}
             spec["events"] = [{**event, "every_seconds": xid_every}]
-        path.write_text(yaml.safe_dump(spec, sort_keys=False))
+        path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
     return path
 
 

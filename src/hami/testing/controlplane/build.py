@@ -232,10 +232,10 @@ def _build(progress: Progress) -> Binaries:
     )
     with tempfile.TemporaryDirectory(prefix="build-", dir=target) as tmp:
         work = Path(tmp)
-        (work / "go.mod").write_text(go_mod())
-        (work / "tools.go").write_text(TOOLS_GO)
+        (work / "go.mod").write_text(go_mod(), encoding="utf-8")
+        (work / "tools.go").write_text(TOOLS_GO, encoding="utf-8")
         (work / "etcd").mkdir()
-        (work / "etcd" / "main.go").write_text(ETCD_MAIN)
+        (work / "etcd" / "main.go").write_text(ETCD_MAIN, encoding="utf-8")
         run_go([go, "mod", "tidy"], work, "go mod tidy (module downloads)", progress, toolchain=toolchain)
         out = work / "bin"
         out.mkdir()
@@ -251,7 +251,7 @@ def _build(progress: Progress) -> Binaries:
                 raise BuildError(f"the built {name} does not run: {check.stdout}{check.stderr}")
         # what they were built from
         (out / "go.mod").write_text((work / "go.mod").read_text(encoding="utf-8"), encoding="utf-8")
-        (out / ".complete").write_text(f"{K8S_VERSION} {ETCD_VERSION}\n")
+        (out / ".complete").write_text(f"{K8S_VERSION} {ETCD_VERSION}\n", encoding="utf-8")
         final = target / "bin"
         if final.exists():
             shutil.rmtree(final)

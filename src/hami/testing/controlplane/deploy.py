@@ -81,8 +81,8 @@ class Hami:
             spec = cluster.fake_nvml_spec(gpus)
             for i, device in enumerate(spec["devices"]):
                 device["uuid"] = f"GPU-{node}-{i}"
-            (work / "fake-nvml.yaml").write_text(yaml.safe_dump(spec))
-            (work / "node-config.json").write_text('{"nodeconfig": []}\n')
+            (work / "fake-nvml.yaml").write_text(yaml.safe_dump(spec), encoding="utf-8")
+            (work / "node-config.json").write_text('{"nodeconfig": []}\n', encoding="utf-8")
             standin = ["--dir", str(plugins), "--api", api, "--node", node]
             kubelet = self.cp.procs.python(f"kubelet-{node}", "hami.testing.kubelet", standin)
             ready = self.cp.ready_timeout

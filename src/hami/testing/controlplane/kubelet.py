@@ -61,11 +61,11 @@ def ensure_kubelet(progress: build.Progress = build.to_stderr) -> Path:
     progress(f"building kubelet {build.K8S_VERSION} into {path.parent} (once)")
     with tempfile.TemporaryDirectory(prefix="build-", dir=path.parent) as tmp:
         work = Path(tmp)
-        (work / "go.mod").write_text(build.go_mod())
+        (work / "go.mod").write_text(build.go_mod(), encoding="utf-8")
         tools = build.TOOLS_GO.replace(")\n", '\t_ "k8s.io/kubernetes/cmd/kubelet"\n)\n')
-        (work / "tools.go").write_text(tools)
+        (work / "tools.go").write_text(tools, encoding="utf-8")
         (work / "etcd").mkdir()
-        (work / "etcd" / "main.go").write_text(build.ETCD_MAIN)
+        (work / "etcd" / "main.go").write_text(build.ETCD_MAIN, encoding="utf-8")
         build.run_go([go, "mod", "tidy"], work, "go mod tidy", progress, toolchain=toolchain)
         argv = [go, "build", "-v", "-ldflags", build.ldflags(), "-o", str(work / "kubelet"),
                 "k8s.io/kubernetes/cmd/kubelet"]  # fmt: skip
@@ -242,9 +242,9 @@ class RealKubelet:
         (self.root / "net.d").mkdir(parents=True)
         (self.root / "net.d" / "10-loopback.conflist").write_text(json.dumps(
             {"cniVersion": "0.4.0", "name": "hami-loopback", "plugins": [{"type": "loopback"}]}
-        ))  # fmt: skip
+        ), encoding="utf-8")  # fmt: skip
         config = self.root / "containerd.toml"
-        config.write_text(containerd_config(self.root, self.sock))
+        config.write_text(containerd_config(self.root, self.sock), encoding="utf-8")
         self.containerd = self.cp.procs.start("containerd", ["containerd", "--config", str(config)])
         wait_until(self.sock.exists, READY_S, "containerd's socket", interval=0.2)
         for name, entry in ((PAUSE_IMAGE, ["/bin/sleep", "2147483647"]), (BUSYBOX_IMAGE, ["/bin/sh"])):
@@ -257,7 +257,8 @@ class RealKubelet:
         kubeconfig = self.cp.kubeconfig_for(f"system:node:{self.node}", ["system:nodes"])
         kconfig = self.root / "kubelet.yaml"
         healthz = free_port()
-        kconfig.write_text(yaml.safe_dump(kubelet_config(self.cp, self.sock, free_port(), healthz)))
+        config = kubelet_config(self.cp, self.sock, free_port(), healthz)
+        kconfig.write_text(yaml.safe_dump(config), encoding="utf-8")
         argv = [
             str(binary), "--config", str(kconfig), "--kubeconfig", str(kubeconfig),
             "--root-dir", str(self.kubelet_root), "--hostname-override", self.node, "--v", "2",

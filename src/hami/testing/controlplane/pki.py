@@ -82,6 +82,6 @@ def kubeconfig(server: str, ca: Path, cert: Path, key: Path, user: str) -> dict[
 
 
 def write_kubeconfig(path: Path, config: dict[str, Any]) -> Path:
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     path.chmod(0o600)
     return path

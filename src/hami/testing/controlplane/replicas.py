@@ -140,7 +140,7 @@ def start_replica(hami: Hami, name: str, *, scheduler_name: str, lease: str) -> 
     config = cp.work / f"kube-scheduler-{name}.yaml"
     kubeconfig = cp.kubeconfig_for(EXTENDER_SA, SA_GROUPS)
     text = kube_scheduler_config(hami, replica.ports["extender"], scheduler_name, lease)
-    config.write_text(schedconfig.with_kubeconfig(text, kubeconfig))
+    config.write_text(schedconfig.with_kubeconfig(text, kubeconfig), encoding="utf-8")
     replica.ports["kube-scheduler"] = port = free_port()
     assert cp.binaries is not None
     argv = [

@@ -185,7 +185,7 @@ class ControlPlane:
     def _apiserver_argv(self) -> list[str]:
         assert self.binaries is not None and self.pki is not None and self.egress is not None
         egress = self.work / "egress-selector.yaml"
-        egress.write_text(egress_config(self.egress.path))
+        egress.write_text(egress_config(self.egress.path), encoding="utf-8")
         p = self.pki
         return [
             str(self.binaries.kube_apiserver),
@@ -237,7 +237,7 @@ class ControlPlane:
         assert self.binaries is not None
         kubeconfig = self.kubeconfig_for(user, groups)
         config = self.work / "kube-scheduler.yaml"
-        config.write_text(schedconfig.with_kubeconfig(config_yaml, kubeconfig))
+        config.write_text(schedconfig.with_kubeconfig(config_yaml, kubeconfig), encoding="utf-8")
         self.ports["kube-scheduler"] = port = free_port()
         cert, key = self._pki().serving("kube-scheduler")
         argv = [

@@ -57,7 +57,7 @@ class ChartFiles:
             (mounts[mount] / "ca.crt").write_bytes(ca.ca.read_bytes())
         device = _find(objects, "ConfigMap", names.DEVICE_CONFIGMAP)
         for key, text in device["data"].items():
-            (mounts["/device-config"] / key).write_text(text)
+            (mounts["/device-config"] / key).write_text(text, encoding="utf-8")
         return cls(mounts, ca.ca)
 
     def local(self, path: str) -> str:

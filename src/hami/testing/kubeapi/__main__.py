@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     with KubeAPIServer(args.host, args.port, history=args.history, log_dir=args.log_dir) as server:
         if args.kubeconfig is not None:
             args.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
-            args.kubeconfig.write_text(yaml.safe_dump(server.kubeconfig(), sort_keys=False))
+            args.kubeconfig.write_text(yaml.safe_dump(server.kubeconfig(), sort_keys=False), encoding="utf-8")
         print(SERVING_PREFIX + server.url, flush=True)
         done.wait()
     return 0
