@@ -9,7 +9,16 @@ import pytest
 import yaml
 
 from hami.testing.kubeapi import KubeAPIServer
-from tests.doctor.doctorcluster import OLD_HANDSHAKE, UUID0, codes, hami_node, hami_pod, run_doctor, run_json
+from tests.doctor.doctorcluster import (
+    OLD_HANDSHAKE,
+    REGISTER,
+    UUID0,
+    codes,
+    hami_node,
+    hami_pod,
+    run_doctor,
+    run_json,
+)
 
 
 def _dev(**fields: object) -> str:
@@ -81,7 +90,8 @@ def test_device_table_has_the_guide_columns(api: KubeAPIServer, kube_config_file
     api.store.put(hami_node("n"))
     _, doc = run_json(kube_config_file, "node", "n")
     table = doc["sections"][0]["tables"][0]
-    assert table["headers"] == ["ID", "Index", "Count", "Devmem", "Devcore", "Type", "Numa", "Mode", "Health"]
+    guide = ["ID", "Index", "Count", "Devmem", "Devcore", "Type", "Numa", "Mode", "Health"]
+    assert table["headers"] == [*guide, "Enforcement"]  # the guide's, in its order, then ours
     assert table["rows"][1] == [
         "GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448",
         "1",
@@ -92,7 +102,17 @@ def test_device_table_has_the_guide_columns(api: KubeAPIServer, kube_config_file
         "1",
         "hami-core",
         "true",
+        "hami-core",
     ]
+
+
+def test_device_table_says_which_cards_the_driver_limits(api: KubeAPIServer, kube_config_file: Path) -> None:
+    # The device plugin's --memory-enforcement driver registers each card with memoryEnforcement.
+    driver = REGISTER.replace('"health":true}', '"health":true,"memoryEnforcement":"driver"}')
+    api.store.put(hami_node("n", register=driver))
+    _, doc = run_json(kube_config_file, "node", "n")
+    rows = doc["sections"][0]["tables"][0]["rows"]
+    assert [row[-1] for row in rows] == ["driver", "driver"]
 
 
 def test_nodes_selector_and_worst_status(api: KubeAPIServer, kube_config_file: Path) -> None:

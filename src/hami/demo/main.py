@@ -165,11 +165,11 @@ def banner(stack: Stack, skipped: list[str], backend: jaeger.Jaeger | None = Non
     lines.append(f"    targets           {stack.prometheus_page('targets')}")
     lines.append(f"  Alertmanager        {stack.url('alertmanager')}/#/alerts")
     lines.append(f"    notifications     {stack.notifications}   (tail -f; grouped and inhibited)")
+    driver_ports = {MONITOR: "drivermonitor", DEVICE_PLUGIN: "driverplugin"}
     for c in stack.running:
         lines.append(f"  {titles[c]:<20}{stack.url(c)}/metrics")
-    driver_ports = {MONITOR: "drivermonitor", DEVICE_PLUGIN: "driverplugin"}
-    for c in [c for c in stack.running if c in driver_ports and stack.driver_node]:
-        lines.append(f"    {cluster.DRIVER_NODE:<18}{stack.url(driver_ports[c])}/metrics")
+        if c in driver_ports and stack.driver_node:  # the same daemon on driver-node, under its own
+            lines.append(f"    on {cluster.DRIVER_NODE:<15}{stack.url(driver_ports[c])}/metrics")
     lines.append(f"  kube-state-metrics  {stack.url('ksm')}/metrics   (stand-in)")
     if stack.real is None:
         lines.append(f"  Kubernetes API      {stack.kube_url}   (KUBECONFIG={stack.kubeconfig})")

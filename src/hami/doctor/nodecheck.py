@@ -27,7 +27,9 @@ from hami.doctor.settings import DEVICE_PLUGIN_LOGS, GET_DEVICE_PLUGIN, Settings
 Obj = dict[str, Any]
 
 UUID_RE = re.compile(r"GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
-DEVICE_COLUMNS = ("ID", "Index", "Count", "Devmem", "Devcore", "Type", "Numa", "Mode", "Health")
+# The guide's columns, then who enforces the card's memory limits (our registration's memoryEnforcement).
+GUIDE_COLUMNS = ("ID", "Index", "Count", "Devmem", "Devcore", "Type", "Numa", "Mode", "Health")
+DEVICE_COLUMNS = (*GUIDE_COLUMNS, "Enforcement")
 
 FIX_DEVICE_PLUGIN = (
     "check that the device plugin pod on the node is running (docs/guides/device-plugin-debugging.md §4.1)"
@@ -160,6 +162,7 @@ def device_table(node: str, devs: list[DeviceInfo]) -> Table:
             str(d.numa),
             d.mode or "-",
             "true" if d.health else "false",
+            d.enforcement or "hami-core",
         )
         for d in devs
     )

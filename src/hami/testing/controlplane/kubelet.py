@@ -257,8 +257,8 @@ class RealKubelet:
         kubeconfig = self.cp.kubeconfig_for(f"system:node:{self.node}", ["system:nodes"])
         kconfig = self.root / "kubelet.yaml"
         healthz = free_port()
-        config = kubelet_config(self.cp, self.sock, free_port(), healthz)
-        kconfig.write_text(yaml.safe_dump(config), encoding="utf-8")
+        settings = kubelet_config(self.cp, self.sock, free_port(), healthz)
+        kconfig.write_text(yaml.safe_dump(settings), encoding="utf-8")
         argv = [
             str(binary), "--config", str(kconfig), "--kubeconfig", str(kubeconfig),
             "--root-dir", str(self.kubelet_root), "--hostname-override", self.node, "--v", "2",
