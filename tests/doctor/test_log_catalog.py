@@ -228,3 +228,12 @@ def test_the_three_missed_lines_are_found_in_the_source_and_classified(
         if (found := logscan.classify(_klog(c, m))) is not None
     }
     assert key in keys, (where, keys)
+
+
+def test_a_pattern_that_two_daemons_write_names_both() -> None:
+    """The XID line comes from the device plugin's health check and from the monitor: the report must
+    not send the reader of device-plugin.log to the monitor alone."""
+    writers = {Path(c.where).parts[2] for c in CALLS for m in c.messages if "XidCriticalError: Xid=" in m}
+    pattern = next(p for p in logscan.PATTERNS if p.key == "xid-critical")
+    assert writers == {"deviceplugin", "exporter"}, writers
+    assert "device-plugin" in pattern.component and "vgpu-monitor" in pattern.component

@@ -64,7 +64,8 @@ OWN_PATTERNS: tuple[LogPattern, ...] = (
        MON, "Error", "the monitor's feedback loop failed a pass", "check HOOK_PATH's mount and permissions"),
     _p("gpu-collect-failed", r"Failed to collect metrics for GPU device", MON, "Warning",
        "NVML failed for one GPU; its host series are missing", _NVML),
-    _p("xid-critical", r"XidCriticalError: Xid=", MON, "Error",
+    # Both write it: the device plugin's health check (at I, as HAMi's does) and the monitor.
+    _p("xid-critical", r"XidCriticalError: Xid=", f"{DP}, {MON}", "Error",
        "a GPU reported a critical XID", "docs/runbooks/HAMiGPUXidErrors.md"),
     _p("pods-unsynced", r"failed to sync pod informer cache", MON, "Warning",
        "the monitor serves region metrics without pod names", _API + " (list, watch pods)"),
