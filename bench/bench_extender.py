@@ -323,10 +323,10 @@ def load_pipelined(
 
 def profile_in_background(metrics_url: str, seconds: int, out: Path) -> Callable[[], None]:
     """Start fetching a CPU profile now; the returned callable waits for it and saves it."""
-    box: list[bytes] = []
+    box: list[requests.Response] = []
     th = threading.Thread(
         target=lambda: box.append(
-            requests.get(f"{metrics_url}/debug/pprof/profile?seconds={seconds}", timeout=seconds + 60).content
+            requests.get(f"{metrics_url}/debug/pprof/profile?seconds={seconds}", timeout=seconds + 60)
         ),
         daemon=True,
     )
@@ -334,8 +334,12 @@ def profile_in_background(metrics_url: str, seconds: int, out: Path) -> Callable
 
     def finish() -> None:
         th.join(seconds + 90)
-        if box:
-            out.write_bytes(box[0])
+        if not box:
+            print(f"CPU profile ({seconds}s): no answer from {metrics_url}/debug/pprof/profile")
+        elif not box[0].ok:  # an error body saved as a profile would only puzzle pprof
+            print(f"CPU profile ({seconds}s): HTTP {box[0].status_code}: {box[0].text[:200]}")
+        else:
+            out.write_bytes(box[0].content)
             print(f"CPU profile ({seconds}s) saved: go tool pprof -top {out}")
 
     return finish
@@ -508,7 +512,8 @@ def run(
                 "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
                 "OTEL_TRACES_SAMPLER_ARG": str(ratio),
             } if sink is not None else None
-            argv = [*flags, *profiling_flags(args, profiling), *traced]
+            # --pprof reads /debug/pprof, which only --profiling serves
+            argv = [*flags, *profiling_flags(args, profiling or args.pprof > 0), *traced]
             if stubbed:
                 extender = children.start(
                     "extender", [sys.executable, "-u", __file__, COMPILED_OUT, *argv], env
