@@ -41,6 +41,7 @@ from hami.core import tracing
 from hami.core.kube.informer import Informer
 from hami.deviceplugin.api import deviceplugin_pb2 as pb
 from hami.deviceplugin.config import PluginConfig
+from hami.testing import tracingrounds
 from hami.testing.builders import allocating_pod
 from hami.testing.kubeapi import KubeAPIServer
 from hami.testing.otlpsink import OtlpSink
@@ -211,8 +212,7 @@ def tracing_rounds(rounds: int, calls: int, pending: int, ratios: list[float]) -
     spec = {"devices": [{"uuid": u, "name": "NVIDIA A100-SXM4-80GB", "memory_mib": 81920} for u in UUIDS]}
     rig = start_rig(api, kube, work, PluginConfig(device_split_count=10), spec, node=NODE, fast=False)
     channel, stub = rig.kubelet.plugin("nvidia-gpu.sock")
-    variants: list[tuple[str, float | None]] = [("compiled out", None), ("off", None)]
-    variants += [(f"on, {r:.0%} sampled", r) for r in ratios]
+    variants = tracingrounds.variants(ratios)
     cpu: dict[str, list[float]] = {name: [] for name, _ in variants}
     rejected = tracing.tracing_metrics(CollectorRegistry())
     served = [0]
@@ -241,7 +241,7 @@ def tracing_rounds(rounds: int, calls: int, pending: int, ratios: list[float]) -
         with OtlpSink() as sink:
             batch(None)  # a warm-up, not counted: the first calls pay for caches and imports
             for i in range(rounds):
-                for name, ratio in variants[i % len(variants):] + variants[: i % len(variants)]:
+                for name, ratio in tracingrounds.rotated(variants, i):
                     print(f"--- round {i + 1}: tracing {name}")
                     with variant(sink, rejected, ratio, name == "compiled out"):
                         cpu[name].append(batch(ratio))
@@ -255,20 +255,7 @@ def tracing_rounds(rounds: int, calls: int, pending: int, ratios: list[float]) -
         api.stop()
         shutil.rmtree(work, ignore_errors=True)
 
-    def mean(values: list[float]) -> float:
-        return sum(values) / len(values)
-
-    for name, _ in variants:
-        runs = ", ".join(f"{v:.3f}" for v in cpu[name])
-        print(f"CPU per Allocate, tracing {name}: mean {mean(cpu[name]):.3f} ms (rounds: {runs})")
-    base, off = mean(cpu["compiled out"]), mean(cpu["off"])
-    spread = max((max(v) - min(v)) / mean(v) for v in (cpu["compiled out"], cpu["off"]))
-    print(f"tracing off - compiled out: {(off - base) * 1000:+.1f} us per Allocate "
-          f"({(off - base) / base:+.2%}); round-to-round spread of either: {spread:.1%}"
-          + ("" if rounds > 1 else " (one round: no spread)"))
-    for name, ratio in variants:
-        if ratio is not None:
-            print(f"tracing {name} / off: {mean(cpu[name]) / off:.3f}x")
+    print("\n".join(tracingrounds.summary("CPU per Allocate", "Allocate", cpu, variants)))
 
 
 def main() -> None:

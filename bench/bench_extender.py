@@ -59,6 +59,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from hami.core import tracing
+from hami.testing import tracingrounds
 from hami.testing.builders import gpu_node, gpu_pod
 from hami.testing.extender import LISTENING
 from hami.testing.jsonhttp import Conn
@@ -440,13 +441,11 @@ def extender_without_tracing(argv: list[str]) -> int:
 def tracing_rounds(args: argparse.Namespace) -> int:
     """Extender CPU per pod with tracing compiled out, off, and on at each ratio; the order of the
     variants rotates every round, so a drift over the sitting does not land on one variant."""
-    ratios = [float(r) for r in args.tracing_ratios.split(",")]
-    variants: list[tuple[str, float | None]] = [("compiled out", None), ("off", None)]
-    variants += [(f"on, {r:.0%} sampled", r) for r in ratios]
+    variants = tracingrounds.variants([float(r) for r in args.tracing_ratios.split(",")])
     cpu: dict[str, list[float]] = {name: [] for name, _ in variants}
     with OtlpSink() as sink:
         for i in range(args.tracing_rounds):
-            for name, ratio in variants[i % len(variants):] + variants[: i % len(variants)]:
+            for name, ratio in tracingrounds.rotated(variants, i):
                 print(f"--- round {i + 1}: tracing {name}")
                 traced = sink if ratio is not None else None
                 cpu[name].append(run(args, False, traced, 1.0 if ratio is None else ratio,
@@ -455,21 +454,7 @@ def tracing_rounds(args: argparse.Namespace) -> int:
         print(f"OTLP export: {sink.requests} requests, {sink.received / max(exported, 1):.0f} bytes per pod "
               "traced (sampled or not)")
 
-    def mean(values: list[float]) -> float:
-        return sum(values) / len(values)
-
-    for name, _ in variants:
-        runs = ", ".join(f"{v:.3f}" for v in cpu[name])
-        print(f"extender CPU per pod, tracing {name}: mean {mean(cpu[name]):.3f} ms (rounds: {runs})")
-    base, off = mean(cpu["compiled out"]), mean(cpu["off"])
-    # the noise: how far one round of a variant lands from the next (the largest spread of the two)
-    spread = max((max(v) - min(v)) / mean(v) for v in (cpu["compiled out"], cpu["off"]))
-    print(f"tracing off - compiled out: {(off - base) * 1000:+.1f} us per pod ({(off - base) / base:+.2%}); "
-          f"round-to-round spread of either: {spread:.1%}"
-          + ("" if args.tracing_rounds > 1 else " (one round: no spread)"))
-    for name, ratio in variants:
-        if ratio is not None:
-            print(f"tracing {name} / off: {mean(cpu[name]) / off:.3f}x")
+    print("\n".join(tracingrounds.summary("extender CPU per pod", "pod", cpu, variants)))
     return 0
 
 
