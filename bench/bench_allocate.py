@@ -41,7 +41,7 @@ from hami.core import tracing
 from hami.core.kube.informer import Informer
 from hami.deviceplugin.api import deviceplugin_pb2 as pb
 from hami.deviceplugin.config import PluginConfig
-from hami.testing import tracingrounds
+from hami.testing import tracecost
 from hami.testing.builders import allocating_pod
 from hami.testing.kubeapi import KubeAPIServer
 from hami.testing.otlpsink import OtlpSink
@@ -212,7 +212,7 @@ def tracing_rounds(rounds: int, calls: int, pending: int, ratios: list[float]) -
     spec = {"devices": [{"uuid": u, "name": "NVIDIA A100-SXM4-80GB", "memory_mib": 81920} for u in UUIDS]}
     rig = start_rig(api, kube, work, PluginConfig(device_split_count=10), spec, node=NODE, fast=False)
     channel, stub = rig.kubelet.plugin("nvidia-gpu.sock")
-    variants = tracingrounds.variants(ratios)
+    variants = tracecost.variants(ratios)
     cpu: dict[str, list[float]] = {name: [] for name, _ in variants}
     rejected = tracing.tracing_metrics(CollectorRegistry())
     served = [0]
@@ -241,7 +241,7 @@ def tracing_rounds(rounds: int, calls: int, pending: int, ratios: list[float]) -
         with OtlpSink() as sink:
             batch(None)  # a warm-up, not counted: the first calls pay for caches and imports
             for i in range(rounds):
-                for name, ratio in tracingrounds.rotated(variants, i):
+                for name, ratio in tracecost.rotated(variants, i):
                     print(f"--- round {i + 1}: tracing {name}")
                     with variant(sink, rejected, ratio, name == "compiled out"):
                         cpu[name].append(batch(ratio))
@@ -255,7 +255,7 @@ def tracing_rounds(rounds: int, calls: int, pending: int, ratios: list[float]) -
         api.stop()
         shutil.rmtree(work, ignore_errors=True)
 
-    print("\n".join(tracingrounds.summary("CPU per Allocate", "Allocate", cpu, variants)))
+    print("\n".join(tracecost.summary("CPU per Allocate", "Allocate", cpu, variants)))
 
 
 def main() -> None:

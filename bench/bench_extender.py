@@ -59,7 +59,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from hami.core import tracing
-from hami.testing import tracingrounds
+from hami.testing import tracecost
 from hami.testing.builders import gpu_node, gpu_pod
 from hami.testing.extender import LISTENING
 from hami.testing.jsonhttp import Conn
@@ -441,11 +441,11 @@ def extender_without_tracing(argv: list[str]) -> int:
 def tracing_rounds(args: argparse.Namespace) -> int:
     """Extender CPU per pod with tracing compiled out, off, and on at each ratio; the order of the
     variants rotates every round, so a drift over the sitting does not land on one variant."""
-    variants = tracingrounds.variants([float(r) for r in args.tracing_ratios.split(",")])
+    variants = tracecost.variants([float(r) for r in args.tracing_ratios.split(",")])
     cpu: dict[str, list[float]] = {name: [] for name, _ in variants}
     with OtlpSink() as sink:
         for i in range(args.tracing_rounds):
-            for name, ratio in tracingrounds.rotated(variants, i):
+            for name, ratio in tracecost.rotated(variants, i):
                 print(f"--- round {i + 1}: tracing {name}")
                 traced = sink if ratio is not None else None
                 cpu[name].append(run(args, False, traced, 1.0 if ratio is None else ratio,
@@ -454,7 +454,7 @@ def tracing_rounds(args: argparse.Namespace) -> int:
         print(f"OTLP export: {sink.requests} requests, {sink.received / max(exported, 1):.0f} bytes per pod "
               "traced (sampled or not)")
 
-    print("\n".join(tracingrounds.summary("extender CPU per pod", "pod", cpu, variants)))
+    print("\n".join(tracecost.summary("extender CPU per pod", "pod", cpu, variants)))
     return 0
 
 
