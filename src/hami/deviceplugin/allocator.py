@@ -1,4 +1,5 @@
-"""Allocate against the cluster: pending-pod lookup, annotation pop/erase, bind phase, node lock (§C.7).
+"""Allocate against the cluster: annotation pop/erase, bind phase, node lock (§C.7); which pod is
+pending here is ``pendingpods``.
 
 Section signs (§) refer to docs/design/node-agent-device-plugin.md.
 """
@@ -7,12 +8,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any
 
 from hami.core import annotations as ann
 from hami.core import klog, tracing
@@ -22,7 +22,7 @@ from hami.core.codec.pod_devices import decode_pod_devices, encode_pod_devices
 from hami.core.devices import MODE_MIG, ContainerDevices, MigAllocation, PodDevices
 from hami.core.hamicore import HostLayout
 from hami.core.nvml import NvmlError
-from hami.core.objects import annotations_of, name_of, namespace_of, object_key, resource_version, uid_of
+from hami.core.objects import annotations_of, name_of, namespace_of, object_key, uid_of
 from hami.deviceplugin.api import deviceplugin_pb2 as pb
 from hami.deviceplugin.config import PluginConfig
 from hami.deviceplugin.container_setup import (
@@ -52,75 +52,9 @@ from hami.deviceplugin.kubeops import NodeOps
 from hami.deviceplugin.metrics import PluginMetrics
 from hami.deviceplugin.migpartition import MigPartitioner
 from hami.deviceplugin.migplan import MIG_CREATE_FAILED, MigMade, MigPlanError, fill, plan
+from hami.deviceplugin.pendingpods import PodCache, WrittenPods, bind_order, is_pending_for
 
 log = klog.get_logger(__name__)
-
-PENDING_PHASES = (ann.BIND_PHASE_ALLOCATING, ann.BIND_PHASE_SUCCESS)
-
-
-class WrittenPods:
-    """Our own pod writes until the informer shows them.
-
-    The kubelet calls Allocate once per container, back to back; the second call must see the
-    annotation the first one erased even when the watch event has not arrived yet. An entry is
-    used while the cached copy still has one of the resourceVersions we wrote over.
-    """
-
-    LIMIT = 256
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._entries: dict[str, tuple[frozenset[str], dict[str, Any]]] = {}
-
-    def record(self, before: dict[str, Any], after: dict[str, Any]) -> None:
-        key = object_key(after)
-        with self._lock:
-            stale, _ = self._entries.pop(key, (frozenset(), {}))
-            self._entries[key] = (stale | {resource_version(before)}, after)
-            while len(self._entries) > self.LIMIT:
-                del self._entries[next(iter(self._entries))]
-
-    def resolve(self, key: str, cached: dict[str, Any] | None) -> dict[str, Any] | None:
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is None:
-                return cached
-            stale, written = entry
-            if cached is None or resource_version(cached) in stale:
-                return written
-            del self._entries[key]
-            return cached
-
-
-class PodCache(Protocol):
-    """The core informer's read side, over pods bound to this node."""
-
-    def list(self) -> list[dict[str, Any]]: ...
-
-    def get(self, key: str) -> dict[str, Any] | None: ...
-
-    def has_synced(self) -> bool: ...
-
-
-def is_pending_for(pod: dict[str, Any], node: str) -> bool:
-    """HAMi's GetPendingPod test: Pending, bind-time set, bind-phase allocating/success, vgpu-node ours."""
-    annos = annotations_of(pod)
-    return (
-        (pod.get("status") or {}).get("phase") == "Pending"
-        and ann.POD_BIND_TIME in annos
-        and annos.get(ann.POD_BIND_PHASE) in PENDING_PHASES
-        and annos.get(ann.POD_VGPU_NODE) == node
-    )
-
-
-def _bind_order(pod: dict[str, Any]) -> tuple[bool, int]:
-    annos = annotations_of(pod)
-    try:
-        bound_at = int(annos.get(ann.POD_BIND_TIME, "0"))
-    except ValueError:
-        bound_at = 0
-    return annos.get(ann.POD_BIND_PHASE) != ann.BIND_PHASE_ALLOCATING, bound_at
-
 
 def decode_to_allocate(text: str) -> PodDevices:
     """The per-container lists, without the empty entry the codec keeps for the trailing ``;``,
@@ -202,7 +136,7 @@ class Allocator:
         candidates = [p for p in seen if p is not None and is_pending_for(p, self.node)]
         if not candidates:
             raise pending_pod_error(f"no binding pod found on node {self.node}")
-        return min(candidates, key=_bind_order), node_obj
+        return min(candidates, key=bind_order), node_obj
 
     def allocate(self, requests: Sequence[Sequence[str]]) -> list[pb.ContainerAllocateResponse]:
         start = (time.perf_counter(), tracing.now_ns())

@@ -18,7 +18,6 @@ from hami.core.devices import MODE_MIG
 from hami.core.kube.events import WARNING, EventRecorder, ObjectRef
 from hami.core.nvml import Nvml, NvmlError
 from hami.core.objects import annotations_of, object_key
-from hami.deviceplugin.allocator import PodCache
 from hami.deviceplugin.cdi import CDI_STRATEGIES, SpecGpu, build_spec
 from hami.deviceplugin.config import PluginConfig
 from hami.deviceplugin.health import XidPolicy
@@ -28,6 +27,7 @@ from hami.deviceplugin.metrics import PluginMetrics
 from hami.deviceplugin.migpartition import MigPartitioner, MigReconciler
 from hami.deviceplugin.migplan import held
 from hami.deviceplugin.nvml_source import HealthChecker, read_gpu_facts, read_links, with_mig_profiles
+from hami.deviceplugin.pendingpods import PodCache
 from hami.deviceplugin.plugin import DevicePlugin, Settings
 from hami.deviceplugin.server import SocketWatcher
 from hami.deviceplugin.specdir import SpecWriteError, find_driver_files, write_spec

@@ -19,7 +19,7 @@ from hami.core.codec.node_devices import encode_pair_scores
 from hami.core.devices import DeviceInfo
 from hami.core.hamicore import HostLayout
 from hami.core.kube.events import NORMAL, WARNING, EventRecorder, ObjectRef
-from hami.deviceplugin.allocator import Allocator, PodCache
+from hami.deviceplugin.allocator import Allocator
 from hami.deviceplugin.api import deviceplugin_pb2 as pb
 from hami.deviceplugin.config import PluginConfig
 from hami.deviceplugin.container_setup import GpuRef, PreferredRequest, RuntimeOptions
@@ -34,6 +34,7 @@ from hami.deviceplugin.inventory import (
 from hami.deviceplugin.kubeops import NodeOps
 from hami.deviceplugin.metrics import PluginMetrics
 from hami.deviceplugin.migpartition import MigPartitioner
+from hami.deviceplugin.pendingpods import PodCache
 from hami.deviceplugin.registrar import Registrar
 from hami.deviceplugin.server import PluginServer, register_with_kubelet
 from hami.deviceplugin.topology import PairScores
